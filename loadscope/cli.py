@@ -1,0 +1,218 @@
+"""The ``loadscope`` command line: one error funnel, one line per problem, documented exit codes.
+
+Subcommands parse their arguments here and call the engine; they print either a
+human report or ``--json``. Every :class:`~loadscope.errors.LoadscopeError` becomes
+``loadscope: <message>`` on stderr and its exit code; anything else is a bug,
+reported in one line too (``LOADSCOPE_DEBUG=1`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import NoReturn, TextIO
+
+from loadscope._version import __version__
+from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.units import format_bytes, parse_size
+
+PROG = "loadscope"
+
+_DESCRIPTION = """\
+Why does this model load slowly here, and what should change?
+loadscope inspects checkpoints, probes the storage under them, benchmarks the
+ways to load them and recommends the fix the numbers support.
+
+TARGET is any of:
+  path/to/model.safetensors        one safetensors file
+  path/to/pytorch_model.bin        a torch checkpoint (.bin, .pt, .pth; never unpickled)
+  path/to/model-dir                all shards (follows model.safetensors.index.json)
+  org/name[@revision]              a Hugging Face repo from the LOCAL cache only
+  synthetic:SIZE[,shards=N][,format=safetensors|torch|both][,seed=S]
+                                   a synthetic checkpoint, removed afterwards
+"""
+
+_EXIT_CODES = "\n".join(
+    f"  {code.value:>3}  {code.name.lower().replace('_', '-')}" for code in ExitCode
+)
+_EPILOG = f"""\
+examples:
+  loadscope inspect synthetic:1GiB
+  loadscope inspect ~/models/llama --json
+  loadscope synth /tmp/model --size 2GiB --shards 4 --format both
+
+exit codes:
+{_EXIT_CODES}
+"""
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so ``finally`` blocks clean up (temp checkpoints)."""
+
+
+def _on_sigterm(_signum: int, _frame: FrameType | None) -> NoReturn:
+    raise _Terminated
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "inspect",
+        help="what a checkpoint holds: files, bytes, tensors, dtypes, sizes (headers only)",
+        description="Read checkpoint headers (never the data, never a pickle) and report files,"
+        " bytes, tensor count, dtype mix, a tensor-size histogram and unaligned offsets.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_DESCRIPTION.split("\n\n", 1)[1],
+    )
+    p.add_argument("target", metavar="TARGET", help="file, directory, org/name or synthetic:SIZE")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (schema_version 1)")
+    p.add_argument(
+        "--synth-dir",
+        metavar="DIR",
+        help="where a synthetic: target is built (default: the system temp dir)",
+    )
+    p.set_defaults(run=_cmd_inspect)
+
+    p = sub.add_parser(
+        "synth",
+        help="write a synthetic checkpoint shaped like a decoder LLM",
+        description="Write a deterministic synthetic checkpoint shaped like a decoder LLM"
+        " (large embedding, attention and MLP matrices, small norms and biases;"
+        " bf16/fp16/fp32), with an index when sharded.",
+    )
+    p.add_argument("out", metavar="OUT", help="output directory (created if missing)")
+    p.add_argument("--size", type=_size, default=parse_size("1GiB"), help="total tensor bytes, e.g. 512MiB, 2GiB (default 1GiB)")
+    p.add_argument("--shards", type=int, default=1, help="number of weight files (default 1)")
+    p.add_argument(
+        "--format",
+        choices=("safetensors", "torch", "both"),
+        default="safetensors",
+        help="safetensors, a torch zip checkpoint, or both with identical tensors",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the pseudo-random contents (default 0)")
+    p.add_argument("--force", action="store_true", help="overwrite files of a previous synth in OUT")
+    p.set_defaults(run=_cmd_synth)
+    return parser
+
+
+def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.inspection import inspect_target, to_json, to_text  # noqa: PLC0415
+    from loadscope.targets import open_target  # noqa: PLC0415
+
+    with open_target(args.target, synth_dir=args.synth_dir) as target:
+        report = inspect_target(target)
+        out.write((to_json(report) if args.json else to_text(report)) + "\n")
+    return ExitCode.OK
+
+
+class _Progress:
+    """A one-line progress meter on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.done, self.stream = total, 0, stream
+        self.start = self.last = time.monotonic()
+        self.live = stream.isatty()
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.live and now - self.last >= 0.2:
+            self.last = now
+            rate = self.done / max(now - self.start, 1e-9)
+            self.stream.write(
+                f"\r  {format_bytes(self.done)} / {format_bytes(self.total)}"
+                f"  {format_bytes(rate)}/s   "
+            )
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\r" + " " * 60 + "\r")
+
+
+def _cmd_synth(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.synth import synthesize  # noqa: PLC0415
+
+    total = args.size * (2 if args.format == "both" else 1)
+    progress = _Progress(total, sys.stderr)
+    t0 = time.monotonic()
+    try:
+        result = synthesize(
+            args.out,
+            args.size,
+            shards=args.shards,
+            fmt=args.format,
+            seed=args.seed,
+            force=args.force,
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    elapsed = time.monotonic() - t0
+    s = result.shape
+    out.write(
+        f"wrote {len(result.files)} file(s), {result.tensor_count} tensors,"
+        f" {format_bytes(result.tensor_bytes)} of tensors per format to {result.root}"
+        f" in {elapsed:.1f} s\n"
+        f"shape: hidden {s.hidden}, {s.layers} layers, intermediate {s.intermediate},"
+        f" {s.heads} heads ({s.kv_heads} kv), vocab {s.vocab}; seed {result.seed}\n"
+    )
+    return ExitCode.OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``loadscope`` console script and ``python -m loadscope``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[argparse.Namespace, TextIO], ExitCode] | None = getattr(args, "run", None)
+    if run is None:
+        parser.print_help()
+        return ExitCode.OK
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return int(run(args, sys.stdout))
+    except LoadscopeError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except _Terminated:
+        print(f"{PROG}: terminated", file=sys.stderr)
+        return int(ExitCode.TERMINATED)
+    except BrokenPipeError:
+        # stdout closed early (| head): not an error worth a message.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return int(ExitCode.OK)
+    except Exception as exc:  # noqa: BLE001  (the one funnel for bugs: one line, no traceback)
+        if os.environ.get("LOADSCOPE_DEBUG"):
+            raise
+        print(
+            f"{PROG}: internal error: {type(exc).__name__}: {exc}"
+            " (a bug: please report it; LOADSCOPE_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return int(ExitCode.INTERNAL)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,93 @@
+"""Open and read user files without ever blocking on a FIFO or wandering into a device.
+
+Checkpoint paths come from users and from index files, so they can name a FIFO
+(``open`` would block forever waiting for a writer), ``/dev/zero`` through a
+symlink (reads never end), or a socket. Everything that reads a user's file goes
+through :func:`open_regular`, which opens with ``O_NONBLOCK`` and refuses anything
+that ``fstat`` does not call a regular file before a single byte is read.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from loadscope.errors import NotARegularFile, ReadFailed, error_from_oserror
+
+
+def file_kind(mode: int) -> str:
+    """A readable name for the file type in an ``st_mode``."""
+    if stat.S_ISREG(mode):
+        return "regular file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    return "special file"
+
+
+def stat_regular(path: str | os.PathLike[str]) -> os.stat_result:
+    """``os.stat`` (following symlinks) that insists on a regular file."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFile("symbolic link loop", path=path) from None
+        raise error_from_oserror(exc, path) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise NotARegularFile(
+            f"is a {file_kind(st.st_mode)}, not a regular file; refusing to read it", path=path
+        )
+    return st
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """Open ``path`` read-only and return the fd, refusing non-regular files without blocking."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFile("symbolic link loop", path=path) from None
+        raise error_from_oserror(exc, path) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(
+                f"is a {file_kind(st.st_mode)}, not a regular file; refusing to read it", path=path
+            )
+        # O_NONBLOCK means nothing for regular files, but clear it so nobody is surprised.
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def pread_exact(fd: int, size: int, offset: int, *, path: str | os.PathLike[str]) -> bytes:
+    """Read exactly ``size`` bytes at ``offset``; a short read means the file shrank under us."""
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining > 0:
+        try:
+            chunk = os.pread(fd, remaining, offset)
+        except OSError as exc:
+            raise ReadFailed(
+                f"read of {remaining} bytes at offset {offset} failed: {exc.strerror}", path=path
+            ) from None
+        if not chunk:
+            raise ReadFailed(
+                f"file ended at offset {offset}, {remaining} bytes before the expected end", path=path
+            )
+        chunks.append(chunk)
+        remaining -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,383 @@
+"""Turn what a user types into the list of weight files to diagnose.
+
+Accepted targets, tried in this order:
+
+* ``synthetic:SIZE[,shards=N][,format=safetensors|torch|both][,seed=S]`` — a synthetic
+  checkpoint built in a temporary directory and removed afterwards;
+* an existing path: a ``.safetensors`` file, a ``.bin``/``.pt``/``.pth`` torch
+  checkpoint, or a directory (safetensors shards, following
+  ``model.safetensors.index.json`` when present, else torch checkpoints);
+* a Hugging Face repo id ``org/name[@revision]``, looked up in the **local** cache only.
+
+Nothing is read beyond ``stat`` and the index JSON here; file types are checked
+so that a FIFO or a device is refused before anyone opens it for reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from loadscope.errors import (
+    ExitCode,
+    LoadscopeError,
+    NotARegularFile,
+    PathNotFound,
+    error_from_oserror,
+)
+from loadscope.safeio import open_regular, pread_exact, stat_regular
+from loadscope.synth import SynthFormat, synthesize
+from loadscope.units import format_bytes, parse_size
+
+WeightFormat = Literal["safetensors", "torch"]
+TargetKind = Literal["file", "directory", "hf-cache", "synthetic"]
+
+SAFETENSORS_SUFFIXES = (".safetensors",)
+TORCH_SUFFIXES = (".bin", ".pt", ".pth")
+#: Index files in the order they are preferred.
+INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+#: Torch files in model folders that are not model weights.
+NOT_WEIGHTS = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
+MAX_INDEX_BYTES = 64 << 20
+_HF_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
+
+
+class TargetError(LoadscopeError):
+    """The target cannot be turned into weight files."""
+
+    exit_code = ExitCode.UNSUPPORTED
+
+
+class UnsupportedFile(TargetError):
+    """A file whose name is not a weight format loadscope reads."""
+
+
+class NoWeightFiles(TargetError):
+    """A directory holding no weight files."""
+
+
+class HubCacheMiss(PathNotFound):
+    """A Hugging Face repo id that is not in the local cache (loadscope never downloads)."""
+
+
+class BadTargetSpec(TargetError):
+    """A ``synthetic:`` spec or repo id that does not parse."""
+
+    exit_code = ExitCode.USAGE
+
+
+class InvalidIndex(TargetError):
+    """An index JSON that is malformed, names missing shards, or points outside the model."""
+
+    exit_code = ExitCode.CORRUPT
+
+
+class ShardMissing(InvalidIndex):
+    """The index names a shard file that is not there (an incomplete download?)."""
+
+
+class ShardOutsideModel(InvalidIndex):
+    """The index names a shard by an absolute path or one that climbs out with ``..``."""
+
+
+class NotEnoughSpace(TargetError):
+    """No room to build a synthetic checkpoint."""
+
+    exit_code = ExitCode.RESOURCES
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFile:
+    path: Path
+    size_bytes: int
+    format: WeightFormat
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Resolved weight files and where they came from."""
+
+    spec: str
+    kind: TargetKind
+    root: Path
+    files: tuple[WeightFile, ...]
+    #: The index JSON followed, if any (its weight map is in ``weight_map``).
+    index: Path | None = None
+    weight_map: dict[str, str] | None = None
+    #: For HF cache targets: repo id and revision; for synthetic ones: the spec.
+    detail: str = ""
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    @property
+    def formats(self) -> set[WeightFormat]:
+        return {f.format for f in self.files}
+
+
+def format_of(path: Path) -> WeightFormat | None:
+    """The weight format a file name promises, or None."""
+    name = path.name.lower()
+    if name.endswith(SAFETENSORS_SUFFIXES):
+        return "safetensors"
+    if name.endswith(TORCH_SUFFIXES):
+        return "torch"
+    return None
+
+
+def resolve_path(path: Path, *, spec: str | None = None) -> Target:
+    """Resolve an existing file or directory."""
+    spec = spec if spec is not None else str(path)
+    try:
+        is_dir = path.is_dir()
+    except OSError as exc:
+        raise error_from_oserror(exc, path) from None
+    if is_dir:
+        index, weight_map, files = _directory_files(path)
+        return Target(spec, "directory", path, files, index=index, weight_map=weight_map)
+    return Target(spec, "file", path.parent, (_weight_file(path),))
+
+
+def _weight_file(path: Path, fmt: WeightFormat | None = None) -> WeightFile:
+    fmt = fmt or format_of(path)
+    if fmt is None:
+        raise UnsupportedFile(
+            "is not a weight file loadscope reads (expected .safetensors, .bin, .pt or .pth,"
+            " or a model directory)",
+            path=path,
+        )
+    st = stat_regular(path)
+    if not os.access(path, os.R_OK):
+        raise error_from_oserror(PermissionError(13, "Permission denied"), path)
+    return WeightFile(path=path, size_bytes=st.st_size, format=fmt)
+
+
+def _directory_files(root: Path) -> tuple[Path | None, dict[str, str] | None, tuple[WeightFile, ...]]:
+    try:
+        names = sorted(e.name for e in os.scandir(root))
+    except OSError as exc:
+        raise error_from_oserror(exc, root) from None
+    for index_name in INDEX_NAMES:
+        if index_name in names:
+            index = root / index_name
+            weight_map = read_index(index)
+            fmt: WeightFormat = "safetensors" if index_name.startswith("model.") else "torch"
+            shards = sorted(set(weight_map.values()))
+            return index, weight_map, tuple(_shard(root, index, s, fmt) for s in shards)
+    for fmt, suffixes in (("safetensors", SAFETENSORS_SUFFIXES), ("torch", TORCH_SUFFIXES)):
+        picked = [n for n in names if n.lower().endswith(suffixes) and n not in NOT_WEIGHTS]
+        if picked:
+            return None, None, tuple(_weight_file(root / n, fmt) for n in picked)  # type: ignore[arg-type]
+    hint = _subfolders_with_weights(root, names)
+    raise NoWeightFiles(
+        "holds no weight files (.safetensors, .bin, .pt, .pth)"
+        + (f"; these subfolders do, point at one: {', '.join(hint)}" if hint else ""),
+        path=root,
+    )
+
+
+def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:
+    # One level only, no symlinked folders: a directory cycle must not become a hang.
+    found = []
+    for n in names:
+        sub = root / n
+        with contextlib.suppress(OSError):
+            if sub.is_symlink() or not sub.is_dir():
+                continue
+            if any(e.name.lower().endswith(SAFETENSORS_SUFFIXES + TORCH_SUFFIXES) for e in os.scandir(sub)):
+                found.append(n + "/")
+    return found[:8]
+
+
+def read_index(index: Path) -> dict[str, str]:
+    """Read an index JSON's ``weight_map`` (tensor name -> shard file name), validated."""
+    fd = open_regular(index)
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_INDEX_BYTES:
+            raise InvalidIndex(f"is {format_bytes(size)}, too large for an index file", path=index)
+        raw = pread_exact(fd, size, 0, path=index)
+    finally:
+        os.close(fd)
+    return parse_index(raw, path=index)
+
+
+def parse_index(raw: bytes, *, path: Path) -> dict[str, str]:
+    """Validate index JSON bytes; every shard name must be a plain relative path inside the model."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InvalidIndex(f"is not valid JSON ({str(exc).splitlines()[0][:100]})", path=path) from None
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise InvalidIndex("has no 'weight_map' object of tensor name -> shard file", path=path)
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard:
+            raise InvalidIndex(f"tensor {tensor!r} maps to {shard!r}, not a file name", path=path)
+        check_shard_name(shard, index=path)
+    return weight_map
+
+
+def check_shard_name(shard: str, *, index: Path) -> None:
+    """Refuse shard names that could leave the model directory (absolute, ``..``, NUL, ``\\``)."""
+    pure = PurePosixPath(shard)
+    if "\0" in shard or "\\" in shard or pure.is_absolute() or ".." in pure.parts or shard.startswith("~"):
+        raise ShardOutsideModel(
+            f"names shard {shard!r}, which is outside the model directory; refusing to follow it",
+            path=index,
+        )
+
+
+def _shard(root: Path, index: Path, shard: str, fmt: WeightFormat) -> WeightFile:
+    path = root / shard
+    if not os.path.lexists(path):
+        raise ShardMissing(
+            f"names shard {shard!r}, which is missing (incomplete download?)", path=index
+        )
+    if not path.exists():
+        raise ShardMissing(f"names shard {shard!r}, a broken symlink (incomplete download?)", path=index)
+    return _weight_file(path, fmt)
+
+
+# -- Hugging Face cache ----------------------------------------------------------------------
+
+
+def looks_like_repo_id(spec: str) -> bool:
+    return _HF_ID.match(spec) is not None
+
+
+def hub_cache_dir() -> Path:
+    """The cache ``huggingface_hub`` reads (``HF_HUB_CACHE``/``HF_HOME`` honoured)."""
+    from huggingface_hub import constants  # noqa: PLC0415  (slow import; only for repo ids)
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def resolve_repo_id(spec: str) -> Target:
+    """Resolve ``org/name[@revision]`` from the local Hugging Face cache, never the network."""
+    match = _HF_ID.match(spec)
+    if match is None:
+        raise BadTargetSpec(f"{spec!r} is not a Hugging Face repo id (org/name[@revision])")
+    repo, revision = match.group("repo"), match.group("rev")
+    from huggingface_hub import snapshot_download  # noqa: PLC0415
+    from huggingface_hub.utils import HFValidationError, LocalEntryNotFoundError  # noqa: PLC0415
+
+    cache = hub_cache_dir()
+    try:
+        snapshot = snapshot_download(repo, revision=revision, local_files_only=True)
+    except (LocalEntryNotFoundError, HFValidationError, OSError, ValueError):
+        at = f"@{revision}" if revision else ""
+        raise HubCacheMiss(
+            f"{repo}{at} is not in the local Hugging Face cache at {cache}"
+            " (loadscope never downloads; run 'hf download "
+            f"{repo}' first, or set HF_HUB_CACHE)"
+        ) from None
+    target = resolve_path(Path(str(snapshot)), spec=spec)
+    return Target(
+        spec,
+        "hf-cache",
+        target.root,
+        target.files,
+        index=target.index,
+        weight_map=target.weight_map,
+        detail=f"{repo}@{revision or 'main'} in {cache}",
+    )
+
+
+# -- synthetic -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticSpec:
+    size_bytes: int
+    shards: int = 1
+    format: SynthFormat = "safetensors"
+    seed: int = 0
+
+
+def parse_synthetic(spec: str) -> SyntheticSpec:
+    """Parse ``synthetic:SIZE[,shards=N][,format=F][,seed=S]``."""
+    body = spec.split(":", 1)[1]
+    size_text, *options = body.split(",")
+    try:
+        size = parse_size(size_text)
+        kwargs: dict[str, object] = {}
+        for opt in options:
+            key, sep, value = opt.partition("=")
+            if not sep:
+                raise ValueError(f"option {opt!r} needs a value (key=value)")
+            if key in ("shards", "seed"):
+                kwargs[key] = int(value)
+            elif key == "format" and value in ("safetensors", "torch", "both"):
+                kwargs[key] = value
+            else:
+                raise ValueError(f"unknown option {opt!r} (shards=N, format=safetensors|torch|both, seed=S)")
+    except ValueError as exc:
+        raise BadTargetSpec(f"bad synthetic target {spec!r}: {exc}") from None
+    return SyntheticSpec(size, **kwargs)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -> Iterator[Target]:
+    """Resolve ``spec``; a synthetic target lives for the ``with`` block and is removed after."""
+    if spec.startswith("synthetic:"):
+        syn = parse_synthetic(spec)
+        parent = Path(synth_dir) if synth_dir is not None else Path(tempfile.gettempdir())
+        free = shutil.disk_usage(parent).free
+        need = int(syn.size_bytes * (2 if syn.format == "both" else 1) * 1.02) + (16 << 20)
+        if free < need:
+            raise NotEnoughSpace(
+                f"a {format_bytes(syn.size_bytes)} synthetic checkpoint needs {format_bytes(need)}"
+                f" free in {parent}, which has {format_bytes(free)} (use a smaller size or --synth-dir)"
+            )
+        tmp = Path(tempfile.mkdtemp(prefix="loadscope-synthetic-", dir=parent))
+        try:
+            synthesize(tmp, syn.size_bytes, shards=syn.shards, fmt=syn.format, seed=syn.seed)
+            target = resolve_path(tmp, spec=spec)
+            yield Target(
+                spec,
+                "synthetic",
+                target.root,
+                target.files,
+                index=target.index,
+                weight_map=target.weight_map,
+                detail=f"seed {syn.seed}, removed afterwards",
+            )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    yield resolve(spec)
+
+
+def resolve(spec: str) -> Target:
+    """Resolve a path or a repo id (not ``synthetic:``; use :func:`open_target` for those)."""
+    if not spec:
+        raise BadTargetSpec("empty target: give a file, a directory, org/name, or synthetic:SIZE")
+    path = Path(spec).expanduser()
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        if looks_like_repo_id(spec) and not spec.startswith((".", "/", "~")):
+            return resolve_repo_id(spec)
+        raise PathNotFound("no such file or directory", path=path) from None
+    except OSError as exc:
+        raise error_from_oserror(exc, path) from None
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFile("is a symbolic link loop", path=path) from None
+        if isinstance(exc, FileNotFoundError):
+            raise PathNotFound("is a broken symbolic link", path=path) from None
+        raise error_from_oserror(exc, path) from None
+    return resolve_path(path, spec=spec)

@@ -1,0 +1,1 @@
+"""The Textual face of loadscope (``loadscope.tui``): the only package that imports Textual."""
