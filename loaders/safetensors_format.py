@@ -38,6 +38,7 @@ from loadscope.loaders.errors import (
     UnknownDtype,
 )
 from loadscope.loaders.sniff import SNIFF_BYTES, reject_impostor
+
 from loadscope.safeio import open_regular, pread_exact
 
 #: The format's own limit on the JSON header (safetensors ``MAX_HEADER_SIZE``).
@@ -130,13 +131,17 @@ def parse_header(raw: bytes, *, file_size: int, path: str) -> SafetensorsHeader:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise HeaderNotUtf8(f"header is not UTF-8 (byte {exc.start} of the header)", path=path) from None
+        raise HeaderNotUtf8(
+            f"header is not UTF-8 (byte {exc.start} of the header)", path=path
+        ) from None
     if not text.startswith("{"):
         raise HeaderNotObject("header does not start with '{' (not a safetensors file?)", path=path)
     try:
         doc = json.loads(text, object_pairs_hook=_pairs, parse_constant=_reject_constant)
     except _DuplicateKey as dup:
-        raise DuplicateTensor(f"tensor {dup.key!r} is listed twice in the header", path=path) from None
+        raise DuplicateTensor(
+            f"tensor {dup.key!r} is listed twice in the header", path=path
+        ) from None
     except (ValueError, RecursionError) as exc:
         raise HeaderNotJson(f"header is not valid JSON ({_short(exc)})", path=path) from None
     if not isinstance(doc, dict):
@@ -179,7 +184,6 @@ class _DuplicateKey(ValueError):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
-
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -253,7 +257,9 @@ def _check_size(t: TensorEntry, path: str) -> None:
     for dim in t.shape:
         numel *= dim
         if numel > _U64_MAX:
-            raise SizeOverflow(f"tensor {t.name!r}: shape {list(t.shape)} overflows 64 bits", path=path)
+            raise SizeOverflow(
+                f"tensor {t.name!r}: shape {list(t.shape)} overflows 64 bits", path=path
+            )
     bits = numel * DTYPE_BITS[t.dtype]
     if bits > _U64_MAX:
         raise SizeOverflow(

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from loadscope.loaders.errors import EmptyFile, TorchCheckpointError
 from loadscope.loaders.sniff import SNIFF_BYTES, reject_impostor
+
 from loadscope.safeio import open_regular, pread_exact
 
 TorchFormat = Literal["zip", "legacy"]
@@ -145,19 +146,45 @@ def _zip_info(fh: io.BufferedReader, path: str, file_size: int) -> TorchCheckpoi
         )
 
 
+class _NoValue:
+    """Marks opcodes that push nothing we track (PUT, MARK, ...)."""
+
+
+_NO_VALUE = _NoValue()
+
+
 @dataclass
 class _PickleScan:
     tensor_count: int = 0
     storage_dtypes: dict[str, str] = field(default_factory=dict)
 
 
-_STRING_OPS = {"BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING",
-               "BINSTRING", "STRING", "BINBYTES", "SHORT_BINBYTES"}
+_STRING_OPS = {
+    "BINUNICODE",
+    "SHORT_BINUNICODE",
+    "BINUNICODE8",
+    "UNICODE",
+    "SHORT_BINSTRING",
+    "BINSTRING",
+    "STRING",
+    "BINBYTES",
+    "SHORT_BINBYTES",
+}
 _INT_OPS = {"BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG"}
 _PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
 _GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
-_MARK_CONSUMERS = {"TUPLE", "LIST", "DICT", "SETITEMS", "APPENDS", "ADDITEMS", "FROZENSET",
-                   "OBJ", "INST", "POP_MARK"}
+_MARK_CONSUMERS = {
+    "TUPLE",
+    "LIST",
+    "DICT",
+    "SETITEMS",
+    "APPENDS",
+    "ADDITEMS",
+    "FROZENSET",
+    "OBJ",
+    "INST",
+    "POP_MARK",
+}
 
 
 def _scan_pickle(data: bytes, path: str) -> _PickleScan:
@@ -183,15 +210,15 @@ def _scan_pickle(data: bytes, path: str) -> _PickleScan:
                 value = ("global", module, attr)
             elif name == "STACK_GLOBAL":
                 cur = frames[-1]
-                attr = cur.pop() if cur else None
-                module = cur.pop() if cur else None
-                value = ("global", module, attr)
+                stack_attr = cur.pop() if cur else None
+                stack_module = cur.pop() if cur else None
+                value = ("global", stack_module, stack_attr)
             elif name in _PUT_OPS:
-                memo[int(arg)] = last
+                memo[int(str(arg))] = last
             elif name == "MEMOIZE":
                 memo[len(memo)] = last
             elif name in _GET_OPS:
-                value = memo.get(int(arg))
+                value = memo.get(int(str(arg)))
             elif name == "MARK":
                 frames.append([])
             elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
@@ -217,17 +244,14 @@ def _scan_pickle(data: bytes, path: str) -> _PickleScan:
                 # Any other op produces or consumes values we do not follow.
                 value = None if name not in ("STOP", "FRAME", "PROTO", "PERSID") else _NO_VALUE
             if value is not _NO_VALUE:
-                if isinstance(value, tuple) and value[:1] == ("global",) and value[1:] == _REBUILD_TENSOR:
+                if (
+                    isinstance(value, tuple)
+                    and value[:1] == ("global",)
+                    and value[1:] == _REBUILD_TENSOR
+                ):
                     scan.tensor_count += 1
                 frames[-1].append(value)
                 last = value
     except (ValueError, EOFError) as exc:
         raise TorchCheckpointError(f"data.pkl is not a valid pickle ({exc})", path=path) from None
     return scan
-
-
-class _NoValue:
-    pass
-
-
-_NO_VALUE = _NoValue()

@@ -25,9 +25,9 @@ def _map_source_checkout() -> None:
     root = _os.path.dirname(here)
     if _os.path.isdir(_os.path.join(here, "probes")):
         return
-    if all(_os.path.isfile(_os.path.join(root, d, "__init__.py")) for d in ("probes", "loaders", "tui")) and _os.path.isfile(
-        _os.path.join(root, "pyproject.toml")
-    ):
+    if all(
+        _os.path.isfile(_os.path.join(root, d, "__init__.py")) for d in ("probes", "loaders", "tui")
+    ) and _os.path.isfile(_os.path.join(root, "pyproject.toml")):
         __path__.append(root)
 
 

@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_DESCRIPTION.split("\n\n", 1)[1],
     )
     p.add_argument("target", metavar="TARGET", help="file, directory, org/name or synthetic:SIZE")
-    p.add_argument("--json", action="store_true", help="print the report as JSON (schema_version 1)")
+    p.add_argument(
+        "--json", action="store_true", help="print the report as JSON (schema_version 1)"
+    )
     p.add_argument(
         "--synth-dir",
         metavar="DIR",
@@ -101,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         " bf16/fp16/fp32), with an index when sharded.",
     )
     p.add_argument("out", metavar="OUT", help="output directory (created if missing)")
-    p.add_argument("--size", type=_size, default=parse_size("1GiB"), help="total tensor bytes, e.g. 512MiB, 2GiB (default 1GiB)")
+    p.add_argument(
+        "--size",
+        type=_size,
+        default=parse_size("1GiB"),
+        help="total tensor bytes, e.g. 512MiB, 2GiB (default 1GiB)",
+    )
     p.add_argument("--shards", type=int, default=1, help="number of weight files (default 1)")
     p.add_argument(
         "--format",
@@ -109,15 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="safetensors",
         help="safetensors, a torch zip checkpoint, or both with identical tensors",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the pseudo-random contents (default 0)")
-    p.add_argument("--force", action="store_true", help="overwrite files of a previous synth in OUT")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the pseudo-random contents (default 0)"
+    )
+    p.add_argument(
+        "--force", action="store_true", help="overwrite files of a previous synth in OUT"
+    )
     p.set_defaults(run=_cmd_synth)
     return parser
 
 
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.inspection import inspect_target, to_json, to_text  # noqa: PLC0415
-    from loadscope.targets import open_target  # noqa: PLC0415
+    from loadscope.inspection import inspect_target, to_json, to_text
+    from loadscope.targets import open_target
 
     with open_target(args.target, synth_dir=args.synth_dir) as target:
         report = inspect_target(target)
@@ -151,7 +162,7 @@ class _Progress:
 
 
 def _cmd_synth(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.synth import synthesize  # noqa: PLC0415
+    from loadscope.synth import synthesize
 
     total = args.size * (2 if args.format == "both" else 1)
     progress = _Progress(total, sys.stderr)
@@ -205,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return int(ExitCode.OK)
-    except Exception as exc:  # noqa: BLE001  (the one funnel for bugs: one line, no traceback)
+    except Exception as exc:
         if os.environ.get("LOADSCOPE_DEBUG"):
             raise
         print(

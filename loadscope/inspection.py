@@ -95,7 +95,12 @@ class Inspection:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
-            "target": {"spec": self.spec, "kind": self.kind, "root": self.root, "index": self.index},
+            "target": {
+                "spec": self.spec,
+                "kind": self.kind,
+                "root": self.root,
+                "index": self.index,
+            },
             "totals": {
                 "files": len(self.files),
                 "bytes": self.total_bytes,
@@ -157,7 +162,9 @@ def inspect_target(target: Target) -> Inspection:
                     tensor_count=info.tensor_count,
                     dtype_bytes=dict(Counter(info.dtype_bytes).most_common()),
                     notes=list(info.notes)
-                    + ([f"{info.storage_count} storages"] if info.storage_count is not None else []),
+                    + (
+                        [f"{info.storage_count} storages"] if info.storage_count is not None else []
+                    ),
                 )
             )
     if target.weight_map is not None and target.index is not None and owners:
@@ -176,9 +183,13 @@ def _check_weight_map(target: Target, owners: dict[str, str]) -> None:
     for tensor, shard in target.weight_map.items():
         found = owners.get(tensor)
         if found is None:
-            raise InvalidIndex(f"lists tensor {tensor!r} in {shard}, but no shard holds it", path=target.index)
+            raise InvalidIndex(
+                f"lists tensor {tensor!r} in {shard}, but no shard holds it", path=target.index
+            )
         if found != shard.rsplit("/", 1)[-1]:
-            raise InvalidIndex(f"lists tensor {tensor!r} in {shard}, but it is in {found}", path=target.index)
+            raise InvalidIndex(
+                f"lists tensor {tensor!r} in {shard}, but it is in {found}", path=target.index
+            )
     extra = sorted(set(owners) - set(target.weight_map))
     if extra:
         raise InvalidIndex(
@@ -205,8 +216,8 @@ def to_text(report: Inspection) -> str:
         lines.append(f"index    {report.index}")
     tensors = report.tensor_count
     lines.append(
-        f"files    {len(report.files)}, {format_bytes(report.total_bytes)} ({report.total_bytes:,} bytes),"
-        f" {'?' if tensors is None else f'{tensors:,}'} tensors"
+        f"files    {len(report.files)}, {format_bytes(report.total_bytes)}"
+        f" ({report.total_bytes:,} bytes), {'?' if tensors is None else f'{tensors:,}'} tensors"
     )
     lines.append("")
     width = max(len(f.path.rsplit("/", 1)[-1]) for f in report.files)
@@ -217,16 +228,20 @@ def to_text(report: Inspection) -> str:
         if len(name) > width:
             name = "..." + name[-(width - 3) :]
         count = "?" if f.tensor_count is None else f"{f.tensor_count:,}"
-        lines.append(f"  {name:<{width}}  {f.format:<13} {format_bytes(f.size_bytes):>10} {count:>8}")
+        lines.append(
+            f"  {name:<{width}}  {f.format:<13} {format_bytes(f.size_bytes):>10} {count:>8}"
+        )
     dtype_bytes = report.dtype_bytes()
     if dtype_bytes:
         lines += ["", "dtype mix"]
         dtype_tensors = report.dtype_tensors()
         total = sum(dtype_bytes.values()) or 1
         for dtype, nbytes in dtype_bytes.items():
-            count = dtype_tensors.get(dtype)
-            counted = f"{count:>7,} tensors" if count is not None else " " * 15
-            lines.append(f"  {dtype:<8} {counted}  {format_bytes(nbytes):>10}  {100 * nbytes / total:5.1f}%")
+            n_tensors = dtype_tensors.get(dtype)
+            counted = f"{n_tensors:>7,} tensors" if n_tensors is not None else " " * 15
+            lines.append(
+                f"  {dtype:<8} {counted}  {format_bytes(nbytes):>10}  {100 * nbytes / total:5.1f}%"
+            )
     hist = report.size_histogram()
     if hist is not None:
         lines += ["", "tensor sizes"]

@@ -85,7 +85,8 @@ def pread_exact(fd: int, size: int, offset: int, *, path: str | os.PathLike[str]
             ) from None
         if not chunk:
             raise ReadFailed(
-                f"file ended at offset {offset}, {remaining} bytes before the expected end", path=path
+                f"file ended at offset {offset}, {remaining} bytes before the expected end",
+                path=path,
             )
         chunks.append(chunk)
         remaining -= len(chunk)

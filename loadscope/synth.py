@@ -88,7 +88,7 @@ def choose_shape(size_bytes: int) -> ModelShape:
     """
     if size_bytes < MIN_SYNTH_BYTES:
         raise SynthError(f"synthetic size must be at least {format_bytes(MIN_SYNTH_BYTES)}")
-    hidden = max(32, int(round((size_bytes * 4.05) ** (1 / 3) / 32)) * 32)
+    hidden = max(32, round((size_bytes * 4.05) ** (1 / 3) / 32) * 32)
     while True:
         layers = max(1, min(80, round(hidden / 100)))
         shape = _shape(hidden, layers, vocab=1)
@@ -104,7 +104,7 @@ def _shape(hidden: int, layers: int, vocab: int) -> ModelShape:
     head_dim = 64 if hidden >= 512 else 32
     heads = max(1, hidden // head_dim)
     kv_heads = max(1, heads // 4)
-    intermediate = max(32, int(round(hidden * 8 / 3 / 32)) * 32)
+    intermediate = max(32, round(hidden * 8 / 3 / 32) * 32)
     return ModelShape(heads * head_dim, intermediate, layers, heads, kv_heads, vocab)
 
 
@@ -164,7 +164,7 @@ def split_shards(specs: list[TensorSpec], shards: int) -> list[list[TensorSpec]]
 
 def tensor_bytes(spec: TensorSpec, seed: int) -> Iterator[bytes]:
     """The deterministic contents of one tensor, in chunks of at most 16 MiB."""
-    import numpy as np  # noqa: PLC0415  (numpy is only needed when writing data)
+    import numpy as np
 
     bitgen = np.random.SFC64(np.random.SeedSequence([seed, zlib.crc32(spec.name.encode())]))
     mask = _FINITE_MASK.get(spec.dtype)
@@ -209,7 +209,7 @@ def _write_safetensors(
 
 
 def _write_torch(path: Path, specs: list[TensorSpec], seed: int, progress: Progress) -> None:
-    import torch  # noqa: PLC0415  (only the torch format needs torch)
+    import torch
 
     dtypes = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
     state: dict[str, torch.Tensor] = {}
@@ -222,22 +222,34 @@ def _write_torch(path: Path, specs: list[TensorSpec], seed: int, progress: Progr
     torch.save(state, path)
 
 
-def _names(fmt: Literal["safetensors", "torch"], shards: int) -> list[str]:
-    stem, ext = ("model", "safetensors") if fmt == "safetensors" else ("pytorch_model", "bin")
+_WeightFormat = Literal["safetensors", "torch"]
+_STEMS: dict[_WeightFormat, tuple[str, str]] = {
+    "safetensors": ("model", "safetensors"),
+    "torch": ("pytorch_model", "bin"),
+}
+
+
+def _formats(fmt: SynthFormat) -> list[_WeightFormat]:
+    return ["safetensors", "torch"] if fmt == "both" else [fmt]
+
+
+def _names(fmt: _WeightFormat, shards: int) -> list[str]:
+    stem, ext = _STEMS[fmt]
     if shards == 1:
         return [f"{stem}.{ext}"]
     return [f"{stem}-{i:05d}-of-{shards:05d}.{ext}" for i in range(1, shards + 1)]
 
 
+def _index_name(fmt: _WeightFormat) -> str:
+    stem, ext = _STEMS[fmt]
+    return f"{stem}.{ext}.index.json"
+
+
 def planned_files(fmt: SynthFormat, shards: int) -> list[str]:
     """File names :func:`synthesize` writes (weights, indexes and config.json)."""
     names = ["config.json"]
-    for f in ("safetensors", "torch"):
-        if fmt in (f, "both"):
-            weights = _names(f, shards)  # type: ignore[arg-type]
-            names += weights
-            if shards > 1:
-                names.append(weights[0].split("-")[0] + (".safetensors" if f == "safetensors" else ".bin") + ".index.json")
+    for f in _formats(fmt):
+        names += _names(f, shards) + ([_index_name(f)] if shards > 1 else [])
     return names
 
 
@@ -270,10 +282,8 @@ def synthesize(
     metadata = {"format": "pt", "generator": "loadscope synth", "seed": str(seed)}
     written: list[Path] = []
     try:
-        for f in ("safetensors", "torch"):
-            if fmt not in (f, "both"):
-                continue
-            names = _names(f, shards)  # type: ignore[arg-type]
+        for f in _formats(fmt):
+            names = _names(f, shards)
             for name, group in zip(names, groups, strict=True):
                 path = root / name
                 if f == "safetensors":
@@ -282,11 +292,12 @@ def synthesize(
                     _write_torch(path, group, seed, tick)
                 written.append(path)
             if shards > 1:
-                index_name = ("model.safetensors" if f == "safetensors" else "pytorch_model.bin") + ".index.json"
                 weight_map = {s.name: n for n, g in zip(names, groups, strict=True) for s in g}
                 index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-                (root / index_name).write_text(json.dumps(index, indent=2) + "\n")
-        (root / "config.json").write_text(json.dumps(_config(shape, seed, size_bytes), indent=2) + "\n")
+                (root / _index_name(f)).write_text(json.dumps(index, indent=2) + "\n")
+        (root / "config.json").write_text(
+            json.dumps(_config(shape, seed, size_bytes), indent=2) + "\n"
+        )
     except OSError as exc:
         raise SynthError(f"writing the synthetic checkpoint failed: {exc}") from None
     return SyntheticCheckpoint(

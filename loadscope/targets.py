@@ -162,7 +162,9 @@ def _weight_file(path: Path, fmt: WeightFormat | None = None) -> WeightFile:
     return WeightFile(path=path, size_bytes=st.st_size, format=fmt)
 
 
-def _directory_files(root: Path) -> tuple[Path | None, dict[str, str] | None, tuple[WeightFile, ...]]:
+def _directory_files(
+    root: Path,
+) -> tuple[Path | None, dict[str, str] | None, tuple[WeightFile, ...]]:
     try:
         names = sorted(e.name for e in os.scandir(root))
     except OSError as exc:
@@ -174,10 +176,14 @@ def _directory_files(root: Path) -> tuple[Path | None, dict[str, str] | None, tu
             fmt: WeightFormat = "safetensors" if index_name.startswith("model.") else "torch"
             shards = sorted(set(weight_map.values()))
             return index, weight_map, tuple(_shard(root, index, s, fmt) for s in shards)
-    for fmt, suffixes in (("safetensors", SAFETENSORS_SUFFIXES), ("torch", TORCH_SUFFIXES)):
+    by_format: tuple[tuple[WeightFormat, tuple[str, ...]], ...] = (
+        ("safetensors", SAFETENSORS_SUFFIXES),
+        ("torch", TORCH_SUFFIXES),
+    )
+    for fmt, suffixes in by_format:
         picked = [n for n in names if n.lower().endswith(suffixes) and n not in NOT_WEIGHTS]
         if picked:
-            return None, None, tuple(_weight_file(root / n, fmt) for n in picked)  # type: ignore[arg-type]
+            return None, None, tuple(_weight_file(root / n, fmt) for n in picked)
     hint = _subfolders_with_weights(root, names)
     raise NoWeightFiles(
         "holds no weight files (.safetensors, .bin, .pt, .pth)"
@@ -194,7 +200,10 @@ def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:
         with contextlib.suppress(OSError):
             if sub.is_symlink() or not sub.is_dir():
                 continue
-            if any(e.name.lower().endswith(SAFETENSORS_SUFFIXES + TORCH_SUFFIXES) for e in os.scandir(sub)):
+            if any(
+                e.name.lower().endswith(SAFETENSORS_SUFFIXES + TORCH_SUFFIXES)
+                for e in os.scandir(sub)
+            ):
                 found.append(n + "/")
     return found[:8]
 
@@ -213,11 +222,13 @@ def read_index(index: Path) -> dict[str, str]:
 
 
 def parse_index(raw: bytes, *, path: Path) -> dict[str, str]:
-    """Validate index JSON bytes; every shard name must be a plain relative path inside the model."""
+    """Validate index JSON bytes; each shard must be a plain relative path inside the model."""
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InvalidIndex(f"is not valid JSON ({str(exc).splitlines()[0][:100]})", path=path) from None
+        raise InvalidIndex(
+            f"is not valid JSON ({str(exc).splitlines()[0][:100]})", path=path
+        ) from None
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise InvalidIndex("has no 'weight_map' object of tensor name -> shard file", path=path)
@@ -231,7 +242,13 @@ def parse_index(raw: bytes, *, path: Path) -> dict[str, str]:
 def check_shard_name(shard: str, *, index: Path) -> None:
     """Refuse shard names that could leave the model directory (absolute, ``..``, NUL, ``\\``)."""
     pure = PurePosixPath(shard)
-    if "\0" in shard or "\\" in shard or pure.is_absolute() or ".." in pure.parts or shard.startswith("~"):
+    if (
+        "\0" in shard
+        or "\\" in shard
+        or pure.is_absolute()
+        or ".." in pure.parts
+        or shard.startswith("~")
+    ):
         raise ShardOutsideModel(
             f"names shard {shard!r}, which is outside the model directory; refusing to follow it",
             path=index,
@@ -245,7 +262,9 @@ def _shard(root: Path, index: Path, shard: str, fmt: WeightFormat) -> WeightFile
             f"names shard {shard!r}, which is missing (incomplete download?)", path=index
         )
     if not path.exists():
-        raise ShardMissing(f"names shard {shard!r}, a broken symlink (incomplete download?)", path=index)
+        raise ShardMissing(
+            f"names shard {shard!r}, a broken symlink (incomplete download?)", path=index
+        )
     return _weight_file(path, fmt)
 
 
@@ -257,10 +276,19 @@ def looks_like_repo_id(spec: str) -> bool:
 
 
 def hub_cache_dir() -> Path:
-    """The cache ``huggingface_hub`` reads (``HF_HUB_CACHE``/``HF_HOME`` honoured)."""
-    from huggingface_hub import constants  # noqa: PLC0415  (slow import; only for repo ids)
+    """The cache ``huggingface_hub`` reads, from the environment at call time.
 
-    return Path(constants.HF_HUB_CACHE)
+    Same precedence as ``huggingface_hub.constants``: ``HF_HUB_CACHE``, then
+    ``HUGGINGFACE_HUB_CACHE``, then ``HF_HOME/hub``, then ``XDG_CACHE_HOME/huggingface/hub``.
+    """
+    env = os.environ
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if env.get(var):
+            return Path(env[var]).expanduser()
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser() / "hub"
+    xdg = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "huggingface" / "hub"
 
 
 def resolve_repo_id(spec: str) -> Target:
@@ -269,12 +297,14 @@ def resolve_repo_id(spec: str) -> Target:
     if match is None:
         raise BadTargetSpec(f"{spec!r} is not a Hugging Face repo id (org/name[@revision])")
     repo, revision = match.group("repo"), match.group("rev")
-    from huggingface_hub import snapshot_download  # noqa: PLC0415
-    from huggingface_hub.utils import HFValidationError, LocalEntryNotFoundError  # noqa: PLC0415
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
     cache = hub_cache_dir()
     try:
-        snapshot = snapshot_download(repo, revision=revision, local_files_only=True)
+        snapshot = snapshot_download(
+            repo, revision=revision, cache_dir=cache, local_files_only=True
+        )
     except (LocalEntryNotFoundError, HFValidationError, OSError, ValueError):
         at = f"@{revision}" if revision else ""
         raise HubCacheMiss(
@@ -321,7 +351,9 @@ def parse_synthetic(spec: str) -> SyntheticSpec:
             elif key == "format" and value in ("safetensors", "torch", "both"):
                 kwargs[key] = value
             else:
-                raise ValueError(f"unknown option {opt!r} (shards=N, format=safetensors|torch|both, seed=S)")
+                raise ValueError(
+                    f"unknown option {opt!r} (shards=N, format=safetensors|torch|both, seed=S)"
+                )
     except ValueError as exc:
         raise BadTargetSpec(f"bad synthetic target {spec!r}: {exc}") from None
     return SyntheticSpec(size, **kwargs)  # type: ignore[arg-type]
@@ -338,7 +370,8 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
         if free < need:
             raise NotEnoughSpace(
                 f"a {format_bytes(syn.size_bytes)} synthetic checkpoint needs {format_bytes(need)}"
-                f" free in {parent}, which has {format_bytes(free)} (use a smaller size or --synth-dir)"
+                f" free in {parent}, which has {format_bytes(free)}"
+                " (use a smaller size or --synth-dir)"
             )
         tmp = Path(tempfile.mkdtemp(prefix="loadscope-synthetic-", dir=parent))
         try:

@@ -1,0 +1,57 @@
+"""Every malformed or hostile input gets its exact error, its exit code and one clean line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadscope.inspection import inspect_target
+from loadscope.targets import resolve
+from tests.conftest import CliRunner, run_loadscope
+from tests.malformed_cases import CASES, Case
+
+
+@pytest.fixture(autouse=True)
+def empty_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub = tmp_path / "empty-hub"
+    hub.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+
+
+def test_there_are_at_least_twenty_cases() -> None:
+    assert len(CASES) >= 20
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_exact_error_class(case: Case, tmp_path: Path) -> None:
+    target = case.build(tmp_path)
+    with pytest.raises(case.error) as info:
+        inspect_target(resolve(target))
+    assert type(info.value) is case.error, f"{type(info.value).__name__}: {info.value}"
+    assert case.says.lower() in str(info.value).lower()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_cli_one_line_and_exit_code(case: Case, tmp_path: Path, cli: CliRunner) -> None:
+    target = case.build(tmp_path)
+    result = cli("inspect", target)
+    assert result.code == int(case.error.exit_code)
+    assert result.out == ""
+    lines = result.err.splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("loadscope: ")
+    assert Path(target).name in lines[0] or target in lines[0]
+    assert "Traceback" not in result.err
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_real_process_no_traceback_no_hang(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = case.build(tmp_path)
+    # A FIFO or /dev/zero must be refused at once: a hang would hit this timeout.
+    result = run_loadscope("inspect", target, timeout=30)
+    assert result.code == int(case.error.exit_code), result.err
+    assert "Traceback" not in result.err
+    assert len(result.err.strip().splitlines()) == 1, result.err

@@ -1,0 +1,173 @@
+"""Target resolution: files, directories, indexes, the local HF cache, synthetic specs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadscope.synth import SyntheticCheckpoint, synthesize
+from loadscope.targets import (
+    BadTargetSpec,
+    NoWeightFiles,
+    SyntheticSpec,
+    hub_cache_dir,
+    open_target,
+    parse_synthetic,
+    resolve,
+)
+from tests.malformed_cases import good_st
+
+
+def test_single_file(synth_single: SyntheticCheckpoint) -> None:
+    path = synth_single.files[0]
+    target = resolve(str(path))
+    assert target.kind == "file"
+    assert [f.path for f in target.files] == [path]
+    assert target.files[0].size_bytes == path.stat().st_size
+    assert target.files[0].format == "safetensors"
+
+
+def test_directory_follows_index(synth_sharded: SyntheticCheckpoint) -> None:
+    target = resolve(str(synth_sharded.root))
+    assert target.kind == "directory"
+    assert target.index == synth_sharded.root / "model.safetensors.index.json"
+    assert [f.path for f in target.files] == sorted(synth_sharded.files)
+    assert target.weight_map is not None and len(target.weight_map) == synth_sharded.tensor_count
+
+
+def test_index_wins_over_stray_files(synth_sharded: SyntheticCheckpoint, tmp_path: Path) -> None:
+    # Mistral-style repos ship consolidated.safetensors beside the indexed shards.
+    d = tmp_path / "m"
+    d.mkdir()
+    for f in [*synth_sharded.files, synth_sharded.root / "model.safetensors.index.json"]:
+        (d / f.name).symlink_to(f)
+    good_st(d / "consolidated.safetensors")
+    names = {f.path.name for f in resolve(str(d)).files}
+    assert "consolidated.safetensors" not in names
+    assert len(names) == 3
+
+
+def test_directory_without_index_takes_all_safetensors(tmp_path: Path) -> None:
+    good_st(tmp_path / "b.safetensors")
+    good_st(tmp_path / "a.safetensors")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"PK\x03\x04")
+    target = resolve(str(tmp_path))
+    assert [f.path.name for f in target.files] == ["a.safetensors", "b.safetensors"]
+
+
+def test_torch_directory_skips_non_weights(tmp_path: Path) -> None:
+    synthesize(tmp_path, 256 << 10, fmt="torch")
+    (tmp_path / "training_args.bin").write_bytes(b"x")
+    target = resolve(str(tmp_path))
+    assert [f.path.name for f in target.files] == ["pytorch_model.bin"]
+    assert target.formats == {"torch"}
+
+
+def test_torch_index_directory(synth_both: SyntheticCheckpoint, tmp_path: Path) -> None:
+    d = tmp_path / "t"
+    d.mkdir()
+    for f in synth_both.root.iterdir():
+        if "pytorch_model" in f.name:
+            (d / f.name).symlink_to(f)
+    target = resolve(str(d))
+    assert target.index is not None and target.index.name == "pytorch_model.bin.index.json"
+    assert len(target.files) == 2
+
+
+def test_no_weights_hints_at_subfolders(tmp_path: Path) -> None:
+    (tmp_path / "transformer").mkdir()
+    good_st(tmp_path / "transformer" / "diffusion_pytorch_model.safetensors")
+    with pytest.raises(NoWeightFiles, match="transformer/"):
+        resolve(str(tmp_path))
+
+
+def _fake_hub(cache: Path, repo: str, files: dict[str, Path], revision: str = "main") -> Path:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    base = cache / ("models--" + repo.replace("/", "--"))
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / revision).write_text(commit)
+    snap = base / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (base / "blobs").mkdir()
+    for name, src in files.items():
+        blob = base / "blobs" / name  # real caches name blobs by hash; the symlink shape is what matters
+        blob.write_bytes(src.read_bytes())
+        (snap / name).symlink_to(Path("../../blobs") / name)
+    return snap
+
+
+def test_hf_repo_from_local_cache(
+    synth_sharded: SyntheticCheckpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "hub"
+    files = {f.name: f for f in synth_sharded.files}
+    files["model.safetensors.index.json"] = synth_sharded.root / "model.safetensors.index.json"
+    snap = _fake_hub(cache, "acme/tiny", files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    target = resolve("acme/tiny")
+    assert target.kind == "hf-cache"
+    assert target.root == snap
+    assert len(target.files) == 3
+    assert "acme/tiny@main" in target.detail
+    assert resolve("acme/tiny@main").root == snap
+
+
+def test_hub_cache_dir_follows_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert hub_cache_dir() == tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "x"))
+    assert hub_cache_dir() == tmp_path / "x"
+
+
+def test_existing_relative_path_beats_repo_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "name").mkdir()
+    good_st(tmp_path / "org" / "name" / "model.safetensors")
+    monkeypatch.chdir(tmp_path)
+    assert resolve("org/name").kind == "directory"
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("synthetic:1GiB", SyntheticSpec(1 << 30)),
+        ("synthetic:512MiB,shards=4", SyntheticSpec(512 << 20, shards=4)),
+        ("synthetic:2M,format=both,seed=7", SyntheticSpec(2 << 20, format="both", seed=7)),
+    ],
+)
+def test_parse_synthetic(spec: str, expected: SyntheticSpec) -> None:
+    assert parse_synthetic(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["synthetic:", "synthetic:lots", "synthetic:1G,shards", "synthetic:1G,colour=red", "synthetic:1G,format=onnx"])
+def test_parse_synthetic_rejects(spec: str) -> None:
+    with pytest.raises(BadTargetSpec):
+        parse_synthetic(spec)
+
+
+def test_synthetic_target_is_removed_afterwards(tmp_path: Path) -> None:
+    with open_target("synthetic:1MiB,shards=2", synth_dir=tmp_path) as target:
+        root = target.root
+        assert target.kind == "synthetic"
+        assert len(target.files) == 2
+        assert all(f.path.exists() for f in target.files)
+        assert abs(target.total_bytes - (1 << 20)) < 64 << 10
+    assert not root.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_synthetic_target_is_removed_on_error(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), open_target("synthetic:256KiB", synth_dir=tmp_path):
+        raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_index_with_bad_shard_name_type(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": 5}}))
+    with pytest.raises(Exception, match="not a file name"):
+        resolve(str(tmp_path))

@@ -1,0 +1,40 @@
+"""Size parsing and formatting."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadscope.units import format_bytes, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("4096", 4096),
+        ("1K", 1024),
+        ("512MiB", 512 << 20),
+        ("2GiB", 2 << 30),
+        ("2gib", 2 << 30),
+        ("1.5GB", 1_500_000_000),
+        ("1.5 GiB", 3 << 29),
+        ("10MB", 10_000_000),
+        ("1T", 1 << 40),
+        ("7b", 7),
+    ],
+)
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "-1GiB", "1.2.3G", "3 parsecs", "1e9"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="size"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (512 << 20, "512 MiB"), (3 << 40, "3 TiB")],
+)
+def test_format_bytes(n: int, expected: str) -> None:
+    assert format_bytes(n) == expected
