@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadscope.errors import LoadscopeError, NotARegularFile, PathNotFound
 from loadscope.loaders import errors as ce
+
+from loadscope.errors import LoadscopeError, NotARegularFile, PathNotFound
 from loadscope.targets import (
     HubCacheMiss,
     InvalidIndex,
@@ -42,9 +43,15 @@ def st_file(
     return path
 
 
-def entry(dtype: str = "F32", shape: list[Any] | None = None, offsets: list[Any] | None = None) -> dict[str, Any]:
+def entry(
+    dtype: str = "F32", shape: list[Any] | None = None, offsets: list[Any] | None = None
+) -> dict[str, Any]:
     shape = [2] if shape is None else shape
-    return {"dtype": dtype, "shape": shape, "data_offsets": offsets if offsets is not None else [0, 8]}
+    return {
+        "dtype": dtype,
+        "shape": shape,
+        "data_offsets": offsets if offsets is not None else [0, 8],
+    }
 
 
 def good_st(path: Path, names: tuple[str, ...] = ("a",)) -> Path:
@@ -119,7 +126,9 @@ def _two_shards_same_tensor(tmp: Path) -> str:
 
 
 def _index_lists_absent_tensor(tmp: Path) -> str:
-    return _index_dir(tmp, {"a": "s1.safetensors", "ghost": "s1.safetensors"}, shards=("s1.safetensors",))
+    return _index_dir(
+        tmp, {"a": "s1.safetensors", "ghost": "s1.safetensors"}, shards=("s1.safetensors",)
+    )
 
 
 def _write(path: Path, data: bytes | str) -> str:
@@ -137,50 +146,250 @@ def _hf_miss(tmp: Path) -> str:
 CASES: list[Case] = [
     Case("empty-file", lambda t: _write(_p(t), b""), ce.EmptyFile, "empty"),
     Case("shorter-than-8", lambda t: _write(_p(t), b"\x10\0\0"), ce.TruncatedHeader, "8-byte"),
-    Case("length-2**63", lambda t: str(st_file(_p(t), b"{}", length=2**63)), ce.HeaderTooLarge, "limit"),
-    Case("length-over-limit", lambda t: str(st_file(_p(t), b"{}", length=100_000_001)), ce.HeaderTooLarge, "limit"),
-    Case("header-past-eof", lambda t: str(st_file(_p(t), b"{}", length=4096)), ce.TruncatedHeader, "truncated"),
-    Case("header-not-utf8", lambda t: str(st_file(_p(t), b'{"\xff\xfe":1}')), ce.HeaderNotUtf8, "UTF-8"),
-    Case("header-not-json", lambda t: str(st_file(_p(t), b"{not json at all")), ce.HeaderNotJson, "JSON"),
-    Case("header-json-array", lambda t: str(st_file(_p(t), b"[1, 2, 3]")), ce.HeaderNotObject, "'{'"),
-    Case("header-nan", lambda t: str(st_file(_p(t), b'{"a":{"dtype":"F32","shape":[NaN],"data_offsets":[0,0]}}')), ce.HeaderNotJson, "JSON"),
+    Case(
+        "length-2**63",
+        lambda t: str(st_file(_p(t), b"{}", length=2**63)),
+        ce.HeaderTooLarge,
+        "limit",
+    ),
+    Case(
+        "length-over-limit",
+        lambda t: str(st_file(_p(t), b"{}", length=100_000_001)),
+        ce.HeaderTooLarge,
+        "limit",
+    ),
+    Case(
+        "header-past-eof",
+        lambda t: str(st_file(_p(t), b"{}", length=4096)),
+        ce.TruncatedHeader,
+        "truncated",
+    ),
+    Case(
+        "header-not-utf8",
+        lambda t: str(st_file(_p(t), b'{"\xff\xfe":1}')),
+        ce.HeaderNotUtf8,
+        "UTF-8",
+    ),
+    Case(
+        "header-not-json",
+        lambda t: str(st_file(_p(t), b"{not json at all")),
+        ce.HeaderNotJson,
+        "JSON",
+    ),
+    Case(
+        "header-json-array", lambda t: str(st_file(_p(t), b"[1, 2, 3]")), ce.HeaderNotObject, "'{'"
+    ),
+    Case(
+        "header-nan",
+        lambda t: str(st_file(_p(t), b'{"a":{"dtype":"F32","shape":[NaN],"data_offsets":[0,0]}}')),
+        ce.HeaderNotJson,
+        "JSON",
+    ),
     Case("header-nested-too-deep", _deep, ce.HeaderNotJson, "JSON"),
-    Case("metadata-not-strings", lambda t: str(st_file(_p(t), {"__metadata__": {"k": 1}})), ce.InvalidMetadata, "__metadata__"),
-    Case("entry-not-object", lambda t: str(st_file(_p(t), {"a": [1, 2]})), ce.InvalidTensorEntry, "'a'"),
-    Case("entry-missing-shape", lambda t: str(st_file(_p(t), {"a": {"dtype": "F32", "data_offsets": [0, 8]}}, b"\0" * 8)), ce.InvalidTensorEntry, "missing shape"),
-    Case("shape-bool", lambda t: str(st_file(_p(t), {"a": entry(shape=[True])}, b"\0" * 8)), ce.InvalidTensorEntry, "shape"),
-    Case("shape-negative", lambda t: str(st_file(_p(t), {"a": entry(shape=[-2])}, b"\0" * 8)), ce.InvalidTensorEntry, "shape"),
-    Case("offsets-three", lambda t: str(st_file(_p(t), {"a": entry(offsets=[0, 4, 8])}, b"\0" * 8)), ce.InvalidTensorEntry, "data_offsets"),
-    Case("unknown-dtype", lambda t: str(st_file(_p(t), {"a": entry(dtype="F128")}, b"\0" * 8)), ce.UnknownDtype, "F128"),
-    Case("offset-negative", lambda t: str(st_file(_p(t), {"a": entry(offsets=[-8, 0])}, b"\0" * 8)), ce.InvalidOffsets, "negative"),
-    Case("offset-reversed", lambda t: str(st_file(_p(t), {"a": entry(offsets=[8, 0])}, b"\0" * 8)), ce.InvalidOffsets, "end before begin"),
-    Case("offset-gap", lambda t: str(st_file(_p(t), {"a": entry(offsets=[0, 8]), "b": entry(offsets=[16, 24])}, b"\0" * 24)), ce.InvalidOffsets, "gap"),
-    Case("offset-overlap", lambda t: str(st_file(_p(t), {"a": entry(offsets=[0, 8]), "b": entry(offsets=[4, 12])}, b"\0" * 12)), ce.InvalidOffsets, "overlap"),
-    Case("offset-not-at-zero", lambda t: str(st_file(_p(t), {"a": entry(offsets=[8, 16])}, b"\0" * 16)), ce.InvalidOffsets, "expected 0"),
-    Case("size-mismatch", lambda t: str(st_file(_p(t), {"a": entry(shape=[4], offsets=[0, 8])}, b"\0" * 8)), ce.TensorSizeMismatch, "needs 16 bytes"),
-    Case("size-overflow", lambda t: str(st_file(_p(t), {"a": entry(shape=[2**40, 2**40], offsets=[0, 8])}, b"\0" * 8)), ce.SizeOverflow, "64 bits"),
-    Case("sub-byte-odd", lambda t: str(st_file(_p(t), {"a": entry(dtype="F4", shape=[3], offsets=[0, 2])}, b"\0" * 2)), ce.TensorSizeMismatch, "whole number of bytes"),
-    Case("data-truncated", lambda t: str(st_file(_p(t), {"a": entry(shape=[4], offsets=[0, 16])}, b"\0" * 8)), ce.DataSizeMismatch, "short"),
-    Case("data-trailing", lambda t: str(st_file(_p(t), {"a": entry()}, b"\0" * 12)), ce.DataSizeMismatch, "unexplained"),
-    Case("duplicate-tensor", lambda t: str(st_file(_p(t), b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}', b"\0" * 16)), ce.DuplicateTensor, "twice"),
-    Case("git-lfs-pointer", lambda t: _write(_p(t), "version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n"), ce.GitLfsPointer, "git lfs"),
-    Case("html-page", lambda t: _write(_p(t), "<!DOCTYPE html><html><body>403 Forbidden</body></html>"), ce.HtmlInsteadOfWeights, "HTML"),
-    Case("torch-garbage", lambda t: _write(_p(t, "pytorch_model.bin"), b"GARBAGE!" * 16), ce.TorchCheckpointError, "neither"),
-    Case("torch-bad-zip", lambda t: _write(_p(t, "model.pt"), b"PK\x03\x04" + b"\0" * 60), ce.TorchCheckpointError, "zip"),
+    Case(
+        "metadata-not-strings",
+        lambda t: str(st_file(_p(t), {"__metadata__": {"k": 1}})),
+        ce.InvalidMetadata,
+        "__metadata__",
+    ),
+    Case(
+        "entry-not-object",
+        lambda t: str(st_file(_p(t), {"a": [1, 2]})),
+        ce.InvalidTensorEntry,
+        "'a'",
+    ),
+    Case(
+        "entry-missing-shape",
+        lambda t: str(st_file(_p(t), {"a": {"dtype": "F32", "data_offsets": [0, 8]}}, b"\0" * 8)),
+        ce.InvalidTensorEntry,
+        "missing shape",
+    ),
+    Case(
+        "shape-bool",
+        lambda t: str(st_file(_p(t), {"a": entry(shape=[True])}, b"\0" * 8)),
+        ce.InvalidTensorEntry,
+        "shape",
+    ),
+    Case(
+        "shape-negative",
+        lambda t: str(st_file(_p(t), {"a": entry(shape=[-2])}, b"\0" * 8)),
+        ce.InvalidTensorEntry,
+        "shape",
+    ),
+    Case(
+        "offsets-three",
+        lambda t: str(st_file(_p(t), {"a": entry(offsets=[0, 4, 8])}, b"\0" * 8)),
+        ce.InvalidTensorEntry,
+        "data_offsets",
+    ),
+    Case(
+        "unknown-dtype",
+        lambda t: str(st_file(_p(t), {"a": entry(dtype="F128")}, b"\0" * 8)),
+        ce.UnknownDtype,
+        "F128",
+    ),
+    Case(
+        "offset-negative",
+        lambda t: str(st_file(_p(t), {"a": entry(offsets=[-8, 0])}, b"\0" * 8)),
+        ce.InvalidOffsets,
+        "negative",
+    ),
+    Case(
+        "offset-reversed",
+        lambda t: str(st_file(_p(t), {"a": entry(offsets=[8, 0])}, b"\0" * 8)),
+        ce.InvalidOffsets,
+        "end before begin",
+    ),
+    Case(
+        "offset-gap",
+        lambda t: str(
+            st_file(_p(t), {"a": entry(offsets=[0, 8]), "b": entry(offsets=[16, 24])}, b"\0" * 24)
+        ),
+        ce.InvalidOffsets,
+        "gap",
+    ),
+    Case(
+        "offset-overlap",
+        lambda t: str(
+            st_file(_p(t), {"a": entry(offsets=[0, 8]), "b": entry(offsets=[4, 12])}, b"\0" * 12)
+        ),
+        ce.InvalidOffsets,
+        "overlap",
+    ),
+    Case(
+        "offset-not-at-zero",
+        lambda t: str(st_file(_p(t), {"a": entry(offsets=[8, 16])}, b"\0" * 16)),
+        ce.InvalidOffsets,
+        "expected 0",
+    ),
+    Case(
+        "size-mismatch",
+        lambda t: str(st_file(_p(t), {"a": entry(shape=[4], offsets=[0, 8])}, b"\0" * 8)),
+        ce.TensorSizeMismatch,
+        "needs 16 bytes",
+    ),
+    Case(
+        "size-overflow",
+        lambda t: str(
+            st_file(_p(t), {"a": entry(shape=[2**40, 2**40], offsets=[0, 8])}, b"\0" * 8)
+        ),
+        ce.SizeOverflow,
+        "64 bits",
+    ),
+    Case(
+        "sub-byte-odd",
+        lambda t: str(
+            st_file(_p(t), {"a": entry(dtype="F4", shape=[3], offsets=[0, 2])}, b"\0" * 2)
+        ),
+        ce.TensorSizeMismatch,
+        "whole number of bytes",
+    ),
+    Case(
+        "data-truncated",
+        lambda t: str(st_file(_p(t), {"a": entry(shape=[4], offsets=[0, 16])}, b"\0" * 8)),
+        ce.DataSizeMismatch,
+        "short",
+    ),
+    Case(
+        "data-trailing",
+        lambda t: str(st_file(_p(t), {"a": entry()}, b"\0" * 12)),
+        ce.DataSizeMismatch,
+        "unexplained",
+    ),
+    Case(
+        "duplicate-tensor",
+        lambda t: str(
+            st_file(
+                _p(t),
+                b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}',
+                b"\0" * 16,
+            )
+        ),
+        ce.DuplicateTensor,
+        "twice",
+    ),
+    Case(
+        "git-lfs-pointer",
+        lambda t: _write(
+            _p(t), "version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n"
+        ),
+        ce.GitLfsPointer,
+        "git lfs",
+    ),
+    Case(
+        "html-page",
+        lambda t: _write(_p(t), "<!DOCTYPE html><html><body>403 Forbidden</body></html>"),
+        ce.HtmlInsteadOfWeights,
+        "HTML",
+    ),
+    Case(
+        "torch-garbage",
+        lambda t: _write(_p(t, "pytorch_model.bin"), b"GARBAGE!" * 16),
+        ce.TorchCheckpointError,
+        "neither",
+    ),
+    Case(
+        "torch-bad-zip",
+        lambda t: _write(_p(t, "model.pt"), b"PK\x03\x04" + b"\0" * 60),
+        ce.TorchCheckpointError,
+        "zip",
+    ),
     Case("fifo", _fifo, NotARegularFile, "FIFO"),
     Case("socket", _socket, NotARegularFile, "socket"),
-    Case("symlink-to-dev-zero", lambda t: _symlink(t, "/dev/zero"), NotARegularFile, "character device"),
+    Case(
+        "symlink-to-dev-zero",
+        lambda t: _symlink(t, "/dev/zero"),
+        NotARegularFile,
+        "character device",
+    ),
     Case("symlink-loop", _loop, NotARegularFile, "loop"),
     Case("missing-path", lambda t: str(t / "nope.safetensors"), PathNotFound, "no such file"),
     Case("broken-symlink", lambda t: _symlink(t, str(t / "gone")), PathNotFound, "broken"),
-    Case("unsupported-extension", lambda t: _write(_p(t, "weights.txt"), "hi"), UnsupportedFile, ".safetensors"),
-    Case("dir-without-weights", lambda t: ((t / "empty").mkdir(), str(t / "empty"))[1], NoWeightFiles, "no weight files"),
-    Case("dir-fifo-shard", lambda t: ((t / "m").mkdir(), os.mkfifo(t / "m" / "model.safetensors"), str(t / "m"))[2], NotARegularFile, "FIFO"),
+    Case(
+        "unsupported-extension",
+        lambda t: _write(_p(t, "weights.txt"), "hi"),
+        UnsupportedFile,
+        ".safetensors",
+    ),
+    Case(
+        "dir-without-weights",
+        lambda t: ((t / "empty").mkdir(), str(t / "empty"))[1],
+        NoWeightFiles,
+        "no weight files",
+    ),
+    Case(
+        "dir-fifo-shard",
+        lambda t: ((t / "m").mkdir(), os.mkfifo(t / "m" / "model.safetensors"), str(t / "m"))[2],
+        NotARegularFile,
+        "FIFO",
+    ),
     Case("index-not-json", lambda t: _index_dir(t, "{oops"), InvalidIndex, "JSON"),
-    Case("index-no-weight-map", lambda t: _index_dir(t, json.dumps({"metadata": {}})), InvalidIndex, "weight_map"),
-    Case("index-path-traversal", lambda t: _index_dir(t, {"a": "../outside.safetensors"}), ShardOutsideModel, "outside"),
-    Case("index-absolute-path", lambda t: _index_dir(t, {"a": "/etc/passwd"}), ShardOutsideModel, "outside"),
-    Case("index-missing-shard", lambda t: _index_dir(t, {"a": "s1.safetensors", "b": "s2.safetensors"}, shards=("s1.safetensors",)), ShardMissing, "missing"),
+    Case(
+        "index-no-weight-map",
+        lambda t: _index_dir(t, json.dumps({"metadata": {}})),
+        InvalidIndex,
+        "weight_map",
+    ),
+    Case(
+        "index-path-traversal",
+        lambda t: _index_dir(t, {"a": "../outside.safetensors"}),
+        ShardOutsideModel,
+        "outside",
+    ),
+    Case(
+        "index-absolute-path",
+        lambda t: _index_dir(t, {"a": "/etc/passwd"}),
+        ShardOutsideModel,
+        "outside",
+    ),
+    Case(
+        "index-missing-shard",
+        lambda t: _index_dir(
+            t, {"a": "s1.safetensors", "b": "s2.safetensors"}, shards=("s1.safetensors",)
+        ),
+        ShardMissing,
+        "missing",
+    ),
     Case("index-lists-absent-tensor", _index_lists_absent_tensor, InvalidIndex, "ghost"),
     Case("tensor-in-two-shards", _two_shards_same_tensor, ce.DuplicateTensor, "both"),
     Case("hf-id-not-in-cache", _hf_miss, HubCacheMiss, "local Hugging Face cache"),

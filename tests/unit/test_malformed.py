@@ -48,7 +48,9 @@ def test_cli_one_line_and_exit_code(case: Case, tmp_path: Path, cli: CliRunner) 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_real_process_no_traceback_no_hang(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_process_no_traceback_no_hang(
+    case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = case.build(tmp_path)
     # A FIFO or /dev/zero must be refused at once: a hang would hit this timeout.
     result = run_loadscope("inspect", target, timeout=30)

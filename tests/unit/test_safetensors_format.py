@@ -11,11 +11,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save, save_file
-
 from loadscope.loaders.errors import CheckpointError
 from loadscope.loaders.safetensors_format import MAX_HEADER_BYTES, parse_header, read_header
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save, save_file
 
 TORCH_DTYPES = {
     "F32": torch.float32,
@@ -56,12 +55,16 @@ def _safe_open_view(path: Path) -> tuple[dict[str, tuple[str, list[int]]], dict[
         return out, f.metadata()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(spec=tensor_dicts, meta=metadata)
 def test_round_trips_headers_written_by_safetensors(
     spec: dict[str, tuple[str, list[int]]], meta: dict[str, str] | None, tmp_path: Path
 ) -> None:
-    tensors = {name: torch.zeros(shape, dtype=TORCH_DTYPES[dt]) for name, (dt, shape) in spec.items()}
+    tensors = {
+        name: torch.zeros(shape, dtype=TORCH_DTYPES[dt]) for name, (dt, shape) in spec.items()
+    }
     path = tmp_path / "x.safetensors"
     path.write_bytes(save(tensors, metadata=meta))
     try:

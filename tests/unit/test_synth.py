@@ -10,7 +10,14 @@ import torch
 from safetensors import safe_open
 
 from loadscope.inspection import SIZE_BUCKET_LABELS, inspect_target
-from loadscope.synth import MIN_SYNTH_BYTES, SynthError, SyntheticCheckpoint, choose_shape, layout, synthesize
+from loadscope.synth import (
+    MIN_SYNTH_BYTES,
+    SynthError,
+    SyntheticCheckpoint,
+    choose_shape,
+    layout,
+    synthesize,
+)
 from loadscope.targets import resolve
 
 
@@ -75,8 +82,12 @@ def test_torch_format_matches_safetensors(synth_both: SyntheticCheckpoint) -> No
         "pytorch_model-00002-of-00002.bin",
     }
     for i in (1, 2):
-        state = torch.load(synth_both.root / f"pytorch_model-0000{i}-of-00002.bin", weights_only=True)
-        with safe_open(str(synth_both.root / f"model-0000{i}-of-00002.safetensors"), framework="pt") as f:
+        state = torch.load(
+            synth_both.root / f"pytorch_model-0000{i}-of-00002.bin", weights_only=True
+        )
+        with safe_open(
+            str(synth_both.root / f"model-0000{i}-of-00002.safetensors"), framework="pt"
+        ) as f:
             assert set(state) == set(f.keys())
             for key in f.keys():  # noqa: SIM118
                 assert torch.equal(state[key], f.get_tensor(key))

@@ -92,7 +92,9 @@ def _fake_hub(cache: Path, repo: str, files: dict[str, Path], revision: str = "m
     snap.mkdir(parents=True)
     (base / "blobs").mkdir()
     for name, src in files.items():
-        blob = base / "blobs" / name  # real caches name blobs by hash; the symlink shape is what matters
+        blob = (
+            base / "blobs" / name
+        )  # real caches name blobs by hash; the symlink shape is what matters
         blob.write_bytes(src.read_bytes())
         (snap / name).symlink_to(Path("../../blobs") / name)
     return snap
@@ -124,7 +126,9 @@ def test_hub_cache_dir_follows_environment(tmp_path: Path, monkeypatch: pytest.M
     assert hub_cache_dir() == tmp_path / "x"
 
 
-def test_existing_relative_path_beats_repo_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_existing_relative_path_beats_repo_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "org").mkdir()
     (tmp_path / "org" / "name").mkdir()
     good_st(tmp_path / "org" / "name" / "model.safetensors")
@@ -144,7 +148,16 @@ def test_parse_synthetic(spec: str, expected: SyntheticSpec) -> None:
     assert parse_synthetic(spec) == expected
 
 
-@pytest.mark.parametrize("spec", ["synthetic:", "synthetic:lots", "synthetic:1G,shards", "synthetic:1G,colour=red", "synthetic:1G,format=onnx"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "synthetic:",
+        "synthetic:lots",
+        "synthetic:1G,shards",
+        "synthetic:1G,colour=red",
+        "synthetic:1G,format=onnx",
+    ],
+)
 def test_parse_synthetic_rejects(spec: str) -> None:
     with pytest.raises(BadTargetSpec):
         parse_synthetic(spec)

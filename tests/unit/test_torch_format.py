@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from loadscope.loaders.errors import TorchCheckpointError
 from loadscope.loaders.torch_format import read_torch_info
 
@@ -33,7 +32,9 @@ def test_zip_checkpoint_counts_tensors_and_dtype_bytes(tmp_path: Path) -> None:
 def test_nested_state_and_parameters(tmp_path: Path) -> None:
     model = torch.nn.Linear(4, 3)
     path = tmp_path / "ckpt.pt"
-    torch.save({"model": model.state_dict(), "step": 7, "param": torch.nn.Parameter(torch.ones(2))}, path)
+    torch.save(
+        {"model": model.state_dict(), "step": 7, "param": torch.nn.Parameter(torch.ones(2))}, path
+    )
     info = read_torch_info(path)
     assert info.tensor_count == 3
     assert info.dtype_bytes == {"F32": 4 * 12 + 4 * 3 + 4 * 2}
@@ -76,5 +77,5 @@ def test_zip_that_is_not_a_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "x.pt"
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("readme.txt", "hello")
-    with pytest.raises(TorchCheckpointError, match="data.pkl"):
+    with pytest.raises(TorchCheckpointError, match=r"data\.pkl"):
         read_torch_info(path)

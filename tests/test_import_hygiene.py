@@ -1,0 +1,70 @@
+"""The engine is headless and layered: proven in fresh interpreters and with import-linter.
+
+``tui`` -> core (``loadscope``) -> ``loaders`` -> ``probes``; nothing imports upward and
+nothing outside ``loadscope.tui`` ever imports Textual (harlequin's import-hygiene test).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from tests.conftest import REPO_ROOT
+
+_CONFIG = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+_PACKAGE_DIRS: dict[str, str] = _CONFIG["tool"]["setuptools"]["package-dir"]
+
+
+def _engine_modules() -> list[str]:
+    names = []
+    for package, folder in _PACKAGE_DIRS.items():
+        if package == "loadscope.tui":
+            continue
+        for py in sorted((REPO_ROOT / folder).glob("*.py")):
+            if py.name != "__main__.py":
+                names.append(package if py.stem == "__init__" else f"{package}.{py.stem}")
+    return names
+
+
+@pytest.mark.parametrize("module", _engine_modules())
+def test_engine_module_never_imports_textual(module: str) -> None:
+    code = (
+        f"import sys, {module}\n"
+        "bad = [m for m in sys.modules"
+        " if m.split('.')[0] == 'textual' or m.startswith('loadscope.tui')]\n"
+        "print(bad)\n"
+        "raise SystemExit(bool(bad))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, f"{module} pulled in {proc.stdout.strip()} {proc.stderr[-500:]}"
+
+
+def test_import_linter_contracts(tmp_path: Path) -> None:
+    """Run import-linter on the installed layout (the mapped folders inside ``loadscope/``)."""
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if lint is None:
+        pytest.skip("import-linter is not installed (pip install -e '.[dev]')")
+    site = tmp_path / "site"
+    for package, folder in _PACKAGE_DIRS.items():
+        shutil.copytree(
+            REPO_ROOT / folder,
+            site / package.replace(".", "/"),
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    proc = subprocess.run(
+        [lint, "--no-cache", "--config", str(REPO_ROOT / "pyproject.toml")],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "broken" in proc.stdout and " 0 broken" in proc.stdout
