@@ -38,7 +38,6 @@ from loadscope.loaders.errors import (
     UnknownDtype,
 )
 from loadscope.loaders.sniff import SNIFF_BYTES, reject_impostor
-
 from loadscope.safeio import open_regular, pread_exact
 
 #: The format's own limit on the JSON header (safetensors ``MAX_HEADER_SIZE``).

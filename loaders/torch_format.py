@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 from loadscope.loaders.errors import EmptyFile, TorchCheckpointError
 from loadscope.loaders.sniff import SNIFF_BYTES, reject_impostor
-
 from loadscope.safeio import open_regular, pread_exact
 
 TorchFormat = Literal["zip", "legacy"]

@@ -41,10 +41,11 @@ def parse_size(text: str) -> int:
 def format_bytes(n: int | float) -> str:
     """``1536 -> '1.5 KiB'``; binary units, three significant digits."""
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{int(value)} B"
-            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    if abs(value) < 1024:
+        return f"{int(value)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
         value /= 1024
+        text = f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+        if abs(float(text)) < 1024 or unit == "PiB":
+            return f"{text} {unit}"
     raise AssertionError("unreachable")

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadscope.loaders import errors as ce
-
 from loadscope.errors import LoadscopeError, NotARegularFile, PathNotFound
+from loadscope.loaders import errors as ce
 from loadscope.targets import (
     HubCacheMiss,
     InvalidIndex,

@@ -11,10 +11,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from loadscope.loaders.errors import CheckpointError
-from loadscope.loaders.safetensors_format import MAX_HEADER_BYTES, parse_header, read_header
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save, save_file
+
+from loadscope.loaders.errors import CheckpointError
+from loadscope.loaders.safetensors_format import MAX_HEADER_BYTES, parse_header, read_header
 
 TORCH_DTYPES = {
     "F32": torch.float32,

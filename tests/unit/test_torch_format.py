@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from loadscope.loaders.errors import TorchCheckpointError
 from loadscope.loaders.torch_format import read_torch_info
 

@@ -34,7 +34,16 @@ def test_parse_size_rejects(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("n", "expected"),
-    [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (512 << 20, "512 MiB"), (3 << 40, "3 TiB")],
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1536, "1.5 KiB"),
+        (512 << 20, "512 MiB"),
+        ((1 << 30) - 4096, "1 GiB"),
+        (99.96 * (1 << 20), "100 MiB"),
+        (3 << 40, "3 TiB"),
+        (5 << 50, "5 PiB"),
+    ],
 )
-def test_format_bytes(n: int, expected: str) -> None:
+def test_format_bytes(n: float, expected: str) -> None:
     assert format_bytes(n) == expected
