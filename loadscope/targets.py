@@ -34,6 +34,7 @@ from loadscope.errors import (
     PathNotFound,
     error_from_oserror,
 )
+from loadscope.probes.hfcache import hub_cache_location
 from loadscope.safeio import open_regular, pread_exact, stat_regular
 from loadscope.synth import SynthFormat, synthesize
 from loadscope.units import format_bytes, parse_size
@@ -276,19 +277,8 @@ def looks_like_repo_id(spec: str) -> bool:
 
 
 def hub_cache_dir() -> Path:
-    """The cache ``huggingface_hub`` reads, from the environment at call time.
-
-    Same precedence as ``huggingface_hub.constants``: ``HF_HUB_CACHE``, then
-    ``HUGGINGFACE_HUB_CACHE``, then ``HF_HOME/hub``, then ``XDG_CACHE_HOME/huggingface/hub``.
-    """
-    env = os.environ
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if env.get(var):
-            return Path(env[var]).expanduser()
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub"
-    xdg = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "huggingface" / "hub"
+    """The cache ``huggingface_hub`` reads (``HF_HUB_CACHE``, ``HF_HOME``, ... at call time)."""
+    return Path(hub_cache_location().path)
 
 
 def resolve_repo_id(spec: str) -> Target:

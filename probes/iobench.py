@@ -1,0 +1,365 @@
+"""A small fio on the weight files themselves: cold latency, throughput by block size and readers.
+
+Everything is read-only and bounded twice, by time and by bytes, and every
+number says how many samples it rests on. Reads bypass the page cache with
+``O_DIRECT`` where the filesystem allows it; elsewhere the file is evicted with
+``posix_fadvise`` and the eviction verified with ``mincore`` before each
+measurement ("evict-then-read"). Buffered reads then go through the kernel's
+readahead — which is exactly what a plain ``read()`` or mmap load meets.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from loadscope.probes.iosampler import IoDelta, IoSampler, delta
+from loadscope.probes.pagecache import ColdCache
+from loadscope.probes.result import Unavailable
+from loadscope.safeio import open_regular
+
+Method = Literal["o_direct", "evict-then-read"]
+ALIGN = 4096
+SEQUENTIAL_BLOCKS = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
+PARALLEL_READERS = (1, 4, 16, 64)
+PARALLEL_BLOCK = 1 << 20
+#: Bytes one sequential point may read, by block size (small blocks are slow by nature).
+SEQUENTIAL_CAP = {4 << 10: 8 << 20, 64 << 10: 64 << 20, 1 << 20: 256 << 20, 16 << 20: 1 << 30}
+PARALLEL_CAP = 1 << 30
+LATENCY_MAX_SAMPLES = 400
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyResult:
+    method: Method
+    block_bytes: int
+    samples: int
+    p50_us: float
+    p90_us: float
+    p99_us: float
+    min_us: float
+    max_us: float
+    files_sampled: int
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    block_bytes: int
+    readers: int
+    bytes_read: int
+    seconds: float
+    bytes_per_s: float
+    requests: int
+    method: Method
+    #: What the block layer saw meanwhile, when the storage has a block device.
+    device_requests: int | None = None
+    avg_request_bytes: float | None = None
+    stopped_by: str = "bytes"  # "bytes", "time" or "eof"
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputResult:
+    method: Method
+    file: str
+    sequential: tuple[ThroughputPoint, ...]
+    parallel: tuple[ThroughputPoint, ...]
+    note: str = ""
+
+
+def o_direct_support(path: str) -> tuple[bool, str]:
+    """Whether ``path`` can be read with O_DIRECT here, and if not, why."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+    except OSError as exc:
+        return False, f"O_DIRECT open refused ({exc.strerror})"
+    try:
+        buf = mmap.mmap(-1, ALIGN)
+        try:
+            os.preadv(fd, [buf], 0)
+        except OSError as exc:
+            return False, f"O_DIRECT read refused ({exc.strerror})"
+        finally:
+            buf.close()
+    finally:
+        os.close(fd)
+    return True, "O_DIRECT supported"
+
+
+def _open(path: str, direct: bool) -> int:
+    fd = open_regular(path)
+    if direct:
+        # open_regular checked the file type; reopen with O_DIRECT on the same inode.
+        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+    return fd
+
+
+def _evict(cold: ColdCache, path: str) -> str:
+    ev = cold.evict(path)
+    if not ev.verified:
+        return f"eviction of {Path(path).name} not verified: {ev.note}"
+    return ""
+
+
+def sequential_read(
+    path: str,
+    *,
+    offset: int,
+    length: int,
+    block_bytes: int,
+    direct: bool,
+    deadline: float | None = None,
+) -> tuple[int, float, int, str]:
+    """Read ``length`` bytes from ``offset`` in ``block_bytes`` requests, one at a time.
+
+    Returns (bytes read, seconds, requests, stopped_by). The primitive behind the
+    sequential points, and what tests compare with ``dd``.
+    """
+    fd = _open(path, direct)
+    buf = mmap.mmap(-1, block_bytes)  # page-aligned, as O_DIRECT needs
+    done = requests = 0
+    stopped = "bytes"
+    try:
+        start = time.perf_counter()
+        while done < length:
+            n = os.preadv(fd, [buf], offset + done)
+            requests += 1
+            if n <= 0:
+                stopped = "eof"
+                break
+            done += n
+            if n < block_bytes:
+                stopped = "eof"
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                stopped = "time"
+                break
+        seconds = time.perf_counter() - start
+    finally:
+        buf.close()
+        os.close(fd)
+    return done, seconds, requests, stopped
+
+
+def _aligned(n: int) -> int:
+    return n - n % ALIGN
+
+
+class IoBench:
+    """Runs the latency and throughput measurements on a set of files, within a deadline."""
+
+    def __init__(
+        self,
+        files: list[tuple[str, int]],
+        *,
+        cold: ColdCache,
+        direct: bool,
+        sampler_factory: Callable[[], IoSampler] | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not files:
+            raise Unavailable("no files to measure")
+        self.files = files
+        self.cold = cold
+        self.direct = direct
+        self.method: Method = "o_direct" if direct else "evict-then-read"
+        self.sampler_factory = sampler_factory
+        self.rng = random.Random(seed)
+        self.largest = max(files, key=lambda f: f[1])
+        # Successive points start where the last one stopped, so a point does not
+        # re-read what the previous one may have left in a device or host cache.
+        self._cursor = 0
+
+    # -- latency -------------------------------------------------------------------------
+
+    def latency(self, deadline: float) -> LatencyResult:
+        """Cold random 4 KiB reads spread over the files, until ``deadline`` or enough samples."""
+        usable = [(p, s) for p, s in self.files if s >= ALIGN]
+        if not usable:
+            raise Unavailable("files are smaller than one 4 KiB block")
+        notes = []
+        if not self.direct:
+            for path, _ in usable:
+                if note := _evict(self.cold, path):
+                    notes.append(note)
+        samples: list[float] = []
+        fds = {}
+        buf = mmap.mmap(-1, ALIGN)
+        seen: set[tuple[str, int]] = set()
+        try:
+            for path, _ in usable:
+                fds[path] = _open(path, self.direct)
+                if not self.direct:
+                    # No readahead: each sample must be one 4 KiB trip to storage.
+                    os.posix_fadvise(fds[path], 0, 0, os.POSIX_FADV_RANDOM)
+            weights = [s for _, s in usable]
+            while len(samples) < LATENCY_MAX_SAMPLES and time.monotonic() < deadline:
+                path, size = self.rng.choices(usable, weights=weights)[0]
+                # Offsets on a 1 MiB grid plus a random page: far from each other, so a
+                # read-around of one sample cannot warm the next.
+                block = self.rng.randrange(0, max(1, size // ALIGN))
+                offset = block * ALIGN
+                if (path, offset >> 20) in seen:
+                    if len(seen) >= sum(max(1, s >> 20) for _, s in usable):
+                        break  # every MiB region sampled once: stop rather than re-read warm data
+                    continue
+                seen.add((path, offset >> 20))
+                t0 = time.perf_counter()
+                os.preadv(fds[path], [buf], offset)
+                samples.append((time.perf_counter() - t0) * 1e6)
+        finally:
+            buf.close()
+            for fd in fds.values():
+                os.close(fd)
+        if not samples:
+            raise Unavailable("no latency sample fit in the time budget")
+        q = _quantiles(samples)
+        return LatencyResult(
+            method=self.method,
+            block_bytes=ALIGN,
+            samples=len(samples),
+            p50_us=q[50],
+            p90_us=q[90],
+            p99_us=q[99],
+            min_us=min(samples),
+            max_us=max(samples),
+            files_sampled=len({p for p, _ in seen}),
+            note="; ".join(notes),
+        )
+
+    # -- throughput ----------------------------------------------------------------------
+
+    def _region(self, want: int) -> tuple[int, int]:
+        path_size = self.largest[1]
+        want = min(_aligned(want) or ALIGN, _aligned(path_size) or path_size)
+        if self._cursor + want > path_size:
+            self._cursor = 0
+        start = self._cursor
+        self._cursor = _aligned(start + want)
+        return start, want
+
+    def _device_delta(self, run: Callable[[], ThroughputPoint]) -> ThroughputPoint:
+        sampler = self.sampler_factory() if self.sampler_factory else None
+        before = sampler.sample() if sampler else None
+        point = run()
+        if sampler is None or before is None:
+            return point
+        d: IoDelta = delta(before, sampler.sample())
+        if d.block_read_ios is None:
+            return point
+        return ThroughputPoint(
+            **{
+                **{f: getattr(point, f) for f in point.__dataclass_fields__},
+                "device_requests": d.block_read_ios,
+                "avg_request_bytes": d.avg_request_bytes,
+            }
+        )
+
+    def sequential(self, block_bytes: int, seconds: float) -> ThroughputPoint:
+        """One reader, ``block_bytes`` requests, cold, for at most ``seconds`` or its byte cap."""
+        path = self.largest[0]
+        offset, length = self._region(SEQUENTIAL_CAP.get(block_bytes, 256 << 20))
+        if not self.direct:
+            _evict(self.cold, path)
+
+        def run() -> ThroughputPoint:
+            done, secs, reqs, stopped = sequential_read(
+                path,
+                offset=offset,
+                length=length,
+                block_bytes=block_bytes,
+                direct=self.direct,
+                deadline=time.monotonic() + seconds,
+            )
+            return ThroughputPoint(
+                block_bytes,
+                1,
+                done,
+                secs,
+                done / secs if secs > 0 else 0.0,
+                reqs,
+                self.method,
+                stopped_by=stopped,
+            )
+
+        return self._device_delta(run)
+
+    def parallel(
+        self, readers: int, seconds: float, block_bytes: int = PARALLEL_BLOCK
+    ) -> ThroughputPoint:
+        """``readers`` threads issuing ``block_bytes`` positional reads over one region."""
+        path = self.largest[0]
+        offset, length = self._region(PARALLEL_CAP)
+        if not self.direct:
+            _evict(self.cold, path)
+        nblocks = max(1, (length + block_bytes - 1) // block_bytes)
+        next_block = iter(range(nblocks))
+        lock = threading.Lock()
+        totals = [0] * readers
+        counts = [0] * readers
+        errors: list[OSError] = []
+        deadline = time.monotonic() + seconds
+        timed_out = threading.Event()
+
+        def worker(i: int) -> None:
+            fd = _open(path, self.direct)
+            buf = mmap.mmap(-1, block_bytes)
+            try:
+                while True:
+                    if time.monotonic() >= deadline:
+                        timed_out.set()
+                        return
+                    with lock:
+                        block = next(next_block, None)
+                    if block is None:
+                        return
+                    n = os.preadv(fd, [buf], offset + block * block_bytes)
+                    totals[i] += n
+                    counts[i] += 1
+            except OSError as exc:
+                errors.append(exc)
+            finally:
+                buf.close()
+                os.close(fd)
+
+        def run() -> ThroughputPoint:
+            threads = [
+                threading.Thread(target=worker, args=(i,), daemon=True) for i in range(readers)
+            ]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            secs = time.perf_counter() - t0
+            if errors:
+                raise errors[0]
+            done = sum(totals)
+            return ThroughputPoint(
+                block_bytes,
+                readers,
+                done,
+                secs,
+                done / secs if secs > 0 else 0.0,
+                sum(counts),
+                self.method,
+                stopped_by="time" if timed_out.is_set() else "bytes",
+            )
+
+        return self._device_delta(run)
+
+
+def _quantiles(samples: list[float]) -> dict[int, float]:
+    if len(samples) == 1:
+        return {50: samples[0], 90: samples[0], 99: samples[0]}
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return {50: cuts[49], 90: cuts[89], 99: cuts[98]}

@@ -1,0 +1,184 @@
+"""Page-cache residency of a file (``mincore``) and ``ColdCache``: evict, then prove it.
+
+"Cold" in every loadscope measurement means evicted *and verified*: the page
+cache on this kind of VM even decays on its own, so residency is measured
+right before each trial, never assumed.
+
+Two limits are reported rather than papered over:
+
+* Since Linux 5.2 ``mincore`` reports page-cache residency of a file mapping
+  only to a caller who owns the file, may write it, or holds CAP_FOWNER (root);
+  for anyone else it shows only pages this process mapped, so we say
+  ``unknown`` instead of a false 0%.
+* ``posix_fadvise(DONTNEED)`` drops this machine's cached pages only; an NFS
+  server's or FUSE daemon's own cache is out of reach, so such a cold read may
+  still be served from the server's RAM.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from dataclasses import dataclass
+
+from loadscope.probes.result import Unavailable
+from loadscope.safeio import open_regular
+
+PAGE_BYTES = mmap.PAGESIZE
+#: mincore is asked about this many bytes per call, so a 100 GB file needs no 25 MB vector.
+_WINDOW_BYTES = 1 << 30
+#: Residency at or under this fraction counts as cold (a header page or two may linger).
+COLD_FRACTION = 0.01
+_DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+@dataclass(frozen=True, slots=True)
+class Residency:
+    path: str
+    size_bytes: int
+    pages_total: int
+    #: None when the kernel will not tell us (see module docstring).
+    pages_resident: int | None
+    note: str = ""
+
+    @property
+    def fraction(self) -> float | None:
+        if self.pages_resident is None:
+            return None
+        return 1.0 if self.pages_total == 0 else self.pages_resident / self.pages_total
+
+    @property
+    def resident_bytes(self) -> int | None:
+        if self.pages_resident is None:
+            return None
+        return min(self.size_bytes, self.pages_resident * PAGE_BYTES)
+
+
+def mincore_visible(path: str, st: os.stat_result | None = None) -> bool:
+    """Whether mincore will report another process's cached pages of ``path`` to us."""
+    st = st or os.stat(path)
+    return os.geteuid() == 0 or st.st_uid == os.geteuid() or os.access(path, os.W_OK)
+
+
+def residency(path: str | os.PathLike[str]) -> Residency:
+    """How much of ``path`` is in the page cache now (reads no data, faults no pages)."""
+    spath = os.fspath(path)
+    fd = open_regular(spath)
+    try:
+        st = os.fstat(fd)
+        size = st.st_size
+        pages = (size + PAGE_BYTES - 1) // PAGE_BYTES
+        if not mincore_visible(spath, st):
+            return Residency(
+                spath,
+                size,
+                pages,
+                None,
+                "unknown: since Linux 5.2 mincore shows page-cache state only to the file's"
+                " owner, a writer or root",
+            )
+        resident = 0
+        for start in range(0, size, _WINDOW_BYTES):
+            length = min(_WINDOW_BYTES, size - start)
+            resident += _mincore_window(fd, start, length)
+        return Residency(spath, size, pages, resident)
+    finally:
+        os.close(fd)
+
+
+def _mincore_window(fd: int, offset: int, length: int) -> int:
+    addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+    if addr in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise Unavailable(f"mmap for mincore failed: {os.strerror(err)}")
+    try:
+        n = (length + PAGE_BYTES - 1) // PAGE_BYTES
+        vec = (ctypes.c_ubyte * n)()
+        if _libc.mincore(ctypes.c_void_p(addr), length, vec) != 0:
+            err = ctypes.get_errno()
+            raise Unavailable(f"mincore failed: {os.strerror(err)}")
+        return sum(1 for b in bytes(vec) if b & 1)
+    finally:
+        _libc.munmap(ctypes.c_void_p(addr), length)
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    path: str
+    method: str  # "fadvise" or "fadvise+drop_caches"
+    before: float | None
+    after: float | None
+    verified: bool
+    note: str = ""
+
+
+class ColdCache:
+    """Evict files from this machine's page cache and verify that they are cold.
+
+    ``allow_drop_caches`` permits writing ``/proc/sys/vm/drop_caches`` when
+    ``posix_fadvise`` leaves pages behind (they are mapped by some process); it is
+    host-wide, so only with the user's explicit ``--allow-drop-caches``.
+    ``remote_note`` is added to every result for storage with a cache we cannot
+    reach (NFS server, FUSE daemon).
+    """
+
+    def __init__(self, *, allow_drop_caches: bool = False, remote_note: str = "") -> None:
+        self.allow_drop_caches = allow_drop_caches
+        self.remote_note = remote_note
+
+    def evict(self, path: str | os.PathLike[str]) -> Eviction:
+        spath = os.fspath(path)
+        before = residency(spath).fraction
+        notes = [self.remote_note] if self.remote_note else []
+        fd = open_regular(spath)
+        try:
+            # DONTNEED skips dirty pages (a file just written or copied): write them back
+            # first. fdatasync changes no data; it only flushes what is already there.
+            try:
+                os.fdatasync(fd)
+            except OSError as exc:
+                notes.append(f"fdatasync failed ({exc.strerror}); dirty pages stay cached")
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        after = residency(spath).fraction
+        method = "fadvise"
+        if after is not None and after > COLD_FRACTION and self.allow_drop_caches:
+            drop_caches()
+            after = residency(spath).fraction
+            method = "fadvise+drop_caches"
+        if after is None:
+            notes.append("residency unknown to this user: eviction not verifiable")
+        elif after > COLD_FRACTION:
+            notes.append(
+                f"{after:.0%} still resident after eviction (pages mapped by a running process?"
+                " --allow-drop-caches drops them host-wide)"
+            )
+        verified = after is not None and after <= COLD_FRACTION
+        return Eviction(spath, method, before, after, verified, "; ".join(notes))
+
+
+def drop_caches() -> None:
+    """Drop the whole host's clean page cache (needs root; affects every process)."""
+    os.sync()
+    try:
+        with open(_DROP_CACHES, "w") as fh:
+            fh.write("1\n")
+    except OSError as exc:
+        raise Unavailable(f"cannot write {_DROP_CACHES}: {exc.strerror}") from None

@@ -1,0 +1,246 @@
+"""The machine a model loads on: CPUs, RAM and its cgroup limit, kernel, VM, versions, GPUs.
+
+RAM is reported three ways because each can be the one that bites: what the
+machine has, what is available now, and what this process's cgroup allows
+(v2 ``memory.max`` or v1 ``memory.limit_in_bytes``, the tightest over the
+ancestors) — in a container the last is the real ceiling for a full read.
+GPUs are asked of torch only when a GPU driver is visible, so a CPU machine
+does not pay torch's import time for an empty answer.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadscope.probes.sysfs import read_int, read_text
+
+#: cgroup v1 writes "no limit" as a huge number (2^63 rounded down to a page).
+_V1_UNLIMITED = 1 << 60
+_PACKAGES = ("torch", "safetensors", "huggingface_hub", "transformers", "numpy", "textual")
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupMemory:
+    version: int  # 1 or 2
+    path: str
+    #: The tightest limit over this cgroup and its ancestors; None means unlimited.
+    limit_bytes: int | None
+    usage_bytes: int | None
+    limit_file: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    index: int
+    name: str
+    memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SystemInfo:
+    hostname: str
+    kernel: str
+    machine: str
+    cpu_model: str | None
+    cpus_online: int
+    cpus_usable: int  # sched_getaffinity: what this process may run on
+    ram_total_bytes: int
+    ram_available_bytes: int
+    swap_total_bytes: int
+    swap_free_bytes: int
+    cgroup: CgroupMemory | None
+    #: min(available RAM, cgroup limit - cgroup usage): what a full read may take.
+    memory_headroom_bytes: int
+    virtualization: (
+        str | None
+    )  # e.g. "kvm", "wsl2", "docker", with evidence in virtualization_evidence
+    virtualization_evidence: tuple[str, ...]
+    container: str | None
+    wsl: bool
+    python: str
+    packages: dict[str, str | None] = field(default_factory=dict)
+    gpus: tuple[Gpu, ...] = ()
+    gpu_note: str = ""
+
+
+def probe_system(root: Path = Path("/")) -> SystemInfo:
+    """Collect :class:`SystemInfo` (``root`` re-roots /proc and /sys for tests)."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    swap = psutil.swap_memory()
+    cgroup = cgroup_memory(root)
+    headroom = vm.available
+    if cgroup is not None and cgroup.limit_bytes is not None:
+        headroom = min(headroom, max(0, cgroup.limit_bytes - (cgroup.usage_bytes or 0)))
+    virt, evidence = virtualization(root)
+    wsl = is_wsl(root)
+    gpus, gpu_note = gpus_via_torch(root)
+    return SystemInfo(
+        hostname=platform.node(),
+        kernel=platform.release(),
+        machine=platform.machine(),
+        cpu_model=cpu_model(root),
+        cpus_online=os.cpu_count() or 1,
+        cpus_usable=len(os.sched_getaffinity(0)),
+        ram_total_bytes=vm.total,
+        ram_available_bytes=vm.available,
+        swap_total_bytes=swap.total,
+        swap_free_bytes=swap.free,
+        cgroup=cgroup,
+        memory_headroom_bytes=headroom,
+        virtualization=virt,
+        virtualization_evidence=evidence,
+        container=container_kind(root),
+        wsl=wsl,
+        python=platform.python_version(),
+        packages=package_versions(),
+        gpus=gpus,
+        gpu_note=gpu_note,
+    )
+
+
+def cpu_model(root: Path = Path("/")) -> str | None:
+    text = read_text(root / "proc/cpuinfo") or ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model", "Hardware"):
+            return value.strip()
+    return None
+
+
+def cgroup_memory(root: Path = Path("/")) -> CgroupMemory | None:
+    """This process's cgroup memory limit, v2 first, then v1; None when neither is visible."""
+    lines = (read_text(root / "proc/self/cgroup") or "").splitlines()
+    for line in lines:
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hier == "0" and controllers == "":
+            found = _walk_limits(root / "sys/fs/cgroup", path, "memory.max", "memory.current")
+            if found is not None:
+                return CgroupMemory(2, path, *found)
+    for line in lines:
+        _, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if "memory" in controllers.split(","):
+            base = root / "sys/fs/cgroup/memory"
+            found = _walk_limits(base, path, "memory.limit_in_bytes", "memory.usage_in_bytes")
+            if found is not None:
+                return CgroupMemory(1, path, *found)
+    return None
+
+
+def _walk_limits(
+    base: Path, path: str, limit_name: str, usage_name: str
+) -> tuple[int | None, int | None, str | None] | None:
+    """The tightest limit from ``base/path`` up to ``base``; None if no level has the file.
+
+    Inside a container the cgroup path may not exist under the mount (cgroup
+    namespaces make the mount root the container's own cgroup), so levels that
+    are missing are skipped rather than taken as "unlimited".
+    """
+    parts = [p for p in path.strip("/").split("/") if p]
+    limit: int | None = None
+    limit_file: str | None = None
+    usage: int | None = None
+    seen = False
+    for depth in range(len(parts), -1, -1):
+        level = base.joinpath(*parts[:depth])
+        raw = read_text(level / limit_name)
+        if raw is None:
+            continue
+        if not seen:
+            usage = read_int(level / usage_name)
+        seen = True
+        value = None if raw == "max" else int(raw) if raw.isdigit() else None
+        if value is not None and value >= _V1_UNLIMITED:
+            value = None
+        if value is not None and (limit is None or value < limit):
+            limit, limit_file = value, str(level / limit_name)
+    return (limit, usage, limit_file) if seen else None
+
+
+def is_wsl(root: Path = Path("/")) -> bool:
+    release = (read_text(root / "proc/sys/kernel/osrelease") or "").lower()
+    return "microsoft" in release or "wsl" in release or bool(os.environ.get("WSL_DISTRO_NAME"))
+
+
+def virtualization(root: Path = Path("/")) -> tuple[str | None, tuple[str, ...]]:
+    """Hypervisor or WSL, with the files that said so."""
+    evidence: list[str] = []
+    if is_wsl(root):
+        release = read_text(root / "proc/sys/kernel/osrelease") or ""
+        return ("wsl2" if "wsl2" in release.lower() else "wsl"), (f"osrelease: {release}",)
+    vendor = read_text(root / "sys/class/dmi/id/sys_vendor")
+    product = read_text(root / "sys/class/dmi/id/product_name")
+    known = {
+        "QEMU": "kvm",
+        "KVM": "kvm",
+        "Amazon EC2": "aws-nitro",
+        "Google": "gce",
+        "Microsoft Corporation": "hyper-v",
+        "VMware": "vmware",
+        "innotek GmbH": "virtualbox",
+        "Xen": "xen",
+    }
+    for text in (vendor, product):
+        if text:
+            for needle, name in known.items():
+                if needle.lower() in text.lower():
+                    return name, (f"dmi: {vendor or ''} / {product or ''}".strip(),)
+    flags = read_text(root / "proc/cpuinfo") or ""
+    if " hypervisor" in flags:
+        evidence.append("cpu flag 'hypervisor'")
+        hv = read_text(root / "sys/hypervisor/type")
+        if hv:
+            evidence.append(f"/sys/hypervisor/type: {hv}")
+        return (hv or "vm"), tuple(evidence)
+    return None, ()
+
+
+def container_kind(root: Path = Path("/")) -> str | None:
+    if (root / ".dockerenv").exists():
+        return "docker"
+    if (root / "run/.containerenv").exists():
+        return "podman"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    init_cgroup = read_text(root / "proc/1/cgroup") or ""
+    for needle in ("kubepods", "docker", "containerd", "lxc"):
+        if needle in init_cgroup:
+            return needle
+    return None
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions, read from metadata (importing torch would cost seconds)."""
+    out: dict[str, str | None] = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def gpus_via_torch(root: Path = Path("/")) -> tuple[tuple[Gpu, ...], str]:
+    """GPUs as torch sees them, asked only when a driver is present."""
+    nvidia = (root / "proc/driver/nvidia").exists()
+    rocm = (root / "dev/kfd").exists()
+    if not (nvidia or rocm):
+        return (), "no GPU driver (/proc/driver/nvidia and /dev/kfd absent)"
+    try:
+        import torch
+    except ImportError:
+        return (), "a GPU driver is present but torch is not installed"
+    if not torch.cuda.is_available():
+        return (), f"driver present but torch {torch.__version__} sees no GPU (a CPU build?)"
+    gpus = tuple(
+        Gpu(i, torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory)
+        for i in range(torch.cuda.device_count())
+    )
+    return gpus, f"torch {torch.__version__}, {'CUDA' if nvidia else 'ROCm'}"
