@@ -49,3 +49,20 @@ def format_bytes(n: int | float) -> str:
         if abs(float(text)) < 1024 or unit == "PiB":
             return f"{text} {unit}"
     raise AssertionError("unreachable")
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """Throughput in decimal units, as dd and fio print it: ``'1.52 GB/s'``."""
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bytes_per_s >= scale:
+            return f"{bytes_per_s / scale:.3g} {unit}"
+    return f"{bytes_per_s:.0f} B/s"
+
+
+def format_us(us: float) -> str:
+    """A latency in the unit that reads best: ``'87 us'``, ``'1.29 ms'``, ``'2.1 s'``."""
+    if us < 1000:
+        return f"{us:.0f} us"
+    if us < 1_000_000:
+        return f"{us / 1000:.3g} ms"
+    return f"{us / 1_000_000:.3g} s"

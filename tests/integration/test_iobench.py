@@ -1,0 +1,104 @@
+"""The mini-fio agrees with dd, honours its deadlines, and says how it measured."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from loadscope.probes.iobench import IoBench, o_direct_support, sequential_read
+from loadscope.probes.pagecache import ColdCache
+from loadscope.probes.result import Unavailable
+
+pytestmark = pytest.mark.integration
+
+BLOCK = 16 << 20
+REGION = 256 << 20
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("io") / "model.safetensors"
+    with open(path, "wb") as fh:
+        for _ in range(REGION // (16 << 20)):
+            fh.write(os.urandom(16 << 20))
+    ColdCache().evict(path)  # flush the dirty pages once
+    return path
+
+
+def _dd(path: Path) -> float:
+    dd = shutil.which("dd")
+    assert dd is not None
+    proc = subprocess.run(
+        [dd, f"if={path}", "of=/dev/null", "bs=16M", f"count={REGION // BLOCK}", "iflag=direct"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # "268435456 bytes (268 MB, 256 MiB) copied, 0.171 s, 1.6 GB/s"
+    m = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", proc.stderr)
+    assert m, proc.stderr
+    return int(m.group(1)) / float(m.group(2))
+
+
+def test_sequential_16m_agrees_with_dd_direct(big_file: Path) -> None:
+    direct, why = o_direct_support(str(big_file))
+    if not direct:
+        pytest.skip(f"the test filesystem has no O_DIRECT: {why}")
+    ours, theirs = [], []
+    for _ in range(3):  # interleaved, so both see the same machine
+        done, secs, _, _ = sequential_read(
+            str(big_file), offset=0, length=REGION, block_bytes=BLOCK, direct=True
+        )
+        assert done == REGION
+        ours.append(done / secs)
+        theirs.append(_dd(big_file))
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    assert 0.75 <= ratio <= 1.25, (
+        f"ours {statistics.median(ours):.3g} B/s vs dd {statistics.median(theirs):.3g} B/s"
+    )
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_points_respect_deadlines_and_count_samples(big_file: Path, direct: bool) -> None:
+    if direct and not o_direct_support(str(big_file))[0]:
+        pytest.skip("no O_DIRECT here")
+    bench = IoBench([(str(big_file), big_file.stat().st_size)], cold=ColdCache(), direct=direct)
+    t0 = time.monotonic()
+    lat = bench.latency(time.monotonic() + 0.5)
+    assert time.monotonic() - t0 < 1.5
+    assert lat.samples > 10 and lat.p50_us <= lat.p90_us <= lat.p99_us <= lat.max_us
+    assert lat.method == ("o_direct" if direct else "evict-then-read")
+    t0 = time.monotonic()
+    point = bench.sequential(4096, 0.3)
+    assert time.monotonic() - t0 < 1.5
+    assert point.requests > 0 and point.bytes_read == point.requests * 4096
+    par = bench.parallel(4, 0.3)
+    assert par.readers == 4 and par.bytes_read > 0 and par.bytes_per_s > 0
+
+
+def test_tmpfs_or_odirect_refusal_is_reported(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm")
+    path = shm / f"loadscope-test-{os.getpid()}"
+    path.write_bytes(b"\0" * 8192)
+    try:
+        ok, why = o_direct_support(str(path))
+        assert ok or "O_DIRECT" in why
+    finally:
+        path.unlink()
+
+
+def test_tiny_files_are_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "tiny"
+    path.write_bytes(b"x" * 100)
+    bench = IoBench([(str(path), 100)], cold=ColdCache(), direct=False)
+    with pytest.raises(Unavailable, match="smaller than"):
+        bench.latency(time.monotonic() + 1)
