@@ -43,12 +43,25 @@ _EXIT_CODES = "\n".join(
 _EPILOG = f"""\
 examples:
   loadscope inspect synthetic:1GiB
+  loadscope probe ~/models/llama --json probe.json
   loadscope inspect ~/models/llama --json
   loadscope synth /tmp/model --size 2GiB --shards 4 --format both
 
 exit codes:
 {_EXIT_CODES}
 """
+
+
+class UsageError(LoadscopeError):
+    """An argument that parses but makes no sense."""
+
+    exit_code = ExitCode.USAGE
+
+
+class OutputError(LoadscopeError):
+    """A report file that cannot be written."""
+
+    exit_code = ExitCode.IO_ERROR
 
 
 class _Terminated(BaseException):
@@ -96,6 +109,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_inspect)
 
     p = sub.add_parser(
+        "probe",
+        help="what storage the model sits on and how it behaves cold (read-only, ~15 s)",
+        description="Probe the storage under TARGET's weight files: mount and storage class,"
+        " block device chain, readahead, page-cache residency, cold read latency, throughput by"
+        " block size and by parallel readers, RAM and cgroup limit, the Hugging Face cache."
+        " Reads only; evicts the files from this machine's page cache to measure them cold.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_DESCRIPTION.split("\n\n", 1)[1],
+    )
+    p.add_argument("target", metavar="TARGET", help="file, directory, org/name or synthetic:SIZE")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the full result as JSON to FILE ('-' for stdout, instead of the summary)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="time budget for the whole probe run (default 15)",
+    )
+    p.add_argument(
+        "--allow-drop-caches",
+        action="store_true",
+        help="write /proc/sys/vm/drop_caches when per-file eviction fails (host-wide; root)",
+    )
+    p.add_argument("--synth-dir", metavar="DIR", help="where a synthetic: target is built")
+    p.set_defaults(run=_cmd_probe)
+
+    p = sub.add_parser(
         "synth",
         help="write a synthetic checkpoint shaped like a decoder LLM",
         description="Write a deterministic synthetic checkpoint shaped like a decoder LLM"
@@ -134,6 +178,49 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> ExitCode:
         report = inspect_target(target)
         out.write((to_json(report) if args.json else to_text(report)) + "\n")
     return ExitCode.OK
+
+
+def _cmd_probe(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.probing import run_probes, to_text
+    from loadscope.targets import open_target
+
+    if args.budget <= 0:
+        raise UsageError("--budget must be a positive number of seconds")
+    live = sys.stderr.isatty()
+
+    def progress(step: str) -> None:
+        if live:
+            sys.stderr.write(f"\r  probing: {step:<40}")
+            sys.stderr.flush()
+
+    with open_target(args.target, synth_dir=args.synth_dir) as target:
+        try:
+            report = run_probes(
+                target,
+                budget_s=args.budget,
+                allow_drop_caches=args.allow_drop_caches,
+                progress=progress,
+            )
+        finally:
+            if live:
+                sys.stderr.write("\r" + " " * 52 + "\r")
+    if args.json == "-":
+        out.write(report.to_json() + "\n")
+        return ExitCode.OK
+    if args.json:
+        _write_file(args.json, report.to_json() + "\n")
+    out.write(to_text(report) + "\n")
+    if args.json:
+        out.write(f"full result: {args.json}\n")
+    return ExitCode.OK
+
+
+def _write_file(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror}") from None
 
 
 class _Progress:

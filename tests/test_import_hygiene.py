@@ -68,3 +68,13 @@ def test_import_linter_contracts(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "broken" in proc.stdout and " 0 broken" in proc.stdout
+
+
+def test_every_core_module_has_a_layer() -> None:
+    """A new core module must be placed in the layers contract, or import-linter ignores it."""
+    contracts = _CONFIG["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    named = {part.strip() for layer in layers for part in layer.replace(":", "|").split("|")}
+    modules = {p.stem for p in (REPO_ROOT / "loadscope").glob("*.py") if p.stem != "__init__"}
+    modules |= {k.split(".")[1] for k in _PACKAGE_DIRS if k != "loadscope"}
+    assert modules - named == set()

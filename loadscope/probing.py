@@ -1,0 +1,431 @@
+"""``loadscope probe``: run every storage probe on a target's weight files within a time budget.
+
+The probes themselves live in ``loadscope.probes``; this module decides what to
+run on which file, splits the budget, and assembles one typed, versioned
+report. Fixed-cost probes (system, mounts, devices, residency, HF cache) run
+first; the measured ones share what is left of the budget: 15% cold latency,
+45% sequential throughput by block size, 35% parallel readers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import textwrap
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadscope.probes import blockdev, mounts
+from loadscope.probes.hfcache import HubCacheLocation, hub_cache_location
+from loadscope.probes.iobench import (
+    PARALLEL_READERS,
+    SEQUENTIAL_BLOCKS,
+    IoBench,
+    LatencyResult,
+    ThroughputResult,
+    o_direct_support,
+)
+from loadscope.probes.iosampler import IoSampler, blind_signals
+from loadscope.probes.pagecache import ColdCache, Residency, residency
+from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe, to_jsonable
+from loadscope.probes.system import SystemInfo, probe_system
+from loadscope.targets import Target
+from loadscope.units import format_bytes, format_rate, format_us
+
+SCHEMA_VERSION = 1
+DEFAULT_BUDGET_S = 15.0
+#: Kept back from the budget for assembling the report and closing files.
+_MARGIN_S = 0.3
+
+Progress = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class StorageProbe:
+    """Mount, device chain and bdi of one filesystem (shared by the files on it)."""
+
+    mount: ProbeResult[mounts.MountReport]
+    device: ProbeResult[blockdev.DeviceReport]
+    bdi: ProbeResult[blockdev.BdiSettings]
+    fuse: ProbeResult[blockdev.FuseConnection]
+    block_stat_path: str | None = None
+    blind_signals: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class FileProbe:
+    path: str
+    size_bytes: int
+    storage: StorageProbe
+    residency: ProbeResult[Residency]
+
+
+@dataclass(slots=True)
+class HubCacheProbe:
+    location: HubCacheLocation
+    storage_class: str | None
+    reason: str | None
+
+
+@dataclass(slots=True)
+class ProbeReport:
+    target: dict[str, Any]
+    budget_s: float
+    elapsed_s: float
+    system: ProbeResult[SystemInfo]
+    files: list[FileProbe]
+    latency: ProbeResult[LatencyResult]
+    throughput: ProbeResult[ThroughputResult]
+    hf_cache: ProbeResult[HubCacheProbe]
+    notes: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        files = []
+        for f in self.files:
+            files.append(
+                {
+                    "path": f.path,
+                    "size_bytes": f.size_bytes,
+                    "mount": f.storage.mount.to_dict(),
+                    "device": f.storage.device.to_dict(),
+                    "bdi": f.storage.bdi.to_dict(),
+                    "fuse_connection": f.storage.fuse.to_dict(),
+                    "block_stat_path": f.storage.block_stat_path,
+                    "blind_signals": f.storage.blind_signals,
+                    "residency": _residency_dict(f.residency),
+                }
+            )
+        return {
+            "schema_version": self.schema_version,
+            "target": self.target,
+            "budget_s": self.budget_s,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "system": self.system.to_dict(),
+            "files": files,
+            "latency": self.latency.to_dict(),
+            "throughput": self.throughput.to_dict(),
+            "hf_cache": self.hf_cache.to_dict(),
+            "notes": self.notes,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(to_jsonable(self.to_dict()), indent=2)
+
+    @property
+    def primary(self) -> FileProbe:
+        """The largest file: the one throughput is measured on."""
+        return max(self.files, key=lambda f: f.size_bytes)
+
+
+def _residency_dict(r: ProbeResult[Residency]) -> dict[str, Any]:
+    out = r.to_dict()
+    if r.data is not None:
+        out["fraction"] = r.data.fraction
+        out["resident_bytes"] = r.data.resident_bytes
+    return out
+
+
+def _storage(path: Path, table: list[mounts.Mount], wsl: bool) -> StorageProbe:
+    mount = mounts.mount_of(str(path), table)
+    dev = mounts.block_device_of(mount)
+    device: ProbeResult[blockdev.DeviceReport]
+    if dev is None:
+        device = ProbeResult(
+            "device", Status.UNAVAILABLE, reason=f"{mount.fstype} has no block device"
+        )
+    else:
+        device = run_probe("device", lambda: blockdev.device_chain(*dev))
+    verdict = None
+    if device.data is not None:
+        is_network, evidence = blockdev.network_verdict(device.data)
+        verdict = (bool(is_network), evidence) if is_network is not None else (False, evidence)
+    report = run_probe(
+        "mount", lambda: mounts.describe_mount(mount, table, wsl=wsl, device_network=verdict)
+    )
+    bdi = run_probe("bdi", lambda: blockdev.bdi_settings(*(dev or (mount.major, mount.minor))))
+    fuse: ProbeResult[blockdev.FuseConnection]
+    if mount.fstype in ("fuse", "fuseblk"):
+        conn = blockdev.fuse_connection_id(mount.major, mount.minor)
+
+        def _fuse() -> blockdev.FuseConnection:
+            found = blockdev.fuse_connection(conn)
+            if found is None:
+                raise Unavailable(
+                    f"/sys/fs/fuse/connections/{conn} not readable (fusectl not mounted?)"
+                )
+            return found
+
+        fuse = run_probe("fuse_connection", _fuse)
+    else:
+        fuse = ProbeResult("fuse_connection", Status.UNAVAILABLE, reason="not a FUSE mount")
+    stat_path = None
+    if device.data is not None:
+        candidate = Path("/sys/class/block") / device.data.name / "stat"
+        stat_path = str(candidate) if candidate.exists() else None
+    klass = report.data.storage_class if report.data is not None else "unknown"
+    return StorageProbe(report, device, bdi, fuse, stat_path, blind_signals(klass))
+
+
+def run_probes(
+    target: Target,
+    *,
+    budget_s: float = DEFAULT_BUDGET_S,
+    allow_drop_caches: bool = False,
+    progress: Progress | None = None,
+) -> ProbeReport:
+    """Probe the storage under ``target``; never raises for a probe that cannot run."""
+    say = progress or (lambda _msg: None)
+    start = time.monotonic()
+    deadline = start + budget_s - _MARGIN_S
+    say("system")
+    system = run_probe("system", probe_system)
+    wsl = bool(system.data and system.data.wsl)
+    say("mounts and devices")
+    table_result = run_probe("mountinfo", mounts.read_mountinfo)
+    table = table_result.data or []
+    storages: dict[str, StorageProbe] = {}
+    files: list[FileProbe] = []
+    for wf in target.files:
+        key = str(os.stat(wf.path).st_dev)
+        if key not in storages:
+            if table_result.data is None:
+                failed = ProbeResult[Any]("mount", table_result.status, reason=table_result.reason)
+                storages[key] = StorageProbe(failed, failed, failed, failed)
+            else:
+                storages[key] = _storage(wf.path, table, wsl)
+        files.append(
+            FileProbe(
+                str(wf.path),
+                wf.size_bytes,
+                storages[key],
+                run_probe("residency", functools.partial(residency, wf.path)),
+            )
+        )
+    say("Hugging Face cache")
+    hf = run_probe("hf_cache", lambda: _hf_cache(table, wsl))
+
+    primary = max(files, key=lambda f: f.size_bytes)
+    klass = primary.storage.mount.data.storage_class if primary.storage.mount.data else "unknown"
+    remote = ""
+    if klass in ("network-fs", "fuse", "wsl"):
+        remote = (
+            "eviction reaches this machine's page cache only;"
+            " the server's or daemon's cache may still serve reads"
+        )
+    cold = ColdCache(allow_drop_caches=allow_drop_caches, remote_note=remote)
+    direct, why = o_direct_support(primary.path)
+    notes = [] if direct else [f"{why}: measuring with evict-then-read (buffered, readahead on)"]
+    stat_path = primary.storage.block_stat_path
+    bench = IoBench(
+        [(f.path, f.size_bytes) for f in files],
+        cold=cold,
+        direct=direct,
+        sampler_factory=(lambda: IoSampler(block_stat_path=Path(stat_path))) if stat_path else None,
+    )
+    remaining = max(0.0, deadline - time.monotonic())
+    say("cold latency")
+    latency = run_probe("latency", lambda: bench.latency(time.monotonic() + 0.15 * remaining))
+    say("throughput")
+    throughput = run_probe(
+        "throughput", lambda: _throughput(bench, deadline, remaining, primary.path, remote)
+    )
+    return ProbeReport(
+        target={
+            "spec": target.spec,
+            "kind": target.kind,
+            "root": str(target.root),
+            "files": len(target.files),
+            "total_bytes": target.total_bytes,
+        },
+        budget_s=budget_s,
+        elapsed_s=time.monotonic() - start,
+        system=system,
+        files=files,
+        latency=latency,
+        throughput=throughput,
+        hf_cache=hf,
+        notes=notes,
+    )
+
+
+def _throughput(
+    bench: IoBench, deadline: float, remaining: float, path: str, note: str
+) -> ThroughputResult:
+    seq_slice = 0.45 * remaining / len(SEQUENTIAL_BLOCKS)
+    par_slice = 0.35 * remaining / len(PARALLEL_READERS)
+    sequential = []
+    for block in SEQUENTIAL_BLOCKS:
+        budget = min(seq_slice, deadline - time.monotonic())
+        if budget <= 0:
+            break
+        sequential.append(bench.sequential(block, budget))
+    parallel = []
+    for readers in PARALLEL_READERS:
+        budget = min(par_slice, deadline - time.monotonic())
+        if budget <= 0:
+            break
+        parallel.append(bench.parallel(readers, budget))
+    if not sequential:
+        raise Unavailable("no time left in the budget for throughput")
+    return ThroughputResult(bench.method, path, tuple(sequential), tuple(parallel), note)
+
+
+def _hf_cache(table: list[mounts.Mount], wsl: bool) -> HubCacheProbe:
+    location = hub_cache_location()
+    if not table:
+        return HubCacheProbe(location, None, "mount table unavailable")
+    storage = _storage(Path(location.existing_parent), table, wsl)
+    if storage.mount.data is None:
+        return HubCacheProbe(location, None, storage.mount.reason)
+    return HubCacheProbe(location, storage.mount.data.storage_class, storage.mount.data.reason)
+
+
+# -- the human summary ------------------------------------------------------------------------
+
+
+def _bar(value: float, biggest: float, width: int = 20) -> str:
+    return "#" * (max(1, round(width * value / biggest)) if biggest > 0 and value > 0 else 0)
+
+
+_WIDTH = 80
+_LABEL = 11
+
+
+def _wrap(label: str, text: str) -> str:
+    """``label`` in an 11-column gutter, ``text`` wrapped to 80 columns beside it."""
+    return textwrap.fill(
+        text,
+        width=_WIDTH,
+        initial_indent=f"{label:<{_LABEL}}",
+        subsequent_indent=" " * _LABEL,
+        break_on_hyphens=False,
+    )
+
+
+def _status_line(name: str, result: ProbeResult[Any]) -> str:
+    return _wrap(name, f"{result.status.value}: {result.reason}")
+
+
+def _storage_lines(f: FileProbe) -> list[str]:
+    m = f.storage.mount
+    if m.data is None:
+        return [_status_line("storage", m)]
+    lines = [_wrap("storage", f"{m.data.storage_class}: {m.data.reason}")]
+    if m.data.resolved_class:
+        lines.append(
+            _wrap("", f"under the overlay: {m.data.resolved_class} ({m.data.resolved_reason})")
+        )
+    lines.append(_wrap("", f"mount {m.data.mount_point} ({m.data.fstype}, {m.data.source})"))
+    if f.storage.device.data is not None:
+        for disk in f.storage.device.data.disks:
+            bits = [disk.transport, disk.model or "no model string"]
+            if disk.rotational:
+                bits.append("rotational")
+            if disk.scheduler:
+                bits.append(f"scheduler {disk.scheduler}")
+            if disk.max_sectors_kb:
+                bits.append(f"max_sectors_kb {disk.max_sectors_kb}")
+            lines.append(_wrap("", f"disk {disk.name}: {', '.join(bits)}"))
+    bdi = f.storage.bdi.data
+    if bdi is not None and bdi.read_ahead_kb is not None:
+        lines.append(_wrap("", f"read_ahead_kb {bdi.read_ahead_kb} ({bdi.path})"))
+    fuse = f.storage.fuse.data
+    if fuse is not None:
+        conn = f"max_background {fuse.max_background}, congestion {fuse.congestion_threshold}"
+        lines.append(_wrap("", f"fuse connection: {conn}"))
+    return lines
+
+
+def _system_lines(report: ProbeReport) -> list[str]:
+    sysr = report.system
+    if sysr.data is None:
+        return [_status_line("system", sysr)]
+    s = sysr.data
+    model = report.target["total_bytes"]
+    limit = s.cgroup.limit_bytes if s.cgroup else None
+    fits = "fits" if s.memory_headroom_bytes >= model else "does NOT fit"
+    memory = (
+        f"{format_bytes(s.ram_available_bytes)} available of {format_bytes(s.ram_total_bytes)};"
+        f" cgroup limit {format_bytes(limit) if limit else 'none'};"
+        f" model {format_bytes(model)} ({fits} in RAM)"
+    )
+    where = s.virtualization or "bare metal?"
+    system = (
+        f"{s.cpus_usable} CPUs ({s.cpu_model or '?'}), kernel {s.kernel},"
+        f" {where}{', ' + s.container if s.container else ''}"
+    )
+    return [_wrap("memory", memory), _wrap("system", system)]
+
+
+def _throughput_lines(thr: ProbeResult[ThroughputResult]) -> list[str]:
+    if thr.data is None:
+        return [_status_line("throughput", thr)]
+    points = list(thr.data.sequential) + list(thr.data.parallel)
+    biggest = max(p.bytes_per_s for p in points)
+    lines = [f"{'throughput':<{_LABEL}}cold, {thr.data.method}; one reader, by request size:"]
+    for p in thr.data.sequential:
+        rate, bar = format_rate(p.bytes_per_s), _bar(p.bytes_per_s, biggest)
+        kernel = f"  kernel {format_bytes(p.avg_request_bytes)}/req" if p.avg_request_bytes else ""
+        lines.append(f"  {format_bytes(p.block_bytes):>10}   {rate:>10}  {bar:<20}{kernel}")
+    if thr.data.parallel:
+        lines.append(" " * _LABEL + "parallel readers, 1 MiB requests:")
+    for p in thr.data.parallel:
+        label = f"{p.readers} reader{'s' if p.readers > 1 else ''}"
+        rate, bar = format_rate(p.bytes_per_s), _bar(p.bytes_per_s, biggest)
+        lines.append(f"  {label:>10}   {rate:>10}  {bar}")
+    return lines
+
+
+def to_text(report: ProbeReport) -> str:
+    """A short summary that fits 80 columns; the JSON has everything."""
+    t = report.target
+    lines = [
+        _wrap("target", f"{t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})")
+    ]
+    seen: set[int] = set()
+    for f in report.files:
+        if id(f.storage) not in seen:
+            seen.add(id(f.storage))
+            lines += _storage_lines(f)
+    lines += _system_lines(report)
+    known = [
+        fraction
+        for f in report.files
+        if f.residency.data is not None and (fraction := f.residency.data.fraction) is not None
+    ]
+    if known:
+        mean = sum(known) / len(known)
+        lines.append(
+            _wrap("page cache", f"{mean:.0%} resident before probing ({len(known)} file(s))")
+        )
+    elif report.files:
+        first = report.files[0].residency
+        why = first.reason or (first.data.note if first.data else "")
+        lines.append(_wrap("page cache", f"unknown: {why}"))
+    lat = report.latency
+    if lat.data is not None:
+        d = lat.data
+        latency = (
+            f"cold 4 KiB reads ({d.method}, {d.samples} samples):"
+            f" p50 {format_us(d.p50_us)}, p90 {format_us(d.p90_us)}, p99 {format_us(d.p99_us)}"
+        )
+        lines.append(_wrap("latency", latency))
+    else:
+        lines.append(_status_line("latency", lat))
+    lines += _throughput_lines(report.throughput)
+    hf = report.hf_cache
+    if hf.data is not None:
+        where = hf.data.location.path + ("" if hf.data.location.exists else " (not created yet)")
+        src = hf.data.location.source
+        lines.append(_wrap("hf cache", f"{where} [{src}] on {hf.data.storage_class}"))
+    else:
+        lines.append(_status_line("hf cache", hf))
+    for note in report.notes:
+        lines.append(_wrap("note", note))
+    lines.append(_wrap("took", f"{report.elapsed_s:.1f} s of a {report.budget_s:g} s budget"))
+    return "\n".join(lines)
