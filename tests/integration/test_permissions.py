@@ -79,3 +79,16 @@ def test_readable_file_as_nobody(public_dir: Path) -> None:
     path.chmod(0o444)
     result = _as_nobody("inspect", str(path), "--json")
     assert result.returncode == 0, result.stderr
+
+
+def test_probe_as_nobody_says_residency_unknown(public_dir: Path) -> None:
+    """mincore hides other users' page cache since Linux 5.2: "unknown", never a false 0%."""
+    import json
+
+    path = good_st(public_dir / "model.safetensors")
+    path.chmod(0o444)  # readable, owned by root, not writable by nobody
+    result = _as_nobody("probe", str(path), "--budget", "2", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    residency = json.loads(result.stdout)["files"][0]["residency"]
+    assert residency["fraction"] is None
+    assert "unknown" in residency["note"]

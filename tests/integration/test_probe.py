@@ -40,7 +40,7 @@ def test_probe_synthetic_within_budget_and_stable_paths(tmp_path: Path) -> None:
     assert result.code == 0, result.err
     report = json.loads(out.read_text())
     assert report["schema_version"] == 1
-    assert report["elapsed_s"] <= 6.0
+    assert report["elapsed_s"] <= 8.0
     f = report["files"][0]
     assert f["path"].endswith("model.safetensors")
     assert f["mount"]["status"] == "ok"
@@ -59,7 +59,7 @@ def test_probe_synthetic_within_budget_and_stable_paths(tmp_path: Path) -> None:
     assert max(len(line) for line in summary) <= 80
     assert f"full result: {out}" in result.out
     assert list(p for p in tmp_path.iterdir() if p.name != "probe.json") == []
-    assert wall < 60
+    assert wall < 120  # building the 1 GiB checkpoint is outside the probe's budget
 
 
 def test_probe_json_to_stdout(synth_single: SyntheticCheckpoint) -> None:
