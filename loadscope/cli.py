@@ -19,7 +19,7 @@ from typing import NoReturn, TextIO
 
 from loadscope._version import __version__
 from loadscope.errors import ExitCode, LoadscopeError
-from loadscope.units import format_bytes, parse_size
+from loadscope.units import format_bytes, parse_duration, parse_rate, parse_size
 
 PROG = "loadscope"
 
@@ -70,6 +70,20 @@ class _Terminated(BaseException):
 
 def _on_sigterm(_signum: int, _frame: FrameType | None) -> NoReturn:
     raise _Terminated
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _rate(text: str) -> float:
+    try:
+        return parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _size(text: str) -> int:
@@ -138,6 +152,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--synth-dir", metavar="DIR", help="where a synthetic: target is built")
     p.set_defaults(run=_cmd_probe)
+
+    p = sub.add_parser(
+        "emulate",
+        help="mount a directory as an emulated slow network disk (FUSE, root)",
+        description="Serve SRC read-only at MOUNTPOINT through FUSE, with a latency on every"
+        " read request, a shared bandwidth cap and explicit readahead, so the network-disk"
+        " pathology reproduces on a fast local disk. Runs in the foreground until Ctrl-C or"
+        " SIGTERM, then unmounts; it also exits and unmounts when its parent dies.",
+    )
+    p.add_argument("source", metavar="SRC", nargs="?", help="directory to serve")
+    p.add_argument(
+        "mountpoint", metavar="MOUNTPOINT", nargs="?", help="empty directory to mount on"
+    )
+    p.add_argument(
+        "--latency", type=_duration, default=0.002, help="per-request delay (default 2ms)"
+    )
+    p.add_argument(
+        "--jitter", type=_duration, default=0.0005, help="+/- uniform jitter (default 0.5ms)"
+    )
+    p.add_argument(
+        "--bandwidth", type=_rate, default=None, help="shared cap, e.g. 200MB/s (default none)"
+    )
+    p.add_argument("--threads", type=int, default=16, help="server threads (default 16)")
+    p.add_argument(
+        "--readahead-kb", type=int, default=128, help="kernel readahead (default 128; 0 = none)"
+    )
+    p.add_argument(
+        "--max-read-kb", type=int, default=1024, help="largest read request (default 1024)"
+    )
+    p.add_argument(
+        "--max-background", type=int, default=12, help="async requests in flight (default 12)"
+    )
+    p.add_argument("--direct-io", action="store_true", help="bypass the page cache for every read")
+    p.add_argument(
+        "--log-requests", metavar="FILE", help="append 'ns offset size path' per read to FILE"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the jitter")
+    p.add_argument(
+        "--unmount", metavar="MOUNTPOINT", help="unmount a (possibly stale) emulator mount and exit"
+    )
+    p.set_defaults(run=_cmd_emulate)
 
     p = sub.add_parser(
         "synth",
@@ -221,6 +276,41 @@ def _write_file(path: str, text: str) -> None:
             fh.write(text)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.emulator import EmulatorError, EmulatorSettings, serve, unmount
+
+    if args.unmount:
+        if not unmount(args.unmount):
+            raise EmulatorError(f"{args.unmount}: still mounted (busy? close files under it)")
+        out.write(f"unmounted {args.unmount}\n")
+        return ExitCode.OK
+    if not args.source or not args.mountpoint:
+        raise UsageError("emulate needs SRC and MOUNTPOINT (or --unmount MOUNTPOINT)")
+    settings = EmulatorSettings(
+        latency_s=args.latency,
+        jitter_s=args.jitter,
+        bandwidth_bytes_per_s=args.bandwidth,
+        threads=args.threads,
+        readahead_kb=args.readahead_kb,
+        max_read_kb=args.max_read_kb,
+        max_background=args.max_background,
+        direct_io=args.direct_io,
+        log_requests=args.log_requests,
+        seed=args.seed,
+    )
+    if sys.stderr.isatty():
+        sys.stderr.write(
+            f"serving {args.source} at {args.mountpoint}: {args.latency * 1e3:g} ms per request,"
+            f" readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
+        )
+    # libfuse installs its own SIGINT/SIGTERM/SIGHUP handlers (leave the loop, unmount),
+    # but only over the default disposition: hand the signals back to it.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    serve(args.source, args.mountpoint, settings)
+    return ExitCode.OK
 
 
 class _Progress:

@@ -66,3 +66,26 @@ def format_us(us: float) -> str:
     if us < 1_000_000:
         return f"{us / 1000:.3g} ms"
     return f"{us / 1_000_000:.3g} s"
+
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "": 1.0}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zµ]*)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """``'2ms' -> 0.002``; units ns, us, ms, s (bare numbers are seconds)."""
+    match = _DURATION_RE.match(text)
+    if not match or match.group(2) not in _DURATION_UNITS:
+        raise ValueError(f"not a duration: {text!r} (examples: 2ms, 500us, 0.5s)")
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_rate(text: str) -> float:
+    """``'200MB/s' -> 2e8`` bytes per second (the size units of :func:`parse_size`)."""
+    body = text.strip()
+    if body.lower().endswith("/s"):
+        body = body[:-2]
+    try:
+        return float(parse_size(body))
+    except ValueError:
+        raise ValueError(f"not a rate: {text!r} (examples: 200MB/s, 1.5GB/s, 100MiB/s)") from None

@@ -1,0 +1,532 @@
+"""An emulated slow disk: a read-only FUSE passthrough that behaves like network storage.
+
+Every read request the kernel sends waits a configured latency (plus jitter)
+and is paced to a bandwidth cap shared by all requests, as on a network link,
+while several server threads let parallel readers overlap. The kernel page
+cache is kept between opens (``kernel_cache``), so a second load is warm as on
+a real network client. The mount's readahead (``/sys/class/bdi/<dev>/read_ahead_kb``)
+and the connection's ``max_background`` are set explicitly, because they — not
+the latency alone — decide which loader strategy wins (see
+``shared/MEASUREMENTS.md``): readahead 0 reproduces page-by-page faults, 128 KiB is
+the common FUSE default, 8 MiB lets mmap stream.
+
+The filesystem runs in its own process (``loadscope emulate``), so a test or a
+benchmark can kill it without taking itself down; :func:`emulated_disk` starts
+one, waits until it is mounted and configured, and always unmounts. The child
+dies with its parent (``PR_SET_PDEATHSIG``) and unmounts on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.probes.mounts import Mount, mount_of, read_mountinfo
+from loadscope.probes.sysfs import read_int
+
+READY_LINE = "loadscope-emulate: ready"
+_MOUNT_TIMEOUT_S = 15.0
+
+
+class EmulatorError(LoadscopeError):
+    """The emulated disk cannot be mounted or configured here."""
+
+    exit_code = ExitCode.UNSUPPORTED
+
+
+@dataclass(frozen=True, slots=True)
+class EmulatorSettings:
+    """How slow the emulated disk is, and how the kernel is allowed to talk to it."""
+
+    latency_s: float = 0.002
+    jitter_s: float = 0.0005
+    #: Shared by all requests, like a network link; None for no cap.
+    bandwidth_bytes_per_s: float | None = None
+    #: FUSE server threads: how many requests can wait their latency at once.
+    threads: int = 16
+    #: The mount's kernel readahead (0 = page-by-page faults, 128 = common default).
+    readahead_kb: int = 128
+    #: Largest read request the kernel may send (FUSE ``max_read``; 1 MiB = ``max_pages`` 256).
+    max_read_kb: int = 1024
+    #: Asynchronous requests the kernel keeps in flight (readahead is asynchronous).
+    max_background: int = 12
+    #: Bypass the page cache entirely (every read goes to the "network").
+    direct_io: bool = False
+    log_requests: str | None = None
+    seed: int = 0
+
+    def cli_args(self) -> list[str]:
+        """The ``loadscope emulate`` options that reproduce these settings."""
+        args = [
+            f"--latency={self.latency_s * 1e3:g}ms",
+            f"--jitter={self.jitter_s * 1e3:g}ms",
+            f"--threads={self.threads}",
+            f"--readahead-kb={self.readahead_kb}",
+            f"--max-read-kb={self.max_read_kb}",
+            f"--max-background={self.max_background}",
+            f"--seed={self.seed}",
+        ]
+        if self.bandwidth_bytes_per_s:
+            args.append(f"--bandwidth={self.bandwidth_bytes_per_s:.0f}B/s")
+        if self.direct_io:
+            args.append("--direct-io")
+        if self.log_requests:
+            args.append(f"--log-requests={self.log_requests}")
+        return args
+
+
+# -- availability ----------------------------------------------------------------------------
+
+
+def fuse_unavailable_reason() -> str | None:
+    """Why the emulator cannot run here, or None when it can."""
+    if not Path("/dev/fuse").exists():
+        return "/dev/fuse is missing (no FUSE in this kernel or container)"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "/dev/fuse is not accessible to this user"
+    if shutil.which("fusermount3") is None and shutil.which("fusermount") is None:
+        return "fusermount3 is missing (Debian/Ubuntu: apt-get install fuse3)"
+    try:
+        _import_mfusepy()
+    except (ImportError, OSError) as exc:
+        return f"the FUSE binding is unavailable ({exc}); pip install 'loadscope[emulate]'"
+    if os.geteuid() != 0:
+        return "setting the mount's readahead needs root (sysfs is root-only)"
+    return None
+
+
+def _import_mfusepy() -> Any:
+    """mfusepy, bound to libfuse 3 even where libfuse 2 is installed too (mfusepy prefers 2).
+
+    libfuse 3 is needed for ``kernel_cache`` in the init config and requests over 128 KiB.
+    """
+    import ctypes.util
+
+    if "mfusepy" not in sys.modules and not os.environ.get("FUSE_LIBRARY_PATH"):
+        lib = ctypes.util.find_library("fuse3")
+        if lib:
+            os.environ["FUSE_LIBRARY_PATH"] = lib
+    import mfusepy
+
+    if mfusepy.fuse_version_major != 3:
+        raise ImportError(
+            f"libfuse {mfusepy.fuse_version_major} loaded; the emulator needs libfuse 3"
+        )
+    return mfusepy
+
+
+# -- the filesystem (runs in the emulator process) --------------------------------------------
+
+
+class _Link:
+    """Latency, jitter and a shared bandwidth cap, applied to each read request."""
+
+    def __init__(self, settings: EmulatorSettings) -> None:
+        self.settings = settings
+        self.lock = threading.Lock()
+        self.free_at = 0.0
+        self.rng = random.Random(settings.seed)
+
+    def wait(self, size: int) -> None:
+        s = self.settings
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.free_at)
+            if s.bandwidth_bytes_per_s:
+                self.free_at = start + size / s.bandwidth_bytes_per_s
+            else:
+                self.free_at = start
+            jitter = self.rng.uniform(-s.jitter_s, s.jitter_s) if s.jitter_s else 0.0
+            done_at = self.free_at + max(0.0, s.latency_s + jitter)
+        delay = done_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+class _RequestLogWriter:
+    def __init__(self, path: str | None) -> None:
+        self.lock = threading.Lock()
+        self.fh = open(path, "a", buffering=1 << 16, encoding="ascii") if path else None  # noqa: SIM115
+
+    def write(self, path: str, offset: int, size: int) -> None:
+        if self.fh is None:
+            return
+        line = f"{time.monotonic_ns()} {offset} {size} {path}\n"
+        with self.lock:
+            self.fh.write(line)
+
+    def flush(self) -> None:
+        if self.fh is not None:
+            with self.lock:
+                self.fh.flush()
+
+
+def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
+    mfusepy = _import_mfusepy()
+
+    link = _Link(settings)
+    log = _RequestLogWriter(settings.log_requests)
+    # libfuse starts worker threads on demand; this caps how many requests the "server"
+    # works on at once, like a network filesystem daemon with N threads.
+    servers = threading.BoundedSemaphore(settings.threads)
+
+    def real(path: str) -> str:
+        # FUSE paths are absolute inside the mount; keep them inside SRC.
+        return os.path.join(source, path.lstrip("/"))
+
+    class SlowPassthrough(mfusepy.Operations):  # type: ignore[misc]
+        use_ns = True
+
+        def init_with_config(self, conn: Any, config: Any) -> None:
+            if conn is not None and os.environ.get("LOADSCOPE_EMULATE_DEBUG"):
+                fields = (
+                    "max_write",
+                    "max_read",
+                    "max_readahead",
+                    "capable",
+                    "want",
+                    "max_background",
+                )
+                print({f: getattr(conn, f, None) for f in fields}, file=sys.stderr, flush=True)
+            if conn is not None:
+                conn.max_background = settings.max_background
+                conn.congestion_threshold = max(1, settings.max_background * 3 // 4)
+                conn.max_readahead = settings.readahead_kb * 1024
+                # libfuse derives the kernel's max_pages (largest request) from max_write.
+                conn.max_write = settings.max_read_kb * 1024
+                conn.max_read = settings.max_read_kb * 1024
+            if config is not None:
+                config.kernel_cache = 0 if settings.direct_io else 1
+                config.direct_io = 1 if settings.direct_io else 0
+                config.entry_timeout = config.attr_timeout = 3600.0
+
+        def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+            try:
+                st = os.lstat(real(path))
+            except OSError as exc:
+                raise mfusepy.FuseOSError(exc.errno or errno.EIO) from None
+            out = {
+                k: getattr(st, k) for k in ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid")
+            }
+            out.update(st_atime=st.st_atime_ns, st_mtime=st.st_mtime_ns, st_ctime=st.st_ctime_ns)
+            return out
+
+        def readdir(self, path: str, fh: int) -> list[str]:
+            try:
+                return [".", "..", *os.listdir(real(path))]
+            except OSError as exc:
+                raise mfusepy.FuseOSError(exc.errno or errno.EIO) from None
+
+        def readlink(self, path: str) -> str:
+            return os.readlink(real(path))
+
+        def open(self, path: str, flags: int) -> int:
+            if flags & (os.O_WRONLY | os.O_RDWR):
+                raise mfusepy.FuseOSError(errno.EROFS)
+            try:
+                return os.open(real(path), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                raise mfusepy.FuseOSError(exc.errno or errno.EIO) from None
+
+        def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+            log.write(path, offset, size)
+            with servers:
+                link.wait(size)
+                return os.pread(fh, size, offset)
+
+        def release(self, path: str, fh: int) -> int:
+            os.close(fh)
+            log.flush()
+            return 0
+
+        def statfs(self, path: str) -> dict[str, int]:
+            sv = os.statvfs(real(path))
+            return {
+                k: getattr(sv, k)
+                for k in (
+                    "f_bsize",
+                    "f_frsize",
+                    "f_blocks",
+                    "f_bfree",
+                    "f_bavail",
+                    "f_files",
+                    "f_ffree",
+                    "f_namemax",
+                )
+            }
+
+        def access(self, path: str, amode: int) -> int:
+            if amode & os.W_OK:
+                raise mfusepy.FuseOSError(errno.EROFS)
+            if not os.path.lexists(real(path)):
+                raise mfusepy.FuseOSError(errno.ENOENT)
+            return 0
+
+        def destroy(self, path: str) -> None:
+            log.flush()
+
+    return SlowPassthrough()
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG: if whoever started us dies, we get SIGTERM and unmount.
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
+def _configure_when_mounted(
+    mountpoint: str, settings: EmulatorSettings, ready: threading.Event
+) -> None:
+    """After INIT, set readahead and max_background through sysfs, then say ready on stdout."""
+    deadline = time.monotonic() + _MOUNT_TIMEOUT_S
+    mount: Mount | None = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            found = mount_of(mountpoint, read_mountinfo())
+            if found.mount_point == os.path.realpath(mountpoint) and found.fstype.startswith(
+                "fuse"
+            ):
+                mount = found
+                break
+        time.sleep(0.02)
+    if mount is None:
+        print("loadscope-emulate: mount did not appear", file=sys.stderr, flush=True)
+        return
+    # A stat through the mount returns only after INIT, whose reply resets the readahead.
+    os.stat(mountpoint)
+    problems = apply_connection_settings(mount.major, mount.minor, settings)
+    for p in problems:
+        print(f"loadscope-emulate: {p}", file=sys.stderr, flush=True)
+    print(f"{READY_LINE} {mount.major}:{mount.minor}", flush=True)
+    ready.set()
+
+
+def apply_connection_settings(major: int, minor: int, settings: EmulatorSettings) -> list[str]:
+    """Write read_ahead_kb (bdi) and max_background (fusectl); return what could not be set."""
+    problems = []
+    bdi = Path(f"/sys/class/bdi/{major}:{minor}/read_ahead_kb")
+    try:
+        bdi.write_text(f"{settings.readahead_kb}\n")
+    except OSError as exc:
+        problems.append(f"cannot set {bdi}: {exc.strerror}")
+    conn = Path("/sys/fs/fuse/connections") / str((major << 20) | minor)
+    if conn.is_dir():
+        for name, value in (
+            ("max_background", settings.max_background),
+            ("congestion_threshold", max(1, settings.max_background * 3 // 4)),
+        ):
+            with contextlib.suppress(OSError):
+                (conn / name).write_text(f"{value}\n")
+    return problems
+
+
+def serve(source: str, mountpoint: str, settings: EmulatorSettings) -> None:
+    """Mount SRC at MOUNTPOINT and serve it until unmounted or signalled (blocks)."""
+
+    src = Path(source).resolve()
+    if not src.is_dir():
+        raise EmulatorError(f"{source}: not a directory to emulate")
+    if not Path(mountpoint).is_dir():
+        raise EmulatorError(f"{mountpoint}: mount point is not a directory")
+    reason = fuse_unavailable_reason()
+    if reason:
+        raise EmulatorError(f"cannot emulate a slow disk here: {reason}")
+    _die_with_parent()
+    ready = threading.Event()
+    threading.Thread(
+        target=_configure_when_mounted, args=(mountpoint, settings, ready), daemon=True
+    ).start()
+    options: dict[str, Any] = {
+        "foreground": True,
+        "ro": True,
+        "fsname": f"loadscope-emulate:{src}",
+        "subtype": "loadscope",
+        "default_permissions": True,
+        "allow_other": True,
+    }
+    if settings.max_read_kb:
+        options["max_read"] = settings.max_read_kb * 1024
+    try:
+        _import_mfusepy().FUSE(_make_operations(src, settings), mountpoint, **options)
+    except RuntimeError as exc:
+        # fuse_main returns 8 when its loop ended on a signal (SIGINT/SIGTERM/SIGHUP): the
+        # normal way to stop; it has unmounted by then. Anything else is a real failure.
+        if str(exc) != "8":
+            raise EmulatorError(
+                f"libfuse could not serve {mountpoint} (fuse_main returned {exc})"
+            ) from None
+
+
+# -- the client side: start, configure, read the log, always unmount --------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    t_ns: int
+    offset: int
+    size: int
+    path: str
+
+
+@dataclass
+class RequestLog:
+    """The emulator's record of every read request the kernel sent it."""
+
+    path: Path
+
+    def requests(self) -> list[Request]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text(encoding="ascii", errors="replace").splitlines():
+            parts = line.split(" ", 3)
+            if len(parts) == 4:
+                out.append(Request(int(parts[0]), int(parts[1]), int(parts[2]), parts[3]))
+        return out
+
+    def size_histogram(self) -> Counter[int]:
+        return Counter(r.size for r in self.requests())
+
+    def clear(self) -> None:
+        with contextlib.suppress(FileNotFoundError), open(self.path, "w"):
+            pass
+
+
+@dataclass
+class EmulatedDisk:
+    path: Path
+    source: Path
+    settings: EmulatorSettings
+    device: tuple[int, int]
+    log: RequestLog | None
+    process: subprocess.Popen[str] = field(repr=False)
+
+
+def is_mounted(mountpoint: str | os.PathLike[str]) -> bool:
+    target = os.path.realpath(mountpoint)
+    with contextlib.suppress(Exception):
+        return any(m.mount_point == target for m in read_mountinfo())
+    return False
+
+
+def unmount(mountpoint: str | os.PathLike[str]) -> bool:
+    """Unmount an emulator mount (also a stale one whose process died); True if it is gone."""
+    target = os.fspath(mountpoint)
+    for cmd in (
+        ["fusermount3", "-u", target],
+        ["fusermount3", "-uz", target],
+        ["umount", "-l", target],
+    ):
+        if not is_mounted(target):
+            return True
+        if shutil.which(cmd[0]):
+            subprocess.run(cmd, capture_output=True, check=False, timeout=30)
+    return not is_mounted(target)
+
+
+@contextlib.contextmanager
+def emulated_disk(
+    source: str | os.PathLike[str],
+    mountpoint: str | os.PathLike[str],
+    settings: EmulatorSettings | None = None,
+    *,
+    log_requests: bool = False,
+) -> Iterator[EmulatedDisk]:
+    """Mount ``source`` slowly at ``mountpoint`` for the ``with`` block; always unmounts."""
+    settings = settings or EmulatorSettings()
+    reason = fuse_unavailable_reason()
+    if reason:
+        raise EmulatorError(f"cannot emulate a slow disk here: {reason}")
+    mnt = Path(mountpoint)
+    mnt.mkdir(parents=True, exist_ok=True)
+    log = None
+    if log_requests:
+        log_path = mnt.parent / f".{mnt.name}.requests.log"
+        log_path.write_text("")
+        log = RequestLog(log_path)
+        settings = _replace(settings, log_requests=str(log_path))
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadscope",
+        "emulate",
+        os.fspath(source),
+        str(mnt),
+        *settings.cli_args(),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        device = _wait_ready(proc)
+        yield EmulatedDisk(mnt, Path(source), settings, device, log, proc)
+    finally:
+        _stop(proc, mnt)
+
+
+def _replace(settings: EmulatorSettings, **changes: Any) -> EmulatorSettings:
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)
+
+
+def _wait_ready(proc: subprocess.Popen[str]) -> tuple[int, int]:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + _MOUNT_TIMEOUT_S
+    # readline blocks; the child prints the ready line or exits, both within the timeout.
+    timer = threading.Timer(_MOUNT_TIMEOUT_S, proc.kill)
+    timer.start()
+    try:
+        line = proc.stdout.readline()
+    finally:
+        timer.cancel()
+    if line.startswith(READY_LINE):
+        major, minor = line.split()[-1].split(":")
+        return int(major), int(minor)
+    proc.kill()
+    _, err = proc.communicate(timeout=10)
+    late = time.monotonic() > deadline
+    detail = err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}"
+    raise EmulatorError(f"the emulated disk did not come up{' in time' if late else ''}: {detail}")
+
+
+def _stop(proc: subprocess.Popen[str], mnt: Path) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # libfuse's handler exits the loop and unmounts
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    with contextlib.suppress(Exception):
+        proc.communicate(timeout=5)
+    if not unmount(mnt):
+        raise EmulatorError(
+            f"{mnt}: the emulated disk could not be unmounted (fusermount3 -uz {mnt})"
+        )
+
+
+def fuse_connection_settings(major: int, minor: int) -> dict[str, int | None]:
+    """What the kernel uses for this mount now: readahead and background requests."""
+    conn = Path("/sys/fs/fuse/connections") / str((major << 20) | minor)
+    return {
+        "read_ahead_kb": read_int(f"/sys/class/bdi/{major}:{minor}/read_ahead_kb"),
+        "max_background": read_int(conn / "max_background"),
+        "congestion_threshold": read_int(conn / "congestion_threshold"),
+    }
