@@ -161,7 +161,9 @@ class _Link:
 class _RequestLogWriter:
     def __init__(self, path: str | None) -> None:
         self.lock = threading.Lock()
-        self.fh = open(path, "a", buffering=1 << 16, encoding="ascii") if path else None  # noqa: SIM115
+        # Line-buffered: a reader must see every request at once, and RELEASE (our other
+        # flush point) reaches the daemon asynchronously, after close() has returned.
+        self.fh = open(path, "a", buffering=1, encoding="ascii") if path else None  # noqa: SIM115
 
     def write(self, path: str, offset: int, size: int) -> None:
         if self.fh is None:
@@ -325,7 +327,14 @@ def apply_connection_settings(major: int, minor: int, settings: EmulatorSettings
         bdi.write_text(f"{settings.readahead_kb}\n")
     except OSError as exc:
         problems.append(f"cannot set {bdi}: {exc.strerror}")
-    conn = Path("/sys/fs/fuse/connections") / str((major << 20) | minor)
+    control = Path("/sys/fs/fuse/connections")
+    if control.is_dir() and not any(control.iterdir()):
+        # fusectl is how max_background is read back (and set on older libfuse); systemd
+        # mounts it at boot, minimal containers do not.
+        subprocess.run(
+            ["mount", "-t", "fusectl", "fusectl", str(control)], capture_output=True, check=False
+        )
+    conn = control / str((major << 20) | minor)
     if conn.is_dir():
         for name, value in (
             ("max_background", settings.max_background),

@@ -1,0 +1,244 @@
+"""The emulated slow disk: what the kernel really asks for, and a clean lifecycle.
+
+Assertions are on the request log (sizes and counts), not on times; the times of
+each regime are recorded by ``benchmarks/bench_emulated_regimes.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadscope.emulator import (
+    EmulatedDisk,
+    EmulatorSettings,
+    emulated_disk,
+    fuse_connection_settings,
+    fuse_unavailable_reason,
+    is_mounted,
+    unmount,
+)
+from loadscope.probes.iobench import IoBench, sequential_read
+from loadscope.probes.pagecache import ColdCache
+from loadscope.synth import SyntheticCheckpoint, synthesize
+from tests.conftest import REPO_ROOT
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        (why := fuse_unavailable_reason()) is not None, reason=f"emulated disk unavailable: {why}"
+    ),
+]
+
+SIZE = 32 << 20
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoint:
+    return synthesize(tmp_path_factory.mktemp("emu-src"), SIZE, seed=4)
+
+
+@pytest.fixture
+def disk(
+    source: SyntheticCheckpoint, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[EmulatedDisk]:
+    settings: EmulatorSettings = getattr(
+        request, "param", EmulatorSettings(latency_s=0, jitter_s=0)
+    )
+    with emulated_disk(source.root, tmp_path / "mnt", settings, log_requests=True) as d:
+        yield d
+    assert not is_mounted(tmp_path / "mnt")
+
+
+def _cold(disk: EmulatedDisk, name: str = "model.safetensors") -> Path:
+    path = disk.path / name
+    ev = ColdCache().evict(path)
+    assert ev.verified, ev.note
+    assert disk.log is not None
+    disk.log.clear()
+    return path
+
+
+def _load_file_in_child(path: Path) -> None:
+    # A fresh process, as every loadscope trial: touch every tensor so mmap really reads.
+    code = (
+        "import sys; from safetensors.torch import load_file;"
+        " [t.clone() for t in load_file(sys.argv[1]).values()]"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, capture_output=True)
+
+
+def test_passthrough_is_exact_and_read_only(
+    disk: EmulatedDisk, source: SyntheticCheckpoint
+) -> None:
+    mine = disk.path / "model.safetensors"
+    theirs = source.root / "model.safetensors"
+    assert (
+        hashlib.sha256(mine.read_bytes()).digest() == hashlib.sha256(theirs.read_bytes()).digest()
+    )
+    assert sorted(os.listdir(disk.path)) == sorted(os.listdir(source.root))
+    with pytest.raises(OSError):
+        open(mine, "r+b")  # noqa: SIM115
+    with pytest.raises(OSError):
+        (disk.path / "new").write_text("x")
+
+
+@pytest.mark.parametrize(
+    "disk", [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=0)], indirect=True
+)
+def test_readahead_0_mmap_faults_page_by_page(disk: EmulatorSettings) -> None:
+    assert fuse_connection_settings(*disk.device)["read_ahead_kb"] == 0
+    path = _cold(disk)
+    _load_file_in_child(path)
+    hist = disk.log.size_histogram()
+    total = sum(hist.values())
+    # Every page is its own request: thousands of 4 KiB reads for a 32 MiB file.
+    assert total >= 0.9 * SIZE / 4096
+    assert hist[4096] >= 0.9 * total
+    # A buffered full read goes page by page too at readahead 0 (the folklore fix does not help) ...
+    path = _cold(disk)
+    path.read_bytes()
+    assert disk.log.size_histogram()[4096] >= 0.9 * SIZE / 4096
+    # ... while large O_DIRECT reads reach the filesystem as a few large requests.
+    path = _cold(disk)
+    sequential_read(
+        str(path), offset=0, length=path.stat().st_size, block_bytes=16 << 20, direct=True
+    )
+    hist = disk.log.size_histogram()
+    assert sum(hist.values()) <= SIZE / (512 << 10)
+    assert max(hist) == 1 << 20
+
+
+@pytest.mark.parametrize(
+    "disk",
+    [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=8192, max_background=64)],
+    indirect=True,
+)
+def test_large_readahead_sends_1mib_requests(disk: EmulatedDisk) -> None:
+    settings = fuse_connection_settings(*disk.device)
+    assert settings["read_ahead_kb"] == 8192
+    if settings["max_background"] is not None:
+        assert settings["max_background"] == 64
+    path = _cold(disk)
+    path.read_bytes()
+    hist = disk.log.size_histogram()
+    assert hist[1 << 20] >= 0.9 * sum(hist.values())
+
+
+@pytest.mark.parametrize(
+    "disk",
+    [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=8192, max_read_kb=128)],
+    indirect=True,
+)
+def test_max_read_caps_request_size(disk: EmulatedDisk) -> None:
+    path = _cold(disk)
+    path.read_bytes()
+    assert max(disk.log.size_histogram()) == 128 << 10
+
+
+@pytest.mark.parametrize(
+    "disk", [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=128)], indirect=True
+)
+def test_kernel_cache_keeps_second_read_warm(disk: EmulatedDisk) -> None:
+    path = _cold(disk)
+    path.read_bytes()
+    assert disk.log.requests()
+    disk.log.clear()
+    path.read_bytes()  # a new open: kernel_cache keeps the pages
+    assert disk.log.requests() == []
+
+
+def _probe_latency_us(disk: EmulatedDisk) -> float:
+    path = disk.path / "model.safetensors"
+    bench = IoBench([(str(path), path.stat().st_size)], cold=ColdCache(), direct=True)
+    return bench.latency(time.monotonic() + 1.0).p50_us
+
+
+def test_probe_classifies_fuse_and_measures_configured_latency(
+    source: SyntheticCheckpoint, tmp_path: Path
+) -> None:
+    from loadscope.probing import run_probes
+    from loadscope.targets import resolve
+
+    base = EmulatorSettings(latency_s=0, jitter_s=0)
+    with emulated_disk(source.root, tmp_path / "m0", base) as d0:
+        overhead_us = _probe_latency_us(d0)
+    slow = EmulatorSettings(latency_s=0.004, jitter_s=0)
+    with emulated_disk(source.root, tmp_path / "m4", slow) as d4:
+        report = run_probes(resolve(str(d4.path)), budget_s=4)
+        measured_us = _probe_latency_us(d4)
+    storage = report.files[0].storage
+    assert storage.mount.data is not None and storage.mount.data.storage_class == "fuse"
+    assert report.latency.ok
+    expected_us = 4000 + overhead_us
+    assert abs(measured_us - expected_us) <= 0.3 * expected_us, (measured_us, overhead_us)
+
+
+def test_sigterm_unmounts(source: SyntheticCheckpoint, tmp_path: Path) -> None:
+    with emulated_disk(source.root, tmp_path / "mnt") as d:
+        d.process.send_signal(signal.SIGTERM)
+        d.process.wait(timeout=10)
+        assert not is_mounted(d.path)
+
+
+def test_stale_mount_after_kill_is_cleaned_by_unmount(
+    source: SyntheticCheckpoint, tmp_path: Path
+) -> None:
+    mnt = tmp_path / "mnt"
+    with emulated_disk(source.root, mnt) as d:
+        d.process.kill()  # SIGKILL: no chance to unmount, the mount goes stale
+        d.process.wait(timeout=10)
+        assert is_mounted(mnt)
+        assert unmount(mnt)
+    assert not is_mounted(mnt)
+
+
+def test_emulator_dies_with_its_parent(source: SyntheticCheckpoint, tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from loadscope.emulator import emulated_disk
+        with emulated_disk({str(source.root)!r}, {str(mnt)!r}):
+            print("up", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)  # die without running any cleanup
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
+    assert "up" in proc.stdout, proc.stderr
+    deadline = time.monotonic() + 15
+    while is_mounted(mnt) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not is_mounted(mnt)
+
+
+def test_unmount_cli_on_stale_mount(source: SyntheticCheckpoint, tmp_path: Path) -> None:
+    from tests.conftest import run_loadscope
+
+    mnt = tmp_path / "mnt"
+    with emulated_disk(source.root, mnt) as d:
+        d.process.kill()
+        d.process.wait(timeout=10)
+        result = run_loadscope("emulate", "--unmount", str(mnt))
+        assert result.code == 0, result.err
+        assert not is_mounted(mnt)
+
+
+def test_bad_source_is_one_line(tmp_path: Path) -> None:
+    from tests.conftest import run_loadscope
+
+    (tmp_path / "mnt").mkdir()
+    result = run_loadscope("emulate", str(tmp_path / "nope"), str(tmp_path / "mnt"))
+    assert result.code == 4
+    assert "not a directory" in result.err and "Traceback" not in result.err
