@@ -154,6 +154,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_probe)
 
     p = sub.add_parser(
+        "demo",
+        help="see the slow-disk pathology on a synthetic model through an emulated network disk",
+        description="Build a synthetic checkpoint, serve it through the emulated slow disk"
+        " (FUSE, root; else the local disk, with the reason) and diagnose it. Removes"
+        " everything it made.",
+    )
+    p.add_argument(
+        "--size", type=_size, default=parse_size("512MiB"), help="model size (default 512MiB)"
+    )
+    p.add_argument(
+        "--latency", type=_duration, default=0.005, help="per-request delay (default 5ms)"
+    )
+    p.add_argument(
+        "--readahead-kb", type=int, default=128, help="the mount's readahead (default 128)"
+    )
+    p.add_argument(
+        "--max-background", type=int, default=12, help="async requests in flight (default 12)"
+    )
+    p.add_argument(
+        "--budget", type=float, default=15.0, metavar="SECONDS", help="probe budget (default 15)"
+    )
+    p.add_argument("--work-dir", metavar="DIR", help="where to build it (default /var/tmp)")
+    p.set_defaults(run=_cmd_demo)
+
+    p = sub.add_parser(
         "emulate",
         help="mount a directory as an emulated slow network disk (FUSE, root)",
         description="Serve SRC read-only at MOUNTPOINT through FUSE, with a latency on every"
@@ -276,6 +301,22 @@ def _write_file(path: str, text: str) -> None:
             fh.write(text)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.demo import DemoOptions, run_demo
+    from loadscope.emulator import EmulatorSettings
+
+    settings = EmulatorSettings(
+        latency_s=args.latency, readahead_kb=args.readahead_kb, max_background=args.max_background
+    )
+    run_demo(
+        DemoOptions(
+            size_bytes=args.size, settings=settings, budget_s=args.budget, work_dir=args.work_dir
+        ),
+        out,
+    )
+    return ExitCode.OK
 
 
 def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:

@@ -219,7 +219,9 @@ def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
 
         def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
             try:
-                st = os.lstat(real(path))
+                # Follow symlinks: a Hugging Face snapshot is links into ../../blobs, which
+                # must be served through the slow disk, not resolved around it.
+                st = os.stat(real(path))
             except OSError as exc:
                 raise mfusepy.FuseOSError(exc.errno or errno.EIO) from None
             out = {
@@ -233,9 +235,6 @@ def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
                 return [".", "..", *os.listdir(real(path))]
             except OSError as exc:
                 raise mfusepy.FuseOSError(exc.errno or errno.EIO) from None
-
-        def readlink(self, path: str) -> str:
-            return os.readlink(real(path))
 
         def open(self, path: str, flags: int) -> int:
             if flags & (os.O_WRONLY | os.O_RDWR):

@@ -1,0 +1,46 @@
+"""Every loader strategy, one module each, and the registry that names them.
+
+CPU strategies for safetensors (``mmap``, ``pread``, ``fullread``, ``prefetch``,
+``parallel``, ``direct``, ``auto``), for torch checkpoints (``pickle``,
+``pickle-mmap``), and peers when installed (``fastsafetensors``, ``runai``). GPU
+and broadcast strategies register here too when they arrive.
+"""
+
+from __future__ import annotations
+
+from loadscope.loaders.strategies.auto import Auto
+from loadscope.loaders.strategies.direct import Direct
+from loadscope.loaders.strategies.fullread import FullRead
+from loadscope.loaders.strategies.mmap_file import MmapLoadFile
+from loadscope.loaders.strategies.parallel import Parallel
+from loadscope.loaders.strategies.peers import FastSafetensors, RunAI
+from loadscope.loaders.strategies.pickle_load import Pickle, PickleMmap
+from loadscope.loaders.strategies.pread import SafetensorsPread
+from loadscope.loaders.strategies.prefetch import Prefetch
+from loadscope.loaders.strategy import Strategy
+
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        MmapLoadFile(),
+        SafetensorsPread(),
+        FullRead(),
+        Prefetch(),
+        Parallel(),
+        Direct(),
+        Auto(),
+        Pickle(),
+        PickleMmap(),
+        FastSafetensors(),
+        RunAI(),
+    )
+}
+#: What ``bench`` runs when no --strategies are given (peers join when installed).
+DEFAULT_ORDER = tuple(STRATEGIES)
+
+
+def get(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise KeyError(f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})") from None

@@ -1,0 +1,67 @@
+"""``auto``: loadscope's fast path — map what is resident, read the rest deep and large.
+
+Per file: when the page cache already holds the file, map it (``load_file``:
+zero-copy beats every copy warm); when it is cold, issue deep-parallel large
+requests — O_DIRECT where the filesystem allows it, buffered ``pread`` threads
+otherwise — with the thread count and block size the parallel-scaling probe
+found best (passed in as hints) unless knobs override them. Every choice and
+its reason are recorded in the trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from loadscope.loaders.strategies.mmap_file import MmapLoadFile
+from loadscope.loaders.strategies.parallel import read_file_parallel
+from loadscope.loaders.strategy import (
+    FileRequest,
+    Knob,
+    LoadContext,
+    Requirements,
+    Strategy,
+    o_direct_ok,
+)
+from loadscope.probes.pagecache import residency
+
+if TYPE_CHECKING:
+    import torch
+
+#: A file at least this resident is mapped rather than read.
+RESIDENT_ENOUGH = 0.9
+
+
+class Auto(Strategy):
+    name = "auto"
+    summary = "map resident files; deep-parallel large reads (O_DIRECT when possible) when cold"
+    requires = Requirements(ram_multiple=1.0)
+    knobs = (
+        Knob("threads", 12, "requests in flight per cold file (default: from the probes)"),
+        Knob("block_bytes", 1 << 20, "bytes per request for cold files (default: from the probes)"),
+        Knob("direct", "auto", "O_DIRECT for cold files: auto, yes or no"),
+    )
+
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
+        want_direct = str(ctx.knob(self, "direct"))
+        choices = ctx.notes.setdefault("choices", [])
+        for f in files:
+            fraction = residency(f.path).fraction
+            if fraction is not None and fraction >= RESIDENT_ENOUGH:
+                choices.append(
+                    {"file": f.path, "choice": "mmap", "reason": f"{fraction:.0%} resident: map it"}
+                )
+                yield from MmapLoadFile().load([f], ctx)
+                continue
+            direct = want_direct == "yes" or (want_direct == "auto" and o_direct_ok(f.path))
+            how = "O_DIRECT" if direct else "buffered pread"
+            known = "unknown" if fraction is None else f"{fraction:.0%}"
+            choices.append(
+                {
+                    "file": f.path,
+                    "choice": "direct" if direct else "parallel",
+                    "reason": f"{known} resident: {threads} x {block >> 10} KiB {how} reads",
+                }
+            )
+            yield from read_file_parallel(f, threads=threads, block_bytes=block, direct=direct)

@@ -1,0 +1,42 @@
+"""``direct``: O_DIRECT aligned reads, many in flight, into one aligned buffer per file.
+
+Bypasses the page cache and its readahead entirely, so each request is exactly
+as large as asked: measured best on the emulated network disk (1 MiB requests
+12 deep: 19x ``load_file`` at 5 ms). Unavailable where the filesystem refuses
+O_DIRECT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from loadscope.loaders.strategies.parallel import read_file_parallel
+from loadscope.loaders.strategy import (
+    FileRequest,
+    Knob,
+    LoadContext,
+    Requirements,
+    Strategy,
+    o_direct_ok,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Direct(Strategy):
+    name = "direct"
+    summary = "O_DIRECT 1 MiB reads, 12 in flight, into an aligned buffer"
+    requires = Requirements(ram_multiple=1.0)
+    knobs = (
+        Knob("threads", 12, "requests in flight per file"),
+        Knob("block_bytes", 1 << 20, "bytes per read request (a multiple of 4 KiB)"),
+    )
+
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
+        for f in files:
+            if not o_direct_ok(f.path):
+                raise OSError(f"{f.path}: the filesystem refuses O_DIRECT")
+            yield from read_file_parallel(f, threads=threads, block_bytes=block, direct=True)

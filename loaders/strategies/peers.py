@@ -1,0 +1,66 @@
+"""Peers, measured exactly like our strategies when installed (``pip install 'loadscope[peers]'``).
+
+* ``fastsafetensors`` in its CPU mode (no GPUDirect Storage): batched parallel
+  reads into its own buffers;
+* ``runai``: Run:ai's ``runai-model-streamer``, a C++ streamer of safetensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _only(f: FileRequest, items: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    wanted = set(f.tensors) if f.tensors is not None else None
+    for name, t in items:
+        if wanted is None or name in wanted:
+            yield name, t
+
+
+class FastSafetensors(Strategy):
+    name = "fastsafetensors"
+    summary = "fastsafetensors SafeTensorsFileLoader, CPU mode (nogds)"
+    requires = Requirements(ram_multiple=1.0, package="fastsafetensors", extra="peers")
+
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+        from fastsafetensors import SafeTensorsFileLoader, SingleGroup
+
+        loader = SafeTensorsFileLoader(SingleGroup(), "cpu", nogds=True)
+        try:
+            loader.add_filenames({0: [f.path for f in files]})
+            buffers = loader.copy_files_to_device()
+            try:
+                for f in files:
+                    names = f.tensors
+                    if names is None:
+                        from loadscope.loaders.safetensors_format import read_header
+
+                        names = tuple(t.name for t in read_header(f.path).tensors)
+                    for name in names:
+                        # clone: the loader's buffers are freed when it closes
+                        yield name, buffers.get_tensor(name).clone()
+            finally:
+                buffers.close()
+        finally:
+            loader.close()
+
+
+class RunAI(Strategy):
+    name = "runai"
+    summary = "runai-model-streamer SafetensorsStreamer"
+    requires = Requirements(ram_multiple=1.0, package="runai_model_streamer", extra="peers")
+
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+        from runai_model_streamer import SafetensorsStreamer
+
+        with SafetensorsStreamer() as streamer:
+            for f in files:
+                streamer.stream_file(f.path)
+                # The streamer reuses its buffer: copy each tensor out.
+                yield from _only(f, ((n, t.clone()) for n, t in streamer.get_tensors()))

@@ -1,0 +1,40 @@
+"""``prefetch``: fill the page cache with large sequential reads, then ``load_file``.
+
+The maintainer's second fix: the reads are large and sequential (so a network
+disk sees few big requests), and the load that follows maps pages already in
+RAM. Needs the model to fit in the page cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from loadscope.loaders.strategies.mmap_file import MmapLoadFile
+from loadscope.loaders.strategy import FileRequest, Knob, LoadContext, Requirements, Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Prefetch(Strategy):
+    name = "prefetch"
+    summary = "sequential 16 MiB reads into the page cache, then load_file"
+    requires = Requirements(ram_multiple=0.0)
+    knobs = (Knob("block_bytes", 16 << 20, "size of each prefetch read"),)
+
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+        block = ctx.knob(self, "block_bytes")
+        buf = bytearray(block)
+        view = memoryview(buf)
+        for f in files:
+            fd = os.open(f.path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                offset = 0
+                while n := os.preadv(fd, [view], offset):
+                    offset += n
+            finally:
+                os.close(fd)
+        yield from MmapLoadFile().load(files, ctx)

@@ -1,0 +1,189 @@
+"""The common interface of loader strategies, and what a worker hands them.
+
+A strategy declares its name, what it needs (a file format, a GPU, RAM as a
+multiple of the model, an optional package) and its knobs; it loads the
+requested tensors of a list of files and yields ``(name, tensor)`` as each one
+becomes usable. The worker (``loaders/worker.py``) times it, touches every page
+of every tensor inside the timed region (mmap results are lazy), and digests
+the tensors afterwards. One declaration drives the CLI, the JSON and the TUI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry, read_header
+
+if TYPE_CHECKING:
+    import torch
+
+WeightFormat = Literal["safetensors", "torch"]
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    name: str
+    default: int | float | str
+    help: str
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    formats: frozenset[WeightFormat] = frozenset({"safetensors"})
+    gpu: bool = False
+    #: Peak anonymous memory as a multiple of the bytes loaded (0 for zero-copy mmap).
+    ram_multiple: float = 1.0
+    #: An optional package, by import name, with the extra that installs it.
+    package: str | None = None
+    extra: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FileRequest:
+    """One file a trial loads; ``tensors`` None means all of them (else a sample)."""
+
+    path: str
+    size_bytes: int
+    format: WeightFormat
+    tensors: tuple[str, ...] | None = None
+
+
+@dataclass(slots=True)
+class LoadContext:
+    """What a strategy may consult: its knobs, and hints the parent measured (probes)."""
+
+    knobs: dict[str, Any] = field(default_factory=dict)
+    hints: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def knob(self, strategy: Strategy, name: str) -> Any:
+        default = next(k.default for k in strategy.knobs if k.name == name)
+        value = self.knobs.get(name, self.hints.get(name, default))
+        return type(default)(value)
+
+
+class Strategy:
+    """Base class; subclasses set the class attributes and implement :meth:`load`."""
+
+    name: str = ""
+    summary: str = ""
+    requires: Requirements = Requirements()
+    knobs: tuple[Knob, ...] = ()
+
+    def unavailable(self) -> str | None:
+        """Why this strategy cannot run in this environment, or None."""
+        pkg = self.requires.package
+        if pkg and importlib.util.find_spec(pkg) is None:
+            extra = f" (pip install 'loadscope[{self.requires.extra}]')" if self.requires.extra else ""
+            return f"{pkg} is not installed{extra}"
+        return None
+
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        r = self.requires
+        return {
+            "name": self.name,
+            "summary": self.summary,
+            "formats": sorted(r.formats),
+            "gpu": r.gpu,
+            "ram_multiple": r.ram_multiple,
+            "package": r.package,
+            "knobs": {k.name: {"default": k.default, "help": k.help} for k in self.knobs},
+        }
+
+
+# -- helpers shared by strategies that build tensors from their own buffers --------------------
+
+_TORCH_DTYPES: dict[str, str] = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "I32": "int32",
+    "U32": "uint32",
+    "I64": "int64",
+    "U64": "uint64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    attr = _TORCH_DTYPES.get(name)
+    if attr is None or not hasattr(torch, attr):
+        raise ValueError(f"dtype {name} has no torch equivalent in this torch build")
+    dtype: torch.dtype = getattr(torch, attr)
+    return dtype
+
+
+def selected(header: SafetensorsHeader, request: FileRequest) -> list[TensorEntry]:
+    """The header's tensors a request asks for, in file order."""
+    if request.tensors is None:
+        return list(header.tensors)
+    wanted = set(request.tensors)
+    return [t for t in header.tensors if t.name in wanted]
+
+
+def group_by_span(
+    header: SafetensorsHeader, entries: list[TensorEntry]
+) -> list[tuple[int, int, list[TensorEntry]]]:
+    """``(start, end, entries)`` per contiguous byte range of ``entries``."""
+    groups: list[tuple[int, int, list[TensorEntry]]] = []
+    for t in entries:
+        start, end = header.data_offset + t.begin, header.data_offset + t.end
+        if groups and groups[-1][1] == start:
+            groups[-1] = (groups[-1][0], end, [*groups[-1][2], t])
+        else:
+            groups.append((start, end, [t]))
+    return groups
+
+
+def tensors_from_buffer(
+    buffer: Any, base_offset: int, header: SafetensorsHeader, entries: list[TensorEntry]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Tensors as views on ``buffer``, which holds file bytes starting at ``base_offset``.
+
+    Views are zero-copy; a tensor at an offset its dtype cannot view (unaligned) is copied.
+    """
+    import torch
+
+    for t in entries:
+        dtype = torch_dtype(t.dtype)
+        start = header.data_offset + t.begin - base_offset
+        if t.nbytes == 0:
+            yield t.name, torch.empty(t.shape, dtype=dtype)
+            continue
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if start % itemsize:
+            raw = torch.frombuffer(buffer, dtype=torch.uint8, count=t.nbytes, offset=start).clone()
+            yield t.name, raw.view(dtype).reshape(t.shape)
+        else:
+            view = torch.frombuffer(buffer, dtype=dtype, count=t.nbytes // itemsize, offset=start)
+            yield t.name, view.reshape(t.shape)
+
+
+def headers(files: list[FileRequest]) -> Mapping[str, SafetensorsHeader]:
+    return {f.path: read_header(f.path) for f in files}
+
+
+def o_direct_ok(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
