@@ -62,7 +62,12 @@ class Failed:
 
 
 Event = Start | Progress | Done | Failed
-_TYPES: dict[str, type[Any]] = {"start": Start, "progress": Progress, "done": Done, "failed": Failed}
+_TYPES: dict[str, type[Any]] = {
+    "start": Start,
+    "progress": Progress,
+    "done": Done,
+    "failed": Failed,
+}
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 
 

@@ -78,11 +78,15 @@ class Strategy:
         """Why this strategy cannot run in this environment, or None."""
         pkg = self.requires.package
         if pkg and importlib.util.find_spec(pkg) is None:
-            extra = f" (pip install 'loadscope[{self.requires.extra}]')" if self.requires.extra else ""
+            extra = (
+                f" (pip install 'loadscope[{self.requires.extra}]')" if self.requires.extra else ""
+            )
             return f"{pkg} is not installed{extra}"
         return None
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:

@@ -154,6 +154,64 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_probe)
 
     p = sub.add_parser(
+        "bench",
+        help="run loader strategies side by side, cold and warm, in isolated workers",
+        description="Load TARGET with each strategy in a fresh worker process, interleaved"
+        " (A B C A B C ...), from a verified cold and/or warm page cache; report median time,"
+        " throughput, x vs mmap load_file, faults, I/O sizes and peak RSS, and check every"
+        " strategy returns the same tensors. One warm-up round is reported as first-run cost.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_DESCRIPTION.split("\n\n", 1)[1],
+    )
+    p.add_argument(
+        "target", metavar="TARGET", nargs="?", help="file, directory, org/name or synthetic:SIZE"
+    )
+    p.add_argument(
+        "--strategies",
+        metavar="A,B,...",
+        help="comma-separated (default: every one that applies; see --list-strategies)",
+    )
+    p.add_argument(
+        "--cache",
+        choices=("cold", "warm", "both"),
+        default="cold",
+        help="page-cache state (default cold)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=3, help="timed rounds after the warm-up (default 3)"
+    )
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up round")
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="fit the run in SECONDS: sample the model and extrapolate when full loads do not fit",
+    )
+    p.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="STRATEGY.NAME=VALUE",
+        help="override a strategy knob, e.g. parallel.threads=16 (repeatable)",
+    )
+    p.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="kill a trial after this",
+    )
+    p.add_argument(
+        "--json", metavar="FILE", help="write the full result as JSON to FILE ('-' for stdout)"
+    )
+    p.add_argument(
+        "--allow-drop-caches", action="store_true", help="drop caches host-wide if eviction fails"
+    )
+    p.add_argument("--list-strategies", action="store_true", help="list strategies and exit")
+    p.add_argument("--synth-dir", metavar="DIR", help="where a synthetic: target is built")
+    p.set_defaults(run=_cmd_bench)
+
+    p = sub.add_parser(
         "demo",
         help="see the slow-disk pathology on a synthetic model through an emulated network disk",
         description="Build a synthetic checkpoint, serve it through the emulated slow disk"
@@ -301,6 +359,89 @@ def _write_file(path: str, text: str) -> None:
             fh.write(text)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _parse_knobs(items: list[str]) -> dict[str, dict[str, str]]:
+    knobs: dict[str, dict[str, str]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        strategy, dot, name = key.partition(".")
+        if not sep or not dot or not strategy or not name:
+            raise UsageError(
+                f"--knob {item!r}: expected STRATEGY.NAME=VALUE, e.g. parallel.threads=16"
+            )
+        knobs.setdefault(strategy, {})[name] = value
+    return knobs
+
+
+def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.bench import (
+        BenchOptions,
+        TrialFinished,
+        TrialProgress,
+        TrialStarted,
+        describe_strategies,
+        run_bench,
+        to_text,
+    )
+    from loadscope.targets import open_target
+
+    if args.list_strategies:
+        for name, info in describe_strategies().items():
+            status = (
+                f"unavailable: {info['unavailable']}" if info.get("unavailable") else "available"
+            )
+            out.write(f"{name:<16} {info['summary']}\n{'':<16} [{status}]\n")
+        return ExitCode.OK
+    if args.target is None:
+        raise UsageError("bench needs a TARGET")
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    cache = ("cold", "warm") if args.cache == "both" else (args.cache,)
+    options = BenchOptions(
+        strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+        if args.strategies
+        else None,
+        cache=cache,
+        repeats=args.repeats,
+        warmup=not args.no_warmup,
+        budget_s=args.budget,
+        knobs=_parse_knobs(args.knob),
+        trial_timeout_s=args.trial_timeout,
+        allow_drop_caches=args.allow_drop_caches,
+    )
+    live = sys.stderr.isatty()
+    current: dict[str, str] = {}
+
+    def listen(event: object) -> None:
+        if not live:
+            return
+        if isinstance(event, TrialStarted):
+            t = event.trial
+            warmup = " (warm-up)" if t.warmup else ""
+            current["label"] = f"[{event.index + 1}/{event.total}] {t.strategy} {t.cache}{warmup}"
+            sys.stderr.write(f"\r{current['label']:<60}")
+        elif isinstance(event, TrialProgress) and event.total_bytes:
+            pct = 100 * event.bytes_done / event.total_bytes
+            rate = event.bytes_done / event.seconds if event.seconds > 0 else 0
+            sys.stderr.write(
+                f"\r{current.get('label', ''):<44} {pct:5.1f}% {format_bytes(rate)}/s   "
+            )
+        elif isinstance(event, TrialFinished):
+            sys.stderr.write("\r" + " " * 78 + "\r")
+        sys.stderr.flush()
+
+    with open_target(args.target, synth_dir=args.synth_dir) as target:
+        report = run_bench(target, options, listen)
+    if args.json == "-":
+        out.write(report.to_json() + "\n")
+        return ExitCode.OK
+    if args.json:
+        _write_file(args.json, report.to_json() + "\n")
+    out.write(to_text(report) + "\n")
+    if args.json:
+        out.write(f"full result: {args.json}\n")
+    return ExitCode.OK
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:

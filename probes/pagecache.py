@@ -46,6 +46,7 @@ _libc.mmap.argtypes = [
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_LOW_BIT = bytes(b & 1 for b in range(256))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +114,8 @@ def _mincore_window(fd: int, offset: int, length: int) -> int:
         if _libc.mincore(ctypes.c_void_p(addr), length, vec) != 0:
             err = ctypes.get_errno()
             raise Unavailable(f"mincore failed: {os.strerror(err)}")
-        return sum(1 for b in bytes(vec) if b & 1)
+        # Only the low bit means "resident" (the others are reserved): keep it, count in C.
+        return bytes(vec).translate(_LOW_BIT).count(1)
     finally:
         _libc.munmap(ctypes.c_void_p(addr), length)
 

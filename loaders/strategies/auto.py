@@ -42,7 +42,9 @@ class Auto(Strategy):
         Knob("direct", "auto", "O_DIRECT for cold files: auto, yes or no"),
     )
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
         want_direct = str(ctx.knob(self, "direct"))
         choices = ctx.notes.setdefault("choices", [])

@@ -34,7 +34,9 @@ class Direct(Strategy):
         Knob("block_bytes", 1 << 20, "bytes per read request (a multiple of 4 KiB)"),
     )
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
         for f in files:
             if not o_direct_ok(f.path):

@@ -1,4 +1,4 @@
-"""``fullread``: ``safetensors.torch.load(open(p, "rb").read())`` — the maintainer's fix for network disks.
+"""``fullread``: ``load(open(p, "rb").read())``, the maintainer's fix for network disks.
 
 One big read of the whole file into memory, then tensors are built from the
 bytes. Holds the file twice at the peak (the bytes and the tensors).
@@ -29,7 +29,9 @@ class FullRead(Strategy):
     summary = "safetensors.torch.load(open(p, 'rb').read())"
     requires = Requirements(ram_multiple=2.0)
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         from safetensors.torch import load
 
         from loadscope.loaders.safetensors_format import read_header

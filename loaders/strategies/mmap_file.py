@@ -21,7 +21,9 @@ class MmapLoadFile(Strategy):
     summary = "safetensors.torch.load_file (memory-mapped, lazy)"
     requires = Requirements(ram_multiple=0.0)
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         from safetensors import safe_open
         from safetensors.torch import load_file
 

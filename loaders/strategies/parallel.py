@@ -1,4 +1,4 @@
-"""``parallel``: N threads of large positional reads into one buffer per file; tensors are views on it.
+"""``parallel``: threads of large preads into one buffer per file; tensors are views on it.
 
 Deep parallelism with large requests is what beats per-request latency on
 network storage (many requests in flight instead of one); the buffer is read
@@ -38,7 +38,7 @@ def parallel_read(
     flags: int = 0,
     align: int = 1,
 ) -> None:
-    """Fill ``view`` (``view[0]`` = byte ``ranges[0][0]``... laid out back to back) with ``threads``.
+    """Fill ``view`` with the byte ``ranges`` of ``path``, laid out back to back, by ``threads``.
 
     Each range ``(start, end)`` lands at the running offset in ``view``. With O_DIRECT
     (``flags``), requests are aligned to ``align`` and the tail of each range that
@@ -65,7 +65,7 @@ def parallel_read(
                     return
                 off, length, dst = job
                 _read_into(fd, plain, view[dst : dst + length], off, align)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001  (handed to the caller, re-raised below)
             errors.append(exc)
         finally:
             os.close(fd)
@@ -107,7 +107,9 @@ class Parallel(Strategy):
         Knob("block_bytes", 16 << 20, "bytes per read request"),
     )
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
         for f in files:
             yield from read_file_parallel(f, threads=threads, block_bytes=block)

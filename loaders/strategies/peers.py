@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     import torch
 
 
-def _only(f: FileRequest, items: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+def _only(
+    f: FileRequest, items: Iterator[tuple[str, torch.Tensor]]
+) -> Iterator[tuple[str, torch.Tensor]]:
     wanted = set(f.tensors) if f.tensors is not None else None
     for name, t in items:
         if wanted is None or name in wanted:
@@ -28,7 +30,9 @@ class FastSafetensors(Strategy):
     summary = "fastsafetensors SafeTensorsFileLoader, CPU mode (nogds)"
     requires = Requirements(ram_multiple=1.0, package="fastsafetensors", extra="peers")
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         from fastsafetensors import SafeTensorsFileLoader, SingleGroup
 
         loader = SafeTensorsFileLoader(SingleGroup(), "cpu", nogds=True)
@@ -56,7 +60,9 @@ class RunAI(Strategy):
     summary = "runai-model-streamer SafetensorsStreamer"
     requires = Requirements(ram_multiple=1.0, package="runai_model_streamer", extra="peers")
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         from runai_model_streamer import SafetensorsStreamer
 
         with SafetensorsStreamer() as streamer:

@@ -52,7 +52,9 @@ class Pickle(Strategy):
     def unavailable(self) -> str | None:
         return torch_too_old()
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         import torch
 
         for f in files:

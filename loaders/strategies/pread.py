@@ -28,7 +28,9 @@ class SafetensorsPread(Strategy):
             return f"safetensors {safetensors.__version__} has no backend= option in load_file"
         return None
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         from safetensors.torch import load_file
 
         for f in files:

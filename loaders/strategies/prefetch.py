@@ -24,7 +24,9 @@ class Prefetch(Strategy):
     requires = Requirements(ram_multiple=0.0)
     knobs = (Knob("block_bytes", 16 << 20, "size of each prefetch read"),)
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         block = ctx.knob(self, "block_bytes")
         buf = bytearray(block)
         view = memoryview(buf)

@@ -1,0 +1,173 @@
+"""The worker process of one trial: ``python -m loadscope.loaders.worker SPEC_JSON``.
+
+A fresh interpreter per trial gives a clean RSS, no page-cache sharing with the
+parent, and containment of crashes and the OOM killer. The worker imports
+torch before the clock starts, times the strategy until every page of every
+tensor has been touched, measures its own faults and I/O around exactly that
+region, then digests the tensors (outside the timed region) for the parent to
+compare with a reference read. Events go to the original stdout; anything a
+library prints is redirected to stderr so it cannot corrupt the protocol.
+
+``python -m loadscope.loaders.worker --describe`` prints, as JSON, every
+strategy's declaration and why it is unavailable here (if it is).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import zlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loadscope.loaders.events import Done, Emitter, Failed, Start
+
+if TYPE_CHECKING:
+    import torch
+
+PAGE = 4096
+
+
+def digest_bytes(data: Any) -> str:
+    """The digest the parent's reference read and every worker agree on: crc32 and length."""
+    view = memoryview(data).cast("B")
+    return f"{zlib.crc32(view):08x}:{len(view)}"
+
+
+def tensor_bytes(t: torch.Tensor) -> Any:
+    import torch
+
+    flat = t.contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return b""
+    return flat.view(torch.uint8).numpy()
+
+
+def touch(t: torch.Tensor) -> int:
+    """Read one byte of every page of ``t`` (so lazy mmap pages are really read); its bytes."""
+    import torch
+
+    if t.numel() == 0:
+        return 0
+    raw = t.reshape(-1).view(torch.uint8) if t.is_contiguous() else tensor_bytes(t)
+    raw = raw if isinstance(raw, torch.Tensor) else torch.from_numpy(raw)
+    raw[::PAGE].sum()
+    raw[-1].item()
+    return int(raw.numel())
+
+
+def describe() -> dict[str, Any]:
+    from loadscope.loaders.strategies import STRATEGIES
+
+    out = {}
+    for name, strategy in STRATEGIES.items():
+        info = strategy.describe()
+        try:
+            info["unavailable"] = strategy.unavailable()
+        except Exception as exc:  # noqa: BLE001  (reported as the reason it is unusable)
+            info["unavailable"] = f"{type(exc).__name__}: {exc}"
+        out[name] = info
+    return out
+
+
+def _mean_residency(paths: list[str]) -> float | None:
+    from loadscope.probes.pagecache import residency
+
+    fractions = [residency(p).fraction for p in paths]
+    known = [f for f in fractions if f is not None]
+    return sum(known) / len(known) if known and len(known) == len(fractions) else None
+
+
+def run(spec: dict[str, Any], emitter: Emitter) -> int:
+    import safetensors.torch  # noqa: F401
+    import torch  # imported before the clock starts: its import is not the load
+
+    from loadscope.loaders.strategies import get
+    from loadscope.loaders.strategy import FileRequest, LoadContext
+    from loadscope.probes.iosampler import IoSampler, delta
+
+    strategy = get(spec["strategy"])
+    files = [
+        FileRequest(f["path"], f["size_bytes"], f["format"], _names(f.get("tensors")))
+        for f in spec["files"]
+    ]
+    ctx = LoadContext(knobs=dict(spec.get("knobs", {})), hints=dict(spec.get("hints", {})))
+    block_stat = spec.get("block_stat")
+    sampler = IoSampler(block_stat_path=Path(block_stat) if block_stat else None)
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    emitter.emit(
+        Start(
+            strategy.name, os.getpid(), time.monotonic(), spec["total_bytes"], spec["total_tensors"]
+        )
+    )
+    resident = _mean_residency([f.path for f in files])
+    tensors: dict[str, torch.Tensor] = {}
+    done_bytes = 0
+    first: float | None = None
+    before = sampler.sample()
+    t0 = time.perf_counter()
+    for name, tensor in strategy.load(files, ctx):
+        done_bytes += touch(tensor)
+        tensors[name] = tensor
+        if first is None:
+            first = time.perf_counter() - t0
+        emitter.progress(done_bytes, len(tensors))
+    seconds = time.perf_counter() - t0
+    after = sampler.sample()
+    emitter.progress(done_bytes, len(tensors), force=True)
+    digests = {name: digest_bytes(tensor_bytes(t)) for name, t in tensors.items()}
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    emitter.emit(
+        Done(
+            t=time.monotonic(),
+            seconds=seconds,
+            first_tensor_s=first,
+            bytes=done_bytes,
+            tensors=len(tensors),
+            digests=digests,
+            peak_rss_bytes=peak_rss,
+            detail={
+                "io": asdict(delta(before, after)),
+                "residency_at_start": resident,
+                **ctx.notes,
+            },
+        )
+    )
+    return 0
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    # Events go to the real stdout; stray prints (from any library) go to stderr.
+    events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    emitter = Emitter(events)
+    if args == ["--describe"]:
+        events.write(json.dumps(describe()) + "\n")
+        return 0
+    if len(args) != 1:
+        emitter.emit(
+            Failed(time.monotonic(), "usage: python -m loadscope.loaders.worker SPEC_JSON")
+        )
+        return 2
+    try:
+        spec = json.loads(Path(args[0][1:]).read_text() if args[0].startswith("@") else args[0])
+        return run(spec, emitter)
+    except MemoryError:
+        emitter.emit(Failed(time.monotonic(), "out of memory (MemoryError) while loading"))
+        return 1
+    except BaseException as exc:  # noqa: BLE001  (the worker's one funnel: a failed event)
+        emitter.emit(Failed(time.monotonic(), f"{type(exc).__name__}: {exc}"))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,825 @@
+"""``loadscope bench``: run loader strategies side by side, cold and warm, in isolated workers.
+
+The plan is interleaved (A B C A B C ...) so every strategy sees the same
+machine state, with one warm-up round reported as first-run cost and excluded
+from the medians. Before each trial the cache is put in the asked state and
+*verified* (cold: evicted and checked with mincore; warm: pre-read and
+checked); a trial whose cache state could not be verified is marked and kept
+out of the medians. Each trial runs in a fresh worker process in its own
+process group, streams JSON-line events, and is killed on timeout; its tensors'
+digests are compared with a reference read. Strategies that would hold the
+model in RAM are skipped, with the numbers, when they would not fit.
+
+Huge models: with ``--budget``, a pilot round on a sample estimates every
+trial's full cost; when the plan does not fit, every strategy runs on the same
+representative sample (windows of tensors spread across shards) and the full
+time is extrapolated, with the sample size and an error estimate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
+from loadscope.loaders.safetensors_format import read_header
+from loadscope.probes.pagecache import ColdCache, residency
+from loadscope.probes.system import probe_system
+from loadscope.targets import Target, WeightFile
+from loadscope.units import format_bytes, format_rate
+
+SCHEMA_VERSION = 1
+CacheMode = Literal["cold", "warm"]
+TrialStatus = Literal["ok", "failed", "skipped"]
+#: Memory kept free beyond a strategy's predicted peak: the interpreter, torch, slack.
+RUNTIME_OVERHEAD_BYTES = 600 << 20
+WARM_ENOUGH = 0.95
+_SERIES_POINTS = 50
+_STDERR_TAIL = 40
+
+
+class BenchError(LoadscopeError):
+    exit_code = ExitCode.USAGE
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    strategies: tuple[str, ...] | None = None
+    cache: tuple[CacheMode, ...] = ("cold",)
+    repeats: int = 3
+    warmup: bool = True
+    budget_s: float | None = None
+    knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    hints: dict[str, Any] = field(default_factory=dict)
+    trial_timeout_s: float = 600.0
+    allow_drop_caches: bool = False
+    #: Override the measured memory headroom (tests; containers that hide their limit).
+    memory_headroom_bytes: int | None = None
+    #: Force sampling with this many bytes (tests); else chosen from the budget.
+    sample_bytes: int | None = None
+    #: The worker command (tests inject misbehaving workers); default: the real worker.
+    worker_argv: tuple[str, ...] | None = None
+
+
+@dataclass(slots=True)
+class Trial:
+    id: int
+    strategy: str
+    cache: CacheMode
+    repeat: int  # 0 is the warm-up round
+    warmup: bool
+    status: TrialStatus = "ok"
+    reason: str | None = None
+    seconds: float | None = None
+    bytes: int | None = None
+    bytes_per_s: float | None = None
+    first_tensor_s: float | None = None
+    tensors: int | None = None
+    major_faults: int | None = None
+    minor_faults: int | None = None
+    read_syscalls: int | None = None
+    read_bytes: int | None = None
+    avg_read_bytes: float | None = None
+    block_requests: int | None = None
+    avg_request_bytes: float | None = None
+    residency_before: float | None = None
+    cache_verified: bool | None = None
+    verified: bool | None = None
+    peak_rss_bytes: int | None = None
+    sampled: bool = False
+    extrapolated_seconds: float | None = None
+    #: (seconds since start, bytes done), downsampled.
+    series: list[tuple[float, int]] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Summary:
+    strategy: str
+    cache: CacheMode
+    trials: int
+    median_seconds: float | None
+    median_bytes_per_s: float | None
+    x_vs_mmap: float | None
+    first_run_seconds: float | None
+    min_seconds: float | None
+    max_seconds: float | None
+    extrapolated_median_seconds: float | None = None
+
+
+@dataclass(slots=True)
+class Sample:
+    bytes: int
+    total_bytes: int
+    tensors: int
+    files: int
+    #: Relative error of the extrapolation, estimated from two sample sizes.
+    error_estimate: float | None = None
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class BenchReport:
+    target: dict[str, Any]
+    options: dict[str, Any]
+    trials: list[Trial]
+    summary: list[Summary]
+    skipped: dict[str, str]
+    sample: Sample | None
+    notes: list[str]
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "target": self.target,
+            "options": self.options,
+            "trials": [asdict(t) for t in self.trials],
+            "summary": [asdict(s) for s in self.summary],
+            "skipped": self.skipped,
+            "sample": asdict(self.sample) if self.sample else None,
+            "notes": self.notes,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+# -- events for a live view (CLI progress line, TUI charts) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TrialStarted:
+    trial: Trial
+    index: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrialProgress:
+    trial: Trial
+    seconds: float
+    bytes_done: int
+    total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrialFinished:
+    trial: Trial
+
+
+BenchEvent = TrialStarted | TrialProgress | TrialFinished
+Listener = Callable[[BenchEvent], None]
+
+
+# -- strategies available here ------------------------------------------------------------------
+
+
+def describe_strategies() -> dict[str, dict[str, Any]]:
+    """Every strategy's declaration and why it is unavailable, asked of a worker process.
+
+    The parent never imports torch or the peers itself: a worker answers.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadscope.loaders.worker", "--describe"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        raise BenchError(f"cannot start a loader worker: {tail[0]}")
+    result: dict[str, dict[str, Any]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- reference digests --------------------------------------------------------------------------
+
+
+def reference_digests(
+    files: list[WeightFile], tensors: dict[Path, tuple[str, ...] | None]
+) -> dict[str, str]:
+    """crc32 of each tensor's bytes read straight from the file at its header offsets."""
+    out: dict[str, str] = {}
+    for wf in files:
+        header = read_header(wf.path)
+        wanted = tensors.get(wf.path)
+        names = set(wanted) if wanted is not None else None
+        fd = os.open(wf.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for t in header.tensors:
+                if names is not None and t.name not in names:
+                    continue
+                data = os.pread(fd, t.nbytes, header.data_offset + t.begin) if t.nbytes else b""
+                out[t.name] = f"{zlib.crc32(data):08x}:{len(data)}"
+        finally:
+            os.close(fd)
+    return out
+
+
+# -- sampling -----------------------------------------------------------------------------------
+
+
+def choose_sample(
+    files: list[WeightFile], sample_bytes: int, windows_per_file: int = 4
+) -> dict[Path, tuple[str, ...]]:
+    """Runs of consecutive tensors, ``windows_per_file`` per file, totalling ~``sample_bytes``.
+
+    Spread across every shard and across each file (start, middle, end), so the
+    sample meets the same mix of small and large tensors as the whole model.
+    """
+    total = sum(f.size_bytes for f in files) or 1
+    out: dict[Path, tuple[str, ...]] = {}
+    for wf in files:
+        header = read_header(wf.path)
+        share = sample_bytes * wf.size_bytes / total
+        per_window = share / windows_per_file
+        chosen: list[str] = []
+        n = len(header.tensors)
+        for w in range(windows_per_file):
+            i = int(w * n / windows_per_file)
+            got = 0
+            while i < n and got < per_window:
+                t = header.tensors[i]
+                if t.name not in chosen:
+                    chosen.append(t.name)
+                    got += t.nbytes
+                i += 1
+        if chosen:
+            out[wf.path] = tuple(chosen)
+    return out
+
+
+def _sample_bytes(files: list[WeightFile], sample: dict[Path, tuple[str, ...]]) -> tuple[int, int]:
+    nbytes = count = 0
+    for wf in files:
+        names = set(sample.get(wf.path, ()))
+        for t in read_header(wf.path).tensors:
+            if t.name in names:
+                nbytes += t.nbytes
+                count += 1
+    return nbytes, count
+
+
+# -- one trial ----------------------------------------------------------------------------------
+
+
+def _prepare_cache(
+    files: list[WeightFile], mode: CacheMode, cold: ColdCache
+) -> tuple[bool, float | None, str]:
+    """Put every file in ``mode`` and verify it; (verified, mean residency, note)."""
+    notes: list[str] = []
+    if mode == "cold":
+        ok = True
+        for wf in files:
+            ev = cold.evict(wf.path)
+            if not ev.verified:
+                ok = False
+                notes.append(f"{wf.path.name}: {ev.note}")
+    else:
+        buf = bytearray(16 << 20)
+        view = memoryview(buf)
+        for wf in files:
+            with open(wf.path, "rb", buffering=0) as fh:
+                while fh.readinto(view):
+                    pass
+    fractions = [residency(wf.path).fraction for wf in files]
+    known = [f for f in fractions if f is not None]
+    mean = sum(known) / len(known) if known and len(known) == len(fractions) else None
+    if mode == "warm":
+        ok = mean is not None and mean >= WARM_ENOUGH
+        if not ok:
+            notes.append(
+                "residency unknown"
+                if mean is None
+                else f"only {mean:.0%} resident after pre-reading"
+            )
+    return ok, mean, "; ".join(notes)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=10)
+
+
+def _exit_reason(returncode: int, stderr_tail: list[str]) -> str:
+    if returncode < 0:
+        sig = signal.Signals(-returncode).name
+        why = " (the OOM killer? see dmesg)" if sig == "SIGKILL" else ""
+        reason = f"worker killed by {sig}{why}"
+    else:
+        reason = f"worker exited with code {returncode} without a result"
+    last = next((line for line in reversed(stderr_tail) if line.strip()), None)
+    return f"{reason}: {last.strip()[:200]}" if last else reason
+
+
+class _Worker:
+    """One running worker: its events, its stderr tail, and a kill switch."""
+
+    def __init__(self, spec: dict[str, Any], argv: tuple[str, ...] | None = None) -> None:
+        command = argv or (sys.executable, "-m", "loadscope.loaders.worker")
+        self.proc = subprocess.Popen(
+            [*command, json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group: killable with everything it spawned
+        )
+        self.events: queue.Queue[Start | Progress | Done | Failed | ProtocolError | None] = (
+            queue.Queue()
+        )
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.events.put(decode(line))
+            except ProtocolError as exc:
+                self.events.put(exc)
+        self.events.put(None)
+
+    def _read_stderr(self) -> None:
+        # Read concurrently: a worker that fills its stderr pipe must not stall.
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line.rstrip("\n"))
+            del self.stderr[:-_STDERR_TAIL]
+
+
+def _downsample(
+    points: list[tuple[float, int]], n: int = _SERIES_POINTS
+) -> list[tuple[float, int]]:
+    if len(points) <= n:
+        return points
+    step = (len(points) - 1) / (n - 1)
+    return [points[round(i * step)] for i in range(n)]
+
+
+def run_trial(
+    trial: Trial,
+    files: list[WeightFile],
+    sample: dict[Path, tuple[str, ...]] | None,
+    *,
+    options: BenchOptions,
+    reference: dict[str, str],
+    block_stat: str | None,
+    cold: ColdCache,
+    listener: Listener,
+    total_bytes: int,
+) -> tuple[Trial, dict[str, str]]:
+    """Run one trial; returns it and its tensors' digests."""
+    verified, resident, note = _prepare_cache(files, trial.cache, cold)
+    trial.cache_verified = verified
+    trial.residency_before = resident
+    if note:
+        trial.detail["cache_note"] = note
+    spec = {
+        "strategy": trial.strategy,
+        "files": [
+            {
+                "path": str(wf.path),
+                "size_bytes": wf.size_bytes,
+                "format": wf.format,
+                "tensors": None if sample is None else list(sample.get(wf.path, ())),
+            }
+            for wf in files
+            if sample is None or wf.path in sample
+        ],
+        "knobs": options.knobs.get(trial.strategy, {}),
+        "hints": options.hints,
+        "block_stat": block_stat,
+        "total_bytes": total_bytes,
+        "total_tensors": 0,
+    }
+    worker = _Worker(spec, options.worker_argv)
+    deadline = time.monotonic() + options.trial_timeout_s
+    started: Start | None = None
+    result: Done | Failed | None = None
+    points: list[tuple[float, int]] = []
+    protocol: list[str] = []
+    try:
+        while result is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _kill_group(worker.proc)
+                result = Failed(
+                    time.monotonic(),
+                    f"timed out after {options.trial_timeout_s:g} s; worker killed",
+                )
+                break
+            try:
+                event = worker.events.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if event is None:
+                worker.proc.wait(timeout=30)
+                result = Failed(
+                    time.monotonic(), _exit_reason(worker.proc.returncode, worker.stderr)
+                )
+            elif isinstance(event, ProtocolError):
+                protocol.append(str(event))
+            elif isinstance(event, Start):
+                started = event
+            elif isinstance(event, Progress):
+                t0 = started.t if started else event.t
+                points.append((round(event.t - t0, 4), event.bytes_done))
+                listener(TrialProgress(trial, event.t - t0, event.bytes_done, total_bytes))
+            else:
+                result = event
+    finally:
+        if worker.proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.proc.wait(timeout=30)
+            if worker.proc.poll() is None:
+                _kill_group(worker.proc)
+    if protocol:
+        trial.detail["protocol_errors"] = protocol[:5]
+    trial.series = _downsample(points)
+    if isinstance(result, Failed):
+        trial.status, trial.reason = "failed", result.reason
+        return trial, {}
+    assert isinstance(result, Done)
+    _fill_metrics(trial, result, reference)
+    return trial, result.digests
+
+
+def _fill_metrics(trial: Trial, done: Done, reference: dict[str, str]) -> None:
+    trial.seconds = done.seconds
+    trial.bytes = done.bytes
+    trial.tensors = done.tensors
+    trial.bytes_per_s = done.bytes / done.seconds if done.seconds > 0 else None
+    trial.first_tensor_s = done.first_tensor_s
+    trial.peak_rss_bytes = done.peak_rss_bytes
+    io = done.detail.get("io", {})
+    trial.major_faults = io.get("majflt")
+    trial.minor_faults = io.get("minflt")
+    trial.read_syscalls = io.get("syscr")
+    trial.read_bytes = io.get("rchar")
+    if trial.read_syscalls and trial.read_bytes is not None:
+        trial.avg_read_bytes = trial.read_bytes / trial.read_syscalls
+    trial.block_requests = io.get("block_read_ios")
+    trial.avg_request_bytes = io.get("avg_request_bytes")
+    trial.detail.update({k: v for k, v in done.detail.items() if k != "io"})
+    trial.detail["io"] = io
+    if reference:
+        mismatched = sorted(n for n, d in done.digests.items() if reference.get(n) != d)
+        missing = sorted(set(reference) - set(done.digests))
+        trial.verified = not mismatched and not missing
+        if not trial.verified:
+            trial.status = "failed"
+            parts = []
+            if mismatched:
+                parts.append(
+                    f"{len(mismatched)} tensor(s) differ from the reference read"
+                    f" (first: {mismatched[0]})"
+                )
+            if missing:
+                parts.append(f"{len(missing)} tensor(s) missing (first: {missing[0]})")
+            trial.reason = "wrong tensors: " + "; ".join(parts)
+
+
+# -- the plan -----------------------------------------------------------------------------------
+
+
+def _applicable(
+    target: Target, available: dict[str, dict[str, Any]], names: tuple[str, ...] | None
+) -> tuple[list[str], dict[str, str]]:
+    formats = target.formats
+    chosen, skipped = [], {}
+    for name in names or tuple(available):
+        info = available.get(name)
+        if info is None:
+            raise BenchError(f"unknown strategy {name!r} (known: {', '.join(available)})")
+        if info.get("gpu"):
+            skipped[name] = "needs a GPU (--device cuda)"
+        elif not formats & set(info["formats"]):
+            skipped[name] = (
+                f"reads {' or '.join(info['formats'])} checkpoints;"
+                f" this target is {' and '.join(sorted(formats))}"
+            )
+        elif info.get("unavailable"):
+            skipped[name] = str(info["unavailable"])
+        else:
+            chosen.append(name)
+    return chosen, skipped
+
+
+def memory_guard(name: str, info: dict[str, Any], model_bytes: int, headroom: int) -> str | None:
+    """Why ``name`` must not run (it would not fit in RAM), or None."""
+    multiple = float(info.get("ram_multiple", 1.0))
+    if multiple <= 0:
+        return None
+    need = int(multiple * model_bytes) + RUNTIME_OVERHEAD_BYTES
+    if need <= headroom:
+        return None
+    return (
+        f"would hold ~{format_bytes(need)} in RAM ({multiple:g}x the"
+        f" {format_bytes(model_bytes)} loaded"
+        f" + runtime) but only {format_bytes(headroom)} is free within RAM and the cgroup limit"
+        f" ({format_bytes(need - headroom)} missing)"
+    )
+
+
+def _headroom(options: BenchOptions) -> int:
+    if options.memory_headroom_bytes is not None:
+        return options.memory_headroom_bytes
+    return probe_system().memory_headroom_bytes
+
+
+def _summaries(trials: list[Trial]) -> list[Summary]:
+    out: list[Summary] = []
+    keys = list(dict.fromkeys((t.strategy, t.cache) for t in trials))
+    medians: dict[tuple[str, CacheMode], float] = {}
+    for strategy, cache in keys:
+        group = [t for t in trials if t.strategy == strategy and t.cache == cache]
+        steady = [
+            t for t in group if not t.warmup and t.status == "ok" and t.cache_verified and t.seconds
+        ]
+        first = next((t.seconds for t in group if t.warmup and t.status == "ok"), None)
+        secs = [t.seconds for t in steady if t.seconds is not None]
+        rates = [t.bytes_per_s for t in steady if t.bytes_per_s]
+        extra = [t.extrapolated_seconds for t in steady if t.extrapolated_seconds is not None]
+        med = statistics.median(secs) if secs else None
+        if med is not None:
+            medians[(strategy, cache)] = med
+        out.append(
+            Summary(
+                strategy,
+                cache,
+                len(steady),
+                med,
+                statistics.median(rates) if rates else None,
+                None,
+                first,
+                min(secs) if secs else None,
+                max(secs) if secs else None,
+                statistics.median(extra) if extra else None,
+            )
+        )
+    for s in out:
+        base = medians.get(("mmap", s.cache))
+        if base and s.median_seconds:
+            s.x_vs_mmap = base / s.median_seconds
+    return out
+
+
+def run_bench(
+    target: Target, options: BenchOptions, listener: Listener | None = None
+) -> BenchReport:
+    """Plan, run and summarise the trials for ``target``."""
+    say = listener or (lambda _e: None)
+    notes: list[str] = []
+    available = describe_strategies()
+    names, skipped = _applicable(target, available, options.strategies)
+    files = list(target.files)
+    total = target.total_bytes
+    sample: dict[Path, tuple[str, ...]] | None = None
+    sample_info: Sample | None = None
+    if options.sample_bytes is not None and target.formats == {"safetensors"}:
+        sample = choose_sample(files, options.sample_bytes)
+    headroom = _headroom(options)
+    loaded = total if sample is None else _sample_bytes(files, sample)[0]
+    for name in list(names):
+        why = memory_guard(name, available[name], loaded, headroom)
+        if why:
+            skipped[name] = why
+            names.remove(name)
+    if not names:
+        raise BenchError(
+            "no strategy can run on this target here: "
+            + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        )
+    block_stat = _block_stat_of(files[0].path)
+    cold = ColdCache(allow_drop_caches=options.allow_drop_caches)
+    if options.budget_s is not None and sample is None and target.formats == {"safetensors"}:
+        sample, sample_info = _fit_budget(target, names, options, block_stat, cold, say)
+    if sample is not None and sample_info is None:
+        nbytes, count = _sample_bytes(files, sample)
+        sample_info = Sample(nbytes, total, count, len(sample), None, "asked for")
+    if sample is not None and "pickle" in " ".join(names):
+        notes.append("torch checkpoints are loaded whole even when sampling")
+    reference = reference_digests(files, sample or {}) if target.formats == {"safetensors"} else {}
+    rounds = range(0 if options.warmup else 1, options.repeats + 1)
+    plan = [
+        Trial(0, name, cache, r, r == 0)
+        for r in rounds
+        for cache in options.cache
+        for name in names
+    ]
+    for i, trial in enumerate(plan):
+        trial.id = i + 1
+        say(TrialStarted(trial, i, len(plan)))
+        _, digests = run_trial(
+            trial,
+            files,
+            sample,
+            options=options,
+            reference=reference,
+            block_stat=block_stat,
+            cold=cold,
+            listener=say,
+            total_bytes=sample_info.bytes if sample_info else total,
+        )
+        if sample_info and trial.seconds is not None:
+            trial.sampled = True
+            trial.extrapolated_seconds = (
+                trial.seconds * sample_info.total_bytes / max(sample_info.bytes, 1)
+            )
+        if not reference and trial.status == "ok" and digests:
+            # Torch checkpoints have no header to read a reference from: the first trial's
+            # tensors become the reference every later trial must match.
+            reference = digests
+            trial.detail["reference"] = True
+        say(TrialFinished(trial))
+    return BenchReport(
+        target={
+            "spec": target.spec,
+            "kind": target.kind,
+            "root": str(target.root),
+            "files": len(files),
+            "total_bytes": total,
+            "formats": sorted(target.formats),
+        },
+        options={
+            "strategies": names,
+            "cache": list(options.cache),
+            "repeats": options.repeats,
+            "warmup": options.warmup,
+            "budget_s": options.budget_s,
+            "knobs": options.knobs,
+            "hints": options.hints,
+        },
+        trials=plan,
+        summary=_summaries(plan),
+        skipped=skipped,
+        sample=sample_info,
+        notes=notes,
+    )
+
+
+def _block_stat_of(path: Path) -> str | None:
+    dev = os.stat(path).st_dev
+    stat = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat")
+    return str(stat) if os.major(dev) != 0 and stat.exists() else None
+
+
+def _fit_budget(
+    target: Target,
+    names: list[str],
+    options: BenchOptions,
+    block_stat: str | None,
+    cold: ColdCache,
+    say: Listener,
+) -> tuple[dict[Path, tuple[str, ...]] | None, Sample | None]:
+    """Pilot every strategy on a small sample; sample the whole run if full loads do not fit."""
+    assert options.budget_s is not None
+    files = list(target.files)
+    total = target.total_bytes
+    pilot_bytes = min(total // 4, 64 << 20)
+    if pilot_bytes <= 0:
+        return None, None
+    pilot = choose_sample(files, pilot_bytes)
+    pilot_actual, _ = _sample_bytes(files, pilot)
+    reference = reference_digests(files, pilot)
+    per_trial = []
+    for name in names:
+        for cache in options.cache:
+            t = Trial(0, name, cache, 0, True)
+            run_trial(
+                t,
+                files,
+                pilot,
+                options=options,
+                reference=reference,
+                block_stat=block_stat,
+                cold=cold,
+                listener=say,
+                total_bytes=pilot_actual,
+            )
+            per_trial.append((t.seconds or 0.0) + 2.0)  # + worker start-up
+    runs = options.repeats + (1 if options.warmup else 0)
+    full_estimate = sum(s * total / max(pilot_actual, 1) for s in per_trial) * runs
+    if full_estimate <= options.budget_s:
+        return None, None
+    # Sample size that makes the whole plan fit, never smaller than the pilot.
+    scale = options.budget_s / max(sum(per_trial) * runs, 1e-9)
+    sample_bytes = max(pilot_actual, int(pilot_actual * scale))
+    sample = choose_sample(files, min(sample_bytes, total))
+    nbytes, count = _sample_bytes(files, sample)
+    return sample, Sample(
+        nbytes,
+        total,
+        count,
+        len(sample),
+        None,
+        f"full loads would take ~{full_estimate:.0f} s, over the {options.budget_s:g} s budget",
+    )
+
+
+# -- the results table --------------------------------------------------------------------------
+
+
+def _secs(value: float) -> str:
+    return f"{value:.3g}s" if value < 100 else f"{value:.0f}s"
+
+
+def _count(value: int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1000:.0f}k" if value >= 100_000 else str(value)
+
+
+def _size(value: float | None) -> str:
+    if not value:
+        return "-"
+    return format_bytes(value).replace(" ", "")
+
+
+def to_text(report: BenchReport) -> str:
+    t = report.target
+    lines = [f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"]
+    if report.sample:
+        s = report.sample
+        lines.append(
+            f"sample   {format_bytes(s.bytes)} of {format_bytes(s.total_bytes)}"
+            f" ({s.tensors} tensors in"
+            f" {s.files} file(s)); times extrapolated to the whole model: {s.reason}"
+        )
+    header = (
+        f"{'strategy':<13}{'cache':<6}{'median':>8}{'rate':>11}{'x mmap':>7}"
+        f"{'majflt':>8}{'reads':>7}{'avg req':>9}{'peak RSS':>10}"
+    )
+    lines += ["", header, "-" * len(header)]
+    by_key = {
+        (tr.strategy, tr.cache): tr for tr in report.trials if tr.status == "ok" and not tr.warmup
+    }
+    for s in report.summary:
+        example = by_key.get((s.strategy, s.cache))
+        if s.median_seconds is None or example is None:
+            failed = next(
+                (
+                    tr
+                    for tr in report.trials
+                    if tr.strategy == s.strategy and tr.cache == s.cache and tr.status != "ok"
+                ),
+                None,
+            )
+            why = failed.reason if failed and failed.reason else "no trial with a verified cache"
+            lines.append(f"{s.strategy:<13}{s.cache:<6}failed: {why}"[:160])
+            continue
+        secs = s.extrapolated_median_seconds or s.median_seconds
+        rate = format_rate(s.median_bytes_per_s) if s.median_bytes_per_s else "-"
+        x = f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
+        lines.append(
+            f"{s.strategy:<13}{s.cache:<6}{_secs(secs):>8}{rate:>11}{x:>7}"
+            f"{_count(example.major_faults):>8}{_count(example.read_syscalls):>7}"
+            f"{_size(example.avg_request_bytes):>9}{_size(example.peak_rss_bytes):>10}"
+        )
+    lines.append(
+        textwrap.fill(
+            "x mmap: speed-up over mmap load_file in the same cache state; majflt, reads (read"
+            " syscalls), avg req (block-layer request size) and peak RSS from one steady trial.",
+            80,
+        )
+    )
+    if report.skipped:
+        lines += ["", "skipped:"] + [f"  {k}: {v}" for k, v in report.skipped.items()]
+    failed = [tr for tr in report.trials if tr.status == "failed"]
+    if failed:
+        lines += ["", "failed trials:"] + [
+            f"  #{tr.id} {tr.strategy} {tr.cache}: {tr.reason}" for tr in failed
+        ]
+    unverified = [tr for tr in report.trials if tr.status == "ok" and not tr.cache_verified]
+    if unverified:
+        lines += [
+            "",
+            f"{len(unverified)} trial(s) kept out of the medians: cache state not verified",
+        ]
+        lines += [
+            f"  #{tr.id} {tr.strategy} {tr.cache}: {tr.detail.get('cache_note', '')}"
+            for tr in unverified
+        ]
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
