@@ -30,7 +30,7 @@ import textwrap
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -213,7 +213,7 @@ def describe_strategies() -> dict[str, dict[str, Any]]:
 
 
 def reference_digests(
-    files: list[WeightFile], tensors: dict[Path, tuple[str, ...] | None]
+    files: list[WeightFile], tensors: Mapping[Path, tuple[str, ...] | None]
 ) -> dict[str, str]:
     """crc32 of each tensor's bytes read straight from the file at its header offsets."""
     out: dict[str, str] = {}
@@ -248,21 +248,29 @@ def choose_sample(
     out: dict[Path, tuple[str, ...]] = {}
     for wf in files:
         header = read_header(wf.path)
-        share = sample_bytes * wf.size_bytes / total
-        per_window = share / windows_per_file
-        chosen: list[str] = []
+        per_window = sample_bytes * wf.size_bytes / total / windows_per_file
+        chosen: dict[str, None] = {}
         n = len(header.tensors)
         for w in range(windows_per_file):
             i = int(w * n / windows_per_file)
             got = 0
             while i < n and got < per_window:
                 t = header.tensors[i]
-                if t.name not in chosen:
-                    chosen.append(t.name)
-                    got += t.nbytes
                 i += 1
+                if t.name in chosen:
+                    continue
+                # Pass over a tensor that would overshoot the window by half, so the
+                # sample stays near the asked size; smaller neighbours fill it instead.
+                if got + t.nbytes > 1.5 * per_window:
+                    continue
+                chosen[t.name] = None
+                got += t.nbytes
+        if not chosen and header.tensors:
+            chosen[min(header.tensors, key=lambda t: t.nbytes).name] = None
         if chosen:
-            out[wf.path] = tuple(chosen)
+            # File order, so that each run of neighbours is read as one span.
+            order = {t.name: i for i, t in enumerate(header.tensors)}
+            out[wf.path] = tuple(sorted(chosen, key=order.__getitem__))
     return out
 
 
@@ -760,11 +768,11 @@ def to_text(report: BenchReport) -> str:
     t = report.target
     lines = [f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"]
     if report.sample:
-        s = report.sample
+        smp = report.sample
         lines.append(
-            f"sample   {format_bytes(s.bytes)} of {format_bytes(s.total_bytes)}"
-            f" ({s.tensors} tensors in"
-            f" {s.files} file(s)); times extrapolated to the whole model: {s.reason}"
+            f"sample   {format_bytes(smp.bytes)} of {format_bytes(smp.total_bytes)}"
+            f" ({smp.tensors} tensors in"
+            f" {smp.files} file(s)); times extrapolated to the whole model: {smp.reason}"
         )
     header = (
         f"{'strategy':<13}{'cache':<6}{'median':>8}{'rate':>11}{'x mmap':>7}"
@@ -777,7 +785,7 @@ def to_text(report: BenchReport) -> str:
     for s in report.summary:
         example = by_key.get((s.strategy, s.cache))
         if s.median_seconds is None or example is None:
-            failed = next(
+            bad = next(
                 (
                     tr
                     for tr in report.trials
@@ -785,7 +793,7 @@ def to_text(report: BenchReport) -> str:
                 ),
                 None,
             )
-            why = failed.reason if failed and failed.reason else "no trial with a verified cache"
+            why = bad.reason if bad and bad.reason else "no trial with a verified cache"
             lines.append(f"{s.strategy:<13}{s.cache:<6}failed: {why}"[:160])
             continue
         secs = s.extrapolated_median_seconds or s.median_seconds

@@ -377,6 +377,7 @@ def _parse_knobs(items: list[str]) -> dict[str, dict[str, str]]:
 def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.bench import (
         BenchOptions,
+        CacheMode,
         TrialFinished,
         TrialProgress,
         TrialStarted,
@@ -397,7 +398,7 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
         raise UsageError("bench needs a TARGET")
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
-    cache = ("cold", "warm") if args.cache == "both" else (args.cache,)
+    cache: tuple[CacheMode, ...] = ("cold", "warm") if args.cache == "both" else (args.cache,)
     options = BenchOptions(
         strategies=tuple(s.strip() for s in args.strategies.split(",") if s.strip())
         if args.strategies

@@ -191,7 +191,9 @@ def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
         # FUSE paths are absolute inside the mount; keep them inside SRC.
         return os.path.join(source, path.lstrip("/"))
 
-    class SlowPassthrough(mfusepy.Operations):  # type: ignore[misc]
+    operations_base: Any = mfusepy.Operations
+
+    class SlowPassthrough(operations_base):  # type: ignore[misc]
         use_ns = True
 
         def init_with_config(self, conn: Any, config: Any) -> None:

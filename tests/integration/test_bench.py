@@ -1,0 +1,304 @@
+"""``loadscope bench``: real workers, verified caches, digests, memory guard, failures, sampling."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadscope.bench import (
+    BenchOptions,
+    Trial,
+    reference_digests,
+    run_bench,
+    run_trial,
+)
+from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.probes.pagecache import ColdCache
+from loadscope.synth import SyntheticCheckpoint, synthesize
+from loadscope.targets import resolve
+from tests.conftest import run_loadscope
+
+pytestmark = pytest.mark.integration
+
+CPU_SAFETENSORS = ("mmap", "pread", "fullread", "prefetch", "parallel", "direct", "auto")
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoint:
+    return synthesize(tmp_path_factory.mktemp("bench"), 8 << 20, shards=2, fmt="both", seed=5)
+
+
+@pytest.fixture(scope="module")
+def st_dir(ckpt: SyntheticCheckpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("st")
+    for f in ckpt.root.iterdir():
+        if f.name.startswith("model") or f.name == "config.json":
+            (d / f.name).symlink_to(f)
+    return d
+
+
+@pytest.fixture(scope="module")
+def pt_dir(ckpt: SyntheticCheckpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pt")
+    for f in ckpt.root.iterdir():
+        if f.name.startswith("pytorch_model"):
+            (d / f.name).symlink_to(f)
+    return d
+
+
+def test_every_cpu_strategy_cold_and_warm_returns_the_same_tensors(st_dir: Path) -> None:
+    report = run_bench(
+        resolve(str(st_dir)),
+        BenchOptions(cache=("cold", "warm"), repeats=1, warmup=False),
+    )
+    by = {(t.strategy, t.cache): t for t in report.trials}
+    for name in CPU_SAFETENSORS:
+        for cache in ("cold", "warm"):
+            t = by[(name, cache)]
+            assert t.status == "ok", (name, cache, t.reason)
+            assert t.verified is True
+            assert t.bytes == 8 << 20 or abs(t.bytes - (8 << 20)) < 64 << 10
+            assert t.seconds and t.seconds > 0 and t.bytes_per_s
+            assert t.peak_rss_bytes and t.peak_rss_bytes > 0
+            assert t.cache_verified, t.detail
+            if cache == "cold":
+                assert t.residency_before is not None and t.residency_before <= 0.01
+            else:
+                assert t.residency_before is not None and t.residency_before >= 0.95
+    assert by[("auto", "warm")].detail["choices"][0]["choice"] == "mmap"
+    assert by[("auto", "cold")].detail["choices"][0]["choice"] in ("direct", "parallel")
+    assert {"pickle", "pickle-mmap"} <= set(report.skipped)
+    summary = {(s.strategy, s.cache): s for s in report.summary}
+    assert summary[("mmap", "cold")].x_vs_mmap == pytest.approx(1.0)
+
+
+def test_interleaved_plan_with_warmup(st_dir: Path) -> None:
+    report = run_bench(
+        resolve(str(st_dir)), BenchOptions(strategies=("mmap", "parallel"), repeats=2)
+    )
+    order = [(t.repeat, t.strategy) for t in report.trials]
+    assert order == [
+        (0, "mmap"),
+        (0, "parallel"),
+        (1, "mmap"),
+        (1, "parallel"),
+        (2, "mmap"),
+        (2, "parallel"),
+    ]
+    assert [t.warmup for t in report.trials] == [True, True, False, False, False, False]
+    s = next(s for s in report.summary if s.strategy == "mmap")
+    assert s.trials == 2 and s.first_run_seconds is not None
+
+
+def test_torch_checkpoints_use_pickle_strategies(pt_dir: Path) -> None:
+    report = run_bench(resolve(str(pt_dir)), BenchOptions(repeats=1, warmup=False))
+    names = {t.strategy for t in report.trials}
+    assert names == {"pickle", "pickle-mmap"}
+    first, second = report.trials
+    assert first.status == "ok" and first.detail.get("reference") is True
+    assert second.status == "ok" and second.verified is True
+    assert "mmap" in report.skipped
+
+
+def test_wrong_tensors_fail_loudly(st_dir: Path) -> None:
+    target = resolve(str(st_dir))
+    reference = reference_digests(list(target.files), {})
+    name = next(iter(reference))
+    reference[name] = "00000000:1"
+    trial, _ = run_trial(
+        Trial(1, "mmap", "cold", 1, False),
+        list(target.files),
+        None,
+        options=BenchOptions(),
+        reference=reference,
+        block_stat=None,
+        cold=ColdCache(),
+        listener=lambda _e: None,
+        total_bytes=target.total_bytes,
+    )
+    assert trial.status == "failed" and trial.verified is False
+    assert "differ from the reference" in (trial.reason or "")
+
+
+def test_memory_guard_skips_with_the_numbers(st_dir: Path) -> None:
+    report = run_bench(
+        resolve(str(st_dir)),
+        BenchOptions(
+            strategies=("mmap", "fullread", "parallel"),
+            repeats=1,
+            warmup=False,
+            memory_headroom_bytes=100 << 20,
+        ),
+    )
+    assert [t.strategy for t in report.trials] == ["mmap"]
+    for name in ("fullread", "parallel"):
+        assert "missing" in report.skipped[name] and "cgroup" in report.skipped[name]
+
+
+def test_unverifiable_cold_is_marked_and_kept_out_of_medians(st_dir: Path) -> None:
+    target = resolve(str(st_dir))
+    path = target.files[0].path
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) as mm:
+        for i in range(0, len(mm), mmap.PAGESIZE):
+            mm[i]  # pin the pages: eviction cannot drop pages mapped by a live process
+        report = run_bench(target, BenchOptions(strategies=("mmap",), repeats=1, warmup=False))
+    trial = report.trials[0]
+    assert trial.cache_verified is False
+    assert "still resident" in trial.detail["cache_note"]
+    assert report.summary[0].trials == 0 and report.summary[0].median_seconds is None
+
+
+_CRASHING_WORKER = r"""
+import json, os, signal, sys
+print(json.dumps({"v": 1, "event": "start", "strategy": "x", "pid": os.getpid(), "t": 0.0,
+                  "total_bytes": 1, "total_tensors": 1, "detail": {}}), flush=True)
+print("a stray print that is not an event", flush=True)
+sys.stdout.write('{"v": 1, "event": "progress", "t": 1.0, "bytes_d')  # dies mid-line
+sys.stdout.flush()
+print("boom: about to die", file=sys.stderr, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+_HANGING_WORKER = "import time, sys; time.sleep(600)"
+
+
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [(_CRASHING_WORKER, "killed by SIGKILL"), (_HANGING_WORKER, "timed out")],
+    ids=["dies-mid-stream", "hangs"],
+)
+def test_dead_or_stuck_worker_becomes_a_failed_trial(st_dir: Path, script: str, says: str) -> None:
+    target = resolve(str(st_dir))
+    options = BenchOptions(worker_argv=(sys.executable, "-c", script), trial_timeout_s=3)
+    trial, _ = run_trial(
+        Trial(1, "mmap", "cold", 1, False),
+        list(target.files),
+        None,
+        options=options,
+        reference={},
+        block_stat=None,
+        cold=ColdCache(),
+        listener=lambda _e: None,
+        total_bytes=target.total_bytes,
+    )
+    assert trial.status == "failed"
+    assert says in (trial.reason or "")
+    if "SIGKILL" in says:
+        assert "boom: about to die" in (trial.reason or "")
+        assert trial.detail["protocol_errors"]
+
+
+def test_a_failing_strategy_does_not_stop_the_others(st_dir: Path) -> None:
+    report = run_bench(
+        resolve(str(st_dir)),
+        BenchOptions(
+            strategies=("mmap", "parallel"),
+            repeats=1,
+            warmup=False,
+            knobs={"parallel": {"threads": "many"}},
+        ),
+    )
+    status = {t.strategy: t for t in report.trials}
+    assert status["mmap"].status == "ok"
+    assert status["parallel"].status == "failed" and "ValueError" in (
+        status["parallel"].reason or ""
+    )
+
+
+def test_sample_covers_every_shard(st_dir: Path) -> None:
+    report = run_bench(
+        resolve(str(st_dir)),
+        BenchOptions(
+            strategies=("mmap", "fullread", "direct"), repeats=1, warmup=False, sample_bytes=2 << 20
+        ),
+    )
+    assert report.sample is not None and report.sample.files == 2
+    assert 0 < report.sample.bytes < report.sample.total_bytes
+    for t in report.trials:
+        assert t.status == "ok", t.reason
+        assert t.sampled and t.verified
+        assert t.bytes == report.sample.bytes
+        assert t.extrapolated_seconds == pytest.approx(
+            t.seconds * report.sample.total_bytes / report.sample.bytes
+        )
+
+
+@pytest.fixture
+def slow_model(tmp_path: Path) -> Iterator[Path]:
+    src = synthesize(tmp_path / "src", 64 << 20, seed=8)
+    if fuse_unavailable_reason() is not None:
+        yield src.root  # local disk: noisier, but the check still runs
+        return
+    settings = EmulatorSettings(latency_s=0.002, jitter_s=0.0, readahead_kb=128)
+    with emulated_disk(src.root, tmp_path / "mnt", settings) as disk:
+        yield disk.path
+
+
+def test_extrapolation_from_a_quarter_sample_is_within_20_percent(slow_model: Path) -> None:
+    target = resolve(str(slow_model))
+    sampled = run_bench(
+        target, BenchOptions(strategies=("mmap",), repeats=5, sample_bytes=16 << 20)
+    )
+    full = run_bench(target, BenchOptions(strategies=("mmap",), repeats=5))
+    assert sampled.sample is not None
+    assert 3 <= sampled.sample.total_bytes / sampled.sample.bytes <= 5  # ~4x the sample
+    predicted = sampled.summary[0].extrapolated_median_seconds
+    measured = full.summary[0].median_seconds
+    assert predicted is not None and measured is not None
+    assert abs(predicted - measured) <= 0.2 * measured, (predicted, measured)
+
+
+def test_cli_json_stable_paths(st_dir: Path) -> None:
+    result = run_loadscope(
+        "bench",
+        str(st_dir),
+        "--strategies",
+        "mmap,parallel",
+        "--repeats",
+        "1",
+        "--json",
+        "-",
+        timeout=300,
+    )
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    assert report["schema_version"] == 1
+    for t in report["trials"]:
+        for key in (
+            "strategy",
+            "cache",
+            "status",
+            "reason",
+            "seconds",
+            "bytes",
+            "bytes_per_s",
+            "major_faults",
+            "read_syscalls",
+            "avg_read_bytes",
+            "residency_before",
+            "verified",
+            "peak_rss_bytes",
+        ):
+            assert key in t
+        assert t["cache"] in ("cold", "warm") and t["status"] in ("ok", "failed", "skipped")
+    assert {s["strategy"] for s in report["summary"]} == {"mmap", "parallel"}
+    assert all("median_seconds" in s for s in report["summary"])
+
+
+def test_cli_table(st_dir: Path) -> None:
+    result = run_loadscope(
+        "bench", str(st_dir), "--strategies", "mmap,fullread", "--repeats", "1", "--cache", "both"
+    )
+    assert result.code == 0, result.err
+    for needle in ("strategy", "x mmap", "majflt", "peak RSS", "mmap", "fullread", "warm", "cold"):
+        assert needle in result.out
+
+
+def test_cli_unknown_strategy(st_dir: Path) -> None:
+    result = run_loadscope("bench", str(st_dir), "--strategies", "teleport")
+    assert result.code == 2 and "unknown strategy 'teleport'" in result.err
