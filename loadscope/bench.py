@@ -660,6 +660,8 @@ def run_bench(
             reference = digests
             trial.detail["reference"] = True
         say(TrialFinished(trial))
+    if sample_info is not None:
+        sample_info.error_estimate = _spread(plan)
     return BenchReport(
         target={
             "spec": target.spec,
@@ -684,6 +686,20 @@ def run_bench(
         sample=sample_info,
         notes=notes,
     )
+
+
+def _spread(trials: list[Trial]) -> float | None:
+    """Largest half-range over median of the extrapolated times of any strategy and cache."""
+    spreads = []
+    for key in {(t.strategy, t.cache) for t in trials}:
+        xs = [
+            t.extrapolated_seconds
+            for t in trials
+            if (t.strategy, t.cache) == key and not t.warmup and t.extrapolated_seconds
+        ]
+        if len(xs) >= 2:
+            spreads.append((max(xs) - min(xs)) / 2 / statistics.median(xs))
+    return max(spreads) if spreads else None
 
 
 def _block_stat_of(path: Path) -> str | None:
@@ -775,8 +791,8 @@ def to_text(report: BenchReport) -> str:
             f" {smp.files} file(s)); times extrapolated to the whole model: {smp.reason}"
         )
     header = (
-        f"{'strategy':<13}{'cache':<6}{'median':>8}{'rate':>11}{'x mmap':>7}"
-        f"{'majflt':>8}{'reads':>7}{'avg req':>9}{'peak RSS':>10}"
+        f"{'strategy':<16}{'cache':<5}{'median':>8}{'rate':>10}{'x mmap':>7}"
+        f"{'majflt':>7}{'reads':>7}{'avg req':>9}{'peak RSS':>9}"
     )
     lines += ["", header, "-" * len(header)]
     by_key = {
@@ -794,15 +810,15 @@ def to_text(report: BenchReport) -> str:
                 None,
             )
             why = bad.reason if bad and bad.reason else "no trial with a verified cache"
-            lines.append(f"{s.strategy:<13}{s.cache:<6}failed: {why}"[:160])
+            lines.append(f"{s.strategy:<16}{s.cache:<5}failed: {why}"[:160])
             continue
         secs = s.extrapolated_median_seconds or s.median_seconds
         rate = format_rate(s.median_bytes_per_s) if s.median_bytes_per_s else "-"
         x = f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
         lines.append(
-            f"{s.strategy:<13}{s.cache:<6}{_secs(secs):>8}{rate:>11}{x:>7}"
-            f"{_count(example.major_faults):>8}{_count(example.read_syscalls):>7}"
-            f"{_size(example.avg_request_bytes):>9}{_size(example.peak_rss_bytes):>10}"
+            f"{s.strategy:<16}{s.cache:<5}{_secs(secs):>8}{rate:>10}{x:>7}"
+            f"{_count(example.major_faults):>7}{_count(example.read_syscalls):>7}"
+            f"{_size(example.avg_request_bytes):>9}{_size(example.peak_rss_bytes):>9}"
         )
     lines.append(
         textwrap.fill(

@@ -94,7 +94,9 @@ def _read_into(fd: int, plain: int, dst: memoryview, offset: int, align: int) ->
     while done < length:
         n = os.preadv(plain, [dst[done:]], offset + done)
         if n <= 0:
-            raise OSError(f"unexpected end of file at offset {offset + done}")
+            # End of file: only the alignment padding of the last range lies past it.
+            # (A truncated file is caught by the digests, not hidden.)
+            return
         done += n
 
 
@@ -121,26 +123,32 @@ def read_file_parallel(
     import mmap
 
     header = read_header(f.path)
-    groups = group_by_span(header, selected(header, f))
-    total = sum(end - start for start, end, _ in groups)
+    align = mmap.PAGESIZE
+    layout = []
+    for span_start, span_end, entries in group_by_span(header, selected(header, f)):
+        if direct:
+            # O_DIRECT offsets and lengths must be page multiples: widen each span to page
+            # boundaries (the data section itself starts wherever the header ends).
+            layout.append((span_start - span_start % align, -(-span_end // align) * align, entries))
+        else:
+            layout.append((span_start, span_end, entries))
+    total = sum(end - start for start, end, _ in layout)
     if total == 0:
         return
     # Page-aligned anonymous memory: O_DIRECT needs it; buffered reads do not mind.
-    align = mmap.PAGESIZE
     buf: Any = mmap.mmap(-1, total + align)
     view = memoryview(buf)
-    ranges = [(start, end) for start, end, _ in groups]
     parallel_read(
         f.path,
         view,
-        ranges,
+        [(start, end) for start, end, _ in layout],
         threads=threads,
         block_bytes=block_bytes,
         flags=os.O_DIRECT if direct else 0,
         align=align if direct else 1,
     )
     at = 0
-    for start, end, entries in groups:
+    for start, end, entries in layout:
         # Views on the shared buffer: the tensors keep it alive.
         yield from tensors_from_buffer(view[at : at + end - start], start, header, entries)
         at += end - start

@@ -228,6 +228,25 @@ def test_sample_covers_every_shard(st_dir: Path) -> None:
         )
 
 
+def test_budget_too_small_for_full_loads_samples_and_says_why(st_dir: Path) -> None:
+    report = run_bench(
+        resolve(str(st_dir)), BenchOptions(strategies=("mmap",), repeats=2, budget_s=0.5)
+    )
+    assert report.sample is not None
+    assert "budget" in report.sample.reason
+    assert report.sample.bytes < report.sample.total_bytes
+    assert report.sample.error_estimate is not None
+    assert all(t.sampled for t in report.trials if t.status == "ok")
+
+
+def test_budget_that_fits_loads_whole_files(st_dir: Path) -> None:
+    report = run_bench(
+        resolve(str(st_dir)), BenchOptions(strategies=("mmap",), repeats=1, budget_s=600)
+    )
+    assert report.sample is None
+    assert all(not t.sampled for t in report.trials)
+
+
 @pytest.fixture
 def slow_model(tmp_path: Path) -> Iterator[Path]:
     src = synthesize(tmp_path / "src", 64 << 20, seed=8)
@@ -297,6 +316,24 @@ def test_cli_table(st_dir: Path) -> None:
     assert result.code == 0, result.err
     for needle in ("strategy", "x mmap", "majflt", "peak RSS", "mmap", "fullread", "warm", "cold"):
         assert needle in result.out
+
+
+def test_peers_when_installed(st_dir: Path) -> None:
+    import importlib.util
+
+    peers = [
+        n
+        for n, mod in (("fastsafetensors", "fastsafetensors"), ("runai", "runai_model_streamer"))
+        if importlib.util.find_spec(mod)
+    ]
+    if not peers:
+        pytest.skip("no peer installed (pip install 'loadscope[peers]')")
+    report = run_bench(
+        resolve(str(st_dir)), BenchOptions(strategies=tuple(peers), repeats=1, warmup=False)
+    )
+    for t in report.trials:
+        assert t.status == "ok", (t.strategy, t.reason)
+        assert t.verified is True
 
 
 def test_cli_unknown_strategy(st_dir: Path) -> None:

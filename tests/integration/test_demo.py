@@ -19,7 +19,10 @@ def test_demo_without_fuse_explains_and_uses_local_disk(
 ) -> None:
     monkeypatch.setattr(demo, "fuse_unavailable_reason", lambda: "no /dev/fuse (test)")
     out = io.StringIO()
-    report = run_demo(DemoOptions(size_bytes=8 << 20, budget_s=2, work_dir=str(tmp_path)), out)
+    report, bench = run_demo(
+        DemoOptions(size_bytes=8 << 20, budget_s=2, work_dir=str(tmp_path), strategies=()), out
+    )
+    assert bench is None
     text = out.getvalue()
     assert "no emulated slow disk here (no /dev/fuse (test))" in text
     assert report.files[0].storage.mount.data is not None
@@ -38,8 +41,12 @@ def test_demo_through_the_emulator(tmp_path: Path) -> None:
         settings=EmulatorSettings(latency_s=0.002, jitter_s=0, readahead_kb=128),
         budget_s=3,
         work_dir=str(tmp_path),
+        strategies=("mmap", "auto"),
     )
-    report = run_demo(options, out)
+    report, bench = run_demo(options, out)
+    assert bench is not None
+    assert [t.status for t in bench.trials] == ["ok", "ok"]
+    assert "x mmap" in out.getvalue()
     storage = report.files[0].storage
     assert storage.mount.data is not None and storage.mount.data.storage_class == "fuse"
     assert report.latency.data is not None and report.latency.data.p50_us >= 2000
