@@ -375,6 +375,17 @@ class _Worker:
             del self.stderr[:-_STDERR_TAIL]
 
 
+def _rss_kib(pid: int) -> int | None:
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh,
+    ):
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return None
+
+
 def _downsample(
     points: list[tuple[float, int]], n: int = _SERIES_POINTS
 ) -> list[tuple[float, int]]:
@@ -425,9 +436,14 @@ def run_trial(
     started: Start | None = None
     result: Done | Failed | None = None
     points: list[tuple[float, int]] = []
+    rss: list[tuple[float, int]] = []
     protocol: list[str] = []
+    t_spawn = time.monotonic()
     try:
         while result is None:
+            # The parent's own view of the worker: its resident memory over time.
+            if (kib := _rss_kib(worker.proc.pid)) is not None:
+                rss.append((round(time.monotonic() - t_spawn, 3), kib * 1024))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 _kill_group(worker.proc)
@@ -437,7 +453,7 @@ def run_trial(
                 )
                 break
             try:
-                event = worker.events.get(timeout=min(remaining, 0.5))
+                event = worker.events.get(timeout=min(remaining, 0.1))
             except queue.Empty:
                 continue
             if event is None:
@@ -464,6 +480,7 @@ def run_trial(
     if protocol:
         trial.detail["protocol_errors"] = protocol[:5]
     trial.series = _downsample(points)
+    trial.detail["rss_series"] = _downsample(rss)
     if isinstance(result, Failed):
         trial.status, trial.reason = "failed", result.reason
         return trial, {}

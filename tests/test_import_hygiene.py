@@ -22,10 +22,12 @@ _PACKAGE_DIRS: dict[str, str] = _CONFIG["tool"]["setuptools"]["package-dir"]
 
 def _engine_modules() -> list[str]:
     names = []
-    for package, folder in _PACKAGE_DIRS.items():
-        if package == "loadscope.tui":
+    for package in _CONFIG["tool"]["setuptools"]["packages"]:
+        if package.startswith("loadscope.tui"):
             continue
-        for py in sorted((REPO_ROOT / folder).glob("*.py")):
+        prefix = max((p for p in _PACKAGE_DIRS if package.startswith(p)), key=len)
+        folder = REPO_ROOT / _PACKAGE_DIRS[prefix] / package[len(prefix) + 1 :].replace(".", "/")
+        for py in sorted(folder.glob("*.py")):
             if py.name != "__main__.py":
                 names.append(package if py.stem == "__init__" else f"{package}.{py.stem}")
     return names

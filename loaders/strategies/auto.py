@@ -23,7 +23,7 @@ from loadscope.loaders.strategy import (
     Strategy,
     o_direct_ok,
 )
-from loadscope.probes.pagecache import residency
+from loadscope.probes.pagecache import sampled_residency
 
 if TYPE_CHECKING:
     import torch
@@ -49,10 +49,14 @@ class Auto(Strategy):
         want_direct = str(ctx.knob(self, "direct"))
         choices = ctx.notes.setdefault("choices", [])
         for f in files:
-            fraction = residency(f.path).fraction
+            fraction = sampled_residency(f.path, windows=16)
             if fraction is not None and fraction >= RESIDENT_ENOUGH:
                 choices.append(
-                    {"file": f.path, "choice": "mmap", "reason": f"{fraction:.0%} resident: map it"}
+                    {
+                        "file": f.path,
+                        "choice": "mmap",
+                        "reason": f"~{fraction:.0%} resident (16 sampled windows): map it",
+                    }
                 )
                 yield from MmapLoadFile().load([f], ctx)
                 continue

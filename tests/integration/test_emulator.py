@@ -157,6 +157,33 @@ def test_kernel_cache_keeps_second_read_warm(disk: EmulatedDisk) -> None:
     assert disk.log.requests() == []
 
 
+@pytest.mark.parametrize(
+    "disk",
+    [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=8192, bandwidth_bytes_per_s=50e6)],
+    indirect=True,
+)
+def test_bandwidth_cap_is_a_floor_on_time(disk: EmulatedDisk) -> None:
+    # A lower bound only: nothing can read faster than the cap, however quiet the machine.
+    path = _cold(disk)
+    t0 = time.monotonic()
+    path.read_bytes()
+    assert time.monotonic() - t0 >= 0.9 * path.stat().st_size / 50e6
+
+
+@pytest.mark.parametrize(
+    "disk",
+    [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=128, direct_io=True)],
+    indirect=True,
+)
+def test_direct_io_mount_caches_nothing(disk: EmulatedDisk) -> None:
+    path = disk.path / "model.safetensors"
+    path.read_bytes()
+    assert disk.log is not None
+    disk.log.clear()
+    path.read_bytes()
+    assert sum(disk.log.size_histogram().values()) > 0  # every read reaches the "network"
+
+
 def _probe_latency_us(disk: EmulatedDisk) -> float:
     path = disk.path / "model.safetensors"
     bench = IoBench([(str(path), path.stat().st_size)], cold=ColdCache(), direct=True)

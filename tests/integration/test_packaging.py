@@ -42,11 +42,20 @@ def _package_dirs() -> dict[str, str]:
     return config["tool"]["setuptools"]["package-dir"]
 
 
+def _folder_of(package: str) -> Path:
+    """Where setuptools finds ``package``: its longest mapped prefix in package-dir."""
+    dirs = _package_dirs()
+    prefix = max((p for p in dirs if package == p or package.startswith(p + ".")), key=len)
+    rest = package[len(prefix) + 1 :]
+    return REPO_ROOT / dirs[prefix] / rest.replace(".", "/")
+
+
 def _modules() -> list[str]:
-    """Every module the package-dir mapping declares, from the source tree."""
+    """Every module of every package pyproject.toml declares, from the source tree."""
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     names = []
-    for package, folder in _package_dirs().items():
-        for py in sorted((REPO_ROOT / folder).glob("*.py")):
+    for package in config["tool"]["setuptools"]["packages"]:
+        for py in sorted(_folder_of(package).glob("*.py")):
             if py.name == "__main__.py":
                 continue
             names.append(package if py.stem == "__init__" else f"{package}.{py.stem}")
@@ -164,7 +173,7 @@ def test_wheel_editable_and_checkout_import_alike(tmp_path: Path) -> None:
 
 
 def _file_of(module: str) -> Path:
-    dirs = _package_dirs()
-    package = max((p for p in dirs if module == p or module.startswith(p + ".")), key=len)
-    rest = module[len(package) + 1 :]
-    return Path(dirs[package]) / (f"{rest}.py" if rest else "__init__.py")
+    folder = _folder_of(module)
+    if (folder / "__init__.py").is_file():
+        return folder / "__init__.py"
+    return folder.parent / f"{folder.name}.py"

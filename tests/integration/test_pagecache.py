@@ -92,3 +92,21 @@ def test_empty_file(tmp_path: Path) -> None:
     path.write_bytes(b"")
     r = residency(path)
     assert r.pages_total == 0 and r.fraction == 1.0
+
+
+def test_sampled_residency_tracks_the_full_count(tmp_path: Path) -> None:
+    from loadscope.probes.pagecache import sampled_residency
+
+    path = tmp_path / "big"
+    path.write_bytes(os.urandom(64 << 20))
+    cold = ColdCache()
+    cold.evict(path)
+    assert (sampled_residency(path) or 0) <= 0.02
+    with open(path, "rb") as fh:
+        fh.read(32 << 20)  # the first half
+    full = residency(path).fraction
+    sampled = sampled_residency(path)
+    assert full is not None and sampled is not None
+    assert abs(sampled - full) <= 0.1
+    path.read_bytes()
+    assert (sampled_residency(path) or 0) >= 0.95
