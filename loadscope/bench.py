@@ -788,7 +788,9 @@ def _secs(value: float) -> str:
 def _count(value: int | None) -> str:
     if value is None:
         return "-"
-    return f"{value / 1000:.0f}k" if value >= 100_000 else str(value)
+    if value >= 10_000_000:
+        return f"{value / 1e6:.0f}M"
+    return f"{value / 1000:.0f}k" if value >= 10_000 else str(value)
 
 
 def _size(value: float | None) -> str:
@@ -809,7 +811,7 @@ def to_text(report: BenchReport) -> str:
         )
     header = (
         f"{'strategy':<16}{'cache':<5}{'median':>8}{'rate':>10}{'x mmap':>7}"
-        f"{'majflt':>7}{'reads':>7}{'avg req':>9}{'peak RSS':>9}"
+        f"{'faults':>11}{'reads':>6}{'avg req':>8}{'RSS':>8}"
     )
     lines += ["", header, "-" * len(header)]
     by_key = {
@@ -834,13 +836,15 @@ def to_text(report: BenchReport) -> str:
         x = f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
         lines.append(
             f"{s.strategy:<16}{s.cache:<5}{_secs(secs):>8}{rate:>10}{x:>7}"
-            f"{_count(example.major_faults):>7}{_count(example.read_syscalls):>7}"
-            f"{_size(example.avg_request_bytes):>9}{_size(example.peak_rss_bytes):>9}"
+            f"{_count(example.major_faults) + '/' + _count(example.minor_faults):>11}"
+            f"{_count(example.read_syscalls):>6}"
+            f"{_size(example.avg_request_bytes):>8}{_size(example.peak_rss_bytes):>8}"
         )
     lines.append(
         textwrap.fill(
-            "x mmap: speed-up over mmap load_file in the same cache state; majflt, reads (read"
-            " syscalls), avg req (block-layer request size) and peak RSS from one steady trial.",
+            "x mmap: speed-up over mmap load_file in the same cache state. From one steady"
+            " trial: faults (major/minor), reads (read syscalls), avg req (block-layer request"
+            " size; '-' where storage has no block device) and peak RSS.",
             80,
         )
     )

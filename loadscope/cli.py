@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from loadscope._version import __version__
 from loadscope.errors import ExitCode, LoadscopeError
@@ -93,6 +93,45 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _target_command(
+    sub: Any, name: str, *, help: str, description: str, optional: bool = False
+) -> argparse.ArgumentParser:
+    """A subcommand taking TARGET (and --synth-dir for synthetic: targets)."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_DESCRIPTION.split("\n\n", 1)[1],
+    )
+    p.add_argument(
+        "target",
+        metavar="TARGET",
+        nargs="?" if optional else None,
+        help="file, directory, org/name or synthetic:SIZE",
+    )
+    p.add_argument(
+        "--synth-dir",
+        metavar="DIR",
+        help="where a synthetic: target is built (default: the system temp dir)",
+    )
+    return p
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    """--json FILE|- and --allow-drop-caches, shared by the measuring commands."""
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the full result as JSON to FILE ('-' for stdout, instead of the summary)",
+    )
+    p.add_argument(
+        "--allow-drop-caches",
+        action="store_true",
+        help="write /proc/sys/vm/drop_caches when per-file eviction fails (host-wide; root)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -103,41 +142,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser(
+    p = _target_command(
+        sub,
         "inspect",
         help="what a checkpoint holds: files, bytes, tensors, dtypes, sizes (headers only)",
         description="Read checkpoint headers (never the data, never a pickle) and report files,"
         " bytes, tensor count, dtype mix, a tensor-size histogram and unaligned offsets.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_DESCRIPTION.split("\n\n", 1)[1],
     )
-    p.add_argument("target", metavar="TARGET", help="file, directory, org/name or synthetic:SIZE")
     p.add_argument(
         "--json", action="store_true", help="print the report as JSON (schema_version 1)"
     )
-    p.add_argument(
-        "--synth-dir",
-        metavar="DIR",
-        help="where a synthetic: target is built (default: the system temp dir)",
-    )
     p.set_defaults(run=_cmd_inspect)
 
-    p = sub.add_parser(
+    p = _target_command(
+        sub,
         "probe",
-        help="what storage the model sits on and how it behaves cold (read-only, ~15 s)",
+        help="what storage the model sits on and how it behaves cold (read-only, seconds)",
         description="Probe the storage under TARGET's weight files: mount and storage class,"
         " block device chain, readahead, page-cache residency, cold read latency, throughput by"
         " block size and by parallel readers, RAM and cgroup limit, the Hugging Face cache."
         " Reads only; evicts the files from this machine's page cache to measure them cold.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_DESCRIPTION.split("\n\n", 1)[1],
     )
-    p.add_argument("target", metavar="TARGET", help="file, directory, org/name or synthetic:SIZE")
-    p.add_argument(
-        "--json",
-        metavar="FILE",
-        help="also write the full result as JSON to FILE ('-' for stdout, instead of the summary)",
-    )
+    _report_args(p)
     p.add_argument(
         "--budget",
         type=float,
@@ -145,27 +171,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="time budget for the whole probe run (default 15)",
     )
-    p.add_argument(
-        "--allow-drop-caches",
-        action="store_true",
-        help="write /proc/sys/vm/drop_caches when per-file eviction fails (host-wide; root)",
-    )
-    p.add_argument("--synth-dir", metavar="DIR", help="where a synthetic: target is built")
     p.set_defaults(run=_cmd_probe)
 
-    p = sub.add_parser(
+    p = _target_command(
+        sub,
         "bench",
         help="run loader strategies side by side, cold and warm, in isolated workers",
         description="Load TARGET with each strategy in a fresh worker process, interleaved"
         " (A B C A B C ...), from a verified cold and/or warm page cache; report median time,"
         " throughput, x vs mmap load_file, faults, I/O sizes and peak RSS, and check every"
         " strategy returns the same tensors. One warm-up round is reported as first-run cost.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_DESCRIPTION.split("\n\n", 1)[1],
+        optional=True,
     )
-    p.add_argument(
-        "target", metavar="TARGET", nargs="?", help="file, directory, org/name or synthetic:SIZE"
-    )
+    _report_args(p)
     p.add_argument(
         "--strategies",
         metavar="A,B,...",
@@ -201,14 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="kill a trial after this",
     )
-    p.add_argument(
-        "--json", metavar="FILE", help="write the full result as JSON to FILE ('-' for stdout)"
-    )
-    p.add_argument(
-        "--allow-drop-caches", action="store_true", help="drop caches host-wide if eviction fails"
-    )
     p.add_argument("--list-strategies", action="store_true", help="list strategies and exit")
-    p.add_argument("--synth-dir", metavar="DIR", help="where a synthetic: target is built")
     p.set_defaults(run=_cmd_bench)
 
     p = sub.add_parser(
@@ -342,14 +353,19 @@ def _cmd_probe(args: argparse.Namespace, out: TextIO) -> ExitCode:
         finally:
             if live:
                 sys.stderr.write("\r" + " " * 52 + "\r")
-    if args.json == "-":
-        out.write(report.to_json() + "\n")
+    return _emit(out, args.json, report.to_json(), to_text(report))
+
+
+def _emit(out: TextIO, json_path: str | None, json_text: str, summary: str) -> ExitCode:
+    """The summary on stdout and the JSON in a file, or only the JSON with ``--json -``."""
+    if json_path == "-":
+        out.write(json_text + "\n")
         return ExitCode.OK
-    if args.json:
-        _write_file(args.json, report.to_json() + "\n")
-    out.write(to_text(report) + "\n")
-    if args.json:
-        out.write(f"full result: {args.json}\n")
+    if json_path:
+        _write_file(json_path, json_text + "\n")
+    out.write(summary + "\n")
+    if json_path:
+        out.write(f"full result: {json_path}\n")
     return ExitCode.OK
 
 
@@ -434,15 +450,7 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
     with open_target(args.target, synth_dir=args.synth_dir) as target:
         report = run_bench(target, options, listen)
-    if args.json == "-":
-        out.write(report.to_json() + "\n")
-        return ExitCode.OK
-    if args.json:
-        _write_file(args.json, report.to_json() + "\n")
-    out.write(to_text(report) + "\n")
-    if args.json:
-        out.write(f"full result: {args.json}\n")
-    return ExitCode.OK
+    return _emit(out, args.json, report.to_json(), to_text(report))
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:

@@ -13,7 +13,7 @@ import errno
 import os
 import stat
 
-from loadscope.errors import NotARegularFile, ReadFailed, error_from_oserror
+from loadscope.errors import LoadscopeError, NotARegularFile, ReadFailed, error_from_oserror
 
 
 def file_kind(mode: int) -> str:
@@ -35,18 +35,26 @@ def file_kind(mode: int) -> str:
     return "special file"
 
 
+def _refuse(exc: OSError, path: str | os.PathLike[str]) -> LoadscopeError:
+    if exc.errno == errno.ELOOP:
+        return NotARegularFile("symbolic link loop", path=path)
+    return error_from_oserror(exc, path)
+
+
+def _require_regular(st: os.stat_result, path: str | os.PathLike[str]) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise NotARegularFile(
+            f"is a {file_kind(st.st_mode)}, not a regular file; refusing to read it", path=path
+        )
+
+
 def stat_regular(path: str | os.PathLike[str]) -> os.stat_result:
     """``os.stat`` (following symlinks) that insists on a regular file."""
     try:
         st = os.stat(path)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotARegularFile("symbolic link loop", path=path) from None
-        raise error_from_oserror(exc, path) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise NotARegularFile(
-            f"is a {file_kind(st.st_mode)}, not a regular file; refusing to read it", path=path
-        )
+        raise _refuse(exc, path) from None
+    _require_regular(st, path)
     return st
 
 
@@ -55,15 +63,9 @@ def open_regular(path: str | os.PathLike[str]) -> int:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotARegularFile("symbolic link loop", path=path) from None
-        raise error_from_oserror(exc, path) from None
+        raise _refuse(exc, path) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotARegularFile(
-                f"is a {file_kind(st.st_mode)}, not a regular file; refusing to read it", path=path
-            )
+        _require_regular(os.fstat(fd), path)
         # O_NONBLOCK means nothing for regular files, but clear it so nobody is surprised.
         os.set_blocking(fd, True)
     except BaseException:
