@@ -70,8 +70,11 @@ class BenchOptions:
     allow_drop_caches: bool = False
     #: Override the measured memory headroom (tests; containers that hide their limit).
     memory_headroom_bytes: int | None = None
-    #: Force sampling with this many bytes (tests); else chosen from the budget.
+    #: Force sampling with this many bytes; else chosen from the budget.
     sample_bytes: int | None = None
+    sample_reason: str = "asked for"
+    #: Strategies to run warm as well (None: all of them, when "warm" is asked for).
+    warm_strategies: tuple[str, ...] | None = None
     #: The worker command (tests inject misbehaving workers); default: the real worker.
     worker_argv: tuple[str, ...] | None = None
 
@@ -641,7 +644,7 @@ def run_bench(
         sample, sample_info = _fit_budget(target, names, options, block_stat, cold, say)
     if sample is not None and sample_info is None:
         nbytes, count = _sample_bytes(files, sample)
-        sample_info = Sample(nbytes, total, count, len(sample), None, "asked for")
+        sample_info = Sample(nbytes, total, count, len(sample), None, options.sample_reason)
     if sample is not None and "pickle" in " ".join(names):
         notes.append("torch checkpoints are loaded whole even when sampling")
     reference = reference_digests(files, sample or {}) if target.formats == {"safetensors"} else {}
@@ -651,6 +654,7 @@ def run_bench(
         for r in rounds
         for cache in options.cache
         for name in names
+        if cache == "cold" or options.warm_strategies is None or name in options.warm_strategies
     ]
     for i, trial in enumerate(plan):
         trial.id = i + 1

@@ -42,6 +42,7 @@ _EXIT_CODES = "\n".join(
 )
 _EPILOG = f"""\
 examples:
+  loadscope doctor ~/models/llama --md report.md
   loadscope inspect synthetic:1GiB
   loadscope probe ~/models/llama --json probe.json
   loadscope inspect ~/models/llama --json
@@ -222,6 +223,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-strategies", action="store_true", help="list strategies and exit")
     p.set_defaults(run=_cmd_bench)
 
+    p = _target_command(
+        sub,
+        "doctor",
+        help="the diagnosis: probes, the trials they call for, and evidenced advice",
+        description="Probe the storage, run the loader trials the probes call for (cold and"
+        " warm, sampled for big models to fit the budget), and recommend what the"
+        " measurements support, with the expected gain, its cost and copy-paste code. Exit"
+        " code 0 when healthy, 10 when a problem worth fixing was found. Without TARGET, a"
+        " 512 MiB synthetic checkpoint.",
+        optional=True,
+    )
+    _report_args(p)
+    p.add_argument("--md", metavar="FILE", help="also write the report as Markdown (for an issue)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="time budget for the whole diagnosis (default 120)",
+    )
+    p.set_defaults(run=_cmd_doctor)
+
+    p = sub.add_parser(
+        "report",
+        help="render a saved doctor report (JSON) again, as Markdown",
+        description="Render FILE.json written by 'doctor --json' as Markdown for an issue.",
+    )
+    p.add_argument("file", metavar="FILE.json")
+    p.add_argument("--md", action="store_true", help="Markdown (the default)")
+    p.set_defaults(run=_cmd_report)
+
     p = sub.add_parser(
         "demo",
         help="see the slow-disk pathology on a synthetic model through an emulated network disk",
@@ -242,7 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-background", type=int, default=12, help="async requests in flight (default 12)"
     )
     p.add_argument(
-        "--budget", type=float, default=15.0, metavar="SECONDS", help="probe budget (default 15)"
+        "--budget",
+        type=float,
+        default=40.0,
+        metavar="SECONDS",
+        help="diagnosis budget (default 40)",
     )
     p.add_argument("--work-dir", metavar="DIR", help="where to build it (default /var/tmp)")
     p.set_defaults(run=_cmd_demo)
@@ -451,6 +487,56 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
     with open_target(args.target, synth_dir=args.synth_dir) as target:
         report = run_bench(target, options, listen)
     return _emit(out, args.json, report.to_json(), to_text(report))
+
+
+def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.doctor import run_doctor, to_markdown, to_text
+    from loadscope.targets import open_target
+
+    if args.budget <= 0:
+        raise UsageError("--budget must be a positive number of seconds")
+    spec = args.target or "synthetic:512MiB"
+    if sys.stderr.isatty():
+        sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
+    with open_target(spec, synth_dir=args.synth_dir) as target:
+        report = run_doctor(target, budget_s=args.budget)
+    doc = report.to_dict()
+    if args.md:
+        _write_file(args.md, to_markdown(doc) + "\n")
+    _emit(out, args.json, report.to_json(), to_text(report))
+    if args.md and args.json != "-":
+        out.write(f"markdown: {args.md}\n")
+    healthy = report.advice.verdict.status == "healthy"
+    return ExitCode.OK if healthy else ExitCode.PROBLEM_FOUND
+
+
+class ReportError(LoadscopeError):
+    exit_code = ExitCode.CORRUPT
+
+
+def _cmd_report(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    import json
+
+    from loadscope.doctor import SCHEMA_VERSION, to_markdown
+    from loadscope.safeio import open_regular, pread_exact
+
+    fd = open_regular(args.file)
+    try:
+        raw = pread_exact(fd, os.fstat(fd).st_size, 0, path=args.file)
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise ReportError(f"not a JSON report ({exc})", path=args.file) from None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("schema_version") != SCHEMA_VERSION
+        or "verdict" not in doc
+    ):
+        raise ReportError("not a loadscope doctor report (schema_version 1)", path=args.file)
+    out.write(to_markdown(doc) + "\n")
+    return ExitCode.OK
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:

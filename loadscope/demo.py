@@ -2,7 +2,8 @@
 
 It builds a synthetic checkpoint on local disk, serves it through the emulated
 slow disk when FUSE is available (else says why and uses the local disk), and
-runs the diagnosis on it. Everything it creates is removed afterwards.
+runs the full diagnosis on it (``doctor``: probes, trials, advice). Everything
+it creates is removed afterwards.
 """
 
 from __future__ import annotations
@@ -10,19 +11,17 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from loadscope.bench import BenchOptions, BenchReport, run_bench
-from loadscope.bench import to_text as bench_text
+from loadscope.doctor import DoctorReport, run_doctor
+from loadscope.doctor import to_text as doctor_text
 from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
-from loadscope.probing import ProbeReport, run_probes, to_text
 from loadscope.synth import synthesize
 from loadscope.targets import resolve
-from loadscope.units import format_bytes, format_rate
+from loadscope.units import format_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +30,9 @@ class DemoOptions:
     settings: EmulatorSettings = field(
         default_factory=lambda: EmulatorSettings(latency_s=0.005, readahead_kb=128)
     )
-    budget_s: float = 15.0
+    #: For the whole diagnosis (probes, trials, advice); sampled to fit.
+    budget_s: float = 40.0
     work_dir: str | None = None
-    #: Loaded cold after probing: the default, the folklore fix, and our fast path.
-    strategies: tuple[str, ...] = ("mmap", "fullread", "auto")
 
 
 @contextlib.contextmanager
@@ -69,51 +67,9 @@ def _model_dir(options: DemoOptions, out: TextIO) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_demo(options: DemoOptions, out: TextIO) -> tuple[ProbeReport, BenchReport | None]:
+def run_demo(options: DemoOptions, out: TextIO) -> DoctorReport:
+    """Build, mount, diagnose (probes, trials, advice), print, clean up."""
     with _model_dir(options, out) as model:
-        target = resolve(str(model))
-        out.write("1. the storage, probed (read-only, cold):\n\n")
-        report = run_probes(target, budget_s=options.budget_s)
-        out.write(to_text(report) + "\n\n")
-        out.write(takeaways(report) + "\n\n")
-        bench = None
-        if options.strategies:
-            out.write(
-                "2. loading it, cold, each way in a fresh process"
-                f" ({', '.join(options.strategies)}):\n\n"
-            )
-            bench = run_bench(
-                target,
-                BenchOptions(strategies=options.strategies, repeats=1, warmup=False),
-            )
-            out.write(bench_text(bench) + "\n")
-    return report, bench
-
-
-def takeaways(report: ProbeReport) -> str:
-    """What the numbers say, in plain words (the full advice engine comes with ``doctor``)."""
-    thr = report.throughput.data
-    if thr is None or not thr.sequential:
-        return "no throughput measurement fit in the budget; run again with --budget 30"
-    small = thr.sequential[0]
-    large = max(thr.sequential, key=lambda p: p.bytes_per_s)
-    best_par = max(thr.parallel, key=lambda p: p.bytes_per_s) if thr.parallel else None
-    gain = large.bytes_per_s / max(small.bytes_per_s, 1)
-    lines = [
-        f"page-sized requests ({format_bytes(small.block_bytes)}) move"
-        f" {format_rate(small.bytes_per_s)}; {format_bytes(large.block_bytes)} requests move"
-        f" {format_rate(large.bytes_per_s)} ({gain:.0f}x)."
-    ]
-    if best_par is not None:
-        par_gain = best_par.bytes_per_s / max(thr.parallel[0].bytes_per_s, 1)
-        lines.append(
-            f"{best_par.readers} parallel readers of 1 MiB reach"
-            f" {format_rate(best_par.bytes_per_s)} ({par_gain:.1f}x one reader)."
-        )
-    lines.append(
-        "A memory-mapped load faults pages in a few at a time, so on high-latency storage it"
-        " pays the latency per small request; large and parallel reads pay it once per MiB."
-    )
-    return "what this shows:\n" + "\n".join(
-        textwrap.fill(line, 80, initial_indent="  ", subsequent_indent="  ") for line in lines
-    )
+        report = run_doctor(resolve(str(model)), budget_s=options.budget_s)
+        out.write(doctor_text(report) + "\n")
+    return report

@@ -34,6 +34,8 @@ class ExitCode(IntEnum):
     IO_ERROR = 7
     #: Not enough memory or disk for what was asked.
     RESOURCES = 8
+    #: ``doctor`` found a problem worth fixing (its report says what and how).
+    PROBLEM_FOUND = 10
     #: A bug in loadscope: please report it (run with LOADSCOPE_DEBUG=1 for the traceback).
     INTERNAL = 70
     #: Interrupted by Ctrl-C (SIGINT).

@@ -1,0 +1,464 @@
+"""The advice engine: rules over probes and trials that yield ranked, evidenced recommendations.
+
+Every recommendation rests on numbers measured here — the trial ids and times
+it compares, the probe figures it reads — and never on folklore alone: where a
+rule of thumb is contradicted by the trials (a full read slower than mmap on
+this mount), the advice follows the measurement and says so. "Nothing to fix"
+is a verdict of its own: when the default load already runs near the storage's
+measured limit on local or memory storage, smaller gains are optional tips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from loadscope.bench import BenchReport, Summary
+from loadscope.probing import ProbeReport
+from loadscope.units import format_bytes, format_rate
+
+Confidence = Literal["high", "medium", "low"]
+#: A strategy must beat mmap by this much before it is worth a change of code.
+WORTH_IT = 1.5
+#: The default load is "healthy" at this fraction of the storage's measured limit.
+HEALTHY_FRACTION = 0.5
+
+
+@dataclass(slots=True)
+class Evidence:
+    what: str
+    value: float | str | None = None
+    unit: str = ""
+    trial_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Recommendation:
+    id: str
+    title: str
+    action: str
+    strategy: str | None = None
+    #: Measured speed-up over the default (mmap load_file), cold; None when not measured.
+    expected_speedup: float | None = None
+    evidence: list[Evidence] = field(default_factory=list)
+    ram_bytes_needed: int | None = None
+    risk: str = ""
+    confidence: Confidence = "medium"
+    snippets: dict[str, str] = field(default_factory=dict)
+    #: An optional tip on healthy storage, not a problem.
+    optional: bool = False
+
+
+@dataclass(slots=True)
+class Verdict:
+    status: Literal["healthy", "problem"]
+    headline: str
+
+
+@dataclass(slots=True)
+class Advice:
+    verdict: Verdict
+    recommendations: list[Recommendation]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Facts:
+    """What the rules read, extracted once from the reports."""
+
+    storage_class: str
+    model_bytes: int
+    headroom_bytes: int | None
+    cgroup_limit_bytes: int | None
+    limit_bytes_per_s: float | None  # best measured probe throughput (sequential or parallel)
+    sequential_limit_bytes_per_s: float | None  # best single-reader probe throughput
+    parallel_scaling: float | None  # best parallel rate / one reader
+    read_ahead_kb: int | None
+    bdi_path: str | None
+    fuse: bool
+    formats: set[str]
+    cold: dict[str, Summary]
+    warm: dict[str, Summary]
+    trial_ids: dict[tuple[str, str], list[int]]
+
+    def speedup(self, strategy: str, cache: str = "cold") -> float | None:
+        table = self.cold if cache == "cold" else self.warm
+        base, other = table.get("mmap"), table.get(strategy)
+        if not base or not other or not base.median_seconds or not other.median_seconds:
+            return None
+        return base.median_seconds / other.median_seconds
+
+    def seconds(self, strategy: str, cache: str = "cold") -> float | None:
+        table = self.cold if cache == "cold" else self.warm
+        s = table.get(strategy)
+        return (s.extrapolated_median_seconds or s.median_seconds) if s else None
+
+
+def facts_from(probe: ProbeReport, bench: BenchReport | None) -> Facts:
+    primary = probe.primary
+    mount = primary.storage.mount.data
+    system = probe.system.data
+    thr = probe.throughput.data
+    rates = [p.bytes_per_s for p in (list(thr.sequential) + list(thr.parallel))] if thr else []
+    scaling = None
+    if thr and thr.parallel and thr.parallel[0].bytes_per_s > 0:
+        scaling = max(p.bytes_per_s for p in thr.parallel) / thr.parallel[0].bytes_per_s
+    bdi = primary.storage.bdi.data
+    cold: dict[str, Summary] = {}
+    warm: dict[str, Summary] = {}
+    ids: dict[tuple[str, str], list[int]] = {}
+    if bench is not None:
+        for s in bench.summary:
+            if s.median_seconds is not None:
+                (cold if s.cache == "cold" else warm)[s.strategy] = s
+        for t in bench.trials:
+            if t.status == "ok" and not t.warmup:
+                ids.setdefault((t.strategy, t.cache), []).append(t.id)
+    return Facts(
+        storage_class=mount.storage_class if mount else "unknown",
+        model_bytes=probe.target["total_bytes"],
+        headroom_bytes=system.memory_headroom_bytes if system else None,
+        cgroup_limit_bytes=system.cgroup.limit_bytes if system and system.cgroup else None,
+        limit_bytes_per_s=max(rates) if rates else None,
+        sequential_limit_bytes_per_s=max((p.bytes_per_s for p in thr.sequential), default=None)
+        if thr
+        else None,
+        parallel_scaling=scaling,
+        read_ahead_kb=bdi.read_ahead_kb if bdi else None,
+        bdi_path=bdi.path if bdi else None,
+        fuse=mount is not None and mount.fstype.startswith("fuse"),
+        formats=set(bench.target["formats"]) if bench else {"safetensors"},
+        cold=cold,
+        warm=warm,
+        trial_ids=ids,
+    )
+
+
+# -- snippets -------------------------------------------------------------------------------
+
+
+def _snippets_fullread() -> dict[str, str]:
+    return {
+        "safetensors": (
+            "from safetensors.torch import load\n"
+            "with open(path, 'rb') as f:\n    state = load(f.read())"
+        ),
+        "transformers": "# no switch: load the state dict yourself (safetensors snippet), then\n"
+        "model.load_state_dict(state)",
+        "diffusers": "pipe = DiffusionPipeline.from_pretrained(path, disable_mmap=True)",
+        "vllm": "vllm serve MODEL --safetensors-load-strategy eager",
+        "sglang": "python -m sglang.launch_server --model-path MODEL --weight-loader-disable-mmap",
+    }
+
+
+def _snippets_parallel(strategy: str) -> dict[str, str]:
+    return {
+        "loadscope": (
+            f"# the '{strategy}' strategy: deep-parallel large reads\n"
+            "from loadscope.loaders.strategies import get\n"
+            "from loadscope.loaders.strategy import FileRequest, LoadContext\n"
+            f"state = dict(get('{strategy}').load([FileRequest(path, size, 'safetensors')],"
+            " LoadContext()))"
+        ),
+        "vllm": "vllm serve MODEL --safetensors-load-strategy prefetch"
+        "  # or --load-format runai_streamer",
+        "shell": "loadscope bench MODEL --strategies mmap,parallel,direct,auto  # re-measure",
+    }
+
+
+def _snippets_prewarm() -> dict[str, str]:
+    return {
+        "shell": "cat MODEL_DIR/*.safetensors > /dev/null   # or: vmtouch -t MODEL_DIR",
+        "safetensors": "# then load as usual: load_file maps pages already in RAM",
+    }
+
+
+# -- rules ----------------------------------------------------------------------------------
+
+Rule = Callable[[Facts], list[Recommendation]]
+
+
+def _ids(f: Facts, *keys: tuple[str, str]) -> list[int]:
+    return [i for k in keys for i in f.trial_ids.get(k, [])]
+
+
+def rule_parallel(f: Facts) -> list[Recommendation]:
+    """Deep-parallel large reads, when a parallel strategy beats mmap cold by WORTH_IT."""
+    best = max(
+        (s for s in ("auto", "direct", "parallel") if f.speedup(s)),
+        key=lambda s: f.speedup(s) or 0,
+        default=None,
+    )
+    gain = f.speedup(best) if best else None
+    if best is None or gain is None or gain < WORTH_IT:
+        return []
+    need = f.model_bytes
+    evidence = [
+        Evidence(f"{best} cold", f.seconds(best), "s", _ids(f, (best, "cold"))),
+        Evidence("mmap load_file cold", f.seconds("mmap"), "s", _ids(f, ("mmap", "cold"))),
+    ]
+    if f.parallel_scaling:
+        evidence.append(
+            Evidence(
+                "probe: best parallel readers vs one reader", round(f.parallel_scaling, 2), "x"
+            )
+        )
+    return [
+        Recommendation(
+            id="parallel-reads",
+            title="Read with many large requests in flight instead of page faults",
+            action=f"load with deep-parallel large reads (loadscope's '{best}' strategy):"
+            f" {f.seconds(best):.3g} s vs {f.seconds('mmap'):.3g} s cold, {gain:.1f}x",
+            strategy=best,
+            expected_speedup=gain,
+            evidence=evidence,
+            ram_bytes_needed=need,
+            risk=_ram_risk(f, need),
+            confidence="high" if gain >= 2 else "medium",
+            snippets=_snippets_parallel(best),
+        )
+    ]
+
+
+def rule_fullread(f: Facts) -> list[Recommendation]:
+    """The maintainer's fix — only when the trials show it faster and RAM allows it."""
+    gain = f.speedup("fullread")
+    if gain is None:
+        return []
+    need = 2 * f.model_bytes
+    if gain < WORTH_IT:
+        return []
+    if f.headroom_bytes is not None and need > f.headroom_bytes:
+        return []  # guarded: would not fit (see rule_fullread_contradiction for the note)
+    return [
+        Recommendation(
+            id="read-whole-files",
+            title="Read whole files instead of memory-mapping them",
+            action=f"load(open(p,'rb').read()): {f.seconds('fullread'):.3g} s vs"
+            f" {f.seconds('mmap'):.3g} s cold, {gain:.1f}x",
+            strategy="fullread",
+            expected_speedup=gain,
+            evidence=[
+                Evidence(
+                    "fullread cold", f.seconds("fullread"), "s", _ids(f, ("fullread", "cold"))
+                ),
+                Evidence("mmap cold", f.seconds("mmap"), "s", _ids(f, ("mmap", "cold"))),
+            ],
+            ram_bytes_needed=need,
+            risk="holds the file twice at the peak; with N ranks per node, N copies. "
+            + _ram_risk(f, need),
+            confidence="medium",
+            snippets=_snippets_fullread(),
+        )
+    ]
+
+
+def rule_readahead(f: Facts) -> list[Recommendation]:
+    """Raise a small readahead on network or FUSE storage where mmap is latency-bound."""
+    if f.storage_class not in ("fuse", "network-fs", "network-block", "wsl"):
+        return []
+    if f.read_ahead_kb is None or f.read_ahead_kb >= 4096:
+        return []
+    mmap_rate = f.cold.get("mmap")
+    mmap_bps = mmap_rate.median_bytes_per_s if mmap_rate else None
+    if f.limit_bytes_per_s and mmap_bps and mmap_bps >= HEALTHY_FRACTION * f.limit_bytes_per_s:
+        return []
+    cmd = f"echo 8192 | sudo tee {f.bdi_path}/read_ahead_kb" if f.bdi_path else ""
+    if f.fuse:
+        cmd += "\n# and for FUSE: echo 64 | sudo tee /sys/fs/fuse/connections/<N>/max_background"
+    return [
+        Recommendation(
+            id="raise-readahead",
+            title="Raise the mount's readahead",
+            action=f"readahead is {f.read_ahead_kb} KiB on {f.storage_class} storage; raise it"
+            " to 8 MiB so mmap streams in large requests (host-wide setting for this mount)",
+            evidence=[
+                Evidence("read_ahead_kb", f.read_ahead_kb, "KiB"),
+                Evidence(
+                    "mmap cold throughput",
+                    format_rate(mmap_rate.median_bytes_per_s)
+                    if mmap_rate and mmap_rate.median_bytes_per_s
+                    else None,
+                ),
+                Evidence(
+                    "probe: storage limit",
+                    format_rate(f.limit_bytes_per_s) if f.limit_bytes_per_s else None,
+                ),
+            ],
+            risk="host-wide for this mount; root; resets at remount",
+            confidence="medium",
+            snippets={"shell": cmd},
+        )
+    ]
+
+
+def rule_prewarm(f: Facts) -> list[Recommendation]:
+    """Prewarm the page cache when loads repeat, RAM holds the model and warm is much faster."""
+    cold, warm = f.seconds("mmap"), f.seconds("mmap", "warm")
+    if not cold or not warm or cold / warm < 3:
+        return []
+    if f.headroom_bytes is not None and f.model_bytes > f.headroom_bytes:
+        return []
+    return [
+        Recommendation(
+            id="prewarm",
+            title="Prewarm the page cache before loads that repeat",
+            action=f"a warm load took {warm:.3g} s vs {cold:.3g} s cold ({cold / warm:.0f}x):"
+            " read the files once ahead of time (the page cache decays, so shortly before)",
+            evidence=[
+                Evidence("mmap warm", warm, "s", _ids(f, ("mmap", "warm"))),
+                Evidence("mmap cold", cold, "s", _ids(f, ("mmap", "cold"))),
+            ],
+            ram_bytes_needed=f.model_bytes,
+            risk="page cache is shared and reclaimable: other memory pressure evicts it",
+            confidence="medium",
+            snippets=_snippets_prewarm(),
+            optional=True,
+        )
+    ]
+
+
+def rule_wsl(f: Facts) -> list[Recommendation]:
+    if f.storage_class != "wsl":
+        return []
+    return [
+        Recommendation(
+            id="move-off-wsl-drive",
+            title="Move the model off the Windows drive",
+            action="the files are on a Windows drive seen through WSL's 9P/drvfs; copy them"
+            " into the Linux filesystem (e.g. ~/models)",
+            evidence=[Evidence("storage class", "wsl")],
+            risk="needs disk space in the WSL virtual disk",
+            confidence="high",
+            snippets={"shell": "cp -r /mnt/c/path/to/model ~/models/"},
+        )
+    ]
+
+
+def rule_pickle(f: Facts) -> list[Recommendation]:
+    if "torch" not in f.formats:
+        return []
+    return [
+        Recommendation(
+            id="convert-to-safetensors",
+            title="Convert torch pickles to safetensors",
+            action="safetensors loads without unpickling (no code execution) and can be"
+            " memory-mapped; convert once and load the .safetensors files",
+            evidence=[Evidence("format", "torch pickle")],
+            risk="writes a copy; needs the disk space of the model",
+            confidence="high",
+            snippets={
+                "safetensors": (
+                    "import torch; from safetensors.torch import save_file\n"
+                    "sd = torch.load('pytorch_model.bin', weights_only=True)\n"
+                    "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')"
+                )
+            },
+            optional=True,
+        )
+    ]
+
+
+RULES: tuple[Rule, ...] = (
+    rule_parallel,
+    rule_readahead,
+    rule_fullread,
+    rule_prewarm,
+    rule_wsl,
+    rule_pickle,
+)
+
+
+def _ram_risk(f: Facts, need: int) -> str:
+    if f.headroom_bytes is None:
+        return f"needs ~{format_bytes(need)} of RAM (free memory unknown)"
+    limit = f" (cgroup limit {format_bytes(f.cgroup_limit_bytes)})" if f.cgroup_limit_bytes else ""
+    return f"needs ~{format_bytes(need)} of RAM; {format_bytes(f.headroom_bytes)} free{limit}"
+
+
+def contradictions(f: Facts) -> list[str]:
+    """Where the measurements here contradict a rule of thumb."""
+    notes = []
+    gain = f.speedup("fullread")
+    if gain is not None and gain < 1:
+        notes.append(
+            f"the folklore fix (read whole files instead of mmap) measured {1 / gain:.1f}x"
+            " slower than mmap here: not recommended on this storage"
+        )
+    elif (
+        gain is not None
+        and gain >= WORTH_IT
+        and f.headroom_bytes is not None
+        and 2 * f.model_bytes > f.headroom_bytes
+    ):
+        notes.append(
+            f"reading whole files was {gain:.1f}x faster, but needs"
+            f" ~{format_bytes(2 * f.model_bytes)}"
+            f" of RAM and only {format_bytes(f.headroom_bytes)} is free: not recommended"
+        )
+    return notes
+
+
+def advise(probe: ProbeReport, bench: BenchReport | None) -> Advice:
+    f = facts_from(probe, bench)
+    return advise_facts(f)
+
+
+def advise_facts(f: Facts) -> Advice:
+    recs = [r for rule in RULES for r in rule(f)]
+    recs.sort(key=lambda r: (r.optional, -(r.expected_speedup or 0), r.confidence != "high"))
+    if f.storage_class == "memory":
+        for r in recs:
+            r.optional = True
+        headline = "healthy: the files live in RAM (tmpfs/ramfs); loading is a memory copy at most"
+        return Advice(Verdict("healthy", headline), recs, contradictions(f))
+    mmap = f.cold.get("mmap")
+    limit = f.sequential_limit_bytes_per_s
+    near_limit = bool(
+        limit
+        and mmap
+        and mmap.median_bytes_per_s
+        and mmap.median_bytes_per_s >= HEALTHY_FRACTION * limit
+    )
+    healthy = f.storage_class in ("local-block", "memory", "overlay") and near_limit
+    if healthy:
+        for r in recs:
+            r.optional = True
+        assert mmap is not None and mmap.median_bytes_per_s is not None and limit
+        headline = (
+            f"healthy: {f.storage_class} storage, the default load runs at"
+            f" {format_rate(mmap.median_bytes_per_s)},"
+            f" {mmap.median_bytes_per_s / limit:.0%}"
+            " of the measured sequential limit; nothing to fix"
+        )
+        return Advice(Verdict("healthy", headline), recs, contradictions(f))
+    problems = [r for r in recs if not r.optional]
+    if problems:
+        top = problems[0]
+        gain = f", {top.expected_speedup:.1f}x faster" if top.expected_speedup else ""
+        headline = f"{_kind(f)}: {top.title.lower()}{gain}"
+        return Advice(Verdict("problem", headline), recs, contradictions(f))
+    headline = f"{_kind(f)}: no measured fix beats the default by {WORTH_IT:g}x"
+    return Advice(Verdict("healthy", headline), recs, contradictions(f))
+
+
+def _kind(f: Facts) -> str:
+    return {
+        "fuse": "FUSE storage, latency-bound",
+        "network-fs": "network filesystem, latency-bound",
+        "network-block": "network block volume",
+        "wsl": "Windows drive under WSL",
+        "local-block": "local disk",
+        "memory": "memory-backed storage",
+    }.get(f.storage_class, f"{f.storage_class} storage")
+
+
+def advice_dict(a: Advice) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {
+        "verdict": asdict(a.verdict),
+        "recommendations": [asdict(r) for r in a.recommendations],
+        "notes": a.notes,
+    }

@@ -1,0 +1,205 @@
+"""``loadscope doctor``: probes, then the trials they call for, then the advice, in one budget.
+
+The report is one JSON document (tool version, time, host facts, target,
+probes, trials with downsampled series, recommendations, and every failed or
+skipped step with its reason), rendered as a terminal summary or as Markdown
+to paste into an issue.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from loadscope._version import __version__
+from loadscope.advice import Advice, advice_dict, advise
+from loadscope.bench import BenchError, BenchOptions, BenchReport, run_bench
+from loadscope.bench import to_text as bench_text
+from loadscope.probing import ProbeReport, run_probes
+from loadscope.probing import to_text as probe_text
+from loadscope.targets import Target
+from loadscope.units import format_bytes, format_rate
+
+SCHEMA_VERSION = 1
+DEFAULT_BUDGET_S = 120.0
+
+
+@dataclass(slots=True)
+class DoctorReport:
+    probe: ProbeReport
+    bench: BenchReport | None
+    advice: Advice
+    created: str
+    failures: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "loadscope", "version": __version__},
+            "created": self.created,
+            "host": {"hostname": platform.node(), "kernel": platform.release()},
+            "target": self.probe.target,
+            "verdict": advice_dict(self.advice)["verdict"],
+            "recommendations": advice_dict(self.advice)["recommendations"],
+            "notes": self.advice.notes,
+            "probe": self.probe.to_dict(),
+            "bench": self.bench.to_dict() if self.bench else None,
+            "failures": self.failures,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+
+def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
+    """The trials worth running here: the default, the folklore fix, prefetch, and the
+    parallel family (direct only where the filesystem takes O_DIRECT)."""
+    names = ["mmap", "fullread", "prefetch", "parallel", "auto"]
+    thr = probe.throughput.data
+    if thr is not None and thr.method == "o_direct":
+        names.insert(4, "direct")
+    return tuple(names)
+
+
+#: A worker's fixed cost: a fresh interpreter importing torch, and the cache preparation.
+TRIAL_OVERHEAD_S = 2.0
+#: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
+WARM_STRATEGIES = ("mmap", "auto", "pickle", "pickle-mmap")
+MIN_SAMPLE_BYTES = 8 << 20
+
+
+def plan_trials(probe: ProbeReport, n_trials: int, budget_s: float) -> tuple[int, int | None]:
+    """Repeats and (when full loads cannot fit) a sample size, from the probe's throughput.
+
+    The estimate of one trial is its fixed cost plus the model at the probe's cold
+    1 MiB single-reader rate: a deliberately slow-side guess, so the plan fits.
+    """
+    model = probe.target["total_bytes"]
+    thr = probe.throughput.data
+    rates = [p.bytes_per_s for p in thr.sequential if p.block_bytes >= 1 << 20] if thr else []
+    rate = min(rates) if rates else 50e6
+    load_s = model / max(rate, 1.0)
+    for repeats in (2, 1):
+        if n_trials * repeats * (TRIAL_OVERHEAD_S + load_s) <= budget_s:
+            return repeats, None
+    allowance = max(0.2, budget_s / n_trials - TRIAL_OVERHEAD_S)
+    return 1, int(min(model, max(MIN_SAMPLE_BYTES, rate * allowance)))
+
+
+def run_doctor(target: Target, *, budget_s: float = DEFAULT_BUDGET_S) -> DoctorReport:
+    failures: list[str] = []
+    probe = run_probes(target, budget_s=min(15.0, budget_s * 0.15))
+    for name, result in (("latency", probe.latency), ("throughput", probe.throughput)):
+        if not result.ok:
+            failures.append(f"probe {name}: {result.status.value}: {result.reason}")
+    bench: BenchReport | None = None
+    formats = target.formats
+    strategies = (
+        choose_strategies(probe) if formats == {"safetensors"} else ("pickle", "pickle-mmap")
+    )
+    n_trials = len(strategies) + sum(1 for s in strategies if s in WARM_STRATEGIES)
+    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0)
+    repeats, sample = plan_trials(probe, n_trials, remaining)
+    if formats != {"safetensors"}:
+        sample = None  # torch checkpoints load whole
+    try:
+        bench = run_bench(
+            target,
+            BenchOptions(
+                strategies=strategies,
+                cache=("cold", "warm"),
+                warm_strategies=WARM_STRATEGIES,
+                repeats=repeats,
+                warmup=False,
+                sample_bytes=sample,
+                sample_reason=f"full loads of every strategy would not fit {budget_s:g} s",
+                trial_timeout_s=max(30.0, remaining),
+            ),
+        )
+        failures += [f"{k}: skipped: {v}" for k, v in bench.skipped.items()]
+        failures += [
+            f"trial #{t.id} {t.strategy} {t.cache}: {t.reason}"
+            for t in bench.trials
+            if t.status == "failed"
+        ]
+    except BenchError as exc:
+        failures.append(f"bench: {exc}")
+    advice = advise(probe, bench)
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return DoctorReport(probe, bench, advice, created, failures)
+
+
+def to_text(report: DoctorReport) -> str:
+    a = report.advice
+    lines = [f"verdict: {a.verdict.headline}", ""]
+    for i, r in enumerate(a.recommendations, 1):
+        tag = " (optional)" if r.optional else ""
+        lines.append(f"{i}. {r.title}{tag}")
+        lines.append(_indent(r.action))
+        if r.risk:
+            lines.append(_indent(f"cost/risk: {r.risk}"))
+        for key, code in r.snippets.items():
+            lines.append(f"   {key}:")
+            lines += [f"     {line}" for line in code.splitlines()]
+    for note in a.notes:
+        lines.append(textwrap.fill(f"note: {note}", 80, subsequent_indent="      "))
+    lines += ["", "evidence:", "", probe_text(report.probe)]
+    if report.bench is not None:
+        lines += ["", bench_text(report.bench)]
+    if report.failures:
+        lines += ["", "failed or skipped steps:"] + [f"  {f}" for f in report.failures]
+    return "\n".join(lines)
+
+
+def _indent(text: str) -> str:
+    return textwrap.fill(text, 80, initial_indent="   ", subsequent_indent="   ")
+
+
+def to_markdown(doc: dict[str, Any]) -> str:
+    """Markdown to paste into a GitHub issue, from the JSON document."""
+    v = doc["verdict"]
+    t = doc["target"]
+    out = [
+        f"### loadscope doctor: {v['headline']}",
+        "",
+        f"- target: `{t['spec']}` ({t['files']} file(s), {format_bytes(t['total_bytes'])})",
+        f"- loadscope {doc['tool']['version']}, {doc['created']}",
+        "",
+    ]
+    recs = doc["recommendations"]
+    if recs:
+        out += ["| # | recommendation | expected speed-up | RAM needed |", "|---|---|---|---|"]
+        for i, r in enumerate(recs, 1):
+            gain = f"{r['expected_speedup']:.1f}x" if r.get("expected_speedup") else "-"
+            ram = format_bytes(r["ram_bytes_needed"]) if r.get("ram_bytes_needed") else "-"
+            out.append(
+                f"| {i} | {r['title']}{' (optional)' if r['optional'] else ''} | {gain} | {ram} |"
+            )
+        out.append("")
+    bench = doc.get("bench")
+    if bench:
+        out += [
+            "<details><summary>trials (median seconds)</summary>",
+            "",
+            "| strategy | cache | median s | rate | x mmap |",
+            "|---|---|---|---|---|",
+        ]
+        for s in bench["summary"]:
+            if s["median_seconds"] is None:
+                continue
+            rate = format_rate(s["median_bytes_per_s"]) if s["median_bytes_per_s"] else "-"
+            x = f"{s['x_vs_mmap']:.2f}x" if s["x_vs_mmap"] else "-"
+            out.append(
+                f"| `{s['strategy']}` | {s['cache']} | {s['median_seconds']:.3g} | {rate} | {x} |"
+            )
+        out += ["", "</details>", ""]
+    if doc.get("notes"):
+        out += [f"> {n}" for n in doc["notes"]] + [""]
+    if doc.get("failures"):
+        out += ["<details><summary>failed or skipped steps</summary>", ""]
+        out += [f"- {f}" for f in doc["failures"]] + ["", "</details>", ""]
+    return "\n".join(out)
