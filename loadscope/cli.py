@@ -236,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _report_args(p)
     p.add_argument("--md", metavar="FILE", help="also write the report as Markdown (for an issue)")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument(
+        "--redact-hosts",
+        action="store_true",
+        help="hide the hostname and the model's paths in the written reports",
+    )
     p.add_argument(
         "--budget",
         type=float,
@@ -252,7 +258,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", metavar="FILE.json")
     p.add_argument("--md", action="store_true", help="Markdown (the default)")
+    p.add_argument("--html", action="store_true", help="self-contained HTML instead")
     p.set_defaults(run=_cmd_report)
+
+    p = sub.add_parser(
+        "compare",
+        help="one row per doctor report (one per node), outliers marked",
+        description="Compare doctor reports from several nodes: storage class, cold latency,"
+        " best strategy and its throughput, verdict; nodes far from the median are marked.",
+    )
+    p.add_argument("files", metavar="REPORT.json", nargs="+")
+    p.set_defaults(run=_cmd_compare)
 
     p = sub.add_parser(
         "demo",
@@ -490,7 +506,9 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.doctor import run_doctor, to_markdown, to_text
+    import json
+
+    from loadscope.doctor import redact, run_doctor, to_markdown, to_text
     from loadscope.targets import open_target
 
     if args.budget <= 0:
@@ -500,10 +518,14 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
         sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
     with open_target(spec, synth_dir=args.synth_dir) as target:
         report = run_doctor(target, budget_s=args.budget)
-    doc = report.to_dict()
+    from loadscope.report_html import to_html
+
+    doc = redact(report.to_dict()) if args.redact_hosts else report.to_dict()
     if args.md:
         _write_file(args.md, to_markdown(doc) + "\n")
-    _emit(out, args.json, report.to_json(), to_text(report))
+    if args.html:
+        _write_file(args.html, to_html(doc) + "\n")
+    _emit(out, args.json, json.dumps(doc, indent=2, default=str), to_text(report))
     if args.md and args.json != "-":
         out.write(f"markdown: {args.md}\n")
     healthy = report.advice.verdict.status == "healthy"
@@ -514,28 +536,44 @@ class ReportError(LoadscopeError):
     exit_code = ExitCode.CORRUPT
 
 
-def _cmd_report(args: argparse.Namespace, out: TextIO) -> ExitCode:
+def _load_report(path: str) -> dict[str, Any]:
     import json
 
-    from loadscope.doctor import SCHEMA_VERSION, to_markdown
+    from loadscope.doctor import SCHEMA_VERSION
     from loadscope.safeio import open_regular, pread_exact
 
-    fd = open_regular(args.file)
+    fd = open_regular(path)
     try:
-        raw = pread_exact(fd, os.fstat(fd).st_size, 0, path=args.file)
+        raw = pread_exact(fd, os.fstat(fd).st_size, 0, path=path)
     finally:
         os.close(fd)
     try:
         doc = json.loads(raw)
     except ValueError as exc:
-        raise ReportError(f"not a JSON report ({exc})", path=args.file) from None
+        raise ReportError(f"not a JSON report ({exc})", path=path) from None
     if (
         not isinstance(doc, dict)
         or doc.get("schema_version") != SCHEMA_VERSION
         or "verdict" not in doc
     ):
-        raise ReportError("not a loadscope doctor report (schema_version 1)", path=args.file)
-    out.write(to_markdown(doc) + "\n")
+        raise ReportError("not a loadscope doctor report (schema_version 1)", path=path)
+    return doc
+
+
+def _cmd_report(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.doctor import to_markdown
+    from loadscope.report_html import to_html
+
+    doc = _load_report(args.file)
+    out.write((to_html(doc) if args.html else to_markdown(doc)) + "\n")
+    return ExitCode.OK
+
+
+def _cmd_compare(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.compare import compare, row_of, to_text
+
+    rows = compare([row_of(path, _load_report(path)) for path in args.files])
+    out.write(to_text(rows) + "\n")
     return ExitCode.OK
 
 

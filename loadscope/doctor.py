@@ -155,6 +155,39 @@ def to_text(report: DoctorReport) -> str:
     return "\n".join(lines)
 
 
+def redact(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy without the hostname or the model's paths (for reports shared outside a team).
+
+    Reports never hold environment variables or tokens in the first place.
+    """
+    host = str((doc.get("host") or {}).get("hostname", ""))
+    target = doc.get("target") or {}
+    secrets = sorted(
+        {s for s in (host, str(target.get("root", "")), str(target.get("spec", ""))) if len(s) > 2},
+        key=len,
+        reverse=True,
+    )
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for s in secrets:
+                value = value.replace(s, "<host>" if s == host else "<model>")
+            return value
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    out: dict[str, Any] = clean(json.loads(json.dumps(doc, default=str)))
+    # The fields that hold the hostname, whatever its length (substring replacement
+    # above skips names too short to be told from ordinary words).
+    for holder in (out.get("host"), (out.get("probe") or {}).get("system")):
+        if isinstance(holder, dict) and "hostname" in holder:
+            holder["hostname"] = "<host>"
+    return out
+
+
 def _indent(text: str) -> str:
     return textwrap.fill(text, 80, initial_indent="   ", subsequent_indent="   ")
 

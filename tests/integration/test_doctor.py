@@ -93,3 +93,89 @@ def test_doctor_on_local_disk_says_nothing_to_fix(tmp_path: Path) -> None:
     report = run_doctor(resolve(str(model.root)), budget_s=60)
     assert report.advice.verdict.status == "healthy", report.advice.verdict.headline
     assert "nothing to fix" in report.advice.verdict.headline
+
+
+def test_markdown_and_html_of_a_real_run_match_golden() -> None:
+    from loadscope.report_html import to_html
+
+    doc = json.loads((GOLDEN / "doctor_emulated.json").read_text())
+    assert to_markdown(doc) + "\n" == (GOLDEN / "doctor_emulated.md").read_text()
+    page = to_html(doc)
+    assert page + "\n" == (GOLDEN / "doctor_emulated.html").read_text()
+    assert page.count("<svg") >= 4
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in page  # self-contained: nothing to fetch
+
+
+def test_redaction_hides_host_and_paths() -> None:
+    from loadscope.doctor import redact
+
+    doc = {
+        "host": {"hostname": "gpu-node-17"},
+        "target": {"spec": "/data/models/llama", "root": "/data/models/llama"},
+        "probe": {
+            "system": {"hostname": "gpu-node-17"},
+            "x": "on gpu-node-17 at /data/models/llama/a",
+        },
+    }
+    out = json.dumps(redact(doc))
+    assert "gpu-node-17" not in out and "/data/models/llama" not in out
+    assert "<host>" in out and "<model>" in out
+
+
+def test_html_renders_charts_in_headless_chromium(tmp_path: Path) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
+    from PIL import Image
+
+    page = tmp_path / "report.html"
+    page.write_text((GOLDEN / "doctor_emulated.html").read_text())
+    shot = tmp_path / "shot.png"
+    import subprocess
+
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1000,2400",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert shot.exists(), "Chromium wrote no screenshot"
+    image = Image.open(shot).convert("RGB")
+    colors = image.getcolors(maxcolors=1 << 20) or []
+    by_color = {rgb: n for n, rgb in colors}
+    # The first chart colour (#1f77b4) fills bars and a line: the charts were drawn.
+    assert by_color.get((31, 119, 180), 0) > 500
+
+
+def test_compare_marks_the_outlier_node(tmp_path: Path) -> None:
+    base = json.loads((GOLDEN / "doctor_emulated.json").read_text())
+    paths = []
+    for i, scale in enumerate((1.0, 1.1, 0.2)):
+        doc = json.loads(json.dumps(base))
+        doc["host"]["hostname"] = f"node-{i}"
+        for s in doc["bench"]["summary"]:
+            if s.get("median_bytes_per_s"):
+                s["median_bytes_per_s"] *= scale
+        path = tmp_path / f"node-{i}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    result = run_loadscope("compare", *paths)
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert len(lines) == 2 + 3
+    assert "<-" not in lines[2] and "<-" not in lines[3]
+    assert "node-2" in lines[4] and "<- throughput" in lines[4]
+    assert "fuse" in lines[2] and "auto" in lines[2]

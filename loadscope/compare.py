@@ -1,0 +1,79 @@
+"""``loadscope compare``: one row per doctor report, outliers marked — onboarding a cluster.
+
+A node is an outlier when its best measured cold throughput is under half the
+median of all nodes, or its cold 4 KiB latency is over twice the median: the
+nodes to look at before a job sits on them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from loadscope.units import format_rate, format_us
+
+
+@dataclass(slots=True)
+class Row:
+    source: str
+    host: str
+    storage_class: str
+    latency_p50_us: float | None
+    best_strategy: str | None
+    best_bytes_per_s: float | None
+    verdict: str
+    outlier: list[str]
+
+
+def row_of(source: str, doc: dict[str, Any]) -> Row:
+    probe = doc.get("probe") or {}
+    files = probe.get("files") or [{}]
+    mount = files[0].get("mount") or {}
+    lat = probe.get("latency") or {}
+    cold = [
+        s
+        for s in (doc.get("bench") or {}).get("summary", [])
+        if s.get("cache") == "cold" and s.get("median_bytes_per_s")
+    ]
+    best = max(cold, key=lambda s: s["median_bytes_per_s"], default=None)
+    return Row(
+        source=source,
+        host=(doc.get("host") or {}).get("hostname", "?"),
+        storage_class=mount.get("storage_class", "?"),
+        latency_p50_us=lat.get("p50_us"),
+        best_strategy=best["strategy"] if best else None,
+        best_bytes_per_s=best["median_bytes_per_s"] if best else None,
+        verdict=(doc.get("verdict") or {}).get("status", "?"),
+        outlier=[],
+    )
+
+
+def compare(rows: list[Row]) -> list[Row]:
+    rates = [r.best_bytes_per_s for r in rows if r.best_bytes_per_s]
+    lats = [r.latency_p50_us for r in rows if r.latency_p50_us]
+    if len(rates) >= 2:
+        med = statistics.median(rates)
+        for r in rows:
+            if r.best_bytes_per_s and r.best_bytes_per_s < 0.5 * med:
+                r.outlier.append(f"throughput {r.best_bytes_per_s / med:.0%} of the median")
+    if len(lats) >= 2:
+        med = statistics.median(lats)
+        for r in rows:
+            if r.latency_p50_us and r.latency_p50_us > 2 * med:
+                r.outlier.append(f"latency {r.latency_p50_us / med:.1f}x the median")
+    return rows
+
+
+def to_text(rows: list[Row]) -> str:
+    header = f"{'host':<18}{'storage':<14}{'p50 4K':>9}  {'best strategy':<16}{'rate':>10}  verdict"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lat = format_us(r.latency_p50_us) if r.latency_p50_us else "-"
+        rate = format_rate(r.best_bytes_per_s) if r.best_bytes_per_s else "-"
+        mark = "  <- " + "; ".join(r.outlier) if r.outlier else ""
+        lines.append(
+            f"{r.host[:17]:<18}{r.storage_class:<14}{lat:>9}  {r.best_strategy or '-':<16}"
+            f"{rate:>10}  {r.verdict}{mark}"
+        )
+    return "\n".join(lines)

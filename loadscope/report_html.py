@@ -1,0 +1,184 @@
+"""A doctor report as one self-contained HTML file: inline CSS and SVG charts, no network fetches.
+
+Charts carry their numbers: axes with units, values printed beside bars, so a
+flat 5 MB/s never looks like a flat 5 GB/s.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from loadscope.units import format_bytes, format_rate
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;color:#1b1f24;padding:0 1em}
+h1{font-size:1.3em} h2{font-size:1.1em;margin-top:1.6em;border-bottom:1px solid #ddd}
+.verdict{padding:.7em 1em;border-radius:6px;font-weight:600}
+.problem{background:#fff1e6;border:1px solid #f0a060} .healthy{background:#eaf7ea;border:1px solid #7c7}
+table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+code,pre{background:#f4f4f4;padding:.1em .3em;border-radius:3px} pre{padding:.6em;overflow-x:auto}
+svg text{font:11px system-ui,sans-serif;fill:#333}
+"""
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def bar_chart(title: str, rows: list[tuple[str, float]], fmt: Any, width: int = 640) -> str:
+    """Horizontal bars, each labelled with its value (``fmt`` formats a value with units)."""
+    if not rows:
+        return ""
+    biggest = max(v for _, v in rows) or 1.0
+    bar_h, left, right = 20, 150, 110
+    height = 30 + bar_h * len(rows)
+    parts = [
+        f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="0" y="14" font-weight="600">{_e(title)}</text>',
+    ]
+    span = width - left - right
+    for i, (label, value) in enumerate(rows):
+        y = 24 + i * bar_h
+        w = max(1.0, span * value / biggest)
+        color = _COLORS[i % len(_COLORS)]
+        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(label)}</text>')
+        parts.append(
+            f'<rect x="{left}" y="{y + 2}" width="{w:.1f}" height="{bar_h - 6}" fill="{color}"/>'
+        )
+        parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 13}">{_e(fmt(value))}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def line_chart(
+    title: str, series: dict[str, list[tuple[float, float]]], width: int = 640, height: int = 240
+) -> str:
+    """Bytes loaded over time per strategy, with labelled axes (seconds, MiB)."""
+    series = {k: v for k, v in series.items() if len(v) >= 2}
+    if not series:
+        return ""
+    max_t = max(p[0] for pts in series.values() for p in pts) or 1.0
+    max_b = max(p[1] for pts in series.values() for p in pts) or 1.0
+    left, bottom, top, right = 60, 30, 24, 130
+    pw, ph = width - left - right, height - top - bottom
+    parts = [
+        f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}"'
+        f' viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="0" y="14" font-weight="600">{_e(title)}</text>',
+        f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#555"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#555"/>',
+        f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">seconds (max {max_t:.3g} s)</text>',
+        f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">{_e(format_bytes(max_b))}</text>',
+        f'<text x="{left - 6}" y="{top + ph}" text-anchor="end">0</text>',
+    ]
+    for i, (name, pts) in enumerate(series.items()):
+        color = _COLORS[i % len(_COLORS)]
+        coords = " ".join(
+            f"{left + pw * t / max_t:.1f},{top + ph - ph * b / max_b:.1f}" for t, b in pts
+        )
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
+        parts.append(
+            f'<text x="{left + pw + 8}" y="{top + 14 + 14 * i}" fill="{color}">{_e(name)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def to_html(doc: dict[str, Any]) -> str:
+    v, t = doc["verdict"], doc["target"]
+    out = [
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
+        f"<title>loadscope doctor: {_e(t['spec'])}</title><style>{_CSS}</style></head><body>",
+        "<h1>loadscope doctor</h1>",
+        f'<p class="verdict {_e(v["status"])}">{_e(v["headline"])}</p>',
+        f"<p>target <code>{_e(t['spec'])}</code>: {t['files']} file(s), {_e(format_bytes(t['total_bytes']))};"
+        f" loadscope {_e(doc['tool']['version'])}, {_e(doc['created'])}</p>",
+    ]
+    recs = doc.get("recommendations") or []
+    if recs:
+        out.append("<h2>Recommendations</h2><ol>")
+        for r in recs:
+            gain = f" — {r['expected_speedup']:.1f}x measured" if r.get("expected_speedup") else ""
+            opt = " (optional)" if r.get("optional") else ""
+            out.append(f"<li><b>{_e(r['title'])}</b>{_e(opt)}{_e(gain)}<br>{_e(r['action'])}")
+            if r.get("risk"):
+                out.append(f"<br><i>cost/risk:</i> {_e(r['risk'])}")
+            for key, code in (r.get("snippets") or {}).items():
+                out.append(f"<div>{_e(key)}:</div><pre>{_e(code)}</pre>")
+            out.append("</li>")
+        out.append("</ol>")
+    for note in doc.get("notes") or []:
+        out.append(f"<p><i>{_e(note)}</i></p>")
+    bench = doc.get("bench") or {}
+    summary = [s for s in bench.get("summary", []) if s.get("median_bytes_per_s")]
+    if summary:
+        out.append("<h2>Trials</h2>")
+        out.append(
+            bar_chart(
+                "median throughput per strategy (cold)",
+                [(s["strategy"], s["median_bytes_per_s"]) for s in summary if s["cache"] == "cold"],
+                format_rate,
+            )
+        )
+        series: dict[str, list[tuple[float, float]]] = {}
+        for trial in bench.get("trials", []):
+            if (
+                trial.get("cache") == "cold"
+                and trial.get("status") == "ok"
+                and trial["strategy"] not in series
+            ):
+                series[trial["strategy"]] = [
+                    (float(p[0]), float(p[1])) for p in trial.get("series", [])
+                ]
+        out.append(line_chart("bytes loaded over time, cold (one trial each)", series))
+        out.append(
+            "<table><tr><th>strategy</th><th>cache</th><th>median s</th><th>rate</th><th>x mmap</th></tr>"
+        )
+        for s in summary:
+            x = f"{s['x_vs_mmap']:.2f}x" if s.get("x_vs_mmap") else "-"
+            out.append(
+                f"<tr><td>{_e(s['strategy'])}</td><td>{_e(s['cache'])}</td>"
+                f"<td>{s['median_seconds']:.3g}</td><td>{_e(format_rate(s['median_bytes_per_s']))}</td>"
+                f"<td>{_e(x)}</td></tr>"
+            )
+        out.append("</table>")
+    probe = doc.get("probe") or {}
+    lat = probe.get("latency") or {}
+    if lat.get("status") == "ok":
+        out.append("<h2>Storage</h2>")
+        out.append(
+            bar_chart(
+                f"cold 4 KiB read latency ({lat.get('method')}, {lat.get('samples')} samples)",
+                [("p50", lat["p50_us"]), ("p90", lat["p90_us"]), ("p99", lat["p99_us"])],
+                lambda us: f"{us:.0f} us" if us < 1000 else f"{us / 1000:.3g} ms",
+            )
+        )
+    thr = probe.get("throughput") or {}
+    if thr.get("status") == "ok":
+        out.append(
+            bar_chart(
+                "cold throughput, one reader, by request size",
+                [
+                    (format_bytes(p["block_bytes"]), p["bytes_per_s"])
+                    for p in thr.get("sequential", [])
+                ],
+                format_rate,
+            )
+        )
+        out.append(
+            bar_chart(
+                "cold throughput by parallel readers (1 MiB requests)",
+                [(f"{p['readers']} readers", p["bytes_per_s"]) for p in thr.get("parallel", [])],
+                format_rate,
+            )
+        )
+    failures = doc.get("failures") or []
+    if failures:
+        out.append("<h2>Failed or skipped steps</h2><ul>")
+        out += [f"<li>{_e(f)}</li>" for f in failures]
+        out.append("</ul>")
+    out.append("</body></html>")
+    return "\n".join(out)
