@@ -90,6 +90,15 @@ def plan_trials(probe: ProbeReport, n_trials: int, budget_s: float) -> tuple[int
     return 1, int(min(model, max(MIN_SAMPLE_BYTES, rate * allowance)))
 
 
+def hints_from(probe: ProbeReport) -> dict[str, Any]:
+    """What ``auto`` should use for cold files: the reader count the parallel probe found best."""
+    thr = probe.throughput.data
+    if thr is None or not thr.parallel:
+        return {}
+    best = max(thr.parallel, key=lambda p: p.bytes_per_s)
+    return {"threads": max(4, best.readers), "block_bytes": best.block_bytes}
+
+
 def run_doctor(target: Target, *, budget_s: float = DEFAULT_BUDGET_S) -> DoctorReport:
     failures: list[str] = []
     probe = run_probes(target, budget_s=min(15.0, budget_s * 0.15))
@@ -106,6 +115,7 @@ def run_doctor(target: Target, *, budget_s: float = DEFAULT_BUDGET_S) -> DoctorR
     repeats, sample = plan_trials(probe, n_trials, remaining)
     if formats != {"safetensors"}:
         sample = None  # torch checkpoints load whole
+    hints = hints_from(probe)
     try:
         bench = run_bench(
             target,
@@ -113,6 +123,7 @@ def run_doctor(target: Target, *, budget_s: float = DEFAULT_BUDGET_S) -> DoctorR
                 strategies=strategies,
                 cache=("cold", "warm"),
                 warm_strategies=WARM_STRATEGIES,
+                hints=hints,
                 repeats=repeats,
                 warmup=False,
                 sample_bytes=sample,
