@@ -238,6 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--md", metavar="FILE", help="also write the report as Markdown (for an issue)")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument(
+        "--try-readahead",
+        action="store_true",
+        help="when raising readahead is advised, measure it: set 8 MiB for this mount (root),"
+        " re-run the mmap trial, restore the old value",
+    )
+    p.add_argument(
         "--redact-hosts",
         action="store_true",
         help="hide the hostname and the model's paths in the written reports",
@@ -517,7 +523,7 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if sys.stderr.isatty():
         sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
     with open_target(spec, synth_dir=args.synth_dir) as target:
-        report = run_doctor(target, budget_s=args.budget)
+        report = run_doctor(target, budget_s=args.budget, try_readahead=args.try_readahead)
     from loadscope.report_html import to_html
 
     doc = redact(report.to_dict()) if args.redact_hosts else report.to_dict()

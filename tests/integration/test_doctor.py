@@ -66,6 +66,20 @@ def test_doctor_on_the_emulated_disk_recommends_what_the_trials_show(slow_model:
     assert any("folklore" in n for n in advice.notes)
 
 
+def test_try_readahead_measures_the_gain_and_restores_the_setting(slow_model: Path) -> None:
+    from loadscope.emulator import fuse_connection_settings
+
+    dev = os.stat(slow_model).st_dev
+    device = (os.major(dev), os.minor(dev))
+    assert fuse_connection_settings(*device)["read_ahead_kb"] == 128
+    report = run_doctor(resolve(str(slow_model)), budget_s=60, try_readahead=True)
+    rec = next(r for r in report.advice.recommendations if r.id == "raise-readahead")
+    assert rec.expected_speedup is not None and rec.expected_speedup > 1.5, report.failures
+    assert rec.confidence == "high" and "measured here" in rec.action
+    assert any("read_ahead_kb=8192" in e.what for e in rec.evidence)
+    assert fuse_connection_settings(*device)["read_ahead_kb"] == 128  # put back
+
+
 @pytest.fixture
 def tmpfs_model(synth_single: object) -> Iterator[Path]:
     shm = Path("/dev/shm")
