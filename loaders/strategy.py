@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry, read_header
+from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry
 
 if TYPE_CHECKING:
     import torch
@@ -178,10 +178,6 @@ def tensors_from_buffer(
         else:
             view = torch.frombuffer(buffer, dtype=dtype, count=t.nbytes // itemsize, offset=start)
             yield t.name, view.reshape(t.shape)
-
-
-def headers(files: list[FileRequest]) -> Mapping[str, SafetensorsHeader]:
-    return {f.path: read_header(f.path) for f in files}
 
 
 def o_direct_ok(path: str) -> bool:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.probes.blockdev import fuse_connection_id
 from loadscope.probes.mounts import Mount, mount_of, read_mountinfo
 from loadscope.probes.sysfs import read_int
 
@@ -197,16 +198,6 @@ def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
         use_ns = True
 
         def init_with_config(self, conn: Any, config: Any) -> None:
-            if conn is not None and os.environ.get("LOADSCOPE_EMULATE_DEBUG"):
-                fields = (
-                    "max_write",
-                    "max_read",
-                    "max_readahead",
-                    "capable",
-                    "want",
-                    "max_background",
-                )
-                print({f: getattr(conn, f, None) for f in fields}, file=sys.stderr, flush=True)
             if conn is not None:
                 conn.max_background = settings.max_background
                 conn.congestion_threshold = max(1, settings.max_background * 3 // 4)
@@ -335,7 +326,7 @@ def apply_connection_settings(major: int, minor: int, settings: EmulatorSettings
         subprocess.run(
             ["mount", "-t", "fusectl", "fusectl", str(control)], capture_output=True, check=False
         )
-    conn = control / str((major << 20) | minor)
+    conn = control / str(fuse_connection_id(major, minor))
     if conn.is_dir():
         for name, value in (
             ("max_background", settings.max_background),
@@ -534,7 +525,7 @@ def _stop(proc: subprocess.Popen[str], mnt: Path) -> None:
 
 def fuse_connection_settings(major: int, minor: int) -> dict[str, int | None]:
     """What the kernel uses for this mount now: readahead and background requests."""
-    conn = Path("/sys/fs/fuse/connections") / str((major << 20) | minor)
+    conn = Path("/sys/fs/fuse/connections") / str(fuse_connection_id(major, minor))
     return {
         "read_ahead_kb": read_int(f"/sys/class/bdi/{major}:{minor}/read_ahead_kb"),
         "max_background": read_int(conn / "max_background"),

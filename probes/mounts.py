@@ -695,15 +695,3 @@ def describe_mount(
         resolved_class=resolved_class,
         resolved_reason=resolved_reason,
     )
-
-
-def describe_path(
-    path: str | os.PathLike[str],
-    *,
-    wsl: bool,
-    device_network: DeviceNetwork = None,
-    mounts: Sequence[Mount] | None = None,
-) -> MountReport:
-    """:func:`describe_mount` for the mount under ``path`` (the live mount table by default)."""
-    table = read_mountinfo() if mounts is None else mounts
-    return describe_mount(mount_of(path, table), table, wsl=wsl, device_network=device_network)

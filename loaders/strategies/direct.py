@@ -2,7 +2,7 @@
 
 Bypasses the page cache and its readahead entirely, so each request is exactly
 as large as asked: measured best on the emulated network disk (1 MiB requests
-12 deep: 19x ``load_file`` at 5 ms). Unavailable where the filesystem refuses
+12 deep: 18x ``load_file`` at 5 ms, benchmarks/RESULTS.md). Unavailable where the filesystem refuses
 O_DIRECT.
 """
 
