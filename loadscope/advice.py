@@ -10,6 +10,7 @@ measured limit on local or memory storage, smaller gains are optional tips.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -48,6 +49,9 @@ class Recommendation:
     snippets: dict[str, str] = field(default_factory=dict)
     #: An optional tip on healthy storage, not a problem.
     optional: bool = False
+    #: False when the gain is estimated from probes rather than timed in a trial here;
+    #: estimated gains rank after measured ones.
+    measured: bool = True
 
 
 @dataclass(slots=True)
@@ -61,6 +65,15 @@ class Advice:
     verdict: Verdict
     recommendations: list[Recommendation]
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalDiskFacts:
+    directory: str
+    free_bytes: int
+    write_bytes_per_s: float
+    cold_read_bytes_per_s: float
+    cold_verified: bool
 
 
 @dataclass(slots=True)
@@ -81,6 +94,9 @@ class Facts:
     cold: dict[str, Summary]
     warm: dict[str, Summary]
     trial_ids: dict[tuple[str, str], list[int]]
+    #: Where the model is (for the snippets) and the fastest local disk with room for a copy.
+    model_root: str = "MODEL_DIR"
+    local_disk: LocalDiskFacts | None = None
 
     def speedup(self, strategy: str, cache: str = "cold") -> float | None:
         table = self.cold if cache == "cold" else self.warm
@@ -105,6 +121,18 @@ def facts_from(probe: ProbeReport, bench: BenchReport | None) -> Facts:
     if thr and thr.parallel and thr.parallel[0].bytes_per_s > 0:
         scaling = max(p.bytes_per_s for p in thr.parallel) / thr.parallel[0].bytes_per_s
     bdi = primary.storage.bdi.data
+    local = None
+    disks = [d for d in (probe.local_disks.data or []) if d.speed is not None]
+    if disks:
+        best = max(disks, key=lambda d: d.speed.cold_read_bytes_per_s if d.speed else 0.0)
+        assert best.speed is not None
+        local = LocalDiskFacts(
+            best.directory,
+            best.free_bytes,
+            best.speed.write_bytes_per_s,
+            best.speed.cold_read_bytes_per_s,
+            best.speed.cold_verified,
+        )
     cold: dict[str, Summary] = {}
     warm: dict[str, Summary] = {}
     ids: dict[tuple[str, str], list[int]] = {}
@@ -132,6 +160,8 @@ def facts_from(probe: ProbeReport, bench: BenchReport | None) -> Facts:
         cold=cold,
         warm=warm,
         trial_ids=ids,
+        model_root=probe.target["root"],
+        local_disk=local,
     )
 
 
@@ -288,6 +318,7 @@ def rule_readahead(f: Facts) -> list[Recommendation]:
             ],
             risk="host-wide for this mount; root; resets at remount",
             confidence="medium",
+            measured=False,
             snippets={"shell": cmd},
         )
     ]
@@ -315,6 +346,81 @@ def rule_prewarm(f: Facts) -> list[Recommendation]:
             confidence="medium",
             snippets=_snippets_prewarm(),
             optional=True,
+        )
+    ]
+
+
+def rule_copy_local(f: Facts) -> list[Recommendation]:
+    """Copy to a local disk with room when it is measured faster, with the break-even.
+
+    The local load time is estimated from the candidate's measured cold read rate
+    (the copy does not exist yet, so it cannot be trialled); the copy's cost from
+    the slower of the fastest measured cold read here and the candidate's write rate.
+    """
+    disk, mmap_s = f.local_disk, f.seconds("mmap")
+    if disk is None or not mmap_s or f.storage_class in ("local-block", "memory"):
+        return []
+    # A load is never faster than the same load from the page cache (the warm trials).
+    warm_floor = min((t for s in f.warm if (t := f.seconds(s, "warm"))), default=0.0)
+    local_s = max(f.model_bytes / disk.cold_read_bytes_per_s, warm_floor)
+    gain = mmap_s / local_s
+    if gain < WORTH_IT:
+        return []
+    in_place = {s: t for s in f.cold if (t := f.seconds(s))}
+    best_name = min(in_place, key=lambda s: in_place[s])
+    best_s = in_place[best_name]
+    copy_rate = min(f.model_bytes / best_s, disk.write_bytes_per_s)
+    copy_s = f.model_bytes / copy_rate
+    saved = mmap_s - local_s
+    break_even = max(1, math.ceil(copy_s / saved))
+    beats_in_place = local_s * WORTH_IT <= best_s
+    dest = f"{disk.directory.rstrip('/')}/model-copy"
+    action = (
+        f"copy the model to {disk.directory} (local disk, {format_bytes(disk.free_bytes)} free):"
+        f" a cold load there ~{local_s:.3g} s vs {mmap_s:.3g} s here, {gain:.1f}x; the copy"
+        f" takes ~{copy_s:.3g} s, repaid after {break_even} cold load(s)"
+    )
+    if not beats_in_place:
+        action += (
+            f" (but '{best_name}' already loads in {best_s:.3g} s in place: a copy gains"
+            f" {best_s / local_s:.1f}x over that)"
+        )
+    return [
+        Recommendation(
+            id="copy-to-local-disk",
+            title="Copy the model to a local disk",
+            action=action,
+            expected_speedup=gain,
+            evidence=[
+                Evidence(
+                    f"probe: {disk.directory} cold read"
+                    + ("" if disk.cold_verified else " (cold not verified)"),
+                    round(disk.cold_read_bytes_per_s),
+                    "B/s",
+                ),
+                Evidence(f"probe: {disk.directory} write", round(disk.write_bytes_per_s), "B/s"),
+                Evidence(
+                    "estimated cold load there (its read rate, floored at the warm load)",
+                    round(local_s, 4),
+                    "s",
+                ),
+                Evidence("mmap cold here", mmap_s, "s", _ids(f, ("mmap", "cold"))),
+                Evidence(
+                    f"fastest in place ({best_name})", best_s, "s", _ids(f, (best_name, "cold"))
+                ),
+                Evidence("break-even", break_even, "cold loads"),
+            ],
+            risk=f"needs {format_bytes(f.model_bytes)} of disk space; the copy goes stale when"
+            " the model is updated",
+            confidence="medium",
+            snippets={
+                "shell": f"rsync -a --info=progress2 {f.model_root}/ {dest}/",
+                "transformers": f"model = AutoModelForCausalLM.from_pretrained('{dest}')",
+                "vllm": f"vllm serve {dest}",
+                "sglang": f"python -m sglang.launch_server --model-path {dest}",
+            },
+            optional=not beats_in_place,
+            measured=False,
         )
     ]
 
@@ -365,6 +471,8 @@ RULES: tuple[Rule, ...] = (
     rule_readahead,
     rule_fullread,
     rule_prewarm,
+    rule_copy_local,
+    # rank-0 read + broadcast joins here once multi-rank trials (--ranks) measure it.
     rule_wsl,
     rule_pickle,
 )
@@ -407,7 +515,14 @@ def advise(probe: ProbeReport, bench: BenchReport | None) -> Advice:
 
 def advise_facts(f: Facts) -> Advice:
     recs = [r for rule in RULES for r in rule(f)]
-    recs.sort(key=lambda r: (r.optional, -(r.expected_speedup or 0), r.confidence != "high"))
+    recs.sort(
+        key=lambda r: (
+            r.optional,
+            not r.measured,
+            -(r.expected_speedup or 0),
+            r.confidence != "high",
+        )
+    )
     if f.storage_class == "memory":
         for r in recs:
             r.optional = True
@@ -436,7 +551,8 @@ def advise_facts(f: Facts) -> Advice:
     problems = [r for r in recs if not r.optional]
     if problems:
         top = problems[0]
-        gain = f", {top.expected_speedup:.1f}x faster" if top.expected_speedup else ""
+        est = "" if top.measured else " (estimated)"
+        gain = f", {top.expected_speedup:.1f}x faster{est}" if top.expected_speedup else ""
         headline = f"{_kind(f)}: {top.title.lower()}{gain}"
         return Advice(Verdict("problem", headline), recs, contradictions(f))
     headline = f"{_kind(f)}: no measured fix beats the default by {WORTH_IT:g}x"

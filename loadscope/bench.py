@@ -51,6 +51,8 @@ RUNTIME_OVERHEAD_BYTES = 600 << 20
 WARM_ENOUGH = 0.95
 _SERIES_POINTS = 50
 _STDERR_TAIL = 40
+#: A trial running when the deadline passes may finish within this much more.
+DEADLINE_GRACE_S = 10.0
 
 
 class BenchError(LoadscopeError):
@@ -67,6 +69,9 @@ class BenchOptions:
     knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     hints: dict[str, Any] = field(default_factory=dict)
     trial_timeout_s: float = 600.0
+    #: A hard end for the whole run (``time.monotonic()``): trials not started by then are
+    #: skipped, and a running one is given at most a short grace past it.
+    deadline: float | None = None
     allow_drop_caches: bool = False
     #: Override the measured memory headroom (tests; containers that hide their limit).
     memory_headroom_bytes: int | None = None
@@ -435,7 +440,10 @@ def run_trial(
         "total_tensors": 0,
     }
     worker = _Worker(spec, options.worker_argv)
-    deadline = time.monotonic() + options.trial_timeout_s
+    timeout_s = options.trial_timeout_s
+    if options.deadline is not None:
+        timeout_s = min(timeout_s, max(DEADLINE_GRACE_S, options.deadline - time.monotonic()))
+    deadline = time.monotonic() + timeout_s
     started: Start | None = None
     result: Done | Failed | None = None
     points: list[tuple[float, int]] = []
@@ -452,7 +460,7 @@ def run_trial(
                 _kill_group(worker.proc)
                 result = Failed(
                     time.monotonic(),
-                    f"timed out after {options.trial_timeout_s:g} s; worker killed",
+                    f"timed out after {timeout_s:.3g} s; worker killed",
                 )
                 break
             try:
@@ -658,6 +666,9 @@ def run_bench(
     ]
     for i, trial in enumerate(plan):
         trial.id = i + 1
+        if options.deadline is not None and time.monotonic() >= options.deadline:
+            trial.status, trial.reason = "skipped", "the time budget was spent"
+            continue
         say(TrialStarted(trial, i, len(plan)))
         _, digests = run_trial(
             trial,
@@ -681,6 +692,8 @@ def run_bench(
             reference = digests
             trial.detail["reference"] = True
         say(TrialFinished(trial))
+    if late := sum(1 for t in plan if t.status == "skipped"):
+        notes.append(f"{late} of {len(plan)} trials not run: the time budget was spent")
     if sample_info is not None:
         sample_info.error_estimate = _spread(plan)
     return BenchReport(

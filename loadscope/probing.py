@@ -30,6 +30,7 @@ from loadscope.probes.iobench import (
     o_direct_support,
 )
 from loadscope.probes.iosampler import IoSampler, blind_signals
+from loadscope.probes.localdisk import DiskSpeed, free_bytes, measure_dir
 from loadscope.probes.pagecache import ColdCache, Residency, residency
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe, to_jsonable
 from loadscope.probes.system import SystemInfo, probe_system
@@ -72,6 +73,18 @@ class HubCacheProbe:
 
 
 @dataclass(slots=True)
+class LocalDisk:
+    """A local directory a copy of the model could go to, with its measured speed."""
+
+    directory: str
+    mount_point: str
+    storage_class: str
+    free_bytes: int
+    speed: DiskSpeed | None
+    reason: str = ""
+
+
+@dataclass(slots=True)
 class ProbeReport:
     target: dict[str, Any]
     budget_s: float
@@ -82,6 +95,9 @@ class ProbeReport:
     throughput: ProbeResult[ThroughputResult]
     hf_cache: ProbeResult[HubCacheProbe]
     notes: list[str] = field(default_factory=list)
+    local_disks: ProbeResult[list[LocalDisk]] = field(
+        default_factory=lambda: ProbeResult("local_disks", Status.SKIPPED, reason="not probed")
+    )
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,6 +126,7 @@ class ProbeReport:
             "latency": self.latency.to_dict(),
             "throughput": self.throughput.to_dict(),
             "hf_cache": self.hf_cache.to_dict(),
+            "local_disks": self.local_disks.to_dict(),
             "notes": self.notes,
         }
 
@@ -177,6 +194,7 @@ def run_probes(
     budget_s: float = DEFAULT_BUDGET_S,
     allow_drop_caches: bool = False,
     progress: Progress | None = None,
+    local_disks: bool = True,
 ) -> ProbeReport:
     """Probe the storage under ``target``; never raises for a probe that cannot run."""
     say = progress or (lambda _msg: None)
@@ -234,6 +252,17 @@ def run_probes(
     throughput = run_probe(
         "throughput", lambda: _throughput(bench, deadline, remaining, primary.path, remote)
     )
+    local: ProbeResult[list[LocalDisk]]
+    if not local_disks:
+        local = ProbeResult("local_disks", Status.SKIPPED, reason="not asked for")
+    elif klass in ("local-block", "memory"):
+        local = ProbeResult("local_disks", Status.SKIPPED, reason=f"the model is on {klass}")
+    else:
+        say("local disks")
+        local = run_probe(
+            "local_disks",
+            lambda: local_candidates(table, wsl, target.total_bytes, os.stat(primary.path).st_dev),
+        )
     return ProbeReport(
         target={
             "spec": target.spec,
@@ -250,7 +279,59 @@ def run_probes(
         throughput=throughput,
         hf_cache=hf,
         notes=notes,
+        local_disks=local,
     )
+
+
+#: Where a copy of a model conventionally goes, besides $LOADSCOPE_LOCAL_DIRS.
+CONVENTIONAL_LOCAL_DIRS = ("/local", "/scratch", "/mnt/local", "/nvme", "/mnt/nvme", "/raid")
+#: Room kept free on the destination beyond the model itself.
+COPY_MARGIN = 1.1
+
+
+def candidate_dirs() -> list[str]:
+    env = os.environ.get("LOADSCOPE_LOCAL_DIRS")
+    if env:
+        return [d for d in env.split(os.pathsep) if d]
+    import tempfile
+
+    return [tempfile.gettempdir(), *CONVENTIONAL_LOCAL_DIRS, os.path.expanduser("~")]
+
+
+def local_candidates(
+    table: list[mounts.Mount], wsl: bool, model_bytes: int, model_dev: int
+) -> list[LocalDisk]:
+    """Local-disk directories (one per filesystem, not the model's) with room for a copy."""
+    if not table:
+        raise Unavailable("mount table unavailable")
+    found: list[LocalDisk] = []
+    seen = {model_dev}
+    for directory in candidate_dirs():
+        try:
+            st = os.stat(directory)
+        except OSError:
+            continue
+        if st.st_dev in seen:
+            continue
+        seen.add(st.st_dev)
+        storage = _storage(Path(directory), table, wsl)
+        m = storage.mount.data
+        klass = (m.resolved_class or m.storage_class) if m else "unknown"
+        if klass != "local-block" or m is None:
+            continue
+        free = free_bytes(directory)
+        if free < COPY_MARGIN * model_bytes:
+            found.append(
+                LocalDisk(directory, m.mount_point, klass, free, None, "not enough free space")
+            )
+            continue
+        try:
+            speed = measure_dir(directory)
+        except (Unavailable, OSError) as exc:
+            found.append(LocalDisk(directory, m.mount_point, klass, free, None, str(exc)))
+            continue
+        found.append(LocalDisk(directory, m.mount_point, klass, free, speed))
+    return found
 
 
 def _throughput(
@@ -381,6 +462,28 @@ def _throughput_lines(thr: ProbeResult[ThroughputResult]) -> list[str]:
     return lines
 
 
+def _local_lines(local: ProbeResult[list[LocalDisk]]) -> list[str]:
+    if local.status is Status.SKIPPED:
+        return []
+    if local.data is None:
+        return [_status_line("local disk", local)]
+    if not local.data:
+        return [_wrap("local disk", "no local-disk directory with room for a copy was found")]
+    lines = []
+    for d in local.data:
+        if d.speed is None:
+            text = f"{d.directory} ({format_bytes(d.free_bytes)} free): {d.reason}"
+        else:
+            cold = "" if d.speed.cold_verified else " (cold not verified)"
+            text = (
+                f"{d.directory} ({format_bytes(d.free_bytes)} free): writes"
+                f" {format_rate(d.speed.write_bytes_per_s)}, reads"
+                f" {format_rate(d.speed.cold_read_bytes_per_s)} cold{cold}"
+            )
+        lines.append(_wrap("local disk", text))
+    return lines
+
+
 def to_text(report: ProbeReport) -> str:
     """A short summary that fits 80 columns; the JSON has everything."""
     t = report.target
@@ -425,6 +528,7 @@ def to_text(report: ProbeReport) -> str:
         lines.append(_wrap("hf cache", f"{where} [{src}] on {hf.data.storage_class}"))
     else:
         lines.append(_status_line("hf cache", hf))
+    lines += _local_lines(report.local_disks)
     for note in report.notes:
         lines.append(_wrap("note", note))
     lines.append(_wrap("took", f"{report.elapsed_s:.1f} s of a {report.budget_s:g} s budget"))

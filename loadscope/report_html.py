@@ -101,7 +101,8 @@ def to_html(doc: dict[str, Any]) -> str:
     if recs:
         out.append("<h2>Recommendations</h2><ol>")
         for r in recs:
-            gain = f" — {r['expected_speedup']:.1f}x measured" if r.get("expected_speedup") else ""
+            how = "measured" if r.get("measured", True) else "estimated"
+            gain = f" — {r['expected_speedup']:.1f}x {how}" if r.get("expected_speedup") else ""
             opt = " (optional)" if r.get("optional") else ""
             out.append(f"<li><b>{_e(r['title'])}</b>{_e(opt)}{_e(gain)}<br>{_e(r['action'])}")
             if r.get("risk"):

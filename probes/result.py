@@ -36,6 +36,8 @@ class Status(str, Enum):
     OK = "ok"
     UNAVAILABLE = "unavailable"
     ERROR = "error"
+    #: Not run, on purpose (not needed for this target, or not asked for).
+    SKIPPED = "skipped"
 
 
 class Unavailable(Exception):

@@ -80,6 +80,53 @@ def test_try_readahead_measures_the_gain_and_restores_the_setting(slow_model: Pa
     assert fuse_connection_settings(*device)["read_ahead_kb"] == 128  # put back
 
 
+REGIMES = {
+    # page-by-page faults at 1 ms: mmap is hopeless, anything parallel wins big
+    "readahead-0": EmulatorSettings(latency_s=0.001, jitter_s=0.0, readahead_kb=0),
+    # a big readahead already streams mmap: the gain left is small, if any
+    "readahead-8MiB": EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=8192),
+}
+
+
+@pytest.mark.parametrize("regime", sorted(REGIMES))
+def test_doctor_follows_the_trials_in_each_regime(tmp_path: Path, regime: str) -> None:
+    """Whatever the regime, the top advice is what the trials measured fastest, with its gain."""
+    from loadscope.advice import WORTH_IT
+
+    if (why := fuse_unavailable_reason()) is not None:
+        pytest.skip(f"emulated slow disk unavailable: {why}")
+    src = synthesize(tmp_path / "src", 32 << 20, seed=5)
+    with emulated_disk(src.root, tmp_path / "mnt", REGIMES[regime]) as disk:
+        report = run_doctor(resolve(str(disk.path)), budget_s=40)
+    assert report.bench is not None
+    cold = {
+        s.strategy: s.extrapolated_median_seconds or s.median_seconds
+        for s in report.bench.summary
+        if s.cache == "cold" and s.median_seconds
+    }
+    assert "mmap" in cold, report.failures
+    fastest = min(cold, key=lambda k: cold[k])
+    gain = cold["mmap"] / cold[fastest]
+    problems = [
+        r for r in report.advice.recommendations if not r.optional and r.strategy is not None
+    ]
+    if gain >= WORTH_IT:
+        assert report.advice.verdict.status == "problem"
+        top = problems[0]
+        assert top.strategy is not None and top.expected_speedup is not None
+        # the recommended strategy is the fastest, or measured within noise of it
+        assert cold[top.strategy] <= 1.25 * cold[fastest], (top.strategy, cold)
+        assert top.expected_speedup == pytest.approx(cold["mmap"] / cold[top.strategy])
+    else:
+        assert not problems, [r.id for r in problems]
+    ids = [r.id for r in report.advice.recommendations]
+    if regime == "readahead-8MiB":
+        assert "raise-readahead" not in ids  # already large
+    else:
+        assert gain >= 5, cold  # 4 KiB faults at 1 ms each: parallel must win by far
+        assert "raise-readahead" in ids
+
+
 @pytest.fixture
 def tmpfs_model(synth_single: object) -> Iterator[Path]:
     shm = Path("/dev/shm")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from loadscope.advice import Facts, advise_facts
 from loadscope.bench import Summary
 
@@ -148,3 +150,67 @@ def test_no_trials_no_invented_gain() -> None:
     a = advise_facts(facts({}, storage="network-fs", read_ahead_kb=8192))
     assert all(r.expected_speedup is None for r in a.recommendations)
     assert a.verdict.status == "healthy" and "no measured fix" in a.verdict.headline
+
+
+def _disk(read: float = 2e9, write: float = 1e9, free: int = 100 * GiB) -> Any:
+    from loadscope.advice import LocalDiskFacts
+
+    return LocalDiskFacts("/local", free, write, read, True)
+
+
+def test_copy_to_local_disk_with_the_break_even() -> None:
+    f = facts({"mmap": 40.0, "fullread": 50.0, "auto": 30.0}, model=8 * GiB)
+    f.local_disk = _disk(read=2e9, write=1e9)
+    a = advise_facts(f)
+    rec = next(r for r in a.recommendations if r.id == "copy-to-local-disk")
+    local_s = 8 * GiB / 2e9  # 4.3 s
+    assert rec.expected_speedup == pytest.approx(40.0 / local_s)
+    assert not rec.optional and not rec.measured
+    # copy at the slower of the fastest read here (auto, 30 s) and the disk's writes (8.6 s):
+    # 30 s, repaid by 40 - 4.3 = 35.7 s saved per cold load: after one load
+    assert "repaid after 1 cold load(s)" in rec.action
+    assert any(e.what == "break-even" and e.value == 1 for e in rec.evidence)
+    assert "/local/model-copy" in rec.snippets["vllm"]
+    assert a.verdict.status == "problem" and "estimated" in a.verdict.headline
+
+
+def test_copy_break_even_counts_the_loads_it_takes() -> None:
+    f = facts({"mmap": 10.0}, model=8 * GiB)
+    f.local_disk = _disk(read=2e9, write=1e8)  # slow writes: the copy takes ~86 s
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "copy-to-local-disk")
+    assert "repaid after 16 cold load(s)" in rec.action  # 85.9 s / 5.7 s saved = 15.04
+
+
+def test_copy_is_optional_when_an_in_place_fix_is_as_fast() -> None:
+    f = facts({"mmap": 40.0, "auto": 5.0}, model=8 * GiB)
+    f.local_disk = _disk(read=2e9)
+    a = advise_facts(f)
+    rec = next(r for r in a.recommendations if r.id == "copy-to-local-disk")
+    assert rec.optional and "already loads in 5 s in place" in rec.action
+    assert a.recommendations[0].id == "parallel-reads"
+
+
+def test_measured_fixes_rank_before_estimated_ones() -> None:
+    f = facts({"mmap": 40.0, "auto": 10.0}, model=8 * GiB)
+    f.local_disk = _disk(read=8e9)  # estimated 37x, beats auto by 9x
+    a = advise_facts(f)
+    assert [r.id for r in a.recommendations][:2] == ["parallel-reads", "copy-to-local-disk"]
+
+
+def test_no_copy_advice_without_a_faster_local_disk_or_on_local_storage() -> None:
+    slow = facts({"mmap": 4.0}, model=8 * GiB)
+    slow.local_disk = _disk(read=1e9)  # 8.6 s there: slower than here
+    assert "copy-to-local-disk" not in [r.id for r in advise_facts(slow).recommendations]
+    local = facts({"mmap": 40.0}, storage="local-block", model=8 * GiB)
+    local.local_disk = _disk()
+    assert "copy-to-local-disk" not in [r.id for r in advise_facts(local).recommendations]
+    assert "copy-to-local-disk" not in [
+        r.id for r in advise_facts(facts({"mmap": 40.0})).recommendations
+    ]
+
+
+def test_the_copy_estimate_is_floored_at_the_warm_load() -> None:
+    f = facts({"mmap": 40.0}, {"mmap": 8.0}, model=8 * GiB)
+    f.local_disk = _disk(read=2e10)  # 0.43 s by its read rate, but a warm load takes 8 s
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "copy-to-local-disk")
+    assert rec.expected_speedup == pytest.approx(5.0)
