@@ -2,6 +2,6 @@
 
 import sys
 
-from loadscope.cli import main
+from loadscope.launch import main
 
 sys.exit(main())

@@ -59,6 +59,12 @@ class BenchError(LoadscopeError):
     exit_code = ExitCode.USAGE
 
 
+class BenchCancelled(LoadscopeError):
+    """The caller's cancel event was set: the running worker's group was killed."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 @dataclass(frozen=True, slots=True)
 class BenchOptions:
     strategies: tuple[str, ...] | None = None
@@ -72,6 +78,9 @@ class BenchOptions:
     #: A hard end for the whole run (``time.monotonic()``): trials not started by then are
     #: skipped, and a running one is given at most a short grace past it.
     deadline: float | None = None
+    #: Set from another thread to stop the run: the worker's process group is killed
+    #: within ~0.1 s and run_bench raises BenchCancelled.
+    cancel: threading.Event | None = field(default=None, compare=False)
     allow_drop_caches: bool = False
     #: Override the measured memory headroom (tests; containers that hide their limit).
     memory_headroom_bytes: int | None = None
@@ -184,6 +193,12 @@ class TrialProgress:
     seconds: float
     bytes_done: int
     total_bytes: int
+    #: The worker process (for a profiler) and its I/O counters so far, read by the
+    #: parent from /proc; None where unreadable.
+    pid: int | None = None
+    major_faults: int | None = None
+    read_syscalls: int | None = None
+    read_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +409,24 @@ def _rss_kib(pid: int) -> int | None:
     return None
 
 
+def _io_counters(pid: int) -> tuple[int | None, int | None, int | None]:
+    """(major faults, read syscalls, bytes read) of a running process, from /proc."""
+    majflt = syscr = rchar = None
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh,
+    ):
+        # fields after the parenthesised name: state is [0], majflt is field 12 => [9]
+        majflt = int(fh.read().rsplit(")", 1)[1].split()[9])
+    with (
+        contextlib.suppress(OSError, ValueError, KeyError),
+        open(f"/proc/{pid}/io", encoding="ascii", errors="replace") as fh,
+    ):
+        io = dict(line.split(": ", 1) for line in fh.read().splitlines() if ": " in line)
+        syscr, rchar = int(io["syscr"]), int(io["rchar"])
+    return majflt, syscr, rchar
+
+
 def _downsample(
     points: list[tuple[float, int]], n: int = _SERIES_POINTS
 ) -> list[tuple[float, int]]:
@@ -455,6 +488,11 @@ def run_trial(
             # The parent's own view of the worker: its resident memory over time.
             if (kib := _rss_kib(worker.proc.pid)) is not None:
                 rss.append((round(time.monotonic() - t_spawn, 3), kib * 1024))
+            if options.cancel is not None and options.cancel.is_set():
+                _kill_group(worker.proc)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.proc.wait(timeout=5)
+                raise BenchCancelled("stopped: the worker's process group was killed")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 _kill_group(worker.proc)
@@ -479,7 +517,12 @@ def run_trial(
             elif isinstance(event, Progress):
                 t0 = started.t if started else event.t
                 points.append((round(event.t - t0, 4), event.bytes_done))
-                listener(TrialProgress(trial, event.t - t0, event.bytes_done, total_bytes))
+                pid = worker.proc.pid
+                listener(
+                    TrialProgress(
+                        trial, event.t - t0, event.bytes_done, total_bytes, pid, *_io_counters(pid)
+                    )
+                )
             else:
                 result = event
     finally:
@@ -666,6 +709,8 @@ def run_bench(
     ]
     for i, trial in enumerate(plan):
         trial.id = i + 1
+        if options.cancel is not None and options.cancel.is_set():
+            raise BenchCancelled("stopped before the next trial")
         if options.deadline is not None and time.monotonic() >= options.deadline:
             trial.status, trial.reason = "skipped", "the time budget was spent"
             continue

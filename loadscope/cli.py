@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from loadscope._version import __version__
+from loadscope.doctor import load_report as _load_report
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.units import format_bytes, parse_duration, parse_rate, parse_size
 
@@ -305,6 +306,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", metavar="DIR", help="where to build it (default /var/tmp)")
     p.set_defaults(run=_cmd_demo)
 
+    p = _target_command(
+        sub,
+        "tui",
+        help="the terminal app: onboarding, live throughput charts, advice, export",
+        description="Open the Textual app (also: loadscope with no arguments). With TARGET it"
+        " starts the diagnosis at once; without, a guided onboarding picks the model. Needs a"
+        " terminal; headless, use 'loadscope doctor'.",
+        optional=True,
+    )
+    p.add_argument(
+        "--budget",
+        type=_duration,
+        default=None,
+        metavar="SECONDS",
+        help="time budget of the diagnosis (default 120 s)",
+    )
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        help="serve the model through the emulated slow network disk (FUSE, root)",
+    )
+    p.add_argument("--report", metavar="FILE.json", help="open a saved doctor report instead")
+    p.set_defaults(tui=True)
+
     p = sub.add_parser(
         "emulate",
         help="mount a directory as an emulated slow network disk (FUSE, root)",
@@ -538,34 +563,6 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return ExitCode.OK if healthy else ExitCode.PROBLEM_FOUND
 
 
-class ReportError(LoadscopeError):
-    exit_code = ExitCode.CORRUPT
-
-
-def _load_report(path: str) -> dict[str, Any]:
-    import json
-
-    from loadscope.doctor import SCHEMA_VERSION
-    from loadscope.safeio import open_regular, pread_exact
-
-    fd = open_regular(path)
-    try:
-        raw = pread_exact(fd, os.fstat(fd).st_size, 0, path=path)
-    finally:
-        os.close(fd)
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise ReportError(f"not a JSON report ({exc})", path=path) from None
-    if (
-        not isinstance(doc, dict)
-        or doc.get("schema_version") != SCHEMA_VERSION
-        or "verdict" not in doc
-    ):
-        raise ReportError("not a loadscope doctor report (schema_version 1)", path=path)
-    return doc
-
-
 def _cmd_report(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.doctor import to_markdown
     from loadscope.report_html import to_html
@@ -694,6 +691,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace, TextIO], ExitCode] | None = getattr(args, "run", None)
+    if getattr(args, "tui", False):
+        print(f"{PROG}: the app starts from the '{PROG}' command", file=sys.stderr)
+        return int(ExitCode.USAGE)
     if run is None:
         parser.print_help()
         return ExitCode.OK

@@ -12,14 +12,24 @@ import datetime as _dt
 import json
 import platform
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from loadscope._version import __version__
 from loadscope.advice import Advice, Evidence, Recommendation, advice_dict, advise
-from loadscope.bench import BenchError, BenchOptions, BenchReport, run_bench
+from loadscope.bench import (
+    BenchCancelled,
+    BenchError,
+    BenchOptions,
+    BenchReport,
+    Listener,
+    run_bench,
+)
 from loadscope.bench import to_text as bench_text
+from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.probing import ProbeReport, run_probes
 from loadscope.probing import to_text as probe_text
 from loadscope.targets import Target
@@ -27,6 +37,36 @@ from loadscope.units import format_bytes, format_rate
 
 SCHEMA_VERSION = 1
 DEFAULT_BUDGET_S = 120.0
+
+
+class ReportError(LoadscopeError):
+    """A file that is not a loadscope doctor report."""
+
+    exit_code = ExitCode.CORRUPT
+
+
+def load_report(path: str) -> dict[str, Any]:
+    """A saved doctor report (JSON), checked to be one; never follows its contents further."""
+    import os
+
+    from loadscope.safeio import open_regular, pread_exact
+
+    fd = open_regular(path)
+    try:
+        raw = pread_exact(fd, os.fstat(fd).st_size, 0, path=path)
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise ReportError(f"not a JSON report ({exc})", path=path) from None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("schema_version") != SCHEMA_VERSION
+        or "verdict" not in doc
+    ):
+        raise ReportError("not a loadscope doctor report (schema_version 1)", path=path)
+    return doc
 
 
 @dataclass(slots=True)
@@ -139,10 +179,30 @@ def hints_from(probe: ProbeReport) -> dict[str, Any]:
 
 
 def run_doctor(
-    target: Target, *, budget_s: float = DEFAULT_BUDGET_S, try_readahead: bool = False
+    target: Target,
+    *,
+    budget_s: float = DEFAULT_BUDGET_S,
+    try_readahead: bool = False,
+    listener: Listener | None = None,
+    on_probes: Callable[[ProbeReport], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> DoctorReport:
+    """Probes, trials, advice. ``listener`` gets the trial events, ``on_probes`` the probe
+    report as soon as it exists, ``progress`` each step's name; setting ``cancel``
+    stops the run (BenchCancelled) with no worker left behind."""
     failures: list[str] = []
-    probe = run_probes(target, budget_s=min(15.0, budget_s * 0.15))
+
+    def step(name: str) -> None:
+        if cancel is not None and cancel.is_set():
+            raise BenchCancelled(f"stopped during {name}")
+        if progress is not None:
+            progress(name)
+
+    probe = run_probes(target, budget_s=min(15.0, budget_s * 0.15), progress=step)
+    if on_probes is not None:
+        on_probes(probe)
+    step("trials")
     for name, result in (("latency", probe.latency), ("throughput", probe.throughput)):
         if not result.ok:
             failures.append(f"probe {name}: {result.status.value}: {result.reason}")
@@ -172,7 +232,9 @@ def run_doctor(
                 sample_reason=f"full loads of every strategy would not fit {budget_s:g} s",
                 trial_timeout_s=max(30.0, remaining),
                 deadline=time.monotonic() + remaining,
+                cancel=cancel,
             ),
+            listener,
         )
         failures += [f"{k}: skipped: {v}" for k, v in bench.skipped.items()]
         failures += [
@@ -182,6 +244,7 @@ def run_doctor(
         ]
     except BenchError as exc:
         failures.append(f"bench: {exc}")
+    step("advice")
     advice = advise(probe, bench)
     rec = next((r for r in advice.recommendations if r.id == "raise-readahead"), None)
     if rec is not None and bench is not None:

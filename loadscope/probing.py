@@ -126,7 +126,7 @@ class ProbeReport:
             "latency": self.latency.to_dict(),
             "throughput": self.throughput.to_dict(),
             "hf_cache": self.hf_cache.to_dict(),
-            "local_disks": self.local_disks.to_dict(),
+            "local_disks": _local_dict(self.local_disks),
             "notes": self.notes,
         }
 
@@ -137,6 +137,12 @@ class ProbeReport:
     def primary(self) -> FileProbe:
         """The largest file: the one throughput is measured on."""
         return max(self.files, key=lambda f: f.size_bytes)
+
+
+def _local_dict(r: ProbeResult[list[LocalDisk]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": r.status.value, "reason": r.reason}
+    out["disks"] = [to_jsonable(d) for d in r.data] if r.data is not None else []
+    return out
 
 
 def _residency_dict(r: ProbeResult[Residency]) -> dict[str, Any]:

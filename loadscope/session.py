@@ -1,0 +1,69 @@
+"""One diagnosis from a target spec to a report: what the TUI drives, in the engine.
+
+It opens the target (building a synthetic one when asked, removed afterwards),
+optionally serves it through the emulated slow disk, and runs ``doctor`` with
+the caller's listeners and cancel event. Everything it created is gone when it
+returns or raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadscope.bench import Listener
+from loadscope.doctor import DEFAULT_BUDGET_S, DoctorReport, run_doctor
+from loadscope.emulator import EmulatorSettings, emulated_disk
+from loadscope.probing import ProbeReport
+from loadscope.targets import Target, open_target, resolve
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRequest:
+    spec: str
+    budget_s: float = DEFAULT_BUDGET_S
+    #: Serve the model through the emulated slow disk with these settings (needs FUSE).
+    emulate: EmulatorSettings | None = None
+    synth_dir: str | None = None
+
+
+@contextlib.contextmanager
+def _served(target: Target, emulate: EmulatorSettings | None) -> Iterator[Target]:
+    if emulate is None:
+        yield target
+        return
+    work = Path(tempfile.mkdtemp(prefix="loadscope-emulate-", dir="/var/tmp"))
+    try:
+        with emulated_disk(target.root, work / "mnt", emulate) as disk:
+            yield resolve(str(disk.path))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def diagnose(
+    request: SessionRequest,
+    *,
+    listener: Listener | None = None,
+    on_probes: Callable[[ProbeReport], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> DoctorReport:
+    say = progress or (lambda _m: None)
+    say("opening the model")
+    with open_target(request.spec, synth_dir=request.synth_dir) as target:
+        if request.emulate is not None:
+            say("mounting the emulated network disk")
+        with _served(target, request.emulate) as served:
+            return run_doctor(
+                served,
+                budget_s=request.budget_s,
+                listener=listener,
+                on_probes=on_probes,
+                progress=progress,
+                cancel=cancel,
+            )

@@ -1,0 +1,200 @@
+"""The app driven by Pilot with the real engine: onboarding to advice, stop, reports, export."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from loadscope.tui.app import LoadscopeApp
+from loadscope.tui.screens import OnboardingScreen
+from loadscope.tui.views import AdviceView, BenchView
+from tests.conftest import REPO_ROOT
+
+GOLDEN = REPO_ROOT / "tests" / "golden" / "doctor_emulated.json"
+
+
+def _app(**kw: Any) -> LoadscopeApp:
+    kw.setdefault("browse_root", REPO_ROOT / "tests" / "golden")
+    kw.setdefault("hf_cache", "/nonexistent/loadscope-hf-cache")
+    kw.setdefault("fuse_reason", "not in tests")
+    return LoadscopeApp(**kw)
+
+
+async def _wait_for(pilot: Any, cond: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s")
+        await pilot.pause(0.1)
+
+
+def _workers() -> list[psutil.Process]:
+    return [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "loadscope.loaders.worker" in " ".join(p.cmdline())
+    ]
+
+
+def test_onboarding_to_advice_on_a_synthetic_model() -> None:
+    """Pick a small synthetic checkpoint, run the real diagnosis, end on the advice."""
+
+    async def go() -> None:
+        app = _app(budget_s=25)
+        async with app.run_test(size=(100, 30)) as pilot:
+            assert isinstance(app.screen, OnboardingScreen)
+            size = app.screen.query_one("#synth-size")
+            size.value = ""  # type: ignore[attr-defined]
+            await pilot.press(*"16MiB")
+            await pilot.press("ctrl+r")
+            await _wait_for(
+                pilot,
+                lambda: "RunFinished" in app.messages_seen or "RunFailed" in app.messages_seen,
+                240,
+            )
+            assert "RunFailed" not in app.messages_seen
+            seen = app.messages_seen
+            # the typed messages in order: probes before trials, samples, then the end
+            assert seen.index("ProbesReady") < seen.index("TrialBegan")
+            assert {"TrialSample", "TrialEnded", "StepStarted"} <= set(seen)
+            assert seen[-1] == "RunFinished"
+            assert app.report is not None
+            assert app.report["verdict"]["status"] in ("healthy", "problem")
+            assert app.report["target"]["spec"] == "synthetic:16MiB"
+            advice = app.query_one(AdviceView)
+            verdict = str(advice.query_one("#verdict").render())
+            assert app.report["verdict"]["headline"][:40] in verdict
+            assert app.query_one("#tabs").active == "advice"
+            table = app.query_one(BenchView).query_one("#results")
+            assert table.row_count == len(app.report["bench"]["trials"])  # type: ignore[attr-defined]
+        assert _workers() == []
+
+    asyncio.run(go())
+
+
+def test_stop_kills_the_running_worker() -> None:
+    async def go() -> None:
+        app = _app(target="synthetic:64MiB", budget_s=60)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _wait_for(pilot, lambda: app.query_one(BenchView).running_pid() is not None, 120)
+            pid = app.query_one(BenchView).running_pid()
+            assert pid is not None and psutil.pid_exists(pid)
+            await pilot.press("s")
+            await _wait_for(pilot, lambda: "RunCancelled" in app.messages_seen, 30)
+            assert not app.running
+            assert _workers() == []
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+            assert app.report is None
+
+    asyncio.run(go())
+
+
+def test_a_saved_report_fills_every_view() -> None:
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            doc = json.loads(GOLDEN.read_text())
+            advice = app.query_one(AdviceView)
+            assert [r["id"] for r in advice.recommendations] == [
+                r["id"] for r in doc["recommendations"]
+            ]
+            bench = app.query_one(BenchView)
+            n = sum(1 for t in doc["bench"]["trials"] if not t["warmup"])
+            assert bench.query_one("#results").row_count == n  # type: ignore[attr-defined]
+            assert set(bench.chart_of) == {t["strategy"] for t in doc["bench"]["trials"]}
+            await pilot.press("1")
+            assert app.query_one("#tabs").active == "probes"
+
+    asyncio.run(go())
+
+
+def test_export_writes_each_format(tmp_path: Path) -> None:
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            for name in ("r.json", "r.md", "r.html"):
+                assert app.export(str(tmp_path / name)) == tmp_path / name
+            assert app.export(str(tmp_path / "r.txt")) is None
+            await pilot.press("e")
+            prompt = app.screen.query_one("#prompt")
+            prompt.value = str(tmp_path / "via-key.md")  # type: ignore[attr-defined]
+            await pilot.press("enter")
+            await pilot.pause()
+        assert json.loads((tmp_path / "r.json").read_text())["verdict"]
+        assert (tmp_path / "r.md").read_text().startswith("#")
+        assert "<svg" in (tmp_path / "r.html").read_text()
+        assert (tmp_path / "via-key.md").exists()
+        assert not (tmp_path / "r.txt").exists()
+
+    asyncio.run(go())
+
+
+def test_bad_report_is_one_clear_notice(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text('{"hello": 1}')
+
+    async def go() -> None:
+        app = _app(report=str(bad))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            notes = [n.message for n in app._notifications]
+            assert any("not a loadscope doctor report" in m for m in notes), notes
+            assert app.report is None
+
+    asyncio.run(go())
+
+
+def test_copy_sends_the_snippets_to_the_clipboard() -> None:
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("c")
+            assert "safetensors" in app.clipboard or "loadscope" in app.clipboard
+
+    asyncio.run(go())
+
+
+def test_onboarding_refuses_an_empty_path() -> None:
+    async def go() -> None:
+        app = _app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.click("#src-path")
+            await pilot.press("ctrl+r")
+            assert isinstance(app.screen, OnboardingScreen)
+            err = str(app.screen.query_one("#onboarding-error").render())
+            assert "type a path" in err
+
+    asyncio.run(go())
+
+
+def test_compare_shows_reports_side_by_side() -> None:
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            app.compare([str(GOLDEN), str(REPO_ROOT / "tests" / "golden" / "doctor_report.json")])
+            await pilot.pause()
+            table = app.screen.query_one("#compare")
+            assert table.row_count == 7 and len(table.columns) == 3  # type: ignore[attr-defined]
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("missing", ["/nonexistent/r.json"])
+def test_open_missing_report(missing: str) -> None:
+    async def go() -> None:
+        app = _app(report=missing)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert any("no such file" in n.message for n in app._notifications)
+
+    asyncio.run(go())

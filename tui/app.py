@@ -1,0 +1,462 @@
+"""The loadscope app: onboarding, probes, live benchmark and advice over the same engine.
+
+The engine runs in one thread worker (``diagnose``), which turns its callbacks
+into typed messages; stopping sets the engine's cancel event, which kills the
+running worker's process group within ~0.1 s. The UI thread owns every buffer
+the views draw, and redraws the live charts at 5 Hz.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.worker import Worker, WorkerState
+
+from loadscope.bench import BenchCancelled, BenchEvent, TrialFinished, TrialProgress, TrialStarted
+from loadscope.compare import compare, row_of
+from loadscope.doctor import DEFAULT_BUDGET_S, load_report, to_markdown
+from loadscope.emulator import EmulatorSettings, fuse_unavailable_reason
+from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.probing import ProbeReport
+from loadscope.report_html import to_html
+from loadscope.session import SessionRequest, diagnose
+from loadscope.tui.messages import (
+    ProbesReady,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    StepStarted,
+    TrialBegan,
+    TrialEnded,
+    TrialSample,
+)
+from loadscope.tui.screens import CompareScreen, OnboardingScreen, ProfileScreen, PromptScreen
+from loadscope.tui.views import AdviceView, BenchView, ProbesView
+
+#: Redraws per second of the live charts (the engine samples faster; stale samples drop).
+REDRAW_HZ = 5
+
+
+class LoadscopeApp(App[int]):
+    """Why does my model load slowly here, and what do I change?"""
+
+    TITLE = "loadscope"
+    CSS_PATH = "app.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "new", "New"),
+        Binding("s", "stop", "Stop"),
+        Binding("r", "rerun", "Re-run"),
+        Binding("f", "profile", "Profile"),
+        Binding("c", "copy", "Copy"),
+        Binding("e", "export", "Export"),
+        Binding("o", "open_report", "Open"),
+        Binding("m", "compare", "Compare"),
+        Binding("1", "tab('probes')", "Probes", show=False),
+        Binding("2", "tab('bench')", "Bench", show=False),
+        Binding("3", "tab('advice')", "Advice", show=False),
+        Binding("question_mark", "show_help_panel", "Keys"),
+    ]
+
+    def __init__(
+        self,
+        *,
+        target: str | None = None,
+        budget_s: float | None = None,
+        emulate: bool = False,
+        report: str | None = None,
+        synth_dir: str | None = None,
+        browse_root: Path | None = None,
+        hf_cache: str | None = None,
+        fuse_reason: str | bool | None = True,
+    ) -> None:
+        super().__init__()
+        self.animation_level = "none"  # kind to SSH: no animations
+        self.target = target
+        self.budget_s = budget_s or DEFAULT_BUDGET_S
+        self.emulate = emulate
+        self.initial_report = report
+        self.synth_dir = synth_dir
+        self.browse_root = browse_root or Path.cwd()
+        self.hf_cache = hf_cache
+        self._fuse_reason = fuse_reason
+        self.report: dict[str, Any] | None = None
+        self.last_request: SessionRequest | None = None
+        self.running = False
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+        self._done.set()
+        self.messages_seen: list[str] = []
+
+    # -- layout ---------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with TabbedContent(initial="probes", id="tabs"):
+            with TabPane("1 Probes", id="probes"):
+                yield ProbesView(id="probes-view")
+            with TabPane("2 Benchmark", id="bench"):
+                yield BenchView(id="bench-view")
+            with TabPane("3 Advice", id="advice"):
+                yield AdviceView(id="advice-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(1 / REDRAW_HZ, self._redraw)
+        if self.initial_report:
+            self.open_report(self.initial_report)
+        elif self.target:
+            self.start(
+                SessionRequest(
+                    self.target, self.budget_s, self._emulation(self.emulate), self.synth_dir
+                )
+            )
+        else:
+            self.action_new()
+
+    def fuse_reason(self) -> str | None:
+        if self._fuse_reason is True:
+            self._fuse_reason = fuse_unavailable_reason()
+        return self._fuse_reason if isinstance(self._fuse_reason, str) else None
+
+    def _emulation(self, on: bool) -> EmulatorSettings | None:
+        return EmulatorSettings(latency_s=0.005, readahead_kb=128) if on else None
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Greyed out (None), not hidden, when an action cannot run now."""
+        if action == "stop":
+            ok = self.running
+        elif action == "profile":
+            ok = self.running and self.query_one(BenchView).running_pid() is not None
+        elif action == "export":
+            ok = self.report is not None
+        elif action == "rerun":
+            ok = not self.running and self.last_request is not None
+        elif action == "copy":
+            ok = self.query_one(AdviceView).highlighted() is not None
+        elif action in ("new", "open_report", "compare"):
+            ok = not self.running
+        else:
+            return True
+        return True if ok else None
+
+    def get_system_commands(self, screen: Screen[Any]) -> Any:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand(
+            "New diagnosis", "pick a model and run probes, trials, advice", self.action_new
+        )
+        yield SystemCommand("Stop the run", "kill the running worker", self.action_stop)
+        yield SystemCommand("Re-run", "the same diagnosis again", self.action_rerun)
+        yield SystemCommand(
+            "Profile the running trial", "py-spy dump and record", self.action_profile
+        )
+        yield SystemCommand("Export the report", "JSON, Markdown or HTML", self.action_export)
+        yield SystemCommand("Open a saved report", "a doctor JSON report", self.action_open_report)
+        yield SystemCommand("Compare reports", "side by side, outliers marked", self.action_compare)
+        yield SystemCommand(
+            "Copy the snippets", "of the highlighted recommendation", self.action_copy
+        )
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+
+    def action_new(self) -> None:
+        def picked(choice: dict[str, Any] | None) -> None:
+            if choice:
+                self.start(
+                    SessionRequest(
+                        choice["spec"],
+                        self.budget_s,
+                        self._emulation(choice["emulate"]),
+                        self.synth_dir,
+                    )
+                )
+
+        self.push_screen(
+            OnboardingScreen(
+                browse_root=self.browse_root, fuse_reason=self.fuse_reason(), hf_cache=self.hf_cache
+            ),
+            picked,
+        )
+
+    def action_stop(self) -> None:
+        if self.running:
+            self._cancel.set()
+            self.notify("stopping: killing the worker's process group")
+
+    def action_rerun(self) -> None:
+        if self.last_request is not None and not self.running:
+            self.start(self.last_request)
+
+    def action_profile(self) -> None:
+        pid = self.query_one(BenchView).running_pid()
+        if pid is None:
+            self.notify("no trial is running", severity="warning")
+            return
+        self.push_screen(ProfileScreen(pid))
+
+    def action_copy(self) -> None:
+        rec = self.query_one(AdviceView).highlighted()
+        if rec is None:
+            return
+        text = "\n\n".join(f"# {k}\n{v}" for k, v in (rec.get("snippets") or {}).items())
+        if not text:
+            self.notify("this recommendation has no snippet", severity="warning")
+            return
+        self.copy_to_clipboard(text)
+        self.notify(f"copied the snippets of '{rec['title']}' (OSC 52)")
+
+    def action_export(self) -> None:
+        if self.report is None:
+            return
+
+        def chosen(path: str | None) -> None:
+            if path:
+                self.export(path)
+
+        self.push_screen(
+            PromptScreen(
+                "Export the report",
+                "A path ending in .json, .md or .html:",
+                "loadscope-report.html",
+            ),
+            chosen,
+        )
+
+    def export(self, path: str) -> Path | None:
+        assert self.report is not None
+        out = Path(path).expanduser()
+        render = {
+            ".json": lambda d: json.dumps(d, indent=2, default=str),
+            ".md": to_markdown,
+            ".html": to_html,
+        }.get(out.suffix.lower())
+        if render is None:
+            self.notify(f"{out.name}: use .json, .md or .html", severity="error")
+            return None
+        try:
+            out.write_text(render(self.report) + "\n")
+        except OSError as exc:
+            self.notify(f"cannot write {out}: {exc.strerror}", severity="error")
+            return None
+        self.notify(f"wrote {out.resolve()}")
+        return out
+
+    def action_open_report(self) -> None:
+        def chosen(path: str | None) -> None:
+            if path:
+                self.open_report(path)
+
+        self.push_screen(
+            PromptScreen("Open a saved report", "Path of a doctor JSON report:"), chosen
+        )
+
+    def open_report(self, path: str) -> None:
+        try:
+            doc = load_report(str(Path(path).expanduser()))
+        except LoadscopeError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.show_report(doc)
+        self.sub_title = f"report {Path(path).name}"
+
+    def action_compare(self) -> None:
+        def chosen(text: str | None) -> None:
+            if text:
+                self.compare(text.split())
+
+        self.push_screen(
+            PromptScreen("Compare reports", "Two or more JSON report paths, separated by spaces:"),
+            chosen,
+        )
+
+    def compare(self, paths: list[str]) -> None:
+        try:
+            rows = compare([row_of(p, load_report(str(Path(p).expanduser()))) for p in paths])
+        except LoadscopeError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.push_screen(CompareScreen(rows))
+
+    async def action_quit(self) -> None:
+        if self.running:
+            self._cancel.set()
+            await asyncio.get_running_loop().run_in_executor(None, self._done.wait, 15)
+        self.exit(0)
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    def start(self, request: SessionRequest) -> None:
+        if self.running:
+            return
+        self.last_request = request
+        self.report = None
+        self.running = True
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+        self.sub_title = f"diagnosing {request.spec}"
+        self.query_one(BenchView).reset()
+        self.refresh_bindings()
+        self._run(request, self._cancel, self._done)
+
+    @work(thread=True, exclusive=True, group="run", exit_on_error=False)
+    def _run(self, request: SessionRequest, cancel: threading.Event, done: threading.Event) -> None:
+        post = self.post_message
+
+        def listener(event: BenchEvent) -> None:
+            if isinstance(event, TrialStarted):
+                post(TrialBegan(copy.copy(event.trial), event.index, event.total))
+            elif isinstance(event, TrialProgress):
+                post(
+                    TrialSample(
+                        event.trial.id,
+                        event.seconds,
+                        event.bytes_done,
+                        event.total_bytes,
+                        event.pid,
+                        event.major_faults,
+                        event.read_syscalls,
+                        event.read_bytes,
+                    )
+                )
+            elif isinstance(event, TrialFinished):
+                post(TrialEnded(copy.deepcopy(event.trial)))
+
+        def step(name: str) -> None:
+            post(StepStarted(name))
+
+        def on_probes(probe: ProbeReport) -> None:
+            post(ProbesReady(json.loads(probe.to_json())))
+
+        try:
+            report = diagnose(
+                request,
+                listener=listener,
+                on_probes=on_probes,
+                progress=step,
+                cancel=cancel,
+            )
+            post(RunFinished(json.loads(report.to_json())))
+        except BenchCancelled as exc:
+            post(RunCancelled(str(exc)))
+        except LoadscopeError as exc:
+            post(RunFailed(str(exc)))
+        finally:
+            done.set()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one error funnel: a worker that died of a bug is shown, never swallowed."""
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            if event.worker.group == "run":
+                self.post_message(RunFailed(f"internal error: {type(error).__name__}: {error}"))
+            else:
+                self.notify(
+                    f"{event.worker.name}: {type(error).__name__}: {error}", severity="error"
+                )
+
+    def _redraw(self) -> None:
+        if self.running:
+            self.query_one(BenchView).tick()
+
+    def _seen(self, message: Any) -> None:
+        self.messages_seen.append(type(message).__name__)
+
+    @on(StepStarted)
+    def _step(self, m: StepStarted) -> None:
+        self._seen(m)
+        self.sub_title = f"{self.last_request.spec if self.last_request else ''}: {m.name}"
+
+    @on(ProbesReady)
+    def _probes(self, m: ProbesReady) -> None:
+        self._seen(m)
+        self.query_one(ProbesView).show(m.probe)
+
+    @on(TrialBegan)
+    def _began(self, m: TrialBegan) -> None:
+        self._seen(m)
+        if m.index == 0:
+            self.action_tab("bench")
+        self.query_one(BenchView).trial_began(m.trial, m.index, m.total)
+        self.refresh_bindings()
+
+    @on(TrialSample)
+    def _sample(self, m: TrialSample) -> None:
+        self._seen(m)
+        self.query_one(BenchView).sample(
+            m.trial_id,
+            m.seconds,
+            m.bytes_done,
+            m.total_bytes,
+            pid=m.pid,
+            major_faults=m.major_faults,
+            read_syscalls=m.read_syscalls,
+            read_bytes=m.read_bytes,
+        )
+
+    @on(TrialEnded)
+    def _ended(self, m: TrialEnded) -> None:
+        self._seen(m)
+        self.query_one(BenchView).trial_ended(m.trial)
+
+    @on(RunFinished)
+    def _finished(self, m: RunFinished) -> None:
+        self._seen(m)
+        self.running = False
+        self.show_report(m.report, live=True)
+        self.action_tab("advice")
+        self.notify(m.report["verdict"]["headline"], title=m.report["verdict"]["status"])
+
+    @on(RunFailed)
+    def _failed(self, m: RunFailed) -> None:
+        self._seen(m)
+        self.running = False
+        self.refresh_bindings()
+        self.sub_title = "failed"
+        self.notify(m.reason, title="the diagnosis failed", severity="error", timeout=30)
+
+    @on(RunCancelled)
+    def _cancelled(self, m: RunCancelled) -> None:
+        self._seen(m)
+        self.running = False
+        self.refresh_bindings()
+        self.sub_title = "stopped"
+        self.notify(m.reason, title="stopped")
+
+    def show_report(self, doc: dict[str, Any], *, live: bool = False) -> None:
+        self.report = doc
+        if doc.get("probe"):
+            self.query_one(ProbesView).show(doc["probe"])
+        if doc.get("bench"):
+            self.query_one(BenchView).show(doc["bench"])
+        self.query_one(AdviceView).show(doc)
+        if not live:
+            self.action_tab("advice")
+        self.sub_title = doc["verdict"]["status"]
+        self.refresh_bindings()
+
+
+def run_app(
+    *,
+    target: str | None,
+    budget_s: float | None,
+    emulate: bool,
+    report: str | None,
+    synth_dir: str | None,
+) -> int:
+    app = LoadscopeApp(
+        target=target, budget_s=budget_s, emulate=emulate, report=report, synth_dir=synth_dir
+    )
+    code = app.run()
+    return int(code if code is not None else ExitCode.OK)

@@ -1,0 +1,342 @@
+"""Onboarding (pick the model) and the small dialogs: export, open, compare, profile, confirm."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import (
+    Button,
+    Checkbox,
+    ContentSwitcher,
+    DataTable,
+    DirectoryTree,
+    Footer,
+    Header,
+    Input,
+    Label,
+    LoadingIndicator,
+    OptionList,
+    RadioButton,
+    RadioSet,
+    Static,
+)
+from textual.widgets.option_list import Option
+
+from loadscope.compare import Row
+from loadscope.profiler import Profile
+from loadscope.units import format_bytes, format_rate, format_us, parse_size
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json")
+
+STEPS = (
+    "[b]What happens next[/b]\n"
+    "1. [b]Probe[/b] the storage under the model: what kind of disk it is, how long one small"
+    " read takes, how fast big and parallel reads go. Seconds, read-only.\n"
+    "2. [b]Trials[/b]: load the model several ways in fresh processes, [i]cold[/i] (not in the"
+    " page cache, the kernel's memory of recently read files: the first load after a reboot)"
+    " and [i]warm[/i] (already cached). Live charts show the throughput.\n"
+    "3. [b]Advice[/b]: the fix the numbers support, with the code to paste, or 'nothing to fix'."
+)
+
+
+class WeightTree(DirectoryTree):
+    """A directory tree that shows folders and checkpoint files only."""
+
+    def filter_paths(self, paths: Iterable[Path]) -> Iterable[Path]:
+        return [
+            p
+            for p in paths
+            if not p.name.startswith(".") and (p.is_dir() or p.name.endswith(WEIGHT_SUFFIXES))
+        ]
+
+
+class OnboardingScreen(Screen[Any]):
+    """Pick the model (path, HF cache or synthetic), optionally emulate a slow disk, start."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+r", "start", "Start diagnosis", priority=True),
+        Binding("escape", "dismiss_if_possible", "Back"),
+    ]
+
+    def __init__(self, *, browse_root: Path, fuse_reason: str | None, hf_cache: str | None) -> None:
+        super().__init__()
+        self.browse_root = browse_root
+        self.fuse_reason = fuse_reason
+        self.hf_cache = hf_cache
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        with VerticalScroll(id="onboarding"):
+            yield Static(
+                "[b]Diagnose how a model loads on this machine.[/b] Pick the model:", id="intro"
+            )
+            with RadioSet(id="source"):
+                yield RadioButton(
+                    "A synthetic checkpoint (no model needed)", value=True, id="src-synth"
+                )
+                yield RadioButton("A path on this machine", id="src-path")
+                yield RadioButton("From the local Hugging Face cache", id="src-hf")
+            with ContentSwitcher(initial="pane-synth", id="panes"):
+                with Vertical(id="pane-synth"):
+                    yield Label(
+                        "Size (e.g. 256MiB, 2GiB): a Llama-shaped checkpoint, removed after"
+                    )
+                    yield Input(value="256MiB", id="synth-size")
+                with Vertical(id="pane-path"):
+                    yield Input(
+                        placeholder="/path/to/model (a folder or a .safetensors file)",
+                        id="path-input",
+                    )
+                    yield WeightTree(self.browse_root, id="tree")
+                with Vertical(id="pane-hf"):
+                    yield OptionList(id="hf-list")
+            emulate = Checkbox(
+                "Serve it through an emulated slow network disk (5 ms per read)",
+                id="emulate",
+                disabled=self.fuse_reason is not None,
+            )
+            yield emulate
+            if self.fuse_reason is not None:
+                yield Static(f"[dim]emulation unavailable: {self.fuse_reason}[/dim]", id="fuse-why")
+            yield Static(STEPS, id="steps")
+            yield Static("", id="onboarding-error")
+            yield Button("Start diagnosis  (ctrl+r)", variant="primary", id="start")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#synth-size", Input).focus()
+        self._scan_hf_cache()
+
+    @work(thread=True, exclusive=True, group="hf-scan", exit_on_error=False)
+    def _scan_hf_cache(self) -> None:
+        from huggingface_hub import scan_cache_dir
+        from huggingface_hub.errors import CacheNotFound
+
+        options: list[Option] = []
+        try:
+            info = scan_cache_dir(self.hf_cache)
+            for repo in sorted(info.repos, key=lambda r: r.repo_id):
+                if repo.repo_type != "model":
+                    continue
+                for rev in repo.revisions:
+                    refs = ",".join(sorted(rev.refs)) or rev.commit_hash[:8]
+                    options.append(
+                        Option(
+                            f"{repo.repo_id}@{refs}  {format_bytes(rev.size_on_disk)}",
+                            id=f"{repo.repo_id}@{rev.commit_hash}",
+                        )
+                    )
+            where = self.hf_cache or "the default location"
+            empty = f"no models in the Hugging Face cache ({where})"
+        except CacheNotFound as exc:
+            empty = f"no Hugging Face cache here ({exc.cache_dir})"
+        except OSError as exc:
+            empty = f"Hugging Face cache unreadable: {exc}"
+        self.app.call_from_thread(self._fill_hf, options, empty)
+
+    def _fill_hf(self, options: list[Option], empty: str) -> None:
+        hf = self.query_one("#hf-list", OptionList)
+        hf.clear_options()
+        if options:
+            hf.add_options(options)
+        else:
+            hf.add_option(Option(empty, disabled=True))
+
+    @on(RadioSet.Changed, "#source")
+    def _source_changed(self, event: RadioSet.Changed) -> None:
+        pane = {"src-synth": "pane-synth", "src-path": "pane-path", "src-hf": "pane-hf"}
+        self.query_one("#panes", ContentSwitcher).current = pane[event.pressed.id or "src-synth"]
+
+    @on(DirectoryTree.FileSelected, "#tree")
+    def _file_picked(self, event: DirectoryTree.FileSelected) -> None:
+        self.query_one("#path-input", Input).value = str(event.path)
+
+    @on(DirectoryTree.DirectorySelected, "#tree")
+    def _dir_picked(self, event: DirectoryTree.DirectorySelected) -> None:
+        self.query_one("#path-input", Input).value = str(event.path)
+
+    @on(Button.Pressed, "#start")
+    def _pressed(self) -> None:
+        self.action_start()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_start()
+
+    def spec(self) -> str:
+        """The target spec the choices make; raises ValueError with what is wrong."""
+        current = self.query_one("#panes", ContentSwitcher).current
+        if current == "pane-synth":
+            text = self.query_one("#synth-size", Input).value.strip()
+            size = parse_size(text)
+            if size < 1 << 20:
+                raise ValueError("a synthetic checkpoint needs at least 1 MiB")
+            return f"synthetic:{text}"
+        if current == "pane-path":
+            text = self.query_one("#path-input", Input).value.strip()
+            if not text:
+                raise ValueError("type a path or pick one in the tree")
+            return text
+        hf = self.query_one("#hf-list", OptionList)
+        if hf.highlighted is None or hf.get_option_at_index(hf.highlighted).disabled:
+            raise ValueError("pick a model from the cache list")
+        return str(hf.get_option_at_index(hf.highlighted).id)
+
+    def action_start(self) -> None:
+        try:
+            spec = self.spec()
+        except ValueError as exc:
+            self.query_one("#onboarding-error", Static).update(f"[b red]{exc}[/]")
+            return
+        self.dismiss({"spec": spec, "emulate": self.query_one("#emulate", Checkbox).value})
+
+    def action_dismiss_if_possible(self) -> None:
+        if len(self.app.screen_stack) > 2:
+            self.dismiss(None)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    """One line of input (a path), with a title and a hint; Enter accepts, Escape cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, hint: str, value: str = "") -> None:
+        super().__init__()
+        self.title_text, self.hint, self.value = title, hint, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield Static(self.hint, classes="dialog-hint")
+            yield Input(value=self.value, id="prompt")
+
+    def on_mount(self) -> None:
+        self.query_one("#prompt", Input).focus()
+
+    @on(Input.Submitted, "#prompt")
+    def _ok(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "yes", "Yes"),
+        Binding("n,escape", "no", "No"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.question)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Yes (y)", variant="warning", id="yes")
+                yield Button("No (n)", id="no")
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_yes(self) -> None:
+        self.dismiss(True)
+
+    def action_no(self) -> None:
+        self.dismiss(False)
+
+
+class CompareScreen(ModalScreen[None]):
+    """Reports side by side: one column per node, outliers marked."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "close", "Close")]
+
+    def __init__(self, rows: list[Row]) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide"):
+            yield Label(f"{len(self.rows)} reports side by side", classes="dialog-title")
+            yield DataTable(id="compare", cursor_type="row")
+
+    def on_mount(self) -> None:
+        table: DataTable[str] = self.query_one("#compare", DataTable)
+        table.add_column("")
+        for r in self.rows:
+            table.add_column(Path(r.source).name[:24])
+        fields: list[tuple[str, Any]] = [
+            ("host", lambda r: r.host),
+            ("storage", lambda r: r.storage_class),
+            ("p50 4 KiB", lambda r: format_us(r.latency_p50_us) if r.latency_p50_us else "-"),
+            ("best strategy", lambda r: r.best_strategy or "-"),
+            ("its rate", lambda r: format_rate(r.best_bytes_per_s) if r.best_bytes_per_s else "-"),
+            ("verdict", lambda r: r.verdict),
+            (
+                "outlier",
+                lambda r: Text("; ".join(r.outlier), style="bold red") if r.outlier else "-",
+            ),
+        ]
+        for name, get in fields:
+            table.add_row(name, *[get(r) for r in self.rows])
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class ProfileScreen(ModalScreen[None]):
+    """py-spy's view of the running worker: top frames (self and total) and the dump."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "close", "Close")]
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.pid = pid
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide"):
+            yield Label(f"py-spy on worker {self.pid}", classes="dialog-title")
+            yield LoadingIndicator(id="profiling")
+            yield VerticalScroll(Static("", id="profile-body"), id="profile-scroll")
+
+    def on_mount(self) -> None:
+        self._run()
+
+    @work(thread=True, exclusive=True, group="profile", exit_on_error=False)
+    def _run(self) -> None:
+        from loadscope.profiler import profile
+
+        result = profile(self.pid, duration_s=2.0)
+        self.app.call_from_thread(self.show, result)
+
+    def show(self, p: Profile) -> None:
+        self.query_one("#profiling", LoadingIndicator).display = False
+        out = Text()
+        if p.error:
+            out.append(p.error + "\n", style="bold red" if not p.ok else "yellow")
+        if p.top_self:
+            out.append(f"where samples landed (self), {p.samples} samples:\n", style="bold")
+            for f in p.top_self:
+                out.append(f"  {f.fraction:6.1%}  {f.name}\n")
+        if p.top_total:
+            out.append("on the stack (total):\n", style="bold")
+            for f in p.top_total[:8]:
+                out.append(f"  {f.fraction:6.1%}  {f.name}\n")
+        if p.dump:
+            out.append("py-spy dump:\n", style="bold")
+            out.append(p.dump)
+        self.query_one("#profile-body", Static).update(out)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,477 @@
+"""The app's three views — probes, live benchmark, advice — each drawn from report dicts.
+
+A live run and a saved report feed the same views: the probe and doctor JSON
+(``to_dict``) is the one model, so what the app shows is what the report says.
+The live benchmark view also takes the trial events as they arrive.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import DataTable, OptionList, ProgressBar, Static
+from textual.widgets.option_list import Option
+
+from loadscope.bench import Trial
+from loadscope.tui.charts import (
+    Bar,
+    RateChart,
+    Series,
+    bar_lines,
+    plot_width,
+    rates_from_progress,
+    theme_color,
+)
+from loadscope.units import format_bytes, format_rate, format_us
+
+# -- probes -------------------------------------------------------------------------------------
+
+
+class BarChart(Widget):
+    """Labelled horizontal bars with values and units, redrawn to the widget's width."""
+
+    DEFAULT_CSS = "BarChart { height: auto; }"
+    bars: reactive[tuple[Bar, ...]] = reactive((), layout=True)
+
+    def __init__(self, title: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.title = title
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self.bars) + 2 if self.bars else 2
+
+    def render(self) -> Text:
+        out = Text(self.title, style="bold", no_wrap=True)
+        unit_max = (self.bars and max(self.bars, key=lambda b: b.value).text) or ""
+        for line in bar_lines(
+            self.bars, self.size.width, unit_max=unit_max, color=theme_color(self, "accent")
+        ):
+            out.append("\n")
+            out.append_text(line)
+        return out
+
+
+def _result_line(name: str, result: dict[str, Any]) -> str:
+    return f"{name}: {result.get('status')}: {result.get('reason') or ''}"
+
+
+class ProbesView(VerticalScroll):
+    """Storage class and its evidence, devices, latency, throughput, RAM, page cache."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("The probes have not run yet.", id="probe-summary")
+        yield BarChart("Cold throughput, one reader, by request size", id="by-block")
+        yield BarChart("Cold throughput by parallel readers (1 MiB requests)", id="by-readers")
+        yield BarChart("Memory", id="memory")
+        yield Static("", id="probe-cache")
+
+    def show(self, probe: dict[str, Any]) -> None:
+        summary: list[str] = []
+        t = probe.get("target", {})
+        summary.append(
+            f"[b]target[/b] {t.get('spec')} — {t.get('files')} file(s),"
+            f" {format_bytes(t.get('total_bytes') or 0)}"
+        )
+        files = probe.get("files") or []
+        if files:
+            m = files[0].get("mount", {})
+            if m.get("status") == "ok":
+                summary.append(
+                    f"[b]storage[/b] [reverse] {m.get('storage_class')} [/] {m.get('reason')}"
+                )
+                summary.append(
+                    f"  mount {m.get('mount_point')} ({m.get('fstype')}, {m.get('source')})"
+                )
+                if m.get("resolved_class"):
+                    summary.append(f"  under the overlay: {m['resolved_class']}")
+            else:
+                summary.append(_result_line("storage", m))
+            bdi = files[0].get("bdi", {})
+            if bdi.get("read_ahead_kb") is not None:
+                summary.append(f"  read_ahead_kb {bdi['read_ahead_kb']} ({bdi.get('path')})")
+            fuse = files[0].get("fuse_connection", {})
+            if fuse.get("status") == "ok":
+                summary.append(
+                    f"  FUSE max_background {fuse.get('max_background')},"
+                    f" congestion {fuse.get('congestion_threshold')}"
+                )
+            dev = files[0].get("device", {})
+            for disk in dev.get("disks") or []:
+                summary.append(
+                    f"  disk {disk.get('name')}: {disk.get('transport')},"
+                    f" {disk.get('model') or 'no model string'}"
+                )
+        lat = probe.get("latency", {})
+        if lat.get("status") == "ok":
+            summary.append(
+                f"[b]latency[/b] cold 4 KiB reads ({lat.get('method')},"
+                f" {lat.get('samples')} samples):"
+                f" p50 {format_us(lat['p50_us'])}  p90 {format_us(lat['p90_us'])}"
+                f"  p99 {format_us(lat['p99_us'])}"
+            )
+        else:
+            summary.append(_result_line("latency", lat))
+        self.query_one("#probe-summary", Static).update("\n".join(summary))
+        thr = probe.get("throughput", {})
+        seq = thr.get("sequential") or []
+        par = thr.get("parallel") or []
+        self.query_one("#by-block", BarChart).bars = tuple(
+            Bar(format_bytes(p["block_bytes"]), p["bytes_per_s"], format_rate(p["bytes_per_s"]))
+            for p in seq
+        )
+        self.query_one("#by-readers", BarChart).bars = tuple(
+            Bar(f"{p['readers']} readers", p["bytes_per_s"], format_rate(p["bytes_per_s"]))
+            for p in par
+        )
+        sysr = probe.get("system", {})
+        model = t.get("total_bytes") or 0
+        mem: list[Bar] = [Bar("model", model, format_bytes(model))]
+        if sysr.get("status") == "ok":
+            avail = sysr.get("ram_available_bytes") or 0
+            mem.append(Bar("available", avail, format_bytes(avail)))
+            limit = (sysr.get("cgroup") or {}).get("limit_bytes")
+            if limit:
+                mem.append(Bar("cgroup limit", limit, format_bytes(limit)))
+        self.query_one("#memory", BarChart).bars = tuple(mem)
+        lines = ["[b]page cache[/b] residency per file, before probing"]
+        for f in files[:12]:
+            r = f.get("residency", {})
+            frac = r.get("fraction")
+            shown = (
+                f"{frac:.0%}"
+                if frac is not None
+                else f"unknown ({r.get('reason') or r.get('note')})"
+            )
+            lines.append(f"  {shown:>5}  {f.get('path')}")
+        if len(files) > 12:
+            lines.append(f"  ... and {len(files) - 12} more")
+        local = probe.get("local_disks") or {}
+        for d in local.get("disks") or []:
+            speed = d.get("speed")
+            how = (
+                f"writes {format_rate(speed['write_bytes_per_s'])},"
+                f" reads {format_rate(speed['cold_read_bytes_per_s'])} cold"
+                if speed
+                else d.get("reason", "")
+            )
+            lines.append(
+                f"[b]local disk[/b] {d['directory']} ({format_bytes(d['free_bytes'])} free): {how}"
+            )
+        for note in probe.get("notes") or []:
+            lines.append(f"[b]note[/b] {note}")
+        self.query_one("#probe-cache", Static).update("\n".join(lines))
+
+
+# -- benchmark ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LiveTrial:
+    """What the view keeps of a running trial: plain data, owned by the UI thread."""
+
+    trial_id: int
+    label: str
+    total_bytes: int = 0
+    points: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=4000))
+    pid: int | None = None
+    major_faults: int | None = None
+    read_syscalls: int | None = None
+    read_bytes: int | None = None
+    done: bool = False
+    note: str = ""
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+_COLUMNS = ("#", "strategy", "cache", "time", "rate", "x mmap", "maj faults", "reads", "RSS")
+
+
+def _trial_row(t: Trial | dict[str, Any]) -> tuple[str, ...]:
+    d = t if isinstance(t, dict) else {k: getattr(t, k) for k in Trial.__dataclass_fields__}
+    secs = d.get("extrapolated_seconds") or d.get("seconds")
+    if d.get("status") != "ok":
+        return (
+            str(d["id"]),
+            d["strategy"],
+            d["cache"],
+            d.get("status", "?"),
+            (d.get("reason") or "")[:40],
+            "",
+            "",
+            "",
+            "",
+        )
+    rate = d.get("bytes_per_s")
+    return (
+        str(d["id"]),
+        d["strategy"],
+        d["cache"],
+        f"{secs:.3g} s" + ("*" if d.get("sampled") else "") if secs else "-",
+        format_rate(rate) if rate else "-",
+        "",
+        str(d.get("major_faults") if d.get("major_faults") is not None else "-"),
+        str(d.get("read_syscalls") if d.get("read_syscalls") is not None else "-"),
+        format_bytes(d["peak_rss_bytes"]) if d.get("peak_rss_bytes") else "-",
+    )
+
+
+class BenchView(Vertical):
+    """Progress of the running trial, a live chart per strategy, and the results table."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.live: dict[int, LiveTrial] = {}
+        self.chart_of: dict[str, int] = {}  # strategy -> trial id on its chart
+        self.current: int | None = None
+        self._mmap_s: dict[str, float] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static("No trials yet: they start after the probes.", id="bench-status")
+        yield ProgressBar(total=100, show_eta=False, id="trial-progress")
+        yield VerticalScroll(id="charts")
+        table: DataTable[str] = DataTable(id="results", cursor_type="row", zebra_stripes=True)
+        yield table
+
+    def on_mount(self) -> None:
+        self.query_one("#results", DataTable).add_columns(*_COLUMNS)
+
+    def reset(self) -> None:
+        self.live.clear()
+        self.chart_of.clear()
+        self.current = None
+        self._mmap_s.clear()
+        self.query_one("#charts", VerticalScroll).remove_children()
+        self.query_one("#results", DataTable).clear()
+        self.query_one("#bench-status", Static).update("Waiting for the first trial.")
+        self.query_one("#trial-progress", ProgressBar).update(total=100, progress=0)
+
+    def _chart(self, strategy: str) -> RateChart:
+        charts = self.query_one("#charts", VerticalScroll)
+        found = charts.query(f"#chart-{strategy}")
+        if found:
+            return found.first(RateChart)
+        chart = RateChart(id=f"chart-{strategy}")
+        charts.mount(chart)
+        return chart
+
+    def trial_began(self, trial: Trial, index: int, total: int) -> None:
+        label = f"{trial.strategy} {trial.cache}"
+        self.live[trial.id] = LiveTrial(trial.id, label)
+        self.chart_of[trial.strategy] = trial.id
+        self.current = trial.id
+        self._chart(trial.strategy)
+        self.query_one("#bench-status", Static).update(
+            f"trial {index + 1}/{total}: [b]{label}[/b] — starting a fresh worker"
+        )
+        self.query_one("#trial-progress", ProgressBar).update(total=100, progress=0)
+
+    def sample(
+        self,
+        trial_id: int,
+        seconds: float,
+        bytes_done: int,
+        total_bytes: int,
+        *,
+        pid: int | None = None,
+        major_faults: int | None = None,
+        read_syscalls: int | None = None,
+        read_bytes: int | None = None,
+    ) -> None:
+        lt = self.live.get(trial_id)
+        if lt is None:
+            return
+        lt.points.append((seconds, bytes_done))
+        lt.total_bytes = total_bytes
+        lt.pid, lt.major_faults = pid, major_faults
+        lt.read_syscalls, lt.read_bytes = read_syscalls, read_bytes
+
+    def trial_ended(self, trial: Trial) -> None:
+        lt = self.live.get(trial.id)
+        if lt is not None:
+            lt.done = True
+            if trial.status == "ok" and trial.seconds:
+                lt.note = f"{trial.seconds:.3g} s"
+                if trial.series:
+                    lt.points = deque((float(t), int(b)) for t, b in trial.series)
+            else:
+                lt.note = f"{trial.status}: {(trial.reason or '')[:50]}"
+        self._add_row(trial)
+        if self.current == trial.id:
+            self.current = None
+        self.tick()
+
+    def _add_row(self, trial: Trial | dict[str, Any]) -> None:
+        row = list(_trial_row(trial))
+        d: dict[str, Any] = (
+            trial
+            if isinstance(trial, dict)
+            else {
+                "strategy": trial.strategy,
+                "cache": trial.cache,
+                "seconds": trial.extrapolated_seconds or trial.seconds,
+                "status": trial.status,
+            }
+        )
+        secs = d.get("extrapolated_seconds") or d.get("seconds")
+        if d.get("status") == "ok" and secs:
+            if d["strategy"] == "mmap":
+                self._mmap_s[d["cache"]] = secs
+            base = self._mmap_s.get(d["cache"])
+            row[5] = f"{base / secs:.2f}x" if base else "-"
+        self.query_one("#results", DataTable).add_row(*row)
+
+    def running_pid(self) -> int | None:
+        lt = self.live.get(self.current) if self.current is not None else None
+        return lt.pid if lt is not None and not lt.done else None
+
+    def tick(self) -> None:
+        """Push the model to the widgets (called at 5 Hz by the app, and on trial end)."""
+        series: dict[str, Series] = {}
+        for strategy, tid in self.chart_of.items():
+            shown = self.live[tid]
+            series[strategy] = Series(shown.label, list(shown.points), shown.done, shown.note)
+        columns = plot_width(self.query_one("#charts", VerticalScroll).size.width - 2)
+        y_max = max((r for s in series.values() for _, r in s.rates(columns)), default=0.0)
+        for strategy, s in series.items():
+            chart = self._chart(strategy)
+            chart.y_max = y_max
+            chart.series = s
+            chart.refresh()
+        lt = self.live.get(self.current) if self.current is not None else None
+        if lt is not None and lt.points:
+            secs, done = lt.points[-1]
+            rates = rates_from_progress(list(lt.points))
+            now = rates[-1][1] if rates else 0.0  # over the last 1/60 of the trial so far
+            total = max(lt.total_bytes, 1)
+            avg_read = (
+                format_bytes(lt.read_bytes / lt.read_syscalls)
+                if lt.read_bytes and lt.read_syscalls
+                else "-"
+            )
+            self.query_one("#bench-status", Static).update(
+                f"[b]{lt.label}[/b] {format_bytes(done)} of {format_bytes(total)} in {secs:.2f} s,"
+                f" {format_rate(now)} now · major faults {_or_dash(lt.major_faults)}"
+                f" · read syscalls {_or_dash(lt.read_syscalls)}"
+                f" · avg read {avg_read}"
+            )
+            self.query_one("#trial-progress", ProgressBar).update(
+                total=total, progress=min(done, total)
+            )
+
+    def show(self, bench: dict[str, Any]) -> None:
+        """A finished run (live or from a saved report): table and the charts from the series."""
+        self.reset()
+        for t in bench.get("trials") or []:
+            if t.get("warmup"):
+                continue
+            lt = LiveTrial(t["id"], f"{t['strategy']} {t['cache']}", done=True)
+            lt.points = deque((float(a), int(b)) for a, b in t.get("series") or [])
+            lt.note = f"{t['seconds']:.3g} s" if t.get("seconds") else str(t.get("status"))
+            self.live[t["id"]] = lt
+            if t.get("cache") == "cold" or t["strategy"] not in self.chart_of:
+                self.chart_of[t["strategy"]] = t["id"]
+            self._add_row(t)
+        sample = bench.get("sample")
+        note = ""
+        if sample:
+            note = (
+                f" · sampled {format_bytes(sample['bytes'])}"
+                f" of {format_bytes(sample['total_bytes'])},"
+                " times (*) extrapolated to the whole model"
+            )
+        self.query_one("#bench-status", Static).update(
+            f"{len(self.live)} trials{note}" + "".join(f"\n{n}" for n in bench.get("notes") or [])
+        )
+        self.tick()
+
+
+# -- advice -------------------------------------------------------------------------------------
+
+
+class AdviceView(Vertical):
+    """The verdict, the ranked recommendations, and the highlighted one in full."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("The advice appears when the trials are done.", id="verdict")
+        yield OptionList(id="recs")
+        yield VerticalScroll(Static("", id="rec-detail"), id="rec-scroll")
+
+    def on_mount(self) -> None:
+        self.recommendations: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+
+    def show(self, doc: dict[str, Any]) -> None:
+        verdict = doc.get("verdict") or {}
+        status = verdict.get("status", "?")
+        style = "success" if status == "healthy" else "warning"
+        color = theme_color(self, style, "green" if status == "healthy" else "yellow")
+        text = Text()
+        text.append(f" {status.upper()} ", style=f"bold reverse {color}")
+        text.append(f" {verdict.get('headline', '')}")
+        self.query_one("#verdict", Static).update(text)
+        self.recommendations = list(doc.get("recommendations") or [])
+        self.notes = list(doc.get("notes") or [])
+        recs = self.query_one("#recs", OptionList)
+        recs.clear_options()
+        for i, r in enumerate(self.recommendations, 1):
+            gain = r.get("expected_speedup")
+            est = "" if r.get("measured", True) else " est."
+            tag = " (optional)" if r.get("optional") else ""
+            label = f"{i}. {r['title']}{tag}" + (f" — {gain:.1f}x{est}" if gain else "")
+            recs.add_option(Option(label, id=r["id"]))
+        if self.recommendations:
+            recs.highlighted = 0
+            self._detail(0)
+        else:
+            self.query_one("#rec-detail", Static).update(
+                "No recommendation: " + ("; ".join(self.notes) or "nothing measured to act on")
+            )
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if event.option_list.id == "recs" and event.option_index is not None:
+            self._detail(event.option_index)
+
+    def highlighted(self) -> dict[str, Any] | None:
+        idx = self.query_one("#recs", OptionList).highlighted
+        return self.recommendations[idx] if idx is not None and self.recommendations else None
+
+    def _detail(self, index: int) -> None:
+        r = self.recommendations[index]
+        out = Text()
+        out.append(r["title"] + "\n", style="bold")
+        out.append(r["action"] + "\n")
+        if r.get("risk"):
+            out.append("cost/risk: ", style="bold")
+            out.append(r["risk"] + "\n")
+        out.append(f"confidence: {r.get('confidence')}\n", style="dim")
+        out.append("evidence:\n", style="bold")
+        for e in r.get("evidence") or []:
+            value = e.get("value")
+            unit = e.get("unit") or ""
+            shown = (
+                format_rate(value)
+                if unit == "B/s" and isinstance(value, (int, float))
+                else f"{value:.3g} {unit}"
+                if isinstance(value, float)
+                else f"{value} {unit}"
+            )
+            ids = f" (trials {', '.join(map(str, e['trial_ids']))})" if e.get("trial_ids") else ""
+            out.append(f"  • {e['what']}: {shown}{ids}\n")
+        for stack, code in (r.get("snippets") or {}).items():
+            out.append(f"{stack}:\n", style="bold")
+            out.append(code + "\n", style=theme_color(self, "secondary", "magenta"))
+        if self.notes:
+            out.append("notes:\n", style="bold")
+            for n in self.notes:
+                out.append(f"  • {n}\n")
+        out.append("press c to copy the snippets (OSC 52: works over SSH)", style="dim")
+        self.query_one("#rec-detail", Static).update(out)
