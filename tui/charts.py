@@ -101,20 +101,36 @@ def plot_width(total_width: int) -> int:
     return max(4, total_width - AXIS_W - 1)
 
 
+def resample(rates: Sequence[tuple[float, float]], columns: int) -> list[float]:
+    """One value per column over [0, span]: the rate of the window covering its middle."""
+    if not rates:
+        return []
+    span = rates[-1][0]
+    if span <= 0:
+        return [rates[-1][1]]
+    out, k = [], 0
+    for c in range(columns):
+        mid = (c + 0.5) * span / columns
+        while k < len(rates) - 1 and rates[k][0] < mid:
+            k += 1
+        out.append(rates[k][1])
+    return out
+
+
 class RateChart(Widget):
-    """One strategy's throughput over time: MB/s columns, the y axis, now / peak / mean."""
+    """One strategy's throughput over time: MB/s columns with a y and an x axis, and
+    mean (or now) and peak in figures."""
 
     DEFAULT_CSS = """
-    RateChart { height: 5; }
+    RateChart { height: 6; }
     """
     series: reactive[Series | None] = reactive(None, layout=False)
     y_max: reactive[float] = reactive(0.0)
 
     def render(self) -> Text:
         s = self.series
-        axis_w = AXIS_W
         plot_w = plot_width(self.size.width)
-        height = max(1, self.size.height - 1)
+        height = max(1, self.size.height - 2)
         text = Text(no_wrap=True, overflow="crop")
         if s is None:
             text.append("waiting for the first trial", style="dim")
@@ -131,21 +147,20 @@ class RateChart(Widget):
         else:
             first = f"now {format_rate(now)}"
         text.append(
-            f"  {first} · peak {format_rate(peak)} · {span:.2f} s {state}"
-            + (f" · {s.note}" if s.note else ""),
+            f"  {first} · peak {format_rate(peak)} · {state}" + (f" · {s.note}" if s.note else ""),
             style="dim" if s.done else "",
         )
         y_max = self.y_max or peak or 1.0
-        rows = column_chart(values, plot_w, height, y_max)
+        rows = column_chart(resample(rates, plot_w), plot_w, height, y_max)
+        color = theme_color(self, "accent" if not s.done else "primary")
         for i, row in enumerate(rows):
-            if i == 0:
-                label = format_rate(y_max)
-            elif i == len(rows) - 1:
-                label = "0 B/s"
-            else:
-                label = ""
-            text.append(f"\n{label:>{axis_w}}│", style="dim")
-            text.append(row, style=theme_color(self, "accent" if not s.done else "primary"))
+            label = format_rate(y_max) if i == 0 else "0 B/s" if i == len(rows) - 1 else ""
+            text.append(f"\n{label:>{AXIS_W}}│", style="dim")
+            text.append(row, style=color)
+        end = f"{span:.3g} s"
+        text.append(
+            "\n" + " " * AXIS_W + "└0 s" + end.rjust(max(1, plot_w - 3)), style="dim"
+        )
         return text
 
 

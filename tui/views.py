@@ -468,7 +468,7 @@ class AdviceView(Vertical):
             out.append(f"  • {e['what']}: {shown}{ids}\n")
         for stack, code in (r.get("snippets") or {}).items():
             out.append(f"{stack}:\n", style="bold")
-            out.append(code + "\n", style=theme_color(self, "secondary", "magenta"))
+            out.append(code + "\n", style=theme_color(self, "text-success", "green"))
         if self.notes:
             out.append("notes:\n", style="bold")
             for n in self.notes:

@@ -188,3 +188,16 @@ def test_inspect_never_imports_torch(synth_single: SyntheticCheckpoint) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_no_arguments_without_a_terminal_prints_help_and_a_hint() -> None:
+    result = run_loadscope()
+    assert result.code == 0
+    assert "usage:" in result.out and "doctor" in result.out
+    assert "not a terminal" in result.err and "loadscope doctor" in result.err
+
+
+def test_tui_without_a_terminal_refuses_with_the_headless_command() -> None:
+    result = run_loadscope("tui", "synthetic:1MiB")
+    assert result.code == 2 and "not a terminal" in result.err
+    assert "Traceback" not in result.err
