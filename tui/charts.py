@@ -158,9 +158,7 @@ class RateChart(Widget):
             text.append(f"\n{label:>{AXIS_W}}│", style="dim")
             text.append(row, style=color)
         end = f"{span:.3g} s"
-        text.append(
-            "\n" + " " * AXIS_W + "└0 s" + end.rjust(max(1, plot_w - 3)), style="dim"
-        )
+        text.append("\n" + " " * AXIS_W + "└0 s" + end.rjust(max(1, plot_w - 3)), style="dim")
         return text
 
 

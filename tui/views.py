@@ -233,6 +233,7 @@ class BenchView(Vertical):
         self.chart_of: dict[str, int] = {}  # strategy -> trial id on its chart
         self.current: int | None = None
         self._mmap_s: dict[str, float] = {}
+        self._drawn: tuple[Any, int] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("No trials yet: they start after the probes.", id="bench-status")
@@ -249,6 +250,7 @@ class BenchView(Vertical):
         self.chart_of.clear()
         self.current = None
         self._mmap_s.clear()
+        self._drawn = None
         self.query_one("#charts", VerticalScroll).remove_children()
         self.query_one("#results", DataTable).clear()
         self.query_one("#bench-status", Static).update("Waiting for the first trial.")
@@ -335,17 +337,25 @@ class BenchView(Vertical):
 
     def tick(self) -> None:
         """Push the model to the widgets (called at 5 Hz by the app, and on trial end)."""
-        series: dict[str, Series] = {}
-        for strategy, tid in self.chart_of.items():
-            shown = self.live[tid]
-            series[strategy] = Series(shown.label, list(shown.points), shown.done, shown.note)
-        columns = plot_width(self.query_one("#charts", VerticalScroll).size.width - 2)
-        y_max = max((r for s in series.values() for _, r in s.rates(columns)), default=0.0)
-        for strategy, s in series.items():
-            chart = self._chart(strategy)
-            chart.y_max = y_max
-            chart.series = s
-            chart.refresh()
+        # Redraw only what changed since the last tick: finished charts cost nothing.
+        state = tuple(
+            (tid, self.live[tid].points[-1] if self.live[tid].points else None, self.live[tid].done)
+            for tid in self.chart_of.values()
+        )
+        width = self.query_one("#charts", VerticalScroll).size.width
+        if (state, width) != self._drawn:
+            self._drawn = (state, width)
+            series: dict[str, Series] = {}
+            for strategy, tid in self.chart_of.items():
+                shown = self.live[tid]
+                series[strategy] = Series(shown.label, list(shown.points), shown.done, shown.note)
+            columns = plot_width(width - 2)
+            y_max = max((r for s in series.values() for _, r in s.rates(columns)), default=0.0)
+            for strategy, s in series.items():
+                chart = self._chart(strategy)
+                chart.y_max = y_max
+                chart.series = s
+                chart.refresh()
         lt = self.live.get(self.current) if self.current is not None else None
         if lt is not None and lt.points:
             secs, done = lt.points[-1]

@@ -116,7 +116,7 @@ class _FixedProfile(ProfileScreen):
             Profile(
                 4242,
                 True,
-                dump='Thread 4242 (active): "MainThread"\n    _touch (loadscope/loaders/strategy.py:88)\n',
+                dump='Thread 4242 (active): "MainThread"\n    _touch (strategy.py:88)\n',
                 top_self=[
                     Frame("pread (libc.so.6)", 140, 0.7),
                     Frame("_touch (strategy.py:88)", 60, 0.3),

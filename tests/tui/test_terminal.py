@@ -33,7 +33,9 @@ def test_tui_in_tmux_shows_the_chart_and_the_verdict(tmp_path: Path) -> None:
     env = {**os.environ, "TERM": "xterm-256color"}
     subprocess.run(
         ["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd],
-        check=True, cwd=REPO_ROOT, env=env,
+        check=True,
+        cwd=REPO_ROOT,
+        env=env,
     )
     try:
         seen_chart = seen_verdict = False
