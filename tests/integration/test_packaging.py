@@ -23,14 +23,17 @@ from tests.conftest import REPO_ROOT
 pytestmark = pytest.mark.integration
 
 _PROBE = r"""
-import hashlib, importlib, importlib.resources, json, sys
+import hashlib, importlib, importlib.resources, importlib.util, json, sys
 mods = json.loads(sys.argv[1])
 out = {}
 for name in mods:
-    m = importlib.import_module(name)
-    out[name] = hashlib.sha256(open(m.__file__, "rb").read()).hexdigest()
+    # find_spec locates the module's source without running it: these venvs have no
+    # dependencies (Textual, torch), only the question of where each module comes from.
+    spec = importlib.util.find_spec(name)
+    out[name] = hashlib.sha256(open(spec.origin, "rb").read()).hexdigest()
 for pkg in ("loadscope", "loadscope.probes", "loadscope.loaders", "loadscope.tui"):
     out[pkg + "/py.typed"] = importlib.resources.files(pkg).joinpath("py.typed").is_file()
+out["tui/app.tcss"] = importlib.resources.files("loadscope.tui").joinpath("app.tcss").is_file()
 import loadscope
 out["__file__"] = loadscope.__file__
 print(json.dumps(out))
@@ -157,7 +160,7 @@ def test_wheel_editable_and_checkout_import_alike(tmp_path: Path) -> None:
         m: hashlib.sha256((REPO_ROOT / _file_of(m)).read_bytes()).hexdigest() for m in _modules()
     }
     assert {k: v for k, v in from_wheel.items() if "/" not in k} == expected
-    assert all(v is True for k, v in from_wheel.items() if k.endswith("py.typed"))
+    assert all(v is True for k, v in from_wheel.items() if k.endswith(("py.typed", ".tcss")))
 
     script = wheel_py.with_name("loadscope")
     proc = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=False)
