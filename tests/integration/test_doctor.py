@@ -41,7 +41,7 @@ def test_report_command_refuses_other_json(tmp_path: Path) -> None:
 def slow_model(tmp_path: Path) -> Iterator[Path]:
     if (why := fuse_unavailable_reason()) is not None:
         pytest.skip(f"emulated slow disk unavailable: {why}")
-    src = synthesize(tmp_path / "src", 64 << 20, seed=3)
+    src = synthesize(tmp_path / "src", 32 << 20, seed=3)
     settings = EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=128)
     with emulated_disk(src.root, tmp_path / "mnt", settings) as disk:
         yield disk.path
@@ -95,9 +95,9 @@ def test_doctor_follows_the_trials_in_each_regime(tmp_path: Path, regime: str) -
 
     if (why := fuse_unavailable_reason()) is not None:
         pytest.skip(f"emulated slow disk unavailable: {why}")
-    src = synthesize(tmp_path / "src", 32 << 20, seed=5)
+    src = synthesize(tmp_path / "src", 16 << 20, seed=5)
     with emulated_disk(src.root, tmp_path / "mnt", REGIMES[regime]) as disk:
-        report = run_doctor(resolve(str(disk.path)), budget_s=40)
+        report = run_doctor(resolve(str(disk.path)), budget_s=30)
     assert report.bench is not None
     cold = {
         s.strategy: s.extrapolated_median_seconds or s.median_seconds
@@ -150,8 +150,8 @@ def test_doctor_on_tmpfs_is_healthy(tmpfs_model: Path) -> None:
 
 
 def test_doctor_on_local_disk_says_nothing_to_fix(tmp_path: Path) -> None:
-    model = synthesize(tmp_path / "m", 256 << 20, seed=4)
-    report = run_doctor(resolve(str(model.root)), budget_s=60)
+    model = synthesize(tmp_path / "m", 128 << 20, seed=4)
+    report = run_doctor(resolve(str(model.root)), budget_s=30)
     assert report.advice.verdict.status == "healthy", report.advice.verdict.headline
     assert "nothing to fix" in report.advice.verdict.headline
 
