@@ -6,7 +6,6 @@ that importing the engine never imports Textual.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 
@@ -31,9 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(ExitCode.OK)
         args_list = ["tui"]
     args = build_parser().parse_args(args_list)
-    if not (sys.stdout.isatty() and sys.stdin.isatty()) and not os.environ.get(
-        "LOADSCOPE_TUI_FORCE"
-    ):
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
         print(NOT_A_TERMINAL, file=sys.stderr)
         return int(ExitCode.USAGE)
     from loadscope.tui.app import run_app

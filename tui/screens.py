@@ -105,7 +105,9 @@ class OnboardingScreen(Screen[Any]):
             )
             yield emulate
             if self.fuse_reason is not None:
-                yield Static(f"[dim]emulation unavailable: {self.fuse_reason}[/dim]", id="fuse-why")
+                yield Static(
+                    Text(f"emulation unavailable: {self.fuse_reason}", style="dim"), id="fuse-why"
+                )
             yield Static(STEPS, id="steps")
             yield Static("", id="onboarding-error")
             yield Button("Start diagnosis  (ctrl+r)", variant="primary", id="start")
@@ -194,7 +196,7 @@ class OnboardingScreen(Screen[Any]):
         try:
             spec = self.spec()
         except ValueError as exc:
-            self.query_one("#onboarding-error", Static).update(f"[b red]{exc}[/]")
+            self.query_one("#onboarding-error", Static).update(Text(str(exc), style="bold red"))
             return
         self.dismiss({"spec": spec, "emulate": self.query_one("#emulate", Checkbox).value})
 

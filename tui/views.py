@@ -73,52 +73,67 @@ class ProbesView(VerticalScroll):
         yield Static("", id="probe-cache")
 
     def show(self, probe: dict[str, Any]) -> None:
-        summary: list[str] = []
+        # Text objects, not markup: paths and reasons may hold brackets.
+        summary: list[Text] = []
         t = probe.get("target", {})
         summary.append(
-            f"[b]target[/b] {t.get('spec')} — {t.get('files')} file(s),"
-            f" {format_bytes(t.get('total_bytes') or 0)}"
+            _labelled(
+                "target",
+                f"{t.get('spec')} — {t.get('files')} file(s),"
+                f" {format_bytes(t.get('total_bytes') or 0)}",
+            )
         )
         files = probe.get("files") or []
         if files:
             m = files[0].get("mount", {})
             if m.get("status") == "ok":
                 summary.append(
-                    f"[b]storage[/b] [reverse] {m.get('storage_class')} [/] {m.get('reason')}"
+                    Text.assemble(
+                        ("storage", "bold"),
+                        " ",
+                        (f" {m.get('storage_class')} ", "reverse"),
+                        f" {m.get('reason')}",
+                    )
                 )
                 summary.append(
-                    f"  mount {m.get('mount_point')} ({m.get('fstype')}, {m.get('source')})"
+                    Text(f"  mount {m.get('mount_point')} ({m.get('fstype')}, {m.get('source')})")
                 )
                 if m.get("resolved_class"):
-                    summary.append(f"  under the overlay: {m['resolved_class']}")
+                    summary.append(Text(f"  under the overlay: {m['resolved_class']}"))
             else:
-                summary.append(_result_line("storage", m))
+                summary.append(Text(_result_line("storage", m)))
             bdi = files[0].get("bdi", {})
             if bdi.get("read_ahead_kb") is not None:
-                summary.append(f"  read_ahead_kb {bdi['read_ahead_kb']} ({bdi.get('path')})")
+                summary.append(Text(f"  read_ahead_kb {bdi['read_ahead_kb']} ({bdi.get('path')})"))
             fuse = files[0].get("fuse_connection", {})
             if fuse.get("status") == "ok":
                 summary.append(
-                    f"  FUSE max_background {fuse.get('max_background')},"
-                    f" congestion {fuse.get('congestion_threshold')}"
+                    Text(
+                        f"  FUSE max_background {fuse.get('max_background')},"
+                        f" congestion {fuse.get('congestion_threshold')}"
+                    )
                 )
             dev = files[0].get("device", {})
             for disk in dev.get("disks") or []:
                 summary.append(
-                    f"  disk {disk.get('name')}: {disk.get('transport')},"
-                    f" {disk.get('model') or 'no model string'}"
+                    Text(
+                        f"  disk {disk.get('name')}: {disk.get('transport')},"
+                        f" {disk.get('model') or 'no model string'}"
+                    )
                 )
         lat = probe.get("latency", {})
         if lat.get("status") == "ok":
             summary.append(
-                f"[b]latency[/b] cold 4 KiB reads ({lat.get('method')},"
-                f" {lat.get('samples')} samples):"
-                f" p50 {format_us(lat['p50_us'])}  p90 {format_us(lat['p90_us'])}"
-                f"  p99 {format_us(lat['p99_us'])}"
+                _labelled(
+                    "latency",
+                    f"cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
+                    f" p50 {format_us(lat['p50_us'])}  p90 {format_us(lat['p90_us'])}"
+                    f"  p99 {format_us(lat['p99_us'])}",
+                )
             )
         else:
-            summary.append(_result_line("latency", lat))
-        self.query_one("#probe-summary", Static).update("\n".join(summary))
+            summary.append(Text(_result_line("latency", lat)))
+        self.query_one("#probe-summary", Static).update(Text("\n").join(summary))
         thr = probe.get("throughput", {})
         seq = thr.get("sequential") or []
         par = thr.get("parallel") or []
@@ -140,7 +155,7 @@ class ProbesView(VerticalScroll):
             if limit:
                 mem.append(Bar("cgroup limit", limit, format_bytes(limit)))
         self.query_one("#memory", BarChart).bars = tuple(mem)
-        lines = ["[b]page cache[/b] residency per file, before probing"]
+        lines = [_labelled("page cache", "residency per file, before probing")]
         for f in files[:12]:
             r = f.get("residency", {})
             frac = r.get("fraction")
@@ -149,9 +164,9 @@ class ProbesView(VerticalScroll):
                 if frac is not None
                 else f"unknown ({r.get('reason') or r.get('note')})"
             )
-            lines.append(f"  {shown:>5}  {f.get('path')}")
+            lines.append(Text(f"  {shown:>5}  {f.get('path')}"))
         if len(files) > 12:
-            lines.append(f"  ... and {len(files) - 12} more")
+            lines.append(Text(f"  ... and {len(files) - 12} more"))
         local = probe.get("local_disks") or {}
         for d in local.get("disks") or []:
             speed = d.get("speed")
@@ -162,11 +177,18 @@ class ProbesView(VerticalScroll):
                 else d.get("reason", "")
             )
             lines.append(
-                f"[b]local disk[/b] {d['directory']} ({format_bytes(d['free_bytes'])} free): {how}"
+                _labelled(
+                    "local disk",
+                    f"{d['directory']} ({format_bytes(d['free_bytes'])} free): {how}",
+                )
             )
         for note in probe.get("notes") or []:
-            lines.append(f"[b]note[/b] {note}")
-        self.query_one("#probe-cache", Static).update("\n".join(lines))
+            lines.append(_labelled("note", str(note)))
+        self.query_one("#probe-cache", Static).update(Text("\n").join(lines))
+
+
+def _labelled(label: str, text: str) -> Text:
+    return Text.assemble((label, "bold"), " ", text)
 
 
 # -- benchmark ------------------------------------------------------------------------------------
@@ -399,7 +421,10 @@ class BenchView(Vertical):
                 " times (*) extrapolated to the whole model"
             )
         self.query_one("#bench-status", Static).update(
-            f"{len(self.live)} trials{note}" + "".join(f"\n{n}" for n in bench.get("notes") or [])
+            Text(
+                f"{len(self.live)} trials{note}"
+                + "".join(f"\n{n}" for n in bench.get("notes") or [])
+            )
         )
         self.tick()
 
@@ -443,7 +468,9 @@ class AdviceView(Vertical):
             self._detail(0)
         else:
             self.query_one("#rec-detail", Static).update(
-                "No recommendation: " + ("; ".join(self.notes) or "nothing measured to act on")
+                Text(
+                    "No recommendation: " + ("; ".join(self.notes) or "nothing measured to act on")
+                )
             )
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:

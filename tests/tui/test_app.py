@@ -198,3 +198,23 @@ def test_open_missing_report(missing: str) -> None:
             assert any("no such file" in n.message for n in app._notifications)
 
     asyncio.run(go())
+
+
+def test_brackets_in_paths_and_reasons_are_text_not_markup(tmp_path: Path) -> None:
+    doc = json.loads(GOLDEN.read_text())
+    doc["probe"]["files"][0]["path"] = "/models/[b]odd[/b]/model.safetensors"
+    doc["probe"]["files"][0]["mount"]["reason"] = "a reason with [/] and [red"
+    doc["probe"]["notes"] = ["note [/bold]"]
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(doc))
+
+    async def go() -> None:
+        app = _app(report=str(odd))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("1")
+            await pilot.pause()
+            text = str(app.query_one("#probe-cache").render())
+            assert "[b]odd[/b]" in text and "note [/bold]" in text
+            assert "a reason with [/] and [red" in str(app.query_one("#probe-summary").render())
+
+    asyncio.run(go())
