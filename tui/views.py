@@ -67,6 +67,7 @@ class ProbesView(VerticalScroll):
 
     def compose(self) -> ComposeResult:
         yield Static("The probes have not run yet.", id="probe-summary")
+        yield BarChart("Cold 4 KiB read latency percentiles", id="latency")
         yield BarChart("Cold throughput, one reader, by request size", id="by-block")
         yield BarChart("Cold throughput by parallel readers (1 MiB requests)", id="by-readers")
         yield BarChart("Memory", id="memory")
@@ -134,6 +135,15 @@ class ProbesView(VerticalScroll):
         else:
             summary.append(Text(_result_line("latency", lat)))
         self.query_one("#probe-summary", Static).update(Text("\n").join(summary))
+        self.query_one("#latency", BarChart).bars = (
+            tuple(
+                Bar(q, lat[f"{q}_us"], format_us(lat[f"{q}_us"]))
+                for q in ("p50", "p90", "p99")
+                if lat.get(f"{q}_us") is not None
+            )
+            if lat.get("status") == "ok"
+            else ()
+        )
         thr = probe.get("throughput", {})
         seq = thr.get("sequential") or []
         par = thr.get("parallel") or []
