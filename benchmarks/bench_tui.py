@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import statistics
 import sys
 import tempfile
@@ -30,19 +29,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from loadscope.bench import (
-    BenchEvent,
-    BenchOptions,
-    BenchReport,
-    TrialFinished,
-    TrialProgress,
-    TrialStarted,
-    run_bench,
-)
+from loadscope.bench import BenchEvent, BenchOptions, BenchReport, run_bench
 from loadscope.synth import synthesize
 from loadscope.targets import Target, resolve
 from loadscope.tui.app import LoadscopeApp
-from loadscope.tui.messages import TrialBegan, TrialEnded, TrialSample
+from loadscope.tui.messages import message_for
 from loadscope.units import format_rate, parse_size
 
 OPTIONS = BenchOptions(strategies=("mmap", "auto"), cache=("cold", "warm"), repeats=2, warmup=False)
@@ -64,23 +55,7 @@ async def with_ui(target: Target, latencies: list[float]) -> BenchReport:
         app.running = True
 
         def listener(event: BenchEvent) -> None:
-            if isinstance(event, TrialStarted):
-                app.post_message(TrialBegan(copy.copy(event.trial), event.index, event.total))
-            elif isinstance(event, TrialProgress):
-                app.post_message(
-                    TrialSample(
-                        event.trial.id,
-                        event.seconds,
-                        event.bytes_done,
-                        event.total_bytes,
-                        event.pid,
-                        event.major_faults,
-                        event.read_syscalls,
-                        event.read_bytes,
-                    )
-                )
-            elif isinstance(event, TrialFinished):
-                app.post_message(TrialEnded(copy.deepcopy(event.trial)))
+            app.post_message(message_for(event))
 
         thread = threading.Thread(
             target=lambda: result.append(run_bench(target, OPTIONS, listener)), daemon=True

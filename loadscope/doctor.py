@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import textwrap
 import threading
@@ -47,8 +48,6 @@ class ReportError(LoadscopeError):
 
 def load_report(path: str) -> dict[str, Any]:
     """A saved doctor report (JSON), checked to be one; never follows its contents further."""
-    import os
-
     from loadscope.safeio import open_regular, pread_exact
 
     fd = open_regular(path)

@@ -37,7 +37,9 @@ def _served(target: Target, emulate: EmulatorSettings | None) -> Iterator[Target
     if emulate is None:
         yield target
         return
-    work = Path(tempfile.mkdtemp(prefix="loadscope-emulate-", dir="/var/tmp"))
+    # /var/tmp, as the demo: on disk, where /tmp may be a tmpfs that hides the slowness.
+    parent = "/var/tmp" if Path("/var/tmp").is_dir() else None
+    work = Path(tempfile.mkdtemp(prefix="loadscope-emulate-", dir=parent))
     try:
         with emulated_disk(target.root, work / "mnt", emulate) as disk:
             yield resolve(str(disk.path))

@@ -9,7 +9,6 @@ the views draw, and redraws the live charts at 5 Hz.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import threading
 from pathlib import Path
@@ -22,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from loadscope.bench import BenchCancelled, BenchEvent, TrialFinished, TrialProgress, TrialStarted
+from loadscope.bench import BenchCancelled, BenchEvent
 from loadscope.compare import compare, row_of
 from loadscope.doctor import DEFAULT_BUDGET_S, load_report, to_markdown
 from loadscope.emulator import EmulatorSettings, fuse_unavailable_reason
@@ -39,6 +38,7 @@ from loadscope.tui.messages import (
     TrialBegan,
     TrialEnded,
     TrialSample,
+    message_for,
 )
 from loadscope.tui.screens import CompareScreen, OnboardingScreen, ProfileScreen, PromptScreen
 from loadscope.tui.views import AdviceView, BenchView, ProbesView
@@ -315,23 +315,7 @@ class LoadscopeApp(App[int]):
         post = self.post_message
 
         def listener(event: BenchEvent) -> None:
-            if isinstance(event, TrialStarted):
-                post(TrialBegan(copy.copy(event.trial), event.index, event.total))
-            elif isinstance(event, TrialProgress):
-                post(
-                    TrialSample(
-                        event.trial.id,
-                        event.seconds,
-                        event.bytes_done,
-                        event.total_bytes,
-                        event.pid,
-                        event.major_faults,
-                        event.read_syscalls,
-                        event.read_bytes,
-                    )
-                )
-            elif isinstance(event, TrialFinished):
-                post(TrialEnded(copy.deepcopy(event.trial)))
+            post(message_for(event))
 
         def step(name: str) -> None:
             post(StepStarted(name))

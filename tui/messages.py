@@ -7,12 +7,13 @@ samples instead of falling behind.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
 from textual.message import Message
 
-from loadscope.bench import Trial
+from loadscope.bench import BenchEvent, Trial, TrialProgress, TrialStarted
 
 
 @dataclass
@@ -65,3 +66,22 @@ class RunFailed(Message):
 @dataclass
 class RunCancelled(Message):
     reason: str
+
+
+def message_for(event: BenchEvent) -> Message:
+    """The app's message for one engine event; trials are copied, never shared with the
+    engine thread that keeps mutating its own."""
+    if isinstance(event, TrialStarted):
+        return TrialBegan(copy.copy(event.trial), event.index, event.total)
+    if isinstance(event, TrialProgress):
+        return TrialSample(
+            event.trial.id,
+            event.seconds,
+            event.bytes_done,
+            event.total_bytes,
+            event.pid,
+            event.major_faults,
+            event.read_syscalls,
+            event.read_bytes,
+        )
+    return TrialEnded(copy.deepcopy(event.trial))

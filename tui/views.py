@@ -227,8 +227,12 @@ def _or_dash(value: int | None) -> str:
 _COLUMNS = ("#", "strategy", "cache", "time", "rate", "x mmap", "maj faults", "reads", "RSS")
 
 
-def _trial_row(t: Trial | dict[str, Any]) -> tuple[str, ...]:
-    d = t if isinstance(t, dict) else {k: getattr(t, k) for k in Trial.__dataclass_fields__}
+def _trial_dict(t: Trial | dict[str, Any]) -> dict[str, Any]:
+    """A trial as its report dict: live trials and saved reports share one row format."""
+    return t if isinstance(t, dict) else {k: getattr(t, k) for k in Trial.__dataclass_fields__}
+
+
+def _trial_row(d: dict[str, Any], x_mmap: str) -> tuple[str, ...]:
     secs = d.get("extrapolated_seconds") or d.get("seconds")
     if d.get("status") != "ok":
         return (
@@ -249,9 +253,9 @@ def _trial_row(t: Trial | dict[str, Any]) -> tuple[str, ...]:
         d["cache"],
         f"{secs:.3g} s" + ("*" if d.get("sampled") else "") if secs else "-",
         format_rate(rate) if rate else "-",
-        "",
-        str(d.get("major_faults") if d.get("major_faults") is not None else "-"),
-        str(d.get("read_syscalls") if d.get("read_syscalls") is not None else "-"),
+        x_mmap,
+        _or_dash(d.get("major_faults")),
+        _or_dash(d.get("read_syscalls")),
         format_bytes(d["peak_rss_bytes"]) if d.get("peak_rss_bytes") else "-",
     )
 
@@ -344,24 +348,15 @@ class BenchView(Vertical):
         self.tick()
 
     def _add_row(self, trial: Trial | dict[str, Any]) -> None:
-        row = list(_trial_row(trial))
-        d: dict[str, Any] = (
-            trial
-            if isinstance(trial, dict)
-            else {
-                "strategy": trial.strategy,
-                "cache": trial.cache,
-                "seconds": trial.extrapolated_seconds or trial.seconds,
-                "status": trial.status,
-            }
-        )
+        d = _trial_dict(trial)
         secs = d.get("extrapolated_seconds") or d.get("seconds")
+        x_mmap = ""
         if d.get("status") == "ok" and secs:
             if d["strategy"] == "mmap":
                 self._mmap_s[d["cache"]] = secs
             base = self._mmap_s.get(d["cache"])
-            row[5] = f"{base / secs:.2f}x" if base else "-"
-        self.query_one("#results", DataTable).add_row(*row)
+            x_mmap = f"{base / secs:.2f}x" if base else "-"
+        self.query_one("#results", DataTable).add_row(*_trial_row(d, x_mmap))
 
     def running_pid(self) -> int | None:
         lt = self.live.get(self.current) if self.current is not None else None
