@@ -1,11 +1,14 @@
 """The worker process of one trial: ``python -m loadscope.loaders.worker SPEC_JSON``.
 
-A fresh interpreter per trial gives a clean RSS, no page-cache sharing with the
-parent, and containment of crashes and the OOM killer. The worker imports
-torch before the clock starts, times the strategy until every page of every
-tensor has been touched, measures its own faults and I/O around exactly that
-region, then digests the tensors (outside the timed region) for the parent to
-compare with a reference read. Events go to the original stdout; anything a
+A fresh process per trial gives a clean heap, no page-cache sharing with the
+parent, and containment of crashes and the OOM killer. Workers are normally
+forked from the fork server (``loaders/forkserver.py``), which has imported
+torch once; run on its own (``LOADSCOPE_FORKSERVER=0``) a worker imports torch
+itself. Either way torch is imported before the clock starts. The worker
+times the strategy until every page of every tensor has been touched,
+measures its own faults and I/O around exactly that region, then digests the
+tensors (outside the timed region) for the parent to compare with a reference
+read. Events go to the original stdout; anything a
 library prints is redirected to stderr so it cannot corrupt the protocol.
 
 ``python -m loadscope.loaders.worker --describe`` prints, as JSON, every

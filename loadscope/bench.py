@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.loaders import forkserver
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
+from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.probes.pagecache import ColdCache, residency
 from loadscope.probes.system import probe_system
@@ -218,17 +220,18 @@ def describe_strategies() -> dict[str, dict[str, Any]]:
 
     The parent never imports torch or the peers itself: a worker answers.
     """
-    proc = subprocess.run(
-        [sys.executable, "-m", "loadscope.loaders.worker", "--describe"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+    worker = _Worker(None)
+    try:
+        code = worker.proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        _kill_group(worker.proc)
+        raise BenchError("cannot start a loader worker: no answer in 120 s") from None
+    worker.join_output()
+    lines = worker.lines
+    if code != 0 or not lines:
+        tail = worker.stderr[-1:] or [f"exit code {code}"]
         raise BenchError(f"cannot start a loader worker: {tail[0]}")
-    result: dict[str, dict[str, Any]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict[str, dict[str, Any]] = json.loads(lines[-1])
     return result
 
 
@@ -344,7 +347,7 @@ def _prepare_cache(
     return ok, mean, "; ".join(notes)
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill_group(proc: subprocess.Popen[str] | ForkedProcess) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
@@ -363,27 +366,57 @@ def _exit_reason(returncode: int, stderr_tail: list[str]) -> str:
 
 
 class _Worker:
-    """One running worker: its events, its stderr tail, and a kill switch."""
+    """One running worker: its events, its stderr tail, and a kill switch.
 
-    def __init__(self, spec: dict[str, Any], argv: tuple[str, ...] | None = None) -> None:
-        command = argv or (sys.executable, "-m", "loadscope.loaders.worker")
-        self.proc = subprocess.Popen(
-            [*command, json.dumps(spec)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its own process group: killable with everything it spawned
-        )
+    Forked from the fork server (torch already imported) unless ``argv`` names
+    another command or ``LOADSCOPE_FORKSERVER=0``; ``spec`` None asks it to describe
+    the strategies instead (its answer is in ``lines``).
+    """
+
+    def __init__(self, spec: dict[str, Any] | None, argv: tuple[str, ...] | None = None) -> None:
+        args = ["--describe"] if spec is None else [json.dumps(spec)]
+        forked = self._forked(args) if argv is None else None
+        self.proc: subprocess.Popen[str] | ForkedProcess
+        if forked is not None:
+            self.proc = forked
+        else:
+            command = argv or (sys.executable, "-m", "loadscope.loaders.worker")
+            self.proc = subprocess.Popen(
+                [*command, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,  # its own process group: killable with all it spawns
+            )
         self.events: queue.Queue[Start | Progress | Done | Failed | ProtocolError | None] = (
             queue.Queue()
         )
+        self.lines: list[str] = []  # raw stdout (for --describe)
         self.stderr: list[str] = []
-        threading.Thread(target=self._read_stdout, daemon=True).start()
+        self._describe = spec is None
+        self._out = threading.Thread(target=self._read_stdout, daemon=True)
+        self._out.start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def join_output(self, timeout: float = 10) -> None:
+        """After the exit: wait until everything the worker wrote has been read."""
+        self._out.join(timeout)
+
+    @staticmethod
+    def _forked(args: list[str]) -> ForkedProcess | None:
+        if not forkserver.enabled():
+            return None
+        try:
+            return forkserver.shared_server().spawn(args)
+        except forkserver.ForkServerError:
+            return None  # a fresh interpreter still works, only slower to start
 
     def _read_stdout(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if self._describe:
+                self.lines.append(line)
+                continue
             try:
                 self.events.put(decode(line))
             except ProtocolError as exc:
@@ -506,10 +539,8 @@ def run_trial(
             except queue.Empty:
                 continue
             if event is None:
-                worker.proc.wait(timeout=30)
-                result = Failed(
-                    time.monotonic(), _exit_reason(worker.proc.returncode, worker.stderr)
-                )
+                code = worker.proc.wait(timeout=30)
+                result = Failed(time.monotonic(), _exit_reason(code, worker.stderr))
             elif isinstance(event, ProtocolError):
                 protocol.append(str(event))
             elif isinstance(event, Start):

@@ -109,8 +109,11 @@ def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
     return tuple(names)
 
 
-#: A worker's fixed cost: a fresh interpreter importing torch, and the cache preparation.
-TRIAL_OVERHEAD_S = 3.0
+#: A worker's fixed cost: a fork of the fork server and the cache preparation (measured
+#: ~0.05 s per trial on a 1 MiB model here; kept generous for eviction of larger files).
+TRIAL_OVERHEAD_S = 0.5
+#: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
+SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
 WARM_STRATEGIES = ("mmap", "auto", "pickle", "pickle-mmap")
 MIN_SAMPLE_BYTES = 8 << 20
@@ -162,9 +165,9 @@ def plan_trials(
     fixed = len(trials) * TRIAL_OVERHEAD_S
     loads = sum(load_s(s, c) for s, c in trials)
     for repeats in (2, 1):
-        if repeats * (fixed + loads) <= budget_s:
+        if SERVER_START_S + repeats * (fixed + loads) <= budget_s:
             return repeats, None
-    fraction = max(0.0, budget_s - fixed) / max(loads, 1e-9)
+    fraction = max(0.0, budget_s - SERVER_START_S - fixed) / max(loads, 1e-9)
     return 1, int(min(model, max(MIN_SAMPLE_BYTES, model * fraction)))
 
 

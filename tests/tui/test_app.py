@@ -11,6 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
+from loadscope.loaders.forkserver import WORKER_NAME
 from loadscope.tui.app import LoadscopeApp
 from loadscope.tui.screens import OnboardingScreen
 from loadscope.tui.views import AdviceView, BenchView
@@ -35,10 +36,11 @@ async def _wait_for(pilot: Any, cond: Any, timeout: float) -> None:
 
 
 def _workers() -> list[psutil.Process]:
+    """Trial workers under this process: forked by the fork server, or spawned."""
     return [
         p
         for p in psutil.Process().children(recursive=True)
-        if "loadscope.loaders.worker" in " ".join(p.cmdline())
+        if p.name() == WORKER_NAME or "loadscope.loaders.worker" in " ".join(p.cmdline())
     ]
 
 
