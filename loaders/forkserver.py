@@ -8,7 +8,8 @@ of a Unix socket pair) imports torch, safetensors and the strategies, then for
 each request forks a child that is exactly what a spawned worker was: its own
 session and process group (killable with everything it starts), its stdout and
 stderr on pipes the parent created (passed over the socket), the parent's
-environment and working directory, and ``worker.main`` for the rest. The
+environment (or the one asked for) and working directory, and the ``main`` of a
+``loadscope.loaders`` program (the trial worker, or a distributed rank) for the rest. The
 server never runs a torch operation (no thread pool, no CUDA context exists to
 be inherited); children are reaped by the server, which reports their exit
 status back over the socket. It exits when the socket closes (the parent went
@@ -75,9 +76,12 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], ready: 
             os.chdir(request["cwd"])
         sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", closefd=False)
-        from loadscope.loaders import worker
+        import importlib
 
-        code = worker.main(list(request["args"]))
+        program = request.get("module") or "loadscope.loaders.worker"
+        if not program.startswith("loadscope.loaders."):
+            raise ValueError(f"not a loadscope program: {program}")
+        code = importlib.import_module(program).main(list(request["args"]))
     except BaseException:  # noqa: BLE001  (a child must never return into the server loop)
         with contextlib.suppress(Exception):
             import traceback
@@ -261,12 +265,26 @@ class ForkServer:
             )
             self._cond.notify_all()
 
-    def spawn(self, args: list[str]) -> ForkedProcess:
-        """Fork a worker running ``worker.main(args)``; its stdout and stderr are pipes."""
+    def spawn(
+        self,
+        args: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        module: str = "loadscope.loaders.worker",
+    ) -> ForkedProcess:
+        """Fork a child running ``module.main(args)`` (a ``loadscope.loaders`` program) with
+        ``env`` (default: this process's environment); its stdout and stderr are pipes."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            request = json.dumps({"args": args, "env": dict(os.environ), "cwd": os.getcwd()})
+            request = json.dumps(
+                {
+                    "args": args,
+                    "env": dict(os.environ) if env is None else env,
+                    "cwd": os.getcwd(),
+                    "module": module,
+                }
+            )
             payload = request.encode() + b"\n"
             with self._lock:
                 if self.dead:
