@@ -2,9 +2,10 @@
 
 Interleaved rounds on one synthetic checkpoint (local disk): each round runs
 the same cold+warm trials (mmap, auto) once headless (``run_bench``, no UI) and
-once with the app attached (the same engine call in a thread, its events
-posted to a headless ``LoadscopeApp`` that draws the live charts at 5 Hz),
-while a key switching tabs is pressed every 50 ms. Measured:
+once with the app attached the way the app runs its engine (a child
+``loadscope.engine_process`` whose JSON-line events a thread posts to a
+headless ``LoadscopeApp`` drawing the live charts at 5 Hz), while a key
+switching tabs is pressed every 50 ms. Measured:
 
 * input-to-screen latency: a key event queued (``simulate_key``) to the tab
   switched and the next frame drawn (``call_after_refresh``), p50 and p99;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -28,43 +30,51 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from loadscope.bench import BenchEvent, BenchOptions, BenchReport, run_bench
+from loadscope.bench import BenchOptions, run_bench
+from loadscope.engine_process import EngineProcess, bench_job
 from loadscope.synth import synthesize
 from loadscope.targets import Target, resolve
 from loadscope.tui.app import LoadscopeApp
-from loadscope.tui.messages import message_for
+from loadscope.tui.messages import message_from_wire
 from loadscope.units import format_rate, parse_size
 
 OPTIONS = BenchOptions(strategies=("mmap", "auto"), cache=("cold", "warm"), repeats=2, warmup=False)
 
 
-def rates(report: BenchReport) -> dict[tuple[str, str], list[float]]:
+def rates(trials: list[dict[str, Any]]) -> dict[tuple[str, str], list[float]]:
     out: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for t in report.trials:
-        if t.status == "ok" and t.bytes_per_s:
-            out[(t.strategy, t.cache)].append(t.bytes_per_s)
+    for t in trials:
+        if t["status"] == "ok" and t["bytes_per_s"] and not t["warmup"]:
+            out[(t["strategy"], t["cache"])].append(t["bytes_per_s"])
     return out
 
 
-async def with_ui(target: Target, latencies: list[float]) -> BenchReport:
+async def with_ui(target: Target, latencies: list[float]) -> list[dict[str, Any]]:
+    """The trials run by an engine child, as the app runs them; the finished trials."""
     app = LoadscopeApp(fuse_reason="benchmark", hf_cache="/nonexistent")
-    result: list[BenchReport] = []
+    result: list[dict[str, Any]] = []
     async with app.run_test(size=(100, 30)):
         app.pop_screen()
         app.running = True
 
-        def listener(event: BenchEvent) -> None:
-            app.post_message(message_for(event))
+        def pump() -> None:
+            for event in EngineProcess(bench_job(str(target.root), OPTIONS)).events():
+                if event["event"] == "finished":
+                    result.extend(event["report"]["bench"]["trials"])
+                elif event["event"] == "failed":
+                    raise SystemExit(f"the engine failed: {event['reason']}")
+                message = message_from_wire(event)
+                if message is not None and event["event"] != "finished":
+                    app.post_message(message)
 
-        thread = threading.Thread(
-            target=lambda: result.append(run_bench(target, OPTIONS, listener)), daemon=True
-        )
+        thread = threading.Thread(target=pump, daemon=True)
         thread.start()
         await press_tabs(app, latencies, thread.is_alive)
         thread.join()
         app.running = False
-    return result[0]
+    return result
 
 
 async def press_tabs(
@@ -118,7 +128,8 @@ def main() -> int:
         baseline: list[float] = []
         asyncio.run(idle(baseline))
         for r in range(args.rounds):
-            for k, v in rates(run_bench(target, OPTIONS)).items():
+            headless_trials = json.loads(run_bench(target, OPTIONS).to_json())["trials"]
+            for k, v in rates(headless_trials).items():
                 headless[k] += v
             for k, v in rates(asyncio.run(with_ui(target, latencies))).items():
                 ui[k] += v

@@ -1,9 +1,11 @@
 """The loadscope app: onboarding, probes, live benchmark and advice over the same engine.
 
-The engine runs in one thread worker (``diagnose``), which turns its callbacks
-into typed messages; stopping sets the engine's cancel event, which kills the
-running worker's process group within ~0.1 s. The UI thread owns every buffer
-the views draw, and redraws the live charts at 5 Hz.
+The engine runs in a child process (``loadscope.engine_process``: no GIL shared
+with the UI); one thread worker reads its JSON-line events and posts them as
+typed messages. Stopping closes the child's stdin, which sets the engine's
+cancel event and kills the running trial worker's process group within ~0.1 s.
+The UI thread owns every buffer the views draw, and redraws the live charts at
+5 Hz.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from loadscope.bench import BenchCancelled, BenchEvent
 from loadscope.compare import compare, row_of
 from loadscope.doctor import DEFAULT_BUDGET_S, load_report, to_markdown
 from loadscope.emulator import EmulatorSettings, fuse_unavailable_reason
+from loadscope.engine_process import EngineProcess, job_for
 from loadscope.errors import ExitCode, LoadscopeError
-from loadscope.probing import ProbeReport
 from loadscope.report_html import to_html
-from loadscope.session import SessionRequest, diagnose
+from loadscope.session import SessionRequest
 from loadscope.tui.messages import (
     ProbesReady,
     RunCancelled,
@@ -38,7 +39,7 @@ from loadscope.tui.messages import (
     TrialBegan,
     TrialEnded,
     TrialSample,
-    message_for,
+    message_from_wire,
 )
 from loadscope.tui.screens import CompareScreen, OnboardingScreen, ProfileScreen, PromptScreen
 from loadscope.tui.views import AdviceView, BenchView, ProbesView
@@ -312,32 +313,27 @@ class LoadscopeApp(App[int]):
 
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
     def _run(self, request: SessionRequest, cancel: threading.Event, done: threading.Event) -> None:
-        post = self.post_message
-
-        def listener(event: BenchEvent) -> None:
-            post(message_for(event))
-
-        def step(name: str) -> None:
-            post(StepStarted(name))
-
-        def on_probes(probe: ProbeReport) -> None:
-            post(ProbesReady(json.loads(probe.to_json())))
-
         try:
-            report = diagnose(
-                request,
-                listener=listener,
-                on_probes=on_probes,
-                progress=step,
-                cancel=cancel,
-            )
-            post(RunFinished(json.loads(report.to_json())))
-        except BenchCancelled as exc:
-            post(RunCancelled(str(exc)))
-        except LoadscopeError as exc:
-            post(RunFailed(str(exc)))
+            engine = EngineProcess(job_for(request))
+        except OSError as exc:
+            self.post_message(RunFailed(f"cannot start the engine: {exc}"))
+            done.set()
+            return
+
+        def stop_when_asked() -> None:
+            cancel.wait()
+            engine.cancel()
+
+        stopper = threading.Thread(target=stop_when_asked, daemon=True, name="run-stop")
+        stopper.start()
+        try:
+            for event in engine.events():  # blocking reads: the GIL is free meanwhile
+                message = message_from_wire(event)
+                if message is not None:
+                    self.post_message(message)
         finally:
             done.set()
+            cancel.set()  # releases the stopper (closing a finished child's stdin is harmless)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one error funnel: a worker that died of a bug is shown, never swallowed."""

@@ -1,4 +1,7 @@
-"""Typed messages from the engine thread to the app: one dataclass per event.
+"""Typed messages from the engine to the app: one dataclass per event.
+
+The app's engine runs in a child process (``loadscope.engine_process``) whose
+JSON-line events ``message_from_wire`` turns into these.
 
 Progress samples are cumulative (bytes done so far), so a newer one of the same
 trial supersedes a queued older one (``can_replace``): a slow UI drops stale
@@ -7,13 +10,12 @@ samples instead of falling behind.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 from textual.message import Message
 
-from loadscope.bench import BenchEvent, Trial, TrialProgress, TrialStarted
+from loadscope.bench import Trial
 
 
 @dataclass
@@ -68,20 +70,36 @@ class RunCancelled(Message):
     reason: str
 
 
-def message_for(event: BenchEvent) -> Message:
-    """The app's message for one engine event; trials are copied, never shared with the
-    engine thread that keeps mutating its own."""
-    if isinstance(event, TrialStarted):
-        return TrialBegan(copy.copy(event.trial), event.index, event.total)
-    if isinstance(event, TrialProgress):
+def _trial(d: dict[str, Any]) -> Trial:
+    return Trial(**d)
+
+
+def message_from_wire(event: dict[str, Any]) -> Message | None:
+    """The app's message for one event line of the engine process (None: not for the app)."""
+    kind = event.get("event")
+    if kind == "step":
+        return StepStarted(event["name"])
+    if kind == "probes":
+        return ProbesReady(event["probe"])
+    if kind == "trial_started":
+        return TrialBegan(_trial(event["trial"]), event["index"], event["total"])
+    if kind == "progress":
         return TrialSample(
-            event.trial.id,
-            event.seconds,
-            event.bytes_done,
-            event.total_bytes,
-            event.pid,
-            event.major_faults,
-            event.read_syscalls,
-            event.read_bytes,
+            event["trial_id"],
+            event["seconds"],
+            event["bytes_done"],
+            event["total_bytes"],
+            event.get("pid"),
+            event.get("major_faults"),
+            event.get("read_syscalls"),
+            event.get("read_bytes"),
         )
-    return TrialEnded(copy.deepcopy(event.trial))
+    if kind == "trial_finished":
+        return TrialEnded(_trial(event["trial"]))
+    if kind == "finished":
+        return RunFinished(event["report"])
+    if kind == "cancelled":
+        return RunCancelled(event["reason"])
+    if kind == "failed":
+        return RunFailed(event["reason"])
+    return None
