@@ -59,6 +59,8 @@ class LoadContext:
     knobs: dict[str, Any] = field(default_factory=dict)
     hints: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    #: Where the tensors must end up: "cpu", or "cuda" / "cuda:N" for GPU strategies.
+    device: str = "cpu"
 
     def knob(self, strategy: Strategy, name: str) -> Any:
         default = next(k.default for k in strategy.knobs if k.name == name)

@@ -8,8 +8,12 @@ itself. Either way torch is imported before the clock starts. The worker
 times the strategy until every page of every tensor has been touched,
 measures its own faults and I/O around exactly that region, then digests the
 tensors (outside the timed region) for the parent to compare with a reference
-read. Events go to the original stdout; anything a
-library prints is redirected to stderr so it cannot corrupt the protocol.
+read. With ``"device": "cuda[:N]"`` in the spec, a GPU strategy loads onto the
+device: the CUDA context is created before the clock starts (like the torch
+import, it is not the load), the device is synchronized before the clock stops,
+and the digests are of the tensors copied back to the CPU. Events go to the
+original stdout; anything a library prints is redirected to stderr so it cannot
+corrupt the protocol.
 
 ``python -m loadscope.loaders.worker --describe`` prints, as JSON, every
 strategy's declaration and why it is unavailable here (if it is).
@@ -44,6 +48,8 @@ def digest_bytes(data: Any) -> str:
 def tensor_bytes(t: torch.Tensor) -> Any:
     import torch
 
+    if t.device.type != "cpu":
+        t = t.cpu()  # digests are taken outside the timed region, of the bytes on the host
     flat = t.contiguous().reshape(-1)
     if flat.numel() == 0:
         return b""
@@ -51,11 +57,18 @@ def tensor_bytes(t: torch.Tensor) -> Any:
 
 
 def touch(t: torch.Tensor) -> int:
-    """Read one byte of every page of ``t`` (so lazy mmap pages are really read); its bytes."""
+    """Read one byte of every page of ``t`` (so lazy mmap pages are really read); its bytes.
+
+    Device memory is never lazy: a GPU tensor is only counted here, and the worker
+    synchronizes its device once, after the last tensor and before the clock stops
+    (a synchronize per tensor would serialize the strategy's own overlap).
+    """
     import torch
 
     if t.numel() == 0:
         return 0
+    if t.device.type != "cpu":
+        return int(t.numel() * t.element_size())
     raw = t.reshape(-1).view(torch.uint8) if t.is_contiguous() else tensor_bytes(t)
     raw = raw if isinstance(raw, torch.Tensor) else torch.from_numpy(raw)
     raw[::PAGE].sum()
@@ -98,7 +111,11 @@ def run(spec: dict[str, Any], emitter: Emitter) -> int:
         FileRequest(f["path"], f["size_bytes"], f["format"], _names(f.get("tensors")))
         for f in spec["files"]
     ]
-    ctx = LoadContext(knobs=dict(spec.get("knobs", {})), hints=dict(spec.get("hints", {})))
+    device = str(spec.get("device", "cpu"))
+    ctx = LoadContext(
+        knobs=dict(spec.get("knobs", {})), hints=dict(spec.get("hints", {})), device=device
+    )
+    _prepare_device(strategy.name, strategy.requires.gpu, device)
     block_stat = spec.get("block_stat")
     sampler = IoSampler(block_stat_path=Path(block_stat) if block_stat else None)
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
@@ -113,12 +130,17 @@ def run(spec: dict[str, Any], emitter: Emitter) -> int:
     first: float | None = None
     before = sampler.sample()
     t0 = time.perf_counter()
+    devices: set[torch.device] = set()
     for name, tensor in strategy.load(files, ctx):
         done_bytes += touch(tensor)
         tensors[name] = tensor
+        if tensor.is_cuda:
+            devices.add(tensor.device)
         if first is None:
             first = time.perf_counter() - t0
         emitter.progress(done_bytes, len(tensors))
+    for d in devices:
+        torch.cuda.synchronize(d)  # every copy to the device is part of the load
     seconds = time.perf_counter() - t0
     after = sampler.sample()
     emitter.progress(done_bytes, len(tensors), force=True)
@@ -141,6 +163,22 @@ def run(spec: dict[str, Any], emitter: Emitter) -> int:
         )
     )
     return 0
+
+
+def _prepare_device(strategy: str, gpu: bool, device: str) -> None:
+    """Check the strategy fits the device; create the CUDA context before the clock starts."""
+    import torch
+
+    from loadscope.loaders.cuda import cuda_device, is_cuda
+
+    if gpu and not is_cuda(device):
+        raise ValueError(f"{strategy} is a GPU strategy: it needs --device cuda, not {device!r}")
+    if not gpu and device != "cpu":
+        raise ValueError(f"{strategy} is a CPU strategy: it loads to the CPU, not {device!r}")
+    if gpu:
+        target = cuda_device(device)
+        torch.empty(1, device=target)
+        torch.cuda.synchronize(target)
 
 
 def _names(value: Any) -> tuple[str, ...] | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from loadscope.bench import BenchReport, Summary
+from loadscope.broadcast import BroadcastReport, BroadcastSummary
 from loadscope.probing import ProbeReport
 from loadscope.units import format_bytes, format_rate
 
@@ -97,10 +98,16 @@ class Facts:
     #: Where the model is (for the snippets) and the fastest local disk with room for a copy.
     model_root: str = "MODEL_DIR"
     local_disk: LocalDiskFacts | None = None
+    #: Multi-rank trials (``--ranks``): per (mode, cache), and the rank count.
+    ranks: int | None = None
+    rank_modes: dict[tuple[str, str], BroadcastSummary] = field(default_factory=dict)
+    rank_backend: str | None = None
+    #: GPUs whose PCIe link trained below its maximum (address, current, max).
+    degraded_links: list[tuple[str, str, str]] = field(default_factory=list)
 
-    def speedup(self, strategy: str, cache: str = "cold") -> float | None:
+    def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
         table = self.cold if cache == "cold" else self.warm
-        base, other = table.get("mmap"), table.get(strategy)
+        base, other = table.get(base_name), table.get(strategy)
         if not base or not other or not base.median_seconds or not other.median_seconds:
             return None
         return base.median_seconds / other.median_seconds
@@ -111,7 +118,9 @@ class Facts:
         return (s.extrapolated_median_seconds or s.median_seconds) if s else None
 
 
-def facts_from(probe: ProbeReport, bench: BenchReport | None) -> Facts:
+def facts_from(
+    probe: ProbeReport, bench: BenchReport | None, ranks: BroadcastReport | None = None
+) -> Facts:
     primary = probe.primary
     mount = primary.storage.mount.data
     system = probe.system.data
@@ -162,7 +171,21 @@ def facts_from(probe: ProbeReport, bench: BenchReport | None) -> Facts:
         trial_ids=ids,
         model_root=probe.target["root"],
         local_disk=local,
+        ranks=len(ranks.ranks) or int(ranks.options.get("ranks") or 0) if ranks else None,
+        rank_modes={(m.mode, m.cache): m for m in ranks.summary} if ranks else {},
+        rank_backend=str(ranks.options.get("backend")) if ranks else None,
+        degraded_links=_degraded(probe),
     )
+
+
+def _degraded(probe: ProbeReport) -> list[tuple[str, str, str]]:
+    gpus = probe.gpus.data
+    out = []
+    for g in gpus.pci if gpus else ():
+        if g.link_degraded:
+            cur, top = g.current_link, g.max_link
+            out.append((g.address, f"{cur.speed} x{cur.width}", f"{top.speed} x{top.width}"))
+    return out
 
 
 # -- snippets -------------------------------------------------------------------------------
@@ -194,6 +217,51 @@ def _snippets_parallel(strategy: str) -> dict[str, str]:
         "vllm": "vllm serve MODEL --safetensors-load-strategy prefetch"
         "  # or --load-format runai_streamer",
         "shell": "loadscope bench MODEL --strategies mmap,parallel,direct,auto  # re-measure",
+    }
+
+
+def _snippets_broadcast(mode: str) -> dict[str, str]:
+    wait = (
+        "    work = dist.broadcast(data, src=0, async_op=True)  # overlap with the next read\n"
+        "    work.wait()\n"
+        if mode == "broadcast-async"
+        else "    dist.broadcast(data, src=0)\n"
+    )
+    return {
+        "torch.distributed": (
+            "# rank 0 reads each file once; the other ranks receive its bytes\n"
+            "# (gloo on CPU; with NCCL move `data` to the rank's GPU first)\n"
+            "import torch, torch.distributed as dist\n"
+            "from safetensors.torch import load\n"
+            "state = {}\n"
+            "for path in files:\n"
+            "    if dist.get_rank() == 0:\n"
+            "        raw = open(path, 'rb').read()\n"
+            "        size = torch.tensor([len(raw)])\n"
+            "    else:\n"
+            "        size = torch.tensor([0])\n"
+            "    dist.broadcast(size, src=0)\n"
+            "    data = (torch.frombuffer(bytearray(raw), dtype=torch.uint8)\n"
+            "            if dist.get_rank() == 0 else torch.empty(int(size), dtype=torch.uint8))\n"
+            + wait
+            + "    state.update(load(data.numpy().tobytes()))"
+        ),
+        "shell": f"loadscope bench MODEL --ranks N --modes independent,{mode}  # re-measure",
+    }
+
+
+def _snippets_staged() -> dict[str, str]:
+    return {
+        "loadscope": (
+            "# the 'staged' strategy: parallel reads into a ring of pinned buffers,\n"
+            "# async host-to-device copies overlapping the next reads\n"
+            "from loadscope.loaders.strategies import get\n"
+            "from loadscope.loaders.strategy import FileRequest, LoadContext\n"
+            "state = dict(get('staged').load([FileRequest(path, size, 'safetensors')],"
+            " LoadContext(device='cuda')))"
+        ),
+        "peers": "pip install fastsafetensors  # or runai-model-streamer: the same idea",
+        "shell": "loadscope bench MODEL --device cuda  # re-measure",
     }
 
 
@@ -466,13 +534,93 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
     ]
 
 
+def _rank_modes(f: Facts) -> tuple[str, BroadcastSummary | None, list[BroadcastSummary]]:
+    """The cache state compared (cold when measured), independent reads, the other modes."""
+    cache = "cold" if any(c == "cold" for _, c in f.rank_modes) else "warm"
+    indep = f.rank_modes.get(("independent", cache))
+    others = [
+        s
+        for (mode, c), s in f.rank_modes.items()
+        if c == cache and mode != "independent" and s.speedup_vs_independent
+    ]
+    return cache, indep, others
+
+
+def rule_broadcast(f: Facts) -> list[Recommendation]:
+    """Rank 0 reads, the others receive: when the multi-rank trials show it faster."""
+    if not f.ranks or not f.rank_modes:
+        return []
+    cache, indep, others = _rank_modes(f)
+    best = max(others, key=lambda s: s.speedup_vs_independent or 0, default=None)
+    if indep is None or best is None or not indep.median_seconds or not best.median_seconds:
+        return []
+    gain = best.speedup_vs_independent or 0
+    if gain < WORTH_IT:
+        return []
+    amp = (
+        f"; storage reads {best.read_amplification:.1f}x the model instead of"
+        f" {indep.read_amplification:.1f}x"
+        if best.read_amplification is not None and indep.read_amplification is not None
+        else ""
+    )
+    return [
+        Recommendation(
+            id="broadcast",
+            title="Read once on rank 0 and broadcast to the other ranks",
+            action=f"'{best.mode}' with {f.ranks} ranks ({f.rank_backend}):"
+            f" {best.median_seconds:.3g} s vs {indep.median_seconds:.3g} s for independent"
+            f" reads ({cache}), {gain:.1f}x{amp}",
+            strategy=best.mode,
+            expected_speedup=gain,
+            evidence=[
+                Evidence(f"{best.mode} {cache}, slowest rank", best.median_seconds, "s"),
+                Evidence(f"independent {cache}, slowest rank", indep.median_seconds, "s"),
+                Evidence("ranks", f.ranks),
+            ],
+            ram_bytes_needed=int(best.rss_delta_bytes_total)
+            if best.rss_delta_bytes_total
+            else None,
+            risk="every rank still holds its copy of the model; the gain is in reads",
+            confidence="high" if gain >= 2 else "medium",
+            snippets=_snippets_broadcast(best.mode),
+        )
+    ]
+
+
+def rule_gpu_staged(f: Facts) -> list[Recommendation]:
+    """Pinned, overlapped staging to the GPU, when it beats safetensors' own device load."""
+    gain = f.speedup("staged", base_name="mmap-cuda")
+    if gain is None or gain < WORTH_IT:
+        return []
+    return [
+        Recommendation(
+            id="gpu-staged",
+            title="Stage reads through pinned memory with overlapped copies to the GPU",
+            action=f"loadscope's 'staged' path: {f.seconds('staged'):.3g} s vs"
+            f" {f.seconds('mmap-cuda'):.3g} s for load_file(device='cuda') cold, {gain:.1f}x",
+            strategy="staged",
+            expected_speedup=gain,
+            evidence=[
+                Evidence("staged cold", f.seconds("staged"), "s", _ids(f, ("staged", "cold"))),
+                Evidence(
+                    "mmap-cuda cold", f.seconds("mmap-cuda"), "s", _ids(f, ("mmap-cuda", "cold"))
+                ),
+            ],
+            risk="host memory bounded by the pinned ring; no full CPU copy of the model",
+            confidence="high" if gain >= 2 else "medium",
+            snippets=_snippets_staged(),
+        )
+    ]
+
+
 RULES: tuple[Rule, ...] = (
     rule_parallel,
     rule_readahead,
     rule_fullread,
     rule_prewarm,
     rule_copy_local,
-    # rank-0 read + broadcast joins here once multi-rank trials (--ranks) measure it.
+    rule_broadcast,
+    rule_gpu_staged,
     rule_wsl,
     rule_pickle,
 )
@@ -505,11 +653,29 @@ def contradictions(f: Facts) -> list[str]:
             f" ~{format_bytes(2 * f.model_bytes)}"
             f" of RAM and only {format_bytes(f.headroom_bytes)} is free: not recommended"
         )
+    if f.ranks and f.rank_modes:
+        cache, indep, others = _rank_modes(f)
+        best = max(others, key=lambda s: s.speedup_vs_independent or 0, default=None)
+        if indep and best and best.speedup_vs_independent and best.speedup_vs_independent < 1:
+            notes.append(
+                f"rank-0 read + broadcast ({best.mode}, the best of the broadcast modes) measured"
+                f" {1 / best.speedup_vs_independent:.1f}x slower than {f.ranks} ranks reading"
+                f" independently ({cache}): ranks on one node share its page cache, so"
+                " independent reads hit storage once; broadcast pays where every rank"
+                " would otherwise go to storage (across nodes, no shared cache)"
+            )
+    for address, current, top in f.degraded_links:
+        notes.append(
+            f"GPU {address}: PCIe link at {current}, below its maximum {top}: host-to-device"
+            " copies are capped by the slower link (reseat the card, check the slot and BIOS)"
+        )
     return notes
 
 
-def advise(probe: ProbeReport, bench: BenchReport | None) -> Advice:
-    f = facts_from(probe, bench)
+def advise(
+    probe: ProbeReport, bench: BenchReport | None, ranks: BroadcastReport | None = None
+) -> Advice:
+    f = facts_from(probe, bench, ranks)
     return advise_facts(f)
 
 

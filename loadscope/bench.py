@@ -93,6 +93,8 @@ class BenchOptions:
     warm_strategies: tuple[str, ...] | None = None
     #: The worker command (tests inject misbehaving workers); default: the real worker.
     worker_argv: tuple[str, ...] | None = None
+    #: Where tensors are loaded: "cpu" runs the CPU strategies, "cuda" or "cuda:N" the GPU ones.
+    device: str = "cpu"
 
 
 @dataclass(slots=True)
@@ -501,6 +503,7 @@ def run_trial(
         ],
         "knobs": options.knobs.get(trial.strategy, {}),
         "hints": options.hints,
+        "device": options.device,
         "block_stat": block_stat,
         "total_bytes": total_bytes,
         "total_tensors": 0,
@@ -613,16 +616,31 @@ def _fill_metrics(trial: Trial, done: Done, reference: dict[str, str]) -> None:
 
 
 def _applicable(
-    target: Target, available: dict[str, dict[str, Any]], names: tuple[str, ...] | None
+    target: Target,
+    available: dict[str, dict[str, Any]],
+    names: tuple[str, ...] | None,
+    device: str = "cpu",
 ) -> tuple[list[str], dict[str, str]]:
+    """The strategies to run on ``device`` and why the others asked for cannot run.
+
+    Without ``names``, the strategies of the device's kind (CPU or GPU) are considered;
+    one of the other kind asked for by name is skipped with the reason.
+    """
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise BenchError(f"unknown device {device!r} (use cpu, cuda or cuda:N)")
+    gpu_run = device != "cpu"
     formats = target.formats
     chosen, skipped = [], {}
-    for name in names or tuple(available):
+    for name in names or tuple(n for n, i in available.items() if bool(i.get("gpu")) == gpu_run):
         info = available.get(name)
         if info is None:
             raise BenchError(f"unknown strategy {name!r} (known: {', '.join(available)})")
-        if info.get("gpu"):
+        if info.get("gpu") and not gpu_run:
             skipped[name] = "needs a GPU (--device cuda)"
+        elif not info.get("gpu") and gpu_run:
+            skipped[name] = (
+                f"a CPU strategy: it does not load to {device} (run it without --device)"
+            )
         elif not formats & set(info["formats"]):
             skipped[name] = (
                 f"reads {' or '.join(info['formats'])} checkpoints;"
@@ -701,7 +719,7 @@ def run_bench(
     say = listener or (lambda _e: None)
     notes: list[str] = []
     available = describe_strategies()
-    names, skipped = _applicable(target, available, options.strategies)
+    names, skipped = _applicable(target, available, options.strategies, options.device)
     files = list(target.files)
     total = target.total_bytes
     sample: dict[Path, tuple[str, ...]] | None = None
@@ -789,6 +807,8 @@ def run_bench(
             "budget_s": options.budget_s,
             "knobs": options.knobs,
             "hints": options.hints,
+            # Only GPU runs say so: CPU reports keep the shape they always had.
+            **({"device": options.device} if options.device != "cpu" else {}),
         },
         trials=plan,
         summary=_summaries(plan),

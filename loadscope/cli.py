@@ -9,18 +9,22 @@ reported in one line too (``LOADSCOPE_DEBUG=1`` shows the traceback).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from loadscope._version import __version__
 from loadscope.doctor import load_report as _load_report
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.units import format_bytes, parse_duration, parse_rate, parse_size
+
+if TYPE_CHECKING:
+    from loadscope.bench import CacheMode
 
 PROG = "loadscope"
 
@@ -208,6 +212,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit the run in SECONDS: sample the model and extrapolate when full loads do not fit",
     )
     p.add_argument(
+        "--device",
+        default="cpu",
+        metavar="cpu|cuda[:N]",
+        help="where tensors land: cpu runs the CPU strategies, cuda[:N] the GPU ones"
+        " (mmap-cuda, read-to-cuda, staged, gds)",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="N local ranks through torch.distributed (gloo on CPU, NCCL on GPU): independent"
+        " reads vs rank-0 read + broadcast (sync, async) vs sharded read + broadcast",
+    )
+    p.add_argument(
+        "--modes",
+        metavar="A,B,...",
+        help="with --ranks: independent,broadcast,broadcast-async,sharded (default all)",
+    )
+    p.add_argument(
         "--knob",
         action="append",
         default=[],
@@ -256,6 +279,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="time budget for the whole diagnosis (default 120)",
     )
+    p.add_argument(
+        "--device",
+        default="auto",
+        metavar="auto|cpu|cuda[:N]",
+        help="where tensors land (default auto: the GPU when torch can use one)",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="add N-rank trials: independent reads vs rank-0 read + broadcast vs sharded"
+        " (default: one rank per GPU when there are several)",
+    )
     p.set_defaults(run=_cmd_doctor)
 
     p = sub.add_parser(
@@ -276,6 +312,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("files", metavar="REPORT.json", nargs="+")
     p.set_defaults(run=_cmd_compare)
+
+    p = sub.add_parser(
+        "cluster",
+        help="onboard a cluster: every node diagnoses itself, rank 0 writes the fleet report",
+        description="Run under torchrun, one process per node: torchrun --nnodes=N"
+        " --nproc-per-node=1 --node-rank=I --master-addr=HOST0 --master-port=29500"
+        " -m loadscope cluster TARGET --out DIR. Each node runs the doctor within --budget;"
+        " rank 0 writes DIR/node-I.json for every node plus fleet.md, fleet.html and"
+        " fleet.json (outliers marked; a node that failed or stopped answering is named with"
+        " its reason). With --hosts, print the line to run on each node instead.",
+    )
+    p.add_argument("target", metavar="TARGET", help="a path every node sees, or synthetic:SIZE")
+    p.add_argument("--out", default="loadscope-fleet", metavar="DIR", help="(rank 0) reports")
+    p.add_argument(
+        "--budget", type=float, default=60.0, metavar="SECONDS", help="per node (default 60)"
+    )
+    p.add_argument(
+        "--hosts", metavar="H0,H1,...", help="print the torchrun line for each host and exit"
+    )
+    p.add_argument("--port", type=int, default=29500, help="master port for --hosts")
+    p.add_argument(
+        "--join-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long rank 0 waits for a node that never joined (default 120)",
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a node silent this long is reported failed (default 10)",
+    )
+    p.add_argument("--synth-dir", help="where synthetic checkpoints are built")
+    p.set_defaults(run=_cmd_cluster)
 
     p = sub.add_parser(
         "demo",
@@ -476,7 +548,6 @@ def _parse_knobs(items: list[str]) -> dict[str, dict[str, str]]:
 def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.bench import (
         BenchOptions,
-        CacheMode,
         TrialFinished,
         TrialProgress,
         TrialStarted,
@@ -510,6 +581,9 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
         trial_timeout_s=args.trial_timeout,
         allow_drop_caches=args.allow_drop_caches,
     )
+    if args.ranks is not None:
+        return _bench_ranks(args, out, cache)
+    options = dataclasses.replace(options, device=args.device)
     live = sys.stderr.isatty()
     current: dict[str, str] = {}
 
@@ -544,11 +618,19 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
     if args.budget <= 0:
         raise UsageError("--budget must be a positive number of seconds")
+    if args.ranks is not None and args.ranks < 1:
+        raise UsageError("--ranks must be at least 1")
     spec = args.target or "synthetic:512MiB"
     if sys.stderr.isatty():
         sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
     with open_target(spec, synth_dir=args.synth_dir) as target:
-        report = run_doctor(target, budget_s=args.budget, try_readahead=args.try_readahead)
+        report = run_doctor(
+            target,
+            budget_s=args.budget,
+            try_readahead=args.try_readahead,
+            device=args.device,
+            ranks=args.ranks,
+        )
     from loadscope.report_html import to_html
 
     doc = redact(report.to_dict()) if args.redact_hosts else report.to_dict()
@@ -578,6 +660,66 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> ExitCode:
     rows = compare([row_of(path, _load_report(path)) for path in args.files])
     out.write(to_text(rows) + "\n")
     return ExitCode.OK
+
+
+def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, ...]) -> ExitCode:
+    from loadscope.broadcast import MODES, BroadcastOptions, run_broadcast
+    from loadscope.broadcast import to_text as ranks_text
+    from loadscope.targets import open_target
+
+    if args.ranks < 1:
+        raise UsageError("--ranks must be at least 1")
+    modes = tuple(m.strip() for m in (args.modes or "").split(",") if m.strip()) or MODES
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise UsageError(f"unknown mode {unknown[0]!r} (known: {', '.join(MODES)})")
+    if args.device not in ("cpu", "cuda"):
+        raise UsageError("--ranks takes --device cpu or cuda (each rank uses its own GPU)")
+    options = BroadcastOptions(
+        ranks=args.ranks,
+        modes=modes,  # type: ignore[arg-type]
+        cache=cache,
+        repeats=args.repeats,
+        warmup=not args.no_warmup,
+        device=args.device,
+        allow_drop_caches=args.allow_drop_caches,
+    )
+    with open_target(args.target, synth_dir=args.synth_dir) as target:
+        report = run_broadcast(target, options)
+    return _emit(out, args.json, report.to_json(), ranks_text(report))
+
+
+def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from pathlib import Path
+
+    from loadscope.cluster import ClusterEnv, exit_code, fleet_text, run_cluster, torchrun_lines
+
+    if args.hosts:
+        hosts = [h for h in args.hosts.split(",") if h]
+        out.write("Run on each node (the first host writes the fleet report):\n")
+        lines = torchrun_lines(
+            hosts, args.target, out=args.out, port=args.port, budget_s=args.budget
+        )
+        for host, line in zip(hosts, lines, strict=True):
+            out.write(f"  [{host}] {line}\n")
+        return ExitCode.OK
+    env = ClusterEnv.from_environ()
+    fleet = run_cluster(
+        args.target,
+        out_dir=Path(args.out),
+        budget_s=args.budget,
+        env=env,
+        synth_dir=args.synth_dir,
+        join_timeout_s=args.join_timeout,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+    )
+    if fleet is None:
+        out.write(f"node-{env.rank}: report sent to rank 0\n")
+        return ExitCode.OK
+    out.write(fleet_text(fleet) + "\n\n")
+    for path in fleet.written:
+        out.write(f"wrote {path}\n")
+    return exit_code(fleet)
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:

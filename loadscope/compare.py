@@ -56,12 +56,12 @@ def compare(rows: list[Row]) -> list[Row]:
         med = statistics.median(rates)
         for r in rows:
             if r.best_bytes_per_s and r.best_bytes_per_s < 0.5 * med:
-                r.outlier.append(f"throughput {r.best_bytes_per_s / med:.0%} of the median")
+                r.outlier.append(f"cold throughput {r.best_bytes_per_s / med:.0%} of the median")
     if len(lats) >= 2:
         med = statistics.median(lats)
         for r in rows:
             if r.latency_p50_us and r.latency_p50_us > 2 * med:
-                r.outlier.append(f"latency {r.latency_p50_us / med:.1f}x the median")
+                r.outlier.append(f"4 KiB latency {r.latency_p50_us / med:.1f}x the median")
     return rows
 
 

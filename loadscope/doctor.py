@@ -27,9 +27,18 @@ from loadscope.bench import (
     BenchOptions,
     BenchReport,
     Listener,
+    describe_strategies,
     run_bench,
 )
 from loadscope.bench import to_text as bench_text
+from loadscope.broadcast import (
+    BroadcastCancelled,
+    BroadcastOptions,
+    BroadcastReport,
+    Mode,
+    run_broadcast,
+)
+from loadscope.broadcast import to_text as ranks_text
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.probing import ProbeReport, run_probes
 from loadscope.probing import to_text as probe_text
@@ -75,6 +84,8 @@ class DoctorReport:
     advice: Advice
     created: str
     failures: list[str]
+    #: Multi-rank trials (--ranks, or one rank per GPU when there are several).
+    ranks: BroadcastReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +99,7 @@ class DoctorReport:
             "notes": self.advice.notes,
             "probe": self.probe.to_dict(),
             "bench": self.bench.to_dict() if self.bench else None,
+            **({"ranks": self.ranks.to_dict()} if self.ranks else {}),
             "failures": self.failures,
         }
 
@@ -115,12 +127,26 @@ TRIAL_OVERHEAD_S = 0.5
 #: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
 SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
-WARM_STRATEGIES = ("mmap", "auto", "pickle", "pickle-mmap")
+WARM_STRATEGIES = ("mmap", "auto", "pickle", "pickle-mmap", "mmap-cuda", "staged")
+#: What the doctor runs when tensors go to a GPU: safetensors' own device load, the
+#: common read-then-.to(), and the pinned staging path (gds joins when kvikio is there).
+GPU_STRATEGIES = ("mmap-cuda", "staged", "read-to-cuda", "gds")
+#: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
+#: and the sharded read.
+RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded")
 MIN_SAMPLE_BYTES = 8 << 20
 
 
 #: Strategies that read through the page cache in the mount's readahead windows.
-BUFFERED_STRATEGIES = ("mmap", "fullread", "prefetch", "pickle", "pickle-mmap")
+BUFFERED_STRATEGIES = (
+    "mmap",
+    "fullread",
+    "prefetch",
+    "pickle",
+    "pickle-mmap",
+    "mmap-cuda",
+    "read-to-cuda",
+)
 #: Warm trials are memory copies; a deliberately slow figure for one.
 WARM_RATE = 1e9
 
@@ -171,6 +197,27 @@ def plan_trials(
     return 1, int(min(model, max(MIN_SAMPLE_BYTES, model * fraction)))
 
 
+def gpu_count(probe: ProbeReport) -> int:
+    """NVIDIA GPUs the probe saw (nvidia-smi rows, else PCI functions)."""
+    g = probe.gpus.data
+    return max(len(g.smi), len(g.pci)) if g else 0
+
+
+def resolve_device(device: str, probe: ProbeReport) -> tuple[str, str | None]:
+    """``auto``: cuda when the probe saw a GPU and a worker can use it; else cpu, and why."""
+    if device != "auto":
+        return device, None
+    if gpu_count(probe) == 0:
+        return "cpu", None
+    try:
+        info = describe_strategies().get("mmap-cuda") or {}
+    except BenchError as exc:
+        return "cpu", f"GPU trials not run: {exc}"
+    if info.get("unavailable"):
+        return "cpu", f"a GPU is present but not usable from torch: {info['unavailable']}"
+    return "cuda", None
+
+
 def hints_from(probe: ProbeReport) -> dict[str, Any]:
     """What ``auto`` should use for cold files: the reader count the parallel probe found best."""
     thr = probe.throughput.data
@@ -189,10 +236,18 @@ def run_doctor(
     on_probes: Callable[[ProbeReport], None] | None = None,
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
+    device: str = "auto",
+    ranks: int | None = None,
 ) -> DoctorReport:
     """Probes, trials, advice. ``listener`` gets the trial events, ``on_probes`` the probe
     report as soon as it exists, ``progress`` each step's name; setting ``cancel``
-    stops the run (BenchCancelled) with no worker left behind."""
+    stops the run (BenchCancelled) with no worker left behind.
+
+    ``device`` "auto" loads to the GPU when there is a usable one (else the CPU);
+    ``ranks`` N >= 2 adds multi-rank trials (independent reads vs rank-0 read +
+    broadcast vs sharded) in the last 40% of the trial budget; None means one rank
+    per GPU when there are several."""
+    started = time.monotonic()
     failures: list[str] = []
 
     def step(name: str) -> None:
@@ -210,12 +265,22 @@ def run_doctor(
             failures.append(f"probe {name}: {result.status.value}: {result.reason}")
     bench: BenchReport | None = None
     formats = target.formats
-    strategies = (
-        choose_strategies(probe) if formats == {"safetensors"} else ("pickle", "pickle-mmap")
-    )
+    device, device_note = resolve_device(device, probe)
+    if device_note:
+        failures.append(device_note)
+    if formats != {"safetensors"}:
+        strategies: tuple[str, ...] = ("pickle", "pickle-mmap")
+        device = "cpu"
+    elif device != "cpu":
+        strategies = GPU_STRATEGIES
+    else:
+        strategies = choose_strategies(probe)
     trials = [(s, "cold") for s in strategies]
     trials += [(s, "warm") for s in strategies if s in WARM_STRATEGIES]
-    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0)
+    if ranks is None and device != "cpu" and gpu_count(probe) >= 2:
+        ranks = gpu_count(probe)
+    multi = ranks is not None and ranks >= 2 and formats == {"safetensors"}
+    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0) * (0.6 if multi else 1.0)
     repeats, sample = plan_trials(probe, trials, remaining)
     if formats != {"safetensors"}:
         sample = None  # torch checkpoints load whole
@@ -235,6 +300,7 @@ def run_doctor(
                 trial_timeout_s=max(30.0, remaining),
                 deadline=time.monotonic() + remaining,
                 cancel=cancel,
+                device=device,
             ),
             listener,
         )
@@ -246,8 +312,12 @@ def run_doctor(
         ]
     except BenchError as exc:
         failures.append(f"bench: {exc}")
+    rank_report = None
+    if multi and ranks is not None:
+        step("ranks")
+        rank_report = _rank_trials(target, ranks, device, budget_s, started, cancel, failures)
     step("advice")
-    advice = advise(probe, bench)
+    advice = advise(probe, bench, rank_report)
     rec = next((r for r in advice.recommendations if r.id == "raise-readahead"), None)
     if rec is not None and bench is not None:
         if try_readahead:
@@ -257,8 +327,50 @@ def run_doctor(
                 Evidence("not verified here", "rerun with --try-readahead (root) to measure it")
             )
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    return DoctorReport(probe, bench, advice, created, failures)
+    return DoctorReport(probe, bench, advice, created, failures, rank_report)
 
+
+def _rank_trials(
+    target: Target,
+    ranks: int,
+    device: str,
+    budget_s: float,
+    started: float,
+    cancel: threading.Event | None,
+    failures: list[str],
+) -> BroadcastReport | None:
+    """One cold round of the broadcast modes, in what is left of the budget."""
+    left = budget_s - (time.monotonic() - started)
+    if left < RANKS_MIN_S:
+        failures.append(
+            f"ranks: not run: {left:.0f} s of the budget left, they need {RANKS_MIN_S:.0f} s"
+            " (raise --budget)"
+        )
+        return None
+    try:
+        return run_broadcast(
+            target,
+            BroadcastOptions(
+                ranks=ranks,
+                modes=RANK_MODES,
+                cache=("cold",),
+                repeats=1,
+                warmup=False,
+                device="cuda" if device != "cpu" else "cpu",
+                timeout_s=left,
+                trial_timeout_s=left,
+                cancel=cancel,
+            ),
+        )
+    except BroadcastCancelled as exc:
+        raise BenchCancelled(str(exc)) from None
+    except LoadscopeError as exc:
+        failures.append(f"ranks: {exc}")
+        return None
+
+
+#: The least budget left for the multi-rank round (start-up of N ranks and three loads).
+RANKS_MIN_S = 10.0
 
 TRY_READAHEAD_KB = 8192
 TRY_MAX_BACKGROUND = 64
@@ -350,6 +462,8 @@ def to_text(report: DoctorReport) -> str:
     lines += ["", "evidence:", "", probe_text(report.probe)]
     if report.bench is not None:
         lines += ["", bench_text(report.bench)]
+    if report.ranks is not None:
+        lines += ["", ranks_text(report.ranks)]
     if report.failures:
         lines += ["", "failed or skipped steps:"] + [f"  {f}" for f in report.failures]
     return "\n".join(lines)
@@ -430,6 +544,26 @@ def to_markdown(doc: dict[str, Any]) -> str:
             x = f"{s['x_vs_mmap']:.2f}x" if s["x_vs_mmap"] else "-"
             out.append(
                 f"| `{s['strategy']}` | {s['cache']} | {s['median_seconds']:.3g} | {rate} | {x} |"
+            )
+        out += ["", "</details>", ""]
+    ranks = doc.get("ranks")
+    if ranks:
+        n = ranks.get("options", {}).get("ranks")
+        out += [
+            f"<details><summary>{n} ranks (slowest rank, median seconds)</summary>",
+            "",
+            "| mode | cache | median s | rate | x independent | read amp |",
+            "|---|---|---|---|---|---|",
+        ]
+        for s in ranks["summary"]:
+            if s["median_seconds"] is None:
+                continue
+            rate = format_rate(s["median_bytes_per_s"]) if s["median_bytes_per_s"] else "-"
+            x = s.get("speedup_vs_independent")
+            amp = s.get("read_amplification")
+            out.append(
+                f"| `{s['mode']}` | {s['cache']} | {s['median_seconds']:.3g} | {rate}"
+                f" | {f'{x:.2f}x' if x else '-'} | {f'{amp:.2f}x' if amp else '-'} |"
             )
         out += ["", "</details>", ""]
     if doc.get("notes"):

@@ -15,7 +15,7 @@ child is killed outright, its fork server sees its socket close and kills the
 workers (``loaders/forkserver.py``): nothing is left behind either way.
 
 Jobs: ``{"kind": "diagnose", "spec", "budget_s", "emulate": {EmulatorSettings
-fields} | null, "synth_dir"}`` (probes, trials, advice, as ``doctor``) or
+fields} | null, "synth_dir", "device", "ranks"}`` (probes, trials, advice, as ``doctor``) or
 ``{"kind": "bench", "spec", "options": {"strategies", "cache", "repeats",
 "warmup"}}`` (a fixed set of trials, as ``bench``).
 """
@@ -63,6 +63,8 @@ def job_for(request: SessionRequest) -> dict[str, Any]:
         "budget_s": request.budget_s,
         "emulate": asdict(request.emulate) if request.emulate is not None else None,
         "synth_dir": request.synth_dir,
+        "device": request.device,
+        "ranks": request.ranks,
     }
 
 
@@ -130,6 +132,8 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
             float(job["budget_s"]),
             EmulatorSettings(**emulate) if emulate else None,
             job.get("synth_dir"),
+            job.get("device") or "auto",
+            job.get("ranks"),
         )
 
         def on_probes(probe: ProbeReport) -> None:

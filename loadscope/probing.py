@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loadscope.probes import blockdev, mounts
+from loadscope.probes.gpu import GpuFacts, probe_gpus
 from loadscope.probes.hfcache import HubCacheLocation, hub_cache_location
 from loadscope.probes.iobench import (
     PARALLEL_READERS,
@@ -98,6 +99,9 @@ class ProbeReport:
     local_disks: ProbeResult[list[LocalDisk]] = field(
         default_factory=lambda: ProbeResult("local_disks", Status.SKIPPED, reason="not probed")
     )
+    gpus: ProbeResult[GpuFacts] = field(
+        default_factory=lambda: ProbeResult("gpu", Status.SKIPPED, reason="not probed")
+    )
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,6 +131,7 @@ class ProbeReport:
             "throughput": self.throughput.to_dict(),
             "hf_cache": self.hf_cache.to_dict(),
             "local_disks": _local_dict(self.local_disks),
+            "gpus": self.gpus.to_dict(),
             "notes": self.notes,
         }
 
@@ -232,6 +237,8 @@ def run_probes(
         )
     say("Hugging Face cache")
     hf = run_probe("hf_cache", lambda: _hf_cache(table, wsl))
+    say("GPUs")
+    gpus = probe_gpus()
 
     primary = max(files, key=lambda f: f.size_bytes)
     klass = primary.storage.mount.data.storage_class if primary.storage.mount.data else "unknown"
@@ -286,7 +293,26 @@ def run_probes(
         hf_cache=hf,
         notes=notes,
         local_disks=local,
+        gpus=gpus,
     )
+
+
+def _gpu_lines(result: ProbeResult[GpuFacts]) -> list[str]:
+    if result.data is None:
+        return [_status_line("gpus", result)]
+    lines = []
+    for g in result.data.smi:
+        mem = format_bytes(g.memory_total_bytes) if g.memory_total_bytes else "memory ?"
+        link = f"PCIe gen {g.pcie_generation} x{g.pcie_width}" if g.pcie_width else "link ?"
+        lines.append(_wrap("gpu", f"{g.index}: {g.name}, {mem}, {link} (nvidia-smi)"))
+    for pci in result.data.pci:
+        cur = pci.current_link
+        rate = cur.data_rate_bytes_per_s
+        text = f"{pci.address}: link {cur.speed or '?'} x{cur.width or '?'}"
+        text += f" ({format_rate(rate)})" if rate else ""
+        text += " — DEGRADED vs its max link" if pci.link_degraded else ""
+        lines.append(_wrap("gpu pci", text))
+    return lines
 
 
 #: Where a copy of a model conventionally goes, besides $LOADSCOPE_LOCAL_DIRS.
@@ -535,6 +561,7 @@ def to_text(report: ProbeReport) -> str:
     else:
         lines.append(_status_line("hf cache", hf))
     lines += _local_lines(report.local_disks)
+    lines += _gpu_lines(report.gpus)
     for note in report.notes:
         lines.append(_wrap("note", note))
     lines.append(_wrap("took", f"{report.elapsed_s:.1f} s of a {report.budget_s:g} s budget"))

@@ -30,6 +30,9 @@ class SessionRequest:
     #: Serve the model through the emulated slow disk with these settings (needs FUSE).
     emulate: EmulatorSettings | None = None
     synth_dir: str | None = None
+    #: Where tensors land ("auto": the GPU when usable) and multi-rank trials (None: auto).
+    device: str = "auto"
+    ranks: int | None = None
 
 
 @contextlib.contextmanager
@@ -68,4 +71,6 @@ def diagnose(
                 on_probes=on_probes,
                 progress=progress,
                 cancel=cancel,
+                device=request.device,
+                ranks=request.ranks,
             )

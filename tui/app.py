@@ -181,6 +181,8 @@ class LoadscopeApp(App[int]):
                         self.budget_s,
                         self._emulation(choice["emulate"]),
                         self.synth_dir,
+                        choice.get("device", "auto"),
+                        choice.get("ranks"),
                     )
                 )
 
@@ -421,6 +423,7 @@ class LoadscopeApp(App[int]):
             self.query_one(ProbesView).show(doc["probe"])
         if doc.get("bench"):
             self.query_one(BenchView).show(doc["bench"])
+        self.query_one(BenchView).show_ranks(doc.get("ranks"))
         self.query_one(AdviceView).show(doc)
         if not live:
             self.action_tab("advice")

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import (
     Button,
@@ -26,6 +26,7 @@ from textual.widgets import (
     OptionList,
     RadioButton,
     RadioSet,
+    Select,
     Static,
 )
 from textual.widgets.option_list import Option
@@ -108,6 +109,16 @@ class OnboardingScreen(Screen[Any]):
                 yield Static(
                     Text(f"emulation unavailable: {self.fuse_reason}", style="dim"), id="fuse-why"
                 )
+            with Horizontal(id="where"):
+                yield Label("Load to ")
+                yield Select(
+                    [("auto (GPU if usable)", "auto"), ("CPU", "cpu"), ("GPU (cuda)", "cuda")],
+                    value="auto",
+                    allow_blank=False,
+                    id="device",
+                )
+                yield Label("  ranks ")
+                yield Input(placeholder="auto", id="ranks", restrict=r"[0-9]*", max_length=3)
             yield Static(STEPS, id="steps")
             yield Static("", id="onboarding-error")
             yield Button("Start diagnosis  (ctrl+r)", variant="primary", id="start")
@@ -195,10 +206,21 @@ class OnboardingScreen(Screen[Any]):
     def action_start(self) -> None:
         try:
             spec = self.spec()
+            ranks_text = self.query_one("#ranks", Input).value.strip()
+            ranks = int(ranks_text) if ranks_text else None
+            if ranks is not None and ranks < 1:
+                raise ValueError("ranks: at least 1 (or blank for one per GPU)")
         except ValueError as exc:
             self.query_one("#onboarding-error", Static).update(Text(str(exc), style="bold red"))
             return
-        self.dismiss({"spec": spec, "emulate": self.query_one("#emulate", Checkbox).value})
+        self.dismiss(
+            {
+                "spec": spec,
+                "emulate": self.query_one("#emulate", Checkbox).value,
+                "device": str(self.query_one("#device", Select).value),
+                "ranks": ranks,
+            }
+        )
 
     def action_dismiss_if_possible(self) -> None:
         if len(self.app.screen_stack) > 2:

@@ -277,6 +277,7 @@ class BenchView(Vertical):
         yield VerticalScroll(id="charts")
         table: DataTable[str] = DataTable(id="results", cursor_type="row", zebra_stripes=True)
         yield table
+        yield Static("", id="ranks-summary")
 
     def on_mount(self) -> None:
         self.query_one("#results", DataTable).add_columns(*_COLUMNS)
@@ -357,6 +358,32 @@ class BenchView(Vertical):
             base = self._mmap_s.get(d["cache"])
             x_mmap = f"{base / secs:.2f}x" if base else "-"
         self.query_one("#results", DataTable).add_row(*_trial_row(d, x_mmap))
+
+    def show_ranks(self, ranks: dict[str, Any] | None) -> None:
+        """The multi-rank trials of a report (independent vs broadcast vs sharded), or none."""
+        box = self.query_one("#ranks-summary", Static)
+        box.display = bool(ranks)
+        if not ranks:
+            box.update("")
+            return
+        opts = ranks.get("options") or {}
+        lines = [
+            f"{opts.get('ranks')} ranks ({opts.get('backend')}, {opts.get('device')}):"
+            " slowest rank, median"
+        ]
+        for s in ranks.get("summary") or []:
+            if s.get("median_seconds") is None:
+                continue
+            x = s.get("speedup_vs_independent")
+            amp = s.get("read_amplification")
+            rate = format_rate(s["median_bytes_per_s"]) if s.get("median_bytes_per_s") else "-"
+            lines.append(
+                f"  {s['mode']:<16} {s['cache']:<5} {s['median_seconds']:8.3g} s  {rate:>10}"
+                f"  x indep {f'{x:.2f}' if x else '-':>5}  read amp {f'{amp:.1f}x' if amp else '-'}"
+            )
+        for f in ranks.get("failures") or []:
+            lines.append(f"  failed: {f}")
+        box.update(Text("\n".join(lines)))
 
     def running_pid(self) -> int | None:
         lt = self.live.get(self.current) if self.current is not None else None

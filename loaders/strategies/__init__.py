@@ -2,8 +2,9 @@
 
 CPU strategies for safetensors (``mmap``, ``pread``, ``fullread``, ``prefetch``,
 ``parallel``, ``direct``, ``auto``), for torch checkpoints (``pickle``,
-``pickle-mmap``), and peers when installed (``fastsafetensors``, ``runai``). GPU
-and broadcast strategies register here too when they arrive.
+``pickle-mmap``), peers when installed (``fastsafetensors``, ``runai``), and GPU
+strategies for ``--device cuda`` (``mmap-cuda``, ``read-to-cuda``, ``staged``,
+``gds``). Broadcast strategies register here too when they arrive.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ from __future__ import annotations
 from loadscope.loaders.strategies.auto import Auto
 from loadscope.loaders.strategies.direct import Direct
 from loadscope.loaders.strategies.fullread import FullRead
+from loadscope.loaders.strategies.gds import Gds
+from loadscope.loaders.strategies.mmap_cuda import MmapCuda
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategies.parallel import Parallel
 from loadscope.loaders.strategies.peers import FastSafetensors, RunAI
 from loadscope.loaders.strategies.pickle_load import Pickle, PickleMmap
 from loadscope.loaders.strategies.pread import SafetensorsPread
 from loadscope.loaders.strategies.prefetch import Prefetch
+from loadscope.loaders.strategies.read_to_cuda import ReadToCuda
+from loadscope.loaders.strategies.staged_cuda import Staged
 from loadscope.loaders.strategy import Strategy
 
 STRATEGIES: dict[str, Strategy] = {
@@ -33,9 +38,14 @@ STRATEGIES: dict[str, Strategy] = {
         PickleMmap(),
         FastSafetensors(),
         RunAI(),
+        MmapCuda(),
+        ReadToCuda(),
+        Staged(),
+        Gds(),
     )
 }
-#: What ``bench`` runs when no --strategies are given (peers join when installed).
+#: What ``bench`` runs when no --strategies are given (peers join when installed; the GPU
+#: strategies run instead of the CPU ones under ``--device cuda``).
 DEFAULT_ORDER = tuple(STRATEGIES)
 
 

@@ -238,5 +238,5 @@ def test_compare_marks_the_outlier_node(tmp_path: Path) -> None:
     lines = result.out.splitlines()
     assert len(lines) == 2 + 3
     assert "<-" not in lines[2] and "<-" not in lines[3]
-    assert "node-2" in lines[4] and "<- throughput" in lines[4]
+    assert "node-2" in lines[4] and "<- cold throughput" in lines[4]
     assert "fuse" in lines[2] and "auto" in lines[2]

@@ -80,6 +80,49 @@ def test_onboarding_to_advice_on_a_synthetic_model() -> None:
     asyncio.run(go())
 
 
+def test_onboarding_asks_for_ranks_and_the_bench_view_shows_them() -> None:
+    """Two gloo ranks chosen in onboarding: the diagnosis runs them, the view shows them."""
+
+    async def go() -> None:
+        app = _app(budget_s=30)
+        async with app.run_test(size=(100, 30)) as pilot:
+            screen = app.screen
+            assert isinstance(screen, OnboardingScreen)
+            screen.query_one("#synth-size").value = "8MiB"  # type: ignore[attr-defined]
+            screen.query_one("#device").value = "cpu"  # type: ignore[attr-defined]
+            screen.query_one("#ranks").value = "2"  # type: ignore[attr-defined]
+            await pilot.press("ctrl+r")
+            await _wait_for(
+                pilot,
+                lambda: "RunFinished" in app.messages_seen or "RunFailed" in app.messages_seen,
+                240,
+            )
+            assert "RunFailed" not in app.messages_seen
+            assert app.last_request is not None
+            assert (app.last_request.device, app.last_request.ranks) == ("cpu", 2)
+            assert app.report is not None and app.report["ranks"]["options"]["ranks"] == 2
+            box = app.query_one(BenchView).query_one("#ranks-summary")
+            assert box.display
+            text = str(box.render())
+            assert "2 ranks (gloo, cpu)" in text and "independent" in text
+        assert _workers() == []
+
+    asyncio.run(go())
+
+
+def test_onboarding_refuses_zero_ranks() -> None:
+    async def go() -> None:
+        app = _app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            app.screen.query_one("#ranks").value = "0"  # type: ignore[attr-defined]
+            await pilot.press("ctrl+r")
+            assert isinstance(app.screen, OnboardingScreen)
+            error = str(app.screen.query_one("#onboarding-error").render())
+            assert "ranks: at least 1" in error
+
+    asyncio.run(go())
+
+
 def test_stop_kills_the_running_worker() -> None:
     async def go() -> None:
         app = _app(target="synthetic:64MiB", budget_s=60)

@@ -8,6 +8,7 @@ import pytest
 
 from loadscope.advice import Facts, advise_facts
 from loadscope.bench import Summary
+from loadscope.broadcast import BroadcastSummary
 
 GiB = 1 << 30
 
@@ -214,3 +215,65 @@ def test_the_copy_estimate_is_floored_at_the_warm_load() -> None:
     f.local_disk = _disk(read=2e10)  # 0.43 s by its read rate, but a warm load takes 8 s
     rec = next(r for r in advise_facts(f).recommendations if r.id == "copy-to-local-disk")
     assert rec.expected_speedup == pytest.approx(5.0)
+
+
+def _ranks(**modes: float) -> dict[tuple[str, str], BroadcastSummary]:
+    """Cold multi-rank summaries: mode -> slowest-rank median seconds (independent first)."""
+    base = modes["independent"]
+    out = {}
+    for mode, secs in modes.items():
+        amp = 4.0 if mode == "independent" else 1.0
+        out[(mode, "cold")] = BroadcastSummary(
+            mode,  # type: ignore[arg-type]
+            "cold",
+            1,
+            secs,
+            GiB / secs,
+            secs,
+            secs,
+            None,
+            amp,
+            amp,
+            4 * 2 * GiB,
+            4 * GiB,
+            base / secs,
+        )
+    return out
+
+
+def test_broadcast_when_the_rank_trials_show_it_faster() -> None:
+    f = facts({"mmap": 10.0}, read_ahead_kb=8192)
+    f.ranks, f.rank_backend = 4, "gloo"
+    f.rank_modes = _ranks(independent=12.0, **{"broadcast-async": 4.0, "sharded": 5.0})
+    a = advise_facts(f)
+    rec = next(r for r in a.recommendations if r.id == "broadcast")
+    assert rec.strategy == "broadcast-async" and rec.expected_speedup == 3.0
+    assert "4 ranks (gloo)" in rec.action and "4 s vs 12 s for independent reads" in rec.action
+    assert "storage reads 1.0x the model instead of 4.0x" in rec.action
+    assert "async_op=True" in rec.snippets["torch.distributed"]
+    assert a.recommendations[0].id == "broadcast"
+
+
+def test_no_broadcast_when_independent_reads_win_and_it_says_so() -> None:
+    f = facts({"mmap": 10.0}, read_ahead_kb=8192)
+    f.ranks, f.rank_backend = 2, "gloo"
+    f.rank_modes = _ranks(independent=1.0, broadcast=1.6, sharded=1.3)
+    a = advise_facts(f)
+    assert "broadcast" not in [r.id for r in a.recommendations]
+    note = next(n for n in a.notes if "rank-0 read + broadcast" in n)
+    assert "sharded" in note and "1.3x slower than 2 ranks reading independently" in note
+
+
+def test_gpu_staging_against_safetensors_device_load() -> None:
+    a = advise_facts(facts({"mmap-cuda": 9.0, "staged": 3.0, "read-to-cuda": 7.0}))
+    rec = next(r for r in a.recommendations if r.id == "gpu-staged")
+    assert rec.expected_speedup == 3.0 and "3 s vs 9 s" in rec.action
+    small = advise_facts(facts({"mmap-cuda": 3.0, "staged": 2.5}))
+    assert "gpu-staged" not in [r.id for r in small.recommendations]
+
+
+def test_a_degraded_gpu_link_is_a_finding() -> None:
+    f = facts({"mmap": 10.0})
+    f.degraded_links = [("0000:17:00.0", "8.0 GT/s PCIe x8", "16.0 GT/s PCIe x16")]
+    note = next(n for n in advise_facts(f).notes if "PCIe link" in n)
+    assert "0000:17:00.0" in note and "x8" in note and "x16" in note

@@ -1,0 +1,594 @@
+"""One rank of a multi-rank load: ``python -m loadscope.loaders.rank PLAN_JSON``.
+
+The parent (``loadscope.broadcast``) starts N of these with ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set; they join one
+``torch.distributed`` process group (gloo on CPU, NCCL on CUDA) and run the
+whole plan of trials together, so torch's import and the group's set-up are
+paid once, not per trial. Per trial:
+
+1. a barrier (nobody is still reading the previous trial's files);
+2. rank 0 puts the page cache in the asked state and verifies it (cold: evicted
+   and checked with ``mincore``; warm: pre-read and checked resident) while the
+   other ranks wait at the next barrier;
+3. after that barrier each rank starts its clock, loads every tensor of every file
+   by the trial's mode, touches every page, and stops its clock;
+4. outside the timed region: crc32 of every tensor, and this rank's numbers.
+
+Modes (every rank ends holding every tensor):
+
+* ``independent``: each rank reads every file itself (one full read per file into
+  a buffer, tensors are views on it — ``safetensors.torch.load(f.read())``
+  without its extra copy);
+* ``broadcast``: rank 0 reads each file and ``dist.broadcast``\\ s its bytes as one
+  flat buffer (one collective per file, fewer and larger than one per tensor);
+  the others allocate a buffer of the file's size, receive it, and parse the
+  header from what they received — they read nothing from storage;
+* ``broadcast-async``: the same with ``async_op=True``, so rank 0 reads file i+1
+  while file i is on the wire; every handle is waited on before the clock stops;
+* ``sharded``: file i is owned by rank ``i % world``; owners read their files
+  (in parallel with each other) and broadcast them.
+
+Each rank counts the bytes of every read it issues (its own accounting) and
+cross-checks with ``/proc/self/io`` (``read_bytes``: what reached storage).
+Per-trial peak RSS comes from ``VmHWM`` after resetting it (``clear_refs``),
+falling back to ``ru_maxrss`` (the process's lifetime peak) where that is refused.
+
+Events are JSON lines on the original stdout, each with ``"v"`` and ``"event"``
+(``start``, ``cache``, ``trial``, ``failed``, ``done``) and the rank; anything a
+library prints goes to stderr, so it cannot corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import gc
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TextIO
+
+if TYPE_CHECKING:
+    import torch
+
+SCHEMA_VERSION = 1
+MODES: Final = ("independent", "broadcast", "broadcast-async", "sharded")
+#: Reads are issued in pieces of this size (each one counted).
+READ_CHUNK_BYTES = 16 << 20
+#: One collective carries at most this many bytes (larger files are sent in pieces).
+MAX_COLLECTIVE_BYTES = 1 << 30
+WARM_ENOUGH = 0.95
+
+
+class RankProtocolError(ValueError):
+    """A line from a rank that is not a valid event."""
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RankStart:
+    rank: int
+    world_size: int
+    pid: int
+    t: float  # time.monotonic() (the same clock as the parent's on Linux)
+    backend: str
+    device: str
+    torch_version: str
+    #: Seconds spent in init_process_group (rendezvous of every rank).
+    init_s: float
+    threads: int
+    rss_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RankCache:
+    """Rank 0's report on the cache state it set up before one trial."""
+
+    rank: int
+    trial: int
+    verified: bool
+    residency: float | None
+    note: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RankTrial:
+    rank: int
+    trial: int
+    seconds: float
+    #: Bytes of every read this rank issued on the files (its own accounting).
+    bytes_read: int
+    read_calls: int
+    #: /proc/self/io deltas over the timed region: bytes that reached storage, and
+    #: bytes read through read syscalls (page cache hits included).
+    storage_read_bytes: int | None
+    rchar: int | None
+    major_faults: int | None
+    #: Peak RSS during this trial (VmHWM after a reset) or, where the reset is refused,
+    #: the process's lifetime peak; ``peak_rss_scope`` says which.
+    peak_rss_bytes: int | None
+    peak_rss_scope: str
+    ru_maxrss_bytes: int
+    rss_before_bytes: int | None
+    rss_after_bytes: int | None
+    tensors: int
+    tensor_bytes: int
+    collectives: int
+    digests: dict[str, str]
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RankFailed:
+    rank: int
+    trial: int | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RankDone:
+    rank: int
+    trials: int
+
+
+RankEvent = RankStart | RankCache | RankTrial | RankFailed | RankDone
+_TYPES: dict[str, type[Any]] = {
+    "start": RankStart,
+    "cache": RankCache,
+    "trial": RankTrial,
+    "failed": RankFailed,
+    "done": RankDone,
+}
+_NAMES = {cls: name for name, cls in _TYPES.items()}
+
+
+def encode(event: RankEvent) -> str:
+    return json.dumps({"v": SCHEMA_VERSION, "event": _NAMES[type(event)], **asdict(event)})
+
+
+def decode(line: str) -> RankEvent:
+    """Parse one line; raises :class:`RankProtocolError` saying what is wrong."""
+    text = line.strip()
+    if not text:
+        raise RankProtocolError("empty line")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise RankProtocolError(f"not JSON: {text[:80]!r}") from None
+    if not isinstance(doc, dict):
+        raise RankProtocolError(f"not a JSON object: {text[:80]!r}")
+    if doc.get("v") != SCHEMA_VERSION:
+        raise RankProtocolError(f"schema version {doc.get('v')!r}, expected {SCHEMA_VERSION}")
+    cls = _TYPES.get(str(doc.get("event")))
+    if cls is None:
+        raise RankProtocolError(f"unknown event {doc.get('event')!r}")
+    fields = {k: v for k, v in doc.items() if k not in ("v", "event")}
+    try:
+        event: RankEvent = cls(**fields)
+    except TypeError as exc:
+        raise RankProtocolError(f"bad {doc['event']} event: {exc}") from None
+    return event
+
+
+class _Emitter:
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def emit(self, event: RankEvent) -> None:
+        self.stream.write(encode(event) + "\n")
+        self.stream.flush()
+
+
+# -- reading, with this rank's own accounting ---------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Reads:
+    bytes: int = 0
+    calls: int = 0
+
+
+def _read_file(path: str, size: int, reads: _Reads, chunk: int) -> torch.Tensor:
+    """The whole file in a fresh uint8 CPU tensor, read in ``chunk``-byte preads."""
+    import torch
+
+    from loadscope.safeio import open_regular
+
+    fd = open_regular(path)
+    try:
+        actual = os.fstat(fd).st_size
+        if actual != size:
+            raise RuntimeError(f"{path}: is {actual} bytes, the plan says {size} (changed?)")
+        buf = torch.empty(size, dtype=torch.uint8)
+        view = buf.numpy().data if size else memoryview(b"")
+        done = 0
+        while done < size:
+            n = os.preadv(fd, [view[done : done + chunk]], done)
+            reads.calls += 1
+            if n <= 0:
+                raise RuntimeError(
+                    f"{path}: read {done} of {size} bytes, then end of file (changed?)"
+                )
+            done += n
+            reads.bytes += n
+        return buf
+    finally:
+        os.close(fd)
+
+
+def _empty(size: int, device: torch.device) -> torch.Tensor:
+    import torch
+
+    return torch.empty(size, dtype=torch.uint8, device=device)
+
+
+def _header_from(buf: torch.Tensor, path: str) -> Any:
+    """Parse (and validate) the safetensors header held in a file's flat buffer."""
+    import struct
+
+    from loadscope.loaders.safetensors_format import MAX_HEADER_BYTES, parse_header
+
+    size = int(buf.numel())
+    if size < 8:
+        raise RuntimeError(f"{path}: {size} bytes, shorter than a safetensors header")
+    (n,) = struct.unpack("<Q", bytes(buf[:8].cpu().numpy()))
+    if n > MAX_HEADER_BYTES or 8 + n > size:
+        raise RuntimeError(f"{path}: declares a {n}-byte header in a {size}-byte file")
+    raw = bytes(buf[8 : 8 + n].cpu().numpy())
+    return parse_header(raw, file_size=size, path=path)
+
+
+def _views(buf: torch.Tensor, path: str) -> dict[str, torch.Tensor]:
+    """Every tensor of the file as a view on its flat buffer (a copy where unaligned)."""
+    import torch
+
+    from loadscope.loaders.strategy import torch_dtype
+
+    header = _header_from(buf, path)
+    out: dict[str, torch.Tensor] = {}
+    for t in header.tensors:
+        dtype = torch_dtype(t.dtype)
+        start = header.data_offset + t.begin
+        raw = buf[start : start + t.nbytes]
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if t.nbytes == 0:
+            out[t.name] = torch.empty(t.shape, dtype=dtype, device=buf.device)
+            continue
+        if start % itemsize:
+            raw = raw.clone()  # a view of this dtype at this offset is impossible
+        out[t.name] = raw.view(dtype).reshape(t.shape)
+    return out
+
+
+def _broadcast(
+    dist: Any, buf: torch.Tensor, src: int, *, async_op: bool, handles: list[Any]
+) -> int:
+    """Broadcast ``buf`` from ``src`` in pieces of at most MAX_COLLECTIVE_BYTES; the count."""
+    size = int(buf.numel())
+    count = 0
+    for start in range(0, max(size, 1), MAX_COLLECTIVE_BYTES):
+        piece = buf[start : start + MAX_COLLECTIVE_BYTES]
+        if piece.numel() == 0:
+            continue
+        work = dist.broadcast(piece, src=src, async_op=async_op)
+        if async_op:
+            handles.append(work)
+        count += 1
+    return count
+
+
+# -- one trial ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Loaded:
+    buffers: list[torch.Tensor]
+    collectives: int
+
+
+def _load(
+    mode: str,
+    files: list[dict[str, Any]],
+    *,
+    rank: int,
+    world: int,
+    device: torch.device,
+    reads: _Reads,
+    chunk: int,
+) -> _Loaded:
+    """Every file's bytes on this rank's device, by ``mode``; each read counted in ``reads``."""
+    import torch.distributed as dist
+
+    def read(f: dict[str, Any]) -> torch.Tensor:
+        cpu = _read_file(str(f["path"]), int(f["size_bytes"]), reads, chunk)
+        return cpu if device.type == "cpu" else cpu.to(device)
+
+    buffers: list[torch.Tensor] = []
+    collectives = 0
+    if mode == "independent":
+        buffers = [read(f) for f in files]
+    elif mode in ("broadcast", "broadcast-async"):
+        async_op = mode == "broadcast-async"
+        handles: list[Any] = []
+        for f in files:
+            # rank 0 reads file i+1 while file i's async broadcast is in flight
+            buf = read(f) if rank == 0 else _empty(int(f["size_bytes"]), device)
+            collectives += _broadcast(dist, buf, 0, async_op=async_op, handles=handles)
+            buffers.append(buf)
+        for work in handles:
+            work.wait()
+    elif mode == "sharded":
+        handles = []
+        for i, f in enumerate(files):
+            owner = i % world
+            buf = read(f) if owner == rank else _empty(int(f["size_bytes"]), device)
+            # async: an owner reads its next file while the receivers take this one
+            collectives += _broadcast(dist, buf, owner, async_op=True, handles=handles)
+            buffers.append(buf)
+        for work in handles:
+            work.wait()
+    else:
+        raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+    return _Loaded(buffers, collectives)
+
+
+def _vm_kib(field_name: str) -> int | None:
+    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``) in bytes."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", encoding="ascii", errors="replace") as fh,
+    ):
+        for line in fh:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def _honest_malloc() -> Any:
+    """Make freed buffers leave RSS, so each trial's RSS delta and peak are its own.
+
+    glibc raises its mmap threshold after a large free, so the next trial's buffers
+    would come from a heap that never shrinks and show no RSS at all. A fixed
+    threshold (``mallopt(M_MMAP_THRESHOLD)``) keeps large buffers in their own
+    mappings; ``malloc_trim`` returns the rest after each trial. None off glibc.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD: glibc's default, and no adjusting
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def _reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux 4.0+, ``echo 5 > /proc/self/clear_refs``)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5\n")
+    except OSError:
+        return False
+    return True
+
+
+def _prepare_cache(
+    files: list[dict[str, Any]], mode: str, allow_drop_caches: bool
+) -> tuple[bool, float | None, str]:
+    """Put every file in ``mode`` (cold/warm) and verify it: (verified, residency, note)."""
+    from loadscope.probes.pagecache import ColdCache, residency
+
+    notes: list[str] = []
+    ok = True
+    if mode == "cold":
+        cold = ColdCache(allow_drop_caches=allow_drop_caches)
+        for f in files:
+            ev = cold.evict(str(f["path"]))
+            if not ev.verified:
+                ok = False
+                notes.append(f"{Path(f['path']).name}: {ev.note}")
+    elif mode == "warm":
+        buf = bytearray(READ_CHUNK_BYTES)
+        view = memoryview(buf)
+        for f in files:
+            with open(f["path"], "rb", buffering=0) as fh:
+                while fh.readinto(view):
+                    pass
+    else:
+        raise ValueError(f"unknown cache state {mode!r}")
+    fractions = [residency(str(f["path"])).fraction for f in files]
+    known = [x for x in fractions if x is not None]
+    mean = sum(known) / len(known) if known and len(known) == len(fractions) else None
+    if mode == "warm":
+        ok = mean is not None and mean >= WARM_ENOUGH
+        if not ok:
+            notes.append(
+                "residency unknown" if mean is None else f"only {mean:.0%} resident after pre-read"
+            )
+    return ok, mean, "; ".join(notes)
+
+
+def _run_trial(
+    trial: dict[str, Any],
+    plan: dict[str, Any],
+    *,
+    rank: int,
+    world: int,
+    device: torch.device,
+    emitter: _Emitter,
+    libc: Any,
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from loadscope.loaders.worker import digest_bytes, tensor_bytes, touch
+    from loadscope.probes.iosampler import IoSampler, delta
+
+    files: list[dict[str, Any]] = plan["files"]
+    trial_id = int(trial["id"])
+    dist.barrier()  # nobody is still loading the previous trial
+    if rank == 0:
+        t_cache = time.perf_counter()
+        verified, resident, note = _prepare_cache(
+            files, str(trial["cache"]), bool(plan.get("allow_drop_caches", False))
+        )
+        emitter.emit(
+            RankCache(rank, trial_id, verified, resident, note, time.perf_counter() - t_cache)
+        )
+    sampler = IoSampler()
+    reads = _Reads()
+    gc.collect()
+    scope = "trial" if _reset_peak_rss() else "process"
+    rss_before = _vm_kib("VmRSS")
+    dist.barrier()  # the cache is ready: every clock starts together
+    before = sampler.sample()
+    t0 = time.perf_counter()
+    loaded = _load(
+        str(trial["mode"]),
+        files,
+        rank=rank,
+        world=world,
+        device=device,
+        reads=reads,
+        chunk=int(plan.get("read_chunk_bytes", READ_CHUNK_BYTES)),
+    )
+    tensors: dict[str, torch.Tensor] = {}
+    nbytes = 0
+    for f, buf in zip(files, loaded.buffers, strict=True):
+        for name, t in _views(buf, str(f["path"])).items():
+            nbytes += touch(t)
+            tensors[name] = t
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    after = sampler.sample()
+    rss_after = _vm_kib("VmRSS")
+    peak = _vm_kib("VmHWM") if scope == "trial" else None
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if peak is None:
+        scope = "process"
+        peak = maxrss
+    io = delta(before, after)
+    digests = {
+        name: digest_bytes(tensor_bytes(t if t.device.type == "cpu" else t.cpu()))
+        for name, t in tensors.items()
+    }
+    emitter.emit(
+        RankTrial(
+            rank=rank,
+            trial=trial_id,
+            seconds=seconds,
+            bytes_read=reads.bytes,
+            read_calls=reads.calls,
+            storage_read_bytes=io.read_bytes,
+            rchar=io.rchar,
+            major_faults=io.majflt,
+            peak_rss_bytes=peak,
+            peak_rss_scope=scope,
+            ru_maxrss_bytes=maxrss,
+            rss_before_bytes=rss_before,
+            rss_after_bytes=rss_after,
+            tensors=len(tensors),
+            tensor_bytes=nbytes,
+            collectives=loaded.collectives,
+            digests=digests,
+        )
+    )
+    del tensors, loaded
+    gc.collect()
+    if libc is not None:
+        libc.malloc_trim(0)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# -- the program --------------------------------------------------------------------------------
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise RuntimeError(f"{name} is not set (the parent sets RANK, WORLD_SIZE, MASTER_*)")
+    return int(value)
+
+
+def run(plan: dict[str, Any], emitter: _Emitter, rank: int, world: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    device_kind = str(plan.get("device", "cpu"))
+    backend = str(plan.get("backend") or ("nccl" if device_kind == "cuda" else "gloo"))
+    if device_kind == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", rank)) % max(1, torch.cuda.device_count())
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    cpus = len(os.sched_getaffinity(0))
+    threads = max(1, cpus // max(1, world))
+    torch.set_num_threads(threads)
+    timeout = datetime.timedelta(seconds=float(plan.get("collective_timeout_s", 300)))
+    t_init = time.perf_counter()
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
+    init_s = time.perf_counter() - t_init
+    emitter.emit(
+        RankStart(
+            rank,
+            world,
+            os.getpid(),
+            time.monotonic(),
+            backend,
+            str(device),
+            torch.__version__,
+            init_s,
+            threads,
+            _vm_kib("VmRSS"),
+        )
+    )
+    trials: list[dict[str, Any]] = plan["trials"]
+    libc = _honest_malloc()
+    for trial in trials:
+        try:
+            _run_trial(
+                trial, plan, rank=rank, world=world, device=device, emitter=emitter, libc=libc
+            )
+        except MemoryError:
+            emitter.emit(RankFailed(rank, int(trial["id"]), "out of memory (MemoryError)"))
+            return 1
+        except Exception as exc:  # noqa: BLE001  (the rank's funnel: a failed event naming it)
+            emitter.emit(RankFailed(rank, int(trial["id"]), f"{type(exc).__name__}: {exc}"))
+            return 1
+    dist.barrier()
+    emitter.emit(RankDone(rank, len(trials)))
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    # Events go to the real stdout; stray prints (from any library) go to stderr.
+    events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    emitter = _Emitter(events)
+    rank = -1
+    try:
+        rank = _env_int("RANK")
+        world = _env_int("WORLD_SIZE")
+        if len(args) != 1:
+            raise RuntimeError("usage: python -m loadscope.loaders.rank PLAN_JSON|@PLAN_FILE")
+        text = Path(args[0][1:]).read_text() if args[0].startswith("@") else args[0]
+        return run(json.loads(text), emitter, rank, world)
+    except BaseException as exc:  # noqa: BLE001  (reported to the parent, never a bare crash)
+        emitter.emit(RankFailed(rank, None, f"{type(exc).__name__}: {exc}"))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

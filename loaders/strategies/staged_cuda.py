@@ -1,0 +1,48 @@
+"""``staged``: our fast path to the GPU — parallel preads into a pinned ring, async copies.
+
+Reader threads fill a few pinned host slots with large preads while the copy
+stream sends the slots already full to the device; tensors are views on one
+device buffer per file. Host memory is the ring (slots x slot_bytes), never the
+model. The pipeline itself, with the device abstracted, is ``loaders/staged.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from loadscope.loaders.cuda import cuda_unavailable
+from loadscope.loaders.strategy import FileRequest, Knob, LoadContext, Requirements, Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Staged(Strategy):
+    name = "staged"
+    summary = "parallel preads into a ring of pinned buffers, async H2D copies overlapping reads"
+    requires = Requirements(gpu=True, ram_multiple=0.0)
+    knobs = (
+        Knob("slots", 4, "pinned host buffers in the ring"),
+        Knob("slot_bytes", 32 << 20, "bytes per pinned buffer (one H2D copy each)"),
+        Knob("threads", 8, "reader threads"),
+        Knob("block_bytes", 4 << 20, "bytes per read request"),
+    )
+
+    def unavailable(self) -> str | None:
+        return cuda_unavailable()
+
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        from loadscope.loaders.staged import CudaDevice, staged_load
+
+        yield from staged_load(
+            files,
+            CudaDevice(ctx.device),
+            slots=ctx.knob(self, "slots"),
+            slot_bytes=ctx.knob(self, "slot_bytes"),
+            threads=ctx.knob(self, "threads"),
+            block_bytes=ctx.knob(self, "block_bytes"),
+            notes=ctx.notes,
+        )

@@ -1,0 +1,425 @@
+"""``loadscope cluster``: every node diagnoses itself; rank 0 writes the fleet comparison.
+
+Run one process per node under torchrun::
+
+    torchrun --nnodes=N --nproc-per-node=1 --node-rank=I \\
+        --master-addr=HOST0 --master-port=29500 -m loadscope cluster TARGET --out DIR
+
+Each node runs the doctor (probes and a short set of trials within ``--budget``)
+on its own copy of TARGET (a path every node sees, or ``synthetic:SIZE`` built
+on each node). Reports travel through torch.distributed's c10d ``TCPStore`` —
+the one torchrun's agent already hosts (or rank 0's when run without torchrun)
+— rather than one ``gather_object`` collective: a collective is all-or-nothing,
+so one killed node would cost every other node's report. Here each node posts
+its report (or its failure) under its own key and a heartbeat while it works;
+rank 0 waits for each, and a node that stops beating for ``HEARTBEAT_TIMEOUT_S``
+or never joins is reported failed with that reason, while the others still
+report. Rank 0 writes one JSON report per node plus ``fleet.md``,
+``fleet.html`` and ``fleet.json`` with outliers marked.
+
+torch is imported only here, at the exchange, never before a node's trials
+(its workers are separate processes anyway).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from loadscope.compare import Row, compare, row_of, to_text
+from loadscope.doctor import DEFAULT_BUDGET_S, run_doctor
+from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.targets import open_target
+
+PREFIX = "loadscope/cluster"
+HEARTBEAT_S = 1.0
+#: A node whose heartbeat has not moved for this long is reported failed.
+HEARTBEAT_TIMEOUT_S = 10.0
+DEFAULT_PORT = 29500
+
+
+class ClusterError(LoadscopeError):
+    """Not under torchrun, or the rendezvous could not be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEnv:
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    #: torchrun's agent hosts the store: every rank is a client of it.
+    agent_store: bool
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> ClusterEnv:
+        missing = [
+            k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in environ
+        ]
+        if missing:
+            raise ClusterError(
+                f"not launched by torchrun ({', '.join(missing)} not set): run"
+                " `loadscope cluster --hosts HOST0,HOST1,... TARGET` for the line to run on"
+                " each node"
+            )
+        try:
+            return cls(
+                rank=int(environ["RANK"]),
+                world_size=int(environ["WORLD_SIZE"]),
+                master_addr=environ["MASTER_ADDR"],
+                master_port=int(environ["MASTER_PORT"]),
+                agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+            )
+        except ValueError as exc:
+            raise ClusterError(f"bad torchrun environment: {exc}") from None
+
+
+def torchrun_lines(
+    hosts: list[str],
+    target: str,
+    *,
+    out: str = "loadscope-fleet",
+    port: int = DEFAULT_PORT,
+    budget_s: float | None = None,
+) -> list[str]:
+    """The command to run on each host (the first one is the master and writes the fleet)."""
+    extra = f" --budget {budget_s:g}" if budget_s else ""
+    return [
+        f"torchrun --nnodes={len(hosts)} --nproc-per-node=1 --node-rank={i}"
+        f" --master-addr={hosts[0]} --master-port={port}"
+        f" -m loadscope cluster {target} --out {out}{extra}"
+        for i in range(len(hosts))
+    ]
+
+
+# -- what one node does ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class NodeResult:
+    rank: int
+    host: str
+    status: str  # "ok" | "failed"
+    reason: str | None = None
+    report: dict[str, Any] | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "rank": self.rank,
+                "host": self.host,
+                "status": self.status,
+                "reason": self.reason,
+                "report": self.report,
+            },
+            default=str,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeResult:
+        d = json.loads(text)
+        return cls(d["rank"], d["host"], d["status"], d.get("reason"), d.get("report"))
+
+
+def diagnose_node(
+    rank: int,
+    target: str,
+    budget_s: float,
+    synth_dir: str | None = None,
+    doctor: Callable[..., Any] = run_doctor,
+) -> NodeResult:
+    host = platform.node()
+    try:
+        with open_target(target, synth_dir=synth_dir) as t:
+            report = doctor(t, budget_s=budget_s)
+        return NodeResult(rank, host, "ok", report=json.loads(report.to_json()))
+    except LoadscopeError as exc:
+        return NodeResult(rank, host, "failed", reason=str(exc))
+    except Exception as exc:  # noqa: BLE001  (reported to rank 0 as this node's failure)
+        return NodeResult(
+            rank, host, "failed", reason=f"internal error: {type(exc).__name__}: {exc}"
+        )
+
+
+# -- the exchange ----------------------------------------------------------------------------------
+
+
+def _store(env: ClusterEnv, timeout_s: float) -> Any:
+    try:
+        import torch.distributed as dist
+    except ImportError as exc:  # pragma: no cover - torch is a dependency
+        raise ClusterError(f"torch.distributed is not available: {exc}") from None
+    try:
+        return dist.TCPStore(  # type: ignore[attr-defined]
+            env.master_addr,
+            env.master_port,
+            env.world_size,
+            is_master=env.rank == 0 and not env.agent_store,
+            timeout=timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+        )
+    except (RuntimeError, OSError) as exc:
+        raise ClusterError(
+            f"cannot reach the rendezvous store at {env.master_addr}:{env.master_port}: {exc}"
+        ) from None
+
+
+class _Heartbeat:
+    """Bumps this node's counter every HEARTBEAT_S while it works (its own store client)."""
+
+    def __init__(self, env: ClusterEnv, timeout_s: float) -> None:
+        self._store = _store(
+            ClusterEnv(env.rank, env.world_size, env.master_addr, env.master_port, True), timeout_s
+        )
+        self._stop = threading.Event()
+        self._key = f"{PREFIX}/beat/{env.rank}"
+        self._store.add(self._key, 1)
+        self._thread = threading.Thread(target=self._run, daemon=True, name="heartbeat")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._store.add(self._key, 1)
+            except Exception:  # noqa: BLE001  (the master went away: nothing to tell)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@dataclass(slots=True)
+class Fleet:
+    nodes: list[NodeResult]
+    rows: list[Row] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
+
+
+def collect(
+    store: Any,
+    world_size: int,
+    *,
+    join_timeout_s: float,
+    heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
+    poll_s: float = 0.25,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[NodeResult]:
+    """Every node's result, in rank order; a node that never joined within
+    ``join_timeout_s`` or whose heartbeat stalled is a failed result saying so."""
+    start = clock()
+    results: dict[int, NodeResult] = {}
+    beats: dict[int, tuple[int, float]] = {}  # rank -> (last counter, when it last moved)
+    while len(results) < world_size:
+        now = clock()
+        for rank in range(world_size):
+            if rank in results:
+                continue
+            key = f"{PREFIX}/result/{rank}"
+            if store.check([key]):
+                results[rank] = NodeResult.from_json(store.get(key).decode())
+                continue
+            beat_key = f"{PREFIX}/beat/{rank}"
+            if not store.check([beat_key]):
+                if now - start > join_timeout_s:
+                    results[rank] = NodeResult(
+                        rank,
+                        "?",
+                        "failed",
+                        reason=f"never joined within {join_timeout_s:.0f} s"
+                        " (not started, or it could not reach the master)",
+                    )
+                continue
+            count = int(store.add(beat_key, 0))
+            last = beats.get(rank)
+            if last is None or count != last[0]:
+                beats[rank] = (count, now)
+            elif now - last[1] > heartbeat_timeout_s:
+                results[rank] = NodeResult(
+                    rank,
+                    "?",
+                    "failed",
+                    reason=f"stopped answering (no heartbeat for {now - last[1]:.0f} s):"
+                    " its process died or was killed, or the node went down",
+                )
+        if len(results) < world_size:
+            time.sleep(poll_s)
+    return [results[r] for r in range(world_size)]
+
+
+def run_cluster(
+    target: str,
+    *,
+    out_dir: Path,
+    budget_s: float = DEFAULT_BUDGET_S,
+    env: ClusterEnv | None = None,
+    synth_dir: str | None = None,
+    join_timeout_s: float = 120.0,
+    heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
+) -> Fleet | None:
+    """This node's part; on rank 0 also the fleet (returned), elsewhere None."""
+    env = env or ClusterEnv.from_environ()
+    store = _store(env, timeout_s=join_timeout_s)
+    beat = _Heartbeat(env, timeout_s=join_timeout_s)
+    try:
+        mine = diagnose_node(env.rank, target, budget_s, synth_dir)
+        store.set(f"{PREFIX}/result/{env.rank}", mine.to_json())
+    finally:
+        beat.stop()
+    if env.rank != 0:
+        return None
+    nodes = collect(
+        store,
+        env.world_size,
+        join_timeout_s=join_timeout_s,
+        heartbeat_timeout_s=heartbeat_timeout_s,
+    )
+    fleet = write_fleet(nodes, out_dir)
+    return fleet
+
+
+# -- the fleet report ------------------------------------------------------------------------------
+
+
+def node_name(node: NodeResult) -> str:
+    return f"node-{node.rank}" + (f" ({node.host})" if node.host and node.host != "?" else "")
+
+
+def fleet_rows(nodes: list[NodeResult]) -> list[Row]:
+    rows = []
+    for n in nodes:
+        if n.status == "ok" and n.report:
+            row = row_of(node_name(n), n.report)
+            row.host = node_name(n)  # two nodes may share a hostname (containers, one VM)
+            rows.append(row)
+    return compare(rows)
+
+
+def write_fleet(nodes: list[NodeResult], out_dir: Path) -> Fleet:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fleet = Fleet(nodes, fleet_rows(nodes))
+    for n in nodes:
+        if n.report is not None:
+            path = out_dir / f"node-{n.rank}.json"
+            path.write_text(json.dumps(n.report, indent=2, default=str) + "\n")
+            fleet.written.append(path)
+    summary = {
+        "schema_version": 1,
+        "nodes": [
+            {
+                "rank": n.rank,
+                "name": node_name(n),
+                "status": n.status,
+                "reason": n.reason,
+                "report": f"node-{n.rank}.json" if n.report is not None else None,
+            }
+            for n in nodes
+        ],
+        "outliers": {r.source: r.outlier for r in fleet.rows if r.outlier},
+    }
+    for name, text in (
+        ("fleet.json", json.dumps(summary, indent=2)),
+        ("fleet.md", fleet_markdown(fleet)),
+        ("fleet.html", fleet_html(fleet)),
+    ):
+        path = out_dir / name
+        path.write_text(text + "\n")
+        fleet.written.append(path)
+    return fleet
+
+
+def _findings(fleet: Fleet) -> list[str]:
+    lines = [f"{r.source}: {'; '.join(r.outlier)}" for r in fleet.rows if r.outlier]
+    lines += [f"{node_name(n)}: failed: {n.reason}" for n in fleet.nodes if n.status != "ok"]
+    return lines
+
+
+def fleet_text(fleet: Fleet) -> str:
+    body = to_text(fleet.rows) if fleet.rows else "(no node reported)"
+    findings = _findings(fleet)
+    return body + ("\n\n" + "\n".join(findings) if findings else "\n\nno outliers, no failures")
+
+
+def fleet_markdown(fleet: Fleet) -> str:
+    ok = sum(n.status == "ok" for n in fleet.nodes)
+    lines = [
+        "# loadscope fleet report",
+        "",
+        f"{ok} of {len(fleet.nodes)} nodes reported.",
+        "",
+        "| node | storage | p50 4 KiB | best cold strategy | rate | verdict | outlier |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_source = {r.source: r for r in fleet.rows}
+    for n in fleet.nodes:
+        r = by_source.get(node_name(n))
+        if r is None:
+            lines.append(f"| {node_name(n)} | - | - | - | - | **failed**: {n.reason} | |")
+            continue
+        lat = f"{r.latency_p50_us:.0f} µs" if r.latency_p50_us else "-"
+        rate = f"{r.best_bytes_per_s / 1e6:.0f} MB/s" if r.best_bytes_per_s else "-"
+        mark = "**" + "; ".join(r.outlier) + "**" if r.outlier else ""
+        lines.append(
+            f"| {r.source} | {r.storage_class} | {lat} | {r.best_strategy or '-'} | {rate}"
+            f" | {r.verdict} | {mark} |"
+        )
+    findings = _findings(fleet)
+    if findings:
+        lines += ["", "## Findings", "", *(f"- {f}" for f in findings)]
+    return "\n".join(lines)
+
+
+def fleet_html(fleet: Fleet) -> str:
+    e = html.escape
+    rows = []
+    by_source = {r.source: r for r in fleet.rows}
+    for n in fleet.nodes:
+        r = by_source.get(node_name(n))
+        if r is None:
+            rows.append(
+                f'<tr class="failed"><td>{e(node_name(n))}</td>'
+                f'<td colspan="5">failed: {e(n.reason or "")}</td><td></td></tr>'
+            )
+            continue
+        lat = f"{r.latency_p50_us:.0f} µs" if r.latency_p50_us else "-"
+        rate = f"{r.best_bytes_per_s / 1e6:.0f} MB/s" if r.best_bytes_per_s else "-"
+        cls = ' class="outlier"' if r.outlier else ""
+        rows.append(
+            f"<tr{cls}><td>{e(r.source)}</td><td>{e(r.storage_class)}</td><td>{lat}</td>"
+            f"<td>{e(r.best_strategy or '-')}</td><td>{rate}</td><td>{e(r.verdict)}</td>"
+            f"<td>{e('; '.join(r.outlier))}</td></tr>"
+        )
+    findings = "".join(f"<li>{e(f)}</li>" for f in _findings(fleet))
+    ok = sum(n.status == "ok" for n in fleet.nodes)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>loadscope fleet report</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; }}
+tr.outlier td {{ background: #fff3cd; }} tr.failed td {{ background: #f8d7da; }}
+</style></head><body>
+<h1>loadscope fleet report</h1>
+<p>{ok} of {len(fleet.nodes)} nodes reported.</p>
+<table><thead><tr><th>node</th><th>storage</th><th>p50 4 KiB</th><th>best cold strategy</th>
+<th>rate</th><th>verdict</th><th>outlier</th></tr></thead>
+<tbody>{"".join(rows)}</tbody></table>
+{f"<h2>Findings</h2><ul>{findings}</ul>" if findings else "<p>No outliers, no failures.</p>"}
+</body></html>"""
+
+
+def exit_code(fleet: Fleet | None) -> ExitCode:
+    """On rank 0, 1 when a node failed (the fleet report is written and names it; torchrun
+    then prints its own ChildFailedError). Exiting 0 there would also leave torchrun's agent
+    waiting out its 300 s exit barrier for the dead node's agent."""
+    if fleet is not None and any(n.status != "ok" for n in fleet.nodes):
+        return ExitCode.FAILURE
+    return ExitCode.OK

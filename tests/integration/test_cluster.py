@@ -1,0 +1,113 @@
+"""Cluster mode for real: two torchrun launchers (two "nodes") on this machine."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _launch(node: int, port: int, out: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            f"--node-rank={node}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={port}",
+            "-m",
+            "loadscope",
+            "cluster",
+            "synthetic:16MiB",
+            "--out",
+            str(out),
+            "--budget",
+            "6",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _node_process(launcher: subprocess.Popen[str], timeout: float = 60) -> psutil.Process:
+    """The ``loadscope cluster`` process torchrun started under ``launcher``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in psutil.Process(launcher.pid).children(recursive=True):
+            try:
+                cmd = p.cmdline()
+            except psutil.NoSuchProcess:
+                continue
+            if "cluster" in cmd and "loadscope" in cmd and "torch.distributed.run" not in cmd:
+                return p
+        time.sleep(0.1)
+    raise AssertionError("torchrun never started the node's process")
+
+
+def _wait_for_trials(node: psutil.Process, timeout: float = 90) -> None:
+    """Until the node's fork server (started with its first trial) exists."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in node.children(recursive=True):
+            try:
+                if "loadscope.loaders.forkserver" in " ".join(p.cmdline()):
+                    return
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.1)
+    raise AssertionError("the node never started a trial")
+
+
+def test_two_nodes_write_two_reports_and_the_fleet(tmp_path: Path) -> None:
+    port, out = _free_port(), tmp_path / "fleet"
+    nodes = [_launch(i, port, out) for i in (0, 1)]
+    logs = [n.communicate(timeout=180)[0] for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], logs
+    assert "node-1: report sent to rank 0" in logs[1]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "fleet.html",
+        "fleet.json",
+        "fleet.md",
+        "node-0.json",
+        "node-1.json",
+    ]
+    for i in (0, 1):
+        report = json.loads((out / f"node-{i}.json").read_text())
+        assert report["schema_version"] == 1 and report["verdict"]["status"]
+    summary = json.loads((out / "fleet.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["ok", "ok"]
+    assert "2 of 2 nodes reported" in (out / "fleet.md").read_text()
+
+
+def test_a_killed_node_is_named_failed_and_the_other_still_reports(tmp_path: Path) -> None:
+    port, out = _free_port(), tmp_path / "fleet"
+    nodes = [_launch(i, port, out, "--heartbeat-timeout", "3") for i in (0, 1)]
+    victim = _node_process(nodes[1])
+    _wait_for_trials(victim)  # joined (it beats before it probes) and running trials
+    victim.send_signal(signal.SIGKILL)
+    log0 = nodes[0].communicate(timeout=180)[0]
+    nodes[1].communicate(timeout=60)
+    assert nodes[0].returncode != 0 and nodes[1].returncode != 0
+    assert "node-1: failed: stopped answering" in log0
+    summary = json.loads((out / "fleet.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["ok", "failed"]
+    assert (out / "node-0.json").exists() and not (out / "node-1.json").exists()
+    md = (out / "fleet.md").read_text()
+    assert "1 of 2 nodes reported" in md and "node-1: failed" in md

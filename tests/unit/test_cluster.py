@@ -1,0 +1,151 @@
+"""Cluster mode's logic without a cluster: the wait for each node, and the fleet report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadscope.cluster import (
+    PREFIX,
+    ClusterEnv,
+    ClusterError,
+    NodeResult,
+    collect,
+    torchrun_lines,
+    write_fleet,
+)
+
+
+class FakeStore:
+    """The part of c10d's TCPStore that ``collect`` uses, over a dict."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value.encode()
+
+    def add(self, key: str, n: int) -> int:
+        value = int(self.data.get(key, b"0")) + n
+        self.data[key] = str(value).encode()
+        return value
+
+
+class FakeClock:
+    def __init__(self, store: FakeStore, script: dict[float, list[tuple[str, Any]]]) -> None:
+        self.t = 0.0
+        self.store, self.script = store, script
+
+    def __call__(self) -> float:
+        self.t += 1.0  # one second per poll
+        for at in [a for a in self.script if a <= self.t]:
+            for op, arg in self.script.pop(at):
+                getattr(self.store, op)(*arg)
+        return self.t
+
+
+def _doc(p50_us: float, rate: float) -> dict[str, Any]:
+    return {
+        "host": {"hostname": "same-vm"},
+        "verdict": {"status": "healthy"},
+        "probe": {
+            "latency": {"p50_us": p50_us},
+            "files": [{"mount": {"storage_class": "network"}}],
+        },
+        "bench": {"summary": [{"strategy": "mmap", "cache": "cold", "median_bytes_per_s": rate}]},
+    }
+
+
+def _ok(rank: int, p50_us: float = 500.0, rate: float = 1e9) -> str:
+    return NodeResult(rank, "same-vm", "ok", report=_doc(p50_us, rate)).to_json()
+
+
+def test_collect_waits_for_every_node_and_names_the_silent_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("loadscope.cluster.time.sleep", lambda _s: None)
+    store = FakeStore()
+    store.set(f"{PREFIX}/result/0", _ok(0))
+    store.add(f"{PREFIX}/beat/1", 1)  # node 1 joins, beats twice, then dies
+    store.add(f"{PREFIX}/beat/2", 1)  # node 2 beats until it reports at t=20
+    beat1, beat2 = f"{PREFIX}/beat/1", f"{PREFIX}/beat/2"
+    script: dict[float, list[tuple[str, Any]]] = {
+        2.0: [("add", (beat1, 1)), ("add", (beat2, 1))],
+        3.0: [("add", (beat1, 1))],
+        **{float(t): [("add", (beat2, 1))] for t in range(4, 20)},
+        20.0: [("set", (f"{PREFIX}/result/2", _ok(2)))],
+    }
+    nodes = collect(
+        store,
+        4,  # node 3 never joins
+        join_timeout_s=30,
+        heartbeat_timeout_s=5,
+        clock=FakeClock(store, script),
+    )
+    assert [n.rank for n in nodes] == [0, 1, 2, 3]
+    assert [n.status for n in nodes] == ["ok", "failed", "ok", "failed"]
+    assert "stopped answering" in (nodes[1].reason or "")
+    assert "never joined within 30 s" in (nodes[3].reason or "")
+
+
+def test_the_fleet_report_marks_outliers_and_failures(tmp_path: Path) -> None:
+    nodes = [
+        NodeResult.from_json(_ok(0, p50_us=500)),
+        NodeResult.from_json(_ok(1, p50_us=550)),
+        NodeResult.from_json(_ok(2, p50_us=4500, rate=1e8)),  # 9x the median, 10% the rate
+        NodeResult(3, "?", "failed", reason="stopped answering (no heartbeat for 11 s)"),
+    ]
+    fleet = write_fleet(nodes, tmp_path / "fleet")
+    names = sorted(p.name for p in fleet.written)
+    assert names == [
+        "fleet.html",
+        "fleet.json",
+        "fleet.md",
+        "node-0.json",
+        "node-1.json",
+        "node-2.json",
+    ]
+    md = (tmp_path / "fleet" / "fleet.md").read_text()
+    assert "3 of 4 nodes reported" in md
+    assert (
+        "node-2 (same-vm): cold throughput 10% of the median; 4 KiB latency 8.2x the median" in md
+    )
+    assert "node-3: failed: stopped answering" in md
+    html = (tmp_path / "fleet" / "fleet.html").read_text()
+    assert 'class="outlier"' in html and 'class="failed"' in html
+    summary = json.loads((tmp_path / "fleet" / "fleet.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["ok", "ok", "ok", "failed"]
+    assert list(summary["outliers"]) == ["node-2 (same-vm)"]
+    assert json.loads((tmp_path / "fleet" / "node-2.json").read_text()) == _doc(4500, 1e8)
+
+
+def test_outside_torchrun_says_how_to_launch() -> None:
+    with pytest.raises(ClusterError, match=r"not launched by torchrun.*--hosts"):
+        ClusterEnv.from_environ({"RANK": "0"})
+    env = ClusterEnv.from_environ(
+        {
+            "RANK": "1",
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "29500",
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+        }
+    )
+    assert (env.rank, env.world_size, env.agent_store) == (1, 2, True)
+
+
+def test_torchrun_lines_one_per_host_with_the_first_as_master() -> None:
+    lines = torchrun_lines(["a", "b", "c"], "/models/x", out="/tmp/f", port=1234, budget_s=30)
+    assert len(lines) == 3
+    assert all("--nnodes=3 --nproc-per-node=1" in x and "--master-addr=a" in x for x in lines)
+    assert [x.split("--node-rank=")[1].split()[0] for x in lines] == ["0", "1", "2"]
+    assert lines[1].endswith("-m loadscope cluster /models/x --out /tmp/f --budget 30")
