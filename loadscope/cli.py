@@ -313,6 +313,60 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", metavar="REPORT.json", nargs="+")
     p.set_defaults(run=_cmd_compare)
 
+    p = _target_command(
+        sub,
+        "warm",
+        help="put the model in the page cache (vmtouch -t for models), or --evict it",
+        description="Read every weight file of TARGET in parallel large blocks so the next load"
+        " is served from RAM, with each file's residency before and after. Refuses, saying how"
+        " much is missing, when the uncached part does not fit in available memory or the"
+        " cgroup limit. --lock keeps the files resident (mlock; root or ulimit -l) until"
+        " interrupted; --evict drops them from this machine's page cache, verified (for cold"
+        " tests). Reads only: never writes, moves or deletes the model.",
+    )
+    p.add_argument("--threads", type=int, default=8, help="parallel readers (default 8)")
+    p.add_argument(
+        "--block", type=_size, default=parse_size("16MiB"), help="read size (default 16MiB)"
+    )
+    p.add_argument("--lock", action="store_true", help="mlock the files until interrupted")
+    p.add_argument(
+        "--for",
+        dest="hold",
+        type=float,
+        metavar="SECONDS",
+        help="with --lock: release after SECONDS instead of waiting for Ctrl-C",
+    )
+    p.add_argument("--evict", action="store_true", help="drop the files from the page cache")
+    p.add_argument(
+        "--allow-drop-caches",
+        action="store_true",
+        help="with --evict: write /proc/sys/vm/drop_caches when a file will not evict",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the result as JSON ('-': stdout)")
+    p.set_defaults(run=_cmd_warm)
+
+    p = _target_command(
+        sub,
+        "copy",
+        help="copy the model to a local disk: verified, resumable, never touching the source",
+        description="Copy TARGET's weight files and the config/tokenizer files beside them to"
+        " DEST (a Hugging Face snapshot's layout preserved). Free space is checked first; each"
+        " file is written under a temporary name, fsynced, read back and compared with the"
+        " source, then renamed; an existing different file is never overwritten without"
+        " --force; rerun to resume an interrupted copy. Without DEST, suggests local"
+        " directories measured by the probes. --report DOCTOR.json adds the break-even.",
+    )
+    p.add_argument("dest", metavar="DEST", nargs="?", help="destination directory")
+    p.add_argument("--threads", type=int, default=4, help="parallel block copies (default 4)")
+    p.add_argument("--force", action="store_true", help="replace files that differ in DEST")
+    p.add_argument(
+        "--report",
+        metavar="DOCTOR.json",
+        help="a doctor report of this model: prints the copy's break-even from its cold load",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the result as JSON ('-': stdout)")
+    p.set_defaults(run=_cmd_copy)
+
     p = sub.add_parser(
         "cluster",
         help="onboard a cluster: every node diagnoses itself, rank 0 writes the fleet report",
@@ -687,6 +741,180 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
     with open_target(args.target, synth_dir=args.synth_dir) as target:
         report = run_broadcast(target, options)
     return _emit(out, args.json, report.to_json(), ranks_text(report))
+
+
+def _progress_line(label: str) -> Callable[[int, int, float], None]:
+    """A one-line progress meter on stderr (terminals only): bytes, rate, ETA."""
+    live = sys.stderr.isatty()
+    last = [0.0]
+
+    def show(done: int, total: int, seconds: float) -> None:
+        if not live or seconds - last[0] < 0.2:
+            return
+        last[0] = seconds
+        rate = done / seconds if seconds > 0 else 0.0
+        eta = f"{(total - done) / rate:.0f} s left" if rate > 0 else ""
+        sys.stderr.write(
+            f"\r{label} {format_bytes(done)} of {format_bytes(total)}"
+            f"  {format_bytes(rate)}/s  {eta}   "
+        )
+        sys.stderr.flush()
+
+    return show
+
+
+def _clear_progress() -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r" + " " * 78 + "\r")
+
+
+def _cmd_warm(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    import json
+
+    from loadscope.targets import open_target
+    from loadscope.warm import Locked, evict, warm
+
+    if args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    if args.evict and args.lock:
+        raise UsageError("--evict and --lock are opposites: pick one")
+    with open_target(args.target, synth_dir=args.synth_dir) as target:
+        if args.evict:
+            report = evict(target, allow_drop_caches=args.allow_drop_caches)
+        else:
+            try:
+                report = warm(
+                    target,
+                    threads=args.threads,
+                    block_bytes=args.block,
+                    progress=_progress_line("warming"),
+                )
+            finally:
+                _clear_progress()
+        lines = []
+        for f in report.files:
+            b = "unknown" if f.before is None else f"{f.before:.0%}"
+            a = "unknown" if f.after is None else f"{f.after:.0%}"
+            lines.append(f"{b:>8} -> {a:<8} {format_bytes(f.size_bytes):>10}  {f.path}")
+        rate = f", {format_bytes(report.bytes_per_s)}/s" if report.bytes_per_s else ""
+        head = (
+            f"warmed {format_bytes(report.bytes_read)} in {report.seconds:.2f} s{rate}"
+            if report.mode == "warm"
+            else f"evicted {len(report.files)} file(s) in {report.seconds:.2f} s"
+        )
+        summary = "\n".join([head, "resident before -> after", *lines, *report.notes])
+        locked = None
+        if args.lock:
+            locked = Locked([(f.path, f.size_bytes) for f in report.files])
+            report.locked_bytes, report.lock_note = locked.bytes, locked.note
+            summary += f"\nlocked {format_bytes(locked.bytes)} in RAM" + (
+                f" ({locked.note})" if locked.note else ""
+            )
+        code = _emit(out, args.json, json.dumps(report.to_dict(), indent=2), summary)
+        if locked is not None and locked.bytes:
+            out.write(
+                "holding the lock: Ctrl-C to release\n"
+                if args.hold is None
+                else f"holding the lock for {args.hold:g} s\n"
+            )
+            out.flush()
+            try:
+                if args.hold is None:
+                    signal.pause()
+                else:
+                    time.sleep(args.hold)
+            finally:
+                locked.release()
+        return code
+
+
+def _cmd_copy(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    import json
+
+    from loadscope.localcopy import break_even, copy_model, pointer_lines
+    from loadscope.targets import open_target
+
+    if args.threads < 1:
+        raise UsageError("--threads must be at least 1")
+    with open_target(args.target, synth_dir=args.synth_dir) as target:
+        if args.dest is None:
+            return _suggest_destinations(target, out)
+        try:
+            report = copy_model(
+                target,
+                args.dest,
+                threads=args.threads,
+                force=args.force,
+                progress=_progress_line("copying"),
+            )
+        finally:
+            _clear_progress()
+    copied = [f for f in report.files if f.status == "copied"]
+    kept = [f for f in report.files if f.status == "already-there"]
+    rate = f", {format_bytes(report.bytes_per_s)}/s" if report.bytes_per_s else ""
+    lines = [
+        f"copied {len(copied)} file(s), {format_bytes(report.bytes_copied)} in"
+        f" {report.seconds:.2f} s{rate}; {len(kept)} already there (verified)",
+        "every file was fsynced, read back and matched the source; the source was not touched",
+    ]
+    if args.report:
+        doc = _load_report(args.report)
+        cold = next(
+            (
+                s
+                for s in (doc.get("bench") or {}).get("summary", [])
+                if s.get("strategy") == "mmap"
+                and s.get("cache") == "cold"
+                and s.get("median_seconds")
+            ),
+            None,
+        )
+        disks = ((doc.get("probe") or {}).get("local_disks") or {}).get("disks") or []
+        speeds = [d["speed"]["cold_read_bytes_per_s"] for d in disks if d.get("speed")]
+        if cold and speeds:
+            here = cold.get("extrapolated_median_seconds") or cold["median_seconds"]
+            there = report.files and sum(f.size_bytes for f in report.files) / max(speeds)
+            n = break_even(report.seconds, here, float(there or 0))
+            lines.append(
+                f"break-even: cold load {here:.3g} s in place vs ~{float(there or 0):.3g} s from"
+                f" the local disk (measured rate); the copy is repaid after {n} cold load(s)"
+                if n
+                else f"break-even: none — loading in place ({here:.3g} s) is not slower than"
+                " the local disk's estimate"
+            )
+        else:
+            lines.append("break-even: the report has no cold mmap trial or local-disk rate")
+    else:
+        lines.append(
+            f"break-even: run `loadscope doctor {args.target} --json r.json`"
+            " and pass --report r.json"
+        )
+    lines += ["point your stack at the copy:", *(f"  {x}" for x in pointer_lines(args.dest))]
+    return _emit(out, args.json, json.dumps(report.to_dict(), indent=2), "\n".join(lines))
+
+
+def _suggest_destinations(target: Any, out: TextIO) -> ExitCode:
+    from loadscope.probes import mounts
+    from loadscope.probing import local_candidates
+
+    table = mounts.read_mountinfo()
+    disks = local_candidates(table, False, target.total_bytes, os.stat(target.files[0].path).st_dev)
+    out.write(
+        f"copy needs a DEST; local directories with room for {format_bytes(target.total_bytes)}:\n"
+    )
+    usable = [d for d in disks if d.speed is not None]
+    for d in disks:
+        if d.speed is None:
+            out.write(f"  {d.directory}: {d.reason}\n")
+        else:
+            out.write(
+                f"  {d.directory}: {format_bytes(d.free_bytes)} free, writes"
+                f" {format_bytes(d.speed.write_bytes_per_s)}/s, reads"
+                f" {format_bytes(d.speed.cold_read_bytes_per_s)}/s cold\n"
+            )
+    if not usable:
+        out.write("  (none found: name a directory on a local disk)\n")
+    return ExitCode.USAGE
 
 
 def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> ExitCode:

@@ -1,0 +1,350 @@
+"""``loadscope copy``: the model to a local disk, verified, resumable, never touching the source.
+
+What is copied: the weight files of TARGET and the small files beside them
+that a loader needs (``config.json``, tokenizer files, ``*.json``, ``*.txt``,
+``*.model``, ``*.tiktoken``, ``*.py``), with their paths relative to the model
+folder (a Hugging Face snapshot's layout is preserved; its symlinks into
+``blobs/`` are followed, so DEST holds regular files a loader can open).
+
+How, for each file: free space for everything still to copy is checked before
+the first byte is written; the file is written under a temporary name
+(``NAME.loadscope-partial``) in parallel blocks, fsynced, evicted from the page
+cache and read back to compare its size and crc32 with the source's (read once,
+while copying), and only then renamed to its final name (``os.replace``, then
+the directory is fsynced). So a file under its final name is always complete and
+verified. A rerun after an interruption (Ctrl-C, SIGKILL, a reboot) skips the
+files already there whose size and digest match the source, removes stale
+partial files, and copies the rest; a final file that differs from the source
+is never overwritten without ``force``.
+
+The source is opened read-only, never written, moved or deleted; DEST may not
+be inside the model folder, nor the model inside DEST.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.safeio import open_regular
+from loadscope.targets import Target
+from loadscope.units import format_bytes
+
+PARTIAL_SUFFIX = ".loadscope-partial"
+DEFAULT_BLOCK = 16 << 20
+DEFAULT_THREADS = 4
+#: Room kept free on DEST beyond the files (metadata, other writers).
+SPACE_MARGIN = 64 << 20
+SIDECAR_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".py", ".jinja")
+
+Progress = Callable[[int, int, float], None]  # bytes done, bytes total, seconds
+
+
+class CopyError(LoadscopeError):
+    pass
+
+
+class CopyRefused(CopyError):
+    exit_code = ExitCode.USAGE
+
+
+class NotEnoughSpace(CopyError):
+    exit_code = ExitCode.RESOURCES
+
+
+class CopyCancelled(CopyError):
+    exit_code = ExitCode.INTERRUPTED
+
+
+@dataclass(slots=True)
+class FileCopy:
+    source: str
+    relative: str
+    size_bytes: int
+    status: str = "pending"  # copied | already-there | pending
+    crc32: str | None = None
+
+
+@dataclass(slots=True)
+class CopyReport:
+    source_root: str
+    dest: str
+    files: list[FileCopy]
+    bytes_copied: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return self.bytes_copied / self.seconds if self.seconds > 0 and self.bytes_copied else None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "schema_version": 1,
+            "source": self.source_root,
+            "dest": self.dest,
+            "bytes_copied": self.bytes_copied,
+            "seconds": round(self.seconds, 4),
+            "bytes_per_s": self.bytes_per_s,
+            "files": [
+                {
+                    "relative": f.relative,
+                    "size_bytes": f.size_bytes,
+                    "status": f.status,
+                    "crc32": f.crc32,
+                }
+                for f in self.files
+            ],
+            "notes": self.notes,
+        }
+
+
+def plan(target: Target) -> list[FileCopy]:
+    """The weight files and the loader's small files beside them, relative to the model root."""
+    root = target.root if target.root.is_dir() else target.root.parent
+    out: dict[str, FileCopy] = {}
+    for wf in target.files:
+        rel = os.path.relpath(wf.path, root)
+        out[rel] = FileCopy(str(wf.path), rel, wf.size_bytes)
+    for entry in sorted(root.iterdir()) if root.is_dir() else []:
+        if entry.name in out or not entry.name.endswith(SIDECAR_SUFFIXES):
+            continue
+        try:
+            st = entry.stat()  # follows a snapshot's symlinks into blobs/
+        except OSError:
+            continue
+        if entry.is_file() and st.st_size <= 256 << 20:
+            out[entry.name] = FileCopy(str(entry), entry.name, st.st_size)
+    return [out[k] for k in sorted(out)]
+
+
+def _check_paths(root: Path, dest: Path) -> None:
+    src = root.resolve()
+    dst = dest.resolve() if dest.exists() else dest.absolute()
+    if dst == src or src in dst.parents:
+        raise CopyRefused(f"{dest} is inside the model folder {root}: choose another destination")
+    if dst in src.parents:
+        raise CopyRefused(f"the model {root} is inside {dest}: choose another destination")
+
+
+def _crc_of(path: str, block: int = DEFAULT_BLOCK) -> str:
+    fd = open_regular(path)
+    try:
+        crc = 0
+        while chunk := os.read(fd, block):
+            crc = zlib.crc32(chunk, crc)
+        return f"{crc:08x}"
+    finally:
+        os.close(fd)
+
+
+def _source_crc_and_size(path: str) -> tuple[str, int]:
+    return _crc_of(path), os.stat(path).st_size
+
+
+def copy_model(
+    target: Target,
+    dest: str | os.PathLike[str],
+    *,
+    threads: int = DEFAULT_THREADS,
+    block_bytes: int = DEFAULT_BLOCK,
+    force: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> CopyReport:
+    root = target.root if target.root.is_dir() else target.root.parent
+    dest_dir = Path(dest)
+    _check_paths(root, dest_dir)
+    files = plan(target)
+    report = CopyReport(str(root), str(dest_dir), files)
+    if dest_dir.exists() and not dest_dir.is_dir():
+        raise CopyRefused(f"{dest_dir} exists and is not a directory")
+    # What is already there: verified files are kept, differing ones refuse (unless force).
+    todo: list[FileCopy] = []
+    for f in files:
+        final = dest_dir / f.relative
+        stale = final.with_name(final.name + PARTIAL_SUFFIX)
+        if stale.exists():
+            stale.unlink()  # ours, from an interrupted run: never a final name
+        if final.exists() or final.is_symlink():
+            if final.is_file() and final.stat().st_size == f.size_bytes:
+                crc, _ = _source_crc_and_size(f.source)
+                if _crc_of(str(final)) == crc:
+                    f.status, f.crc32 = "already-there", crc
+                    continue
+            if not force:
+                raise CopyRefused(
+                    f"{final} exists and differs from the source: refusing to overwrite it"
+                    " (--force to replace it)"
+                )
+        todo.append(f)
+    need = sum(f.size_bytes for f in todo)
+    probe_dir = next((p for p in (dest_dir, *dest_dir.absolute().parents) if p.exists()), Path("/"))
+    free = shutil.disk_usage(probe_dir).free
+    if todo and need + SPACE_MARGIN > free:
+        raise NotEnoughSpace(
+            f"{dest_dir}: the copy needs {format_bytes(need)} (+{format_bytes(SPACE_MARGIN)}"
+            f" margin) and {probe_dir} has {format_bytes(free)} free:"
+            f" {format_bytes(need + SPACE_MARGIN - free)} missing; nothing was written"
+        )
+    stop = cancel or threading.Event()
+    start = time.monotonic()
+    done = [0]
+    lock = threading.Lock()
+
+    def tick(n: int) -> None:
+        with lock:
+            done[0] += n
+        if progress is not None:
+            progress(done[0], need, time.monotonic() - start)
+
+    try:
+        for f in todo:
+            if stop.is_set():
+                break
+            _copy_one(f, dest_dir, threads, block_bytes, stop, tick)
+    finally:
+        report.seconds = time.monotonic() - start
+        report.bytes_copied = done[0]
+    if stop.is_set() and any(f.status == "pending" for f in files):
+        left = sum(1 for f in files if f.status == "pending")
+        raise CopyCancelled(
+            f"stopped: {left} file(s) not copied yet; rerun the same command to resume"
+            " (files already verified are kept)"
+        )
+    return report
+
+
+def _copy_one(
+    f: FileCopy,
+    dest_dir: Path,
+    threads: int,
+    block_bytes: int,
+    stop: threading.Event,
+    tick: Callable[[int], None],
+) -> None:
+    final = dest_dir / f.relative
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = final.with_name(final.name + PARTIAL_SUFFIX)
+    src = open_regular(f.source)
+    out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    completed = False
+    try:
+        size = os.fstat(src).st_size
+        if size != f.size_bytes:
+            raise CopyError(f"{f.source} changed size while copying ({f.size_bytes} -> {size})")
+        os.ftruncate(out, size)
+        blocks = list(range(0, size, block_bytes))
+        crcs: dict[int, tuple[int, int]] = {}
+        errors: list[BaseException] = []
+        it = iter(blocks)
+        lock = threading.Lock()
+        abort = threading.Event()  # set when this thread is interrupted (Ctrl-C)
+
+        def worker() -> None:
+            try:
+                while not stop.is_set() and not abort.is_set() and not errors:
+                    with lock:
+                        off = next(it, None)
+                    if off is None:
+                        return
+                    length = min(block_bytes, size - off)
+                    data = os.pread(src, length, off)
+                    if len(data) != length:
+                        raise CopyError(f"{f.source}: short read at offset {off}")
+                    view = memoryview(data)
+                    written = 0
+                    while written < length:
+                        written += os.pwrite(out, view[written:], off + written)
+                    crcs[off] = (zlib.crc32(data), length)
+                    tick(length)
+            except BaseException as exc:  # noqa: BLE001  (re-raised below)
+                errors.append(exc)
+
+        pool = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, threads))]
+        for t in pool:
+            t.start()
+        try:
+            for t in pool:
+                t.join()
+        except BaseException:
+            abort.set()  # no thread may write after the fds below are closed
+            for t in pool:
+                t.join()
+            raise
+        if errors:
+            exc = errors[0]
+            if isinstance(exc, OSError):
+                raise CopyError(f"copying {f.source} to {partial}: {exc}") from None
+            raise exc
+        if stop.is_set():
+            return
+        os.fsync(out)
+        os.posix_fadvise(out, 0, 0, os.POSIX_FADV_DONTNEED)  # read back what is on disk
+        crc = _verify_back(partial, crcs, block_bytes) if size else f"{zlib.crc32(b''):08x}"
+        if crc is None or os.fstat(out).st_size != size:
+            raise CopyError(f"{partial}: read back differs from {f.source}; not renamed")
+        os.replace(partial, final)
+        _fsync_dir(final.parent)
+        f.status, f.crc32 = "copied", crc
+        completed = True
+    finally:
+        os.close(src)
+        os.close(out)
+        if not completed and partial.exists():
+            partial.unlink()
+
+
+def _verify_back(path: Path, crcs: dict[int, tuple[int, int]], block_bytes: int) -> str | None:
+    """Read ``path`` back block by block: each block's crc32 must equal the source's.
+    Returns the whole file's crc32, or None at the first difference."""
+    fd = open_regular(path)
+    try:
+        whole = 0
+        for off in sorted(crcs):
+            want, length = crcs[off]
+            chunk = os.pread(fd, length, off)
+            if len(chunk) != length or zlib.crc32(chunk) != want:
+                return None
+            whole = zlib.crc32(chunk, whole)
+        if os.pread(fd, 1, sum(n for _, n in crcs.values())):
+            return None  # longer than the source
+        return f"{whole:08x}"
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def pointer_lines(dest: str) -> list[str]:
+    """How to point the user's stack at the copy."""
+    return [
+        f'transformers: AutoModel.from_pretrained("{dest}")',
+        f"vLLM: vllm serve {dest}   (or --model {dest})",
+        f"SGLang: python -m sglang.launch_server --model-path {dest}",
+        f'safetensors: load_file("{dest}/model.safetensors")  # or each shard in {dest}',
+        "HF_HUB_CACHE: leave it as it is; pass the copy's path where the repo id went",
+    ]
+
+
+def break_even(copy_s: float, cold_here_s: float, cold_copy_s: float) -> int | None:
+    """Loads after which the copy has paid for itself; None when it never does."""
+    saved = cold_here_s - cold_copy_s
+    if saved <= 0:
+        return None
+    import math
+
+    return max(1, math.ceil(copy_s / saved))

@@ -1,0 +1,281 @@
+"""``loadscope warm``: put a model in the page cache (or take it out), and prove it.
+
+vmtouch ``-t`` for models: every weight file is read in parallel large blocks
+(``--threads``, ``--block``) so the next load is a memory copy, with the
+residency of each file measured before and after. It refuses, saying how much
+is missing, when the part of the model not yet cached does not fit in available
+memory or the cgroup limit (the kernel would only evict it again, or evict
+something else). ``--lock`` then maps the files and ``mlock``\\s them (root or
+``ulimit -l``) until interrupted, so memory pressure cannot evict them.
+``--evict`` is the inverse, for testing cold loads: ``posix_fadvise(DONTNEED)``
+per file, verified with ``mincore``.
+
+Files are opened read-only and never written: this works on a read-only
+model, and as a user who may only read it (residency then reads "unknown").
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.probes.pagecache import ColdCache, residency
+from loadscope.probes.system import cgroup_memory
+from loadscope.safeio import open_regular
+from loadscope.targets import Target
+from loadscope.units import format_bytes
+
+DEFAULT_BLOCK = 16 << 20
+DEFAULT_THREADS = 8
+#: Kept free beyond the model, so warming does not push the machine into reclaim.
+MEMORY_MARGIN = 256 << 20
+
+Progress = Callable[[int, int, float], None]  # bytes done, bytes total, seconds
+
+
+class WarmCancelled(LoadscopeError):
+    """Interrupted: what was read stays cached; nothing else changed."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
+class NotEnoughMemory(LoadscopeError):
+    """The model does not fit in the memory the page cache could use."""
+
+    exit_code = ExitCode.RESOURCES
+
+
+@dataclass(slots=True)
+class FileResidency:
+    path: str
+    size_bytes: int
+    before: float | None  # fraction resident, None when the kernel will not say
+    after: float | None = None
+
+
+@dataclass(slots=True)
+class WarmReport:
+    mode: str  # "warm" | "evict"
+    files: list[FileResidency]
+    bytes_read: int = 0
+    seconds: float = 0.0
+    #: --lock: bytes locked, or why not.
+    locked_bytes: int | None = None
+    lock_note: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bytes_per_s(self) -> float | None:
+        return self.bytes_read / self.seconds if self.seconds > 0 and self.bytes_read else None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "schema_version": 1,
+            "mode": self.mode,
+            "bytes_read": self.bytes_read,
+            "seconds": round(self.seconds, 4),
+            "bytes_per_s": self.bytes_per_s,
+            "locked_bytes": self.locked_bytes,
+            "lock_note": self.lock_note,
+            "files": [
+                {"path": f.path, "size_bytes": f.size_bytes, "before": f.before, "after": f.after}
+                for f in self.files
+            ],
+            "notes": self.notes,
+        }
+
+
+def memory_available_bytes() -> int:
+    """min(available RAM, cgroup limit - usage)."""
+    import psutil
+
+    available = int(psutil.virtual_memory().available)
+    cg = cgroup_memory()
+    if cg is not None and cg.limit_bytes is not None:
+        available = min(available, max(0, cg.limit_bytes - (cg.usage_bytes or 0)))
+    return available
+
+
+def _fraction(path: str) -> float | None:
+    return residency(path).fraction
+
+
+def _residencies(target: Target) -> list[FileResidency]:
+    return [FileResidency(str(f.path), f.size_bytes, _fraction(str(f.path))) for f in target.files]
+
+
+def check_fits(files: list[FileResidency], available: int) -> None:
+    """Refuse, with the numbers, when the uncached part of the model does not fit."""
+    missing_from_cache = sum(int(f.size_bytes * (1 - (f.before or 0.0))) for f in files)
+    need = missing_from_cache + MEMORY_MARGIN
+    if need > available:
+        raise NotEnoughMemory(
+            f"warming needs {format_bytes(missing_from_cache)} more in the page cache"
+            f" (+{format_bytes(MEMORY_MARGIN)} margin) but only {format_bytes(available)} is"
+            f" available (RAM or the cgroup limit): {format_bytes(need - available)} missing;"
+            " the kernel would evict it again"
+        )
+
+
+def warm(
+    target: Target,
+    *,
+    threads: int = DEFAULT_THREADS,
+    block_bytes: int = DEFAULT_BLOCK,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    available: Callable[[], int] = memory_available_bytes,
+) -> WarmReport:
+    """Read every weight file in parallel blocks; residency before and after."""
+    if threads < 1 or block_bytes < 4096:
+        raise LoadscopeError("--threads must be >= 1 and --block >= 4KiB")
+    files = [
+        FileResidency(str(wf.path), wf.size_bytes, _fraction(str(wf.path))) for wf in target.files
+    ]
+    check_fits(files, available())
+    report = WarmReport("warm", files)
+    total = sum(f.size_bytes for f in files)
+    jobs = [
+        (f.path, off, min(block_bytes, f.size_bytes - off))
+        for f in files
+        for off in range(0, f.size_bytes, block_bytes)
+    ]
+    lock = threading.Lock()
+    it = iter(jobs)
+    done = [0]
+    errors: list[BaseException] = []
+    stop = cancel or threading.Event()
+    fds: dict[str, int] = {}
+    for f in files:
+        fds[f.path] = open_regular(f.path)
+        os.posix_fadvise(fds[f.path], 0, 0, os.POSIX_FADV_WILLNEED)
+    start = time.monotonic()
+
+    def reader() -> None:
+        buf = bytearray(block_bytes)
+        view = memoryview(buf)
+        try:
+            while not stop.is_set() and not errors:
+                with lock:
+                    job = next(it, None)
+                if job is None:
+                    return
+                path, off, length = job
+                got = os.preadv(fds[path], [view[:length]], off)
+                if got != length:
+                    raise OSError(f"{path}: short read at offset {off} ({got} of {length})")
+                with lock:
+                    done[0] += length
+        except BaseException as exc:  # noqa: BLE001  (re-raised in the caller)
+            errors.append(exc)
+
+    pool = [threading.Thread(target=reader, daemon=True) for _ in range(threads)]
+    try:
+        for t in pool:
+            t.start()
+        while any(t.is_alive() for t in pool):
+            for t in pool:
+                t.join(timeout=0.1)
+            if progress is not None:
+                progress(done[0], total, time.monotonic() - start)
+    except BaseException:
+        stop.set()  # Ctrl-C: no reader may touch the fds closed below
+        raise
+    finally:
+        for t in pool:
+            t.join()
+        for fd in fds.values():
+            os.close(fd)
+    report.seconds = time.monotonic() - start
+    report.bytes_read = done[0]
+    if errors:
+        exc = errors[0]
+        if isinstance(exc, OSError):
+            raise LoadscopeError(f"read failed: {exc}") from None
+        raise exc
+    if cancel is not None and cancel.is_set():
+        raise WarmCancelled(f"stopped after {format_bytes(done[0])} of {format_bytes(total)}")
+    for f in files:
+        f.after = _fraction(f.path)
+    if any(f.after is None for f in files):
+        report.notes.append(
+            "residency unknown for files this user does not own (mincore reports only the"
+            " caller's own mappings since Linux 5.2): run as the owner or root to see it"
+        )
+    return report
+
+
+def evict(target: Target, *, allow_drop_caches: bool = False) -> WarmReport:
+    """Drop every weight file from this machine's page cache and verify it."""
+    files = [
+        FileResidency(str(wf.path), wf.size_bytes, _fraction(str(wf.path))) for wf in target.files
+    ]
+    report = WarmReport("evict", files)
+    cold = ColdCache(allow_drop_caches=allow_drop_caches)
+    start = time.monotonic()
+    for f in files:
+        result = cold.evict(f.path)
+        f.after = result.after
+        if not result.verified:
+            report.notes.append(f"{f.path}: {result.note or 'eviction not verified'}")
+    report.seconds = time.monotonic() - start
+    return report
+
+
+# -- --lock ---------------------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class Locked:
+    """The files mapped and mlocked; ``release()`` (or the process ending) unlocks them."""
+
+    def __init__(self, paths: list[tuple[str, int]]) -> None:
+        self.maps: list[tuple[int, int]] = []
+        self.bytes = 0
+        self.note: str | None = None
+        for path, size in paths:
+            if size == 0:
+                continue
+            fd = open_regular(path)
+            try:
+                addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            finally:
+                os.close(fd)
+            if addr in (None, _MAP_FAILED):
+                self.note = f"{path}: mmap failed: {os.strerror(ctypes.get_errno())}"
+                break
+            self.maps.append((addr, size))
+            if _libc.mlock(ctypes.c_void_p(addr), size) != 0:
+                err = ctypes.get_errno()
+                self.note = (
+                    f"mlock refused ({os.strerror(err)}) after {format_bytes(self.bytes)}:"
+                    " run as root or raise the locked-memory limit (ulimit -l, or"
+                    " LimitMEMLOCK= / --ulimit memlock=-1 in a container)"
+                )
+                break
+            self.bytes += size
+
+    def release(self) -> None:
+        for addr, size in self.maps:
+            _libc.munmap(ctypes.c_void_p(addr), size)  # unlocks too
+        self.maps.clear()

@@ -1,0 +1,248 @@
+"""``warm`` and ``copy``: the two fixes loadscope applies, proven on real files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from loadscope.bench import BenchOptions, run_bench
+from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.localcopy import PARTIAL_SUFFIX, CopyRefused, NotEnoughSpace, copy_model
+from loadscope.probes.pagecache import residency
+from loadscope.synth import synthesize
+from loadscope.targets import resolve
+from loadscope.warm import NotEnoughMemory, evict, warm
+from tests.conftest import run_loadscope
+
+
+def _tree(root: Path) -> dict[str, tuple[int, str, int]]:
+    """Every file under root: size, sha256 and mtime (what 'untouched' means)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out[str(p.relative_to(root))] = (
+                st.st_size,
+                hashlib.sha256(p.read_bytes()).hexdigest(),
+                st.st_mtime_ns,
+            )
+    return out
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    root = tmp_path / "model"
+    synthesize(root, 12 << 20, seed=11, shards=3)
+    (root / "tokenizer.json").write_text('{"version": "1.0"}')
+    return root
+
+
+def test_warm_fills_the_cache_and_evict_empties_it(model: Path) -> None:
+    target = resolve(str(model))
+    before = _tree(model)
+    cold = evict(target)
+    assert all(f.after is not None and f.after <= 0.01 for f in cold.files)
+    report = warm(target, threads=4, block_bytes=1 << 20)
+    assert report.bytes_read == target.total_bytes
+    assert all(f.before is not None and f.before <= 0.01 for f in report.files)
+    assert all(f.after == 1.0 for f in report.files)
+    assert all(residency(str(wf.path)).fraction == 1.0 for wf in target.files)
+    assert _tree(model) == before
+
+
+def test_warm_refuses_what_does_not_fit_and_reads_nothing(model: Path) -> None:
+    target = resolve(str(model))
+    evict(target)
+    with pytest.raises(NotEnoughMemory, match=r"missing"):
+        warm(target, available=lambda: 1 << 20)
+    assert all((residency(str(wf.path)).fraction or 0) <= 0.01 for wf in target.files)
+
+
+def test_warm_cli_prints_residency_and_locks(model: Path) -> None:
+    r = run_loadscope("warm", str(model), "--lock", "--for", "0.2", timeout=120)
+    assert r.code == 0, r.err
+    assert "resident before -> after" in r.out and "100%" in r.out
+    assert "locked" in r.out
+    r = run_loadscope("warm", str(model), "--evict", timeout=120)
+    assert r.code == 0, r.err and "evicted" in r.out
+
+
+def test_copy_is_verified_keeps_the_layout_and_never_touches_the_source(
+    model: Path, tmp_path: Path
+) -> None:
+    target = resolve(str(model))
+    before = _tree(model)
+    dest = tmp_path / "local" / "copy"
+    report = copy_model(target, dest, threads=3, block_bytes=1 << 20)
+    assert {f.status for f in report.files} == {"copied"}
+    assert "tokenizer.json" in {f.relative for f in report.files}
+    assert {k: v[:2] for k, v in _tree(dest).items()} == {k: v[:2] for k, v in before.items()}
+    assert _tree(model) == before
+    assert not list(dest.rglob(f"*{PARTIAL_SUFFIX}"))
+    # A rerun has nothing left to do: every file is verified in place and kept.
+    again = copy_model(target, dest)
+    assert {f.status for f in again.files} == {"already-there"} and again.bytes_copied == 0
+
+
+def test_copy_refuses_to_overwrite_a_different_file_and_inside_the_model(
+    model: Path, tmp_path: Path
+) -> None:
+    target = resolve(str(model))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "config.json").write_text("{}")  # not the source's config
+    with pytest.raises(CopyRefused, match="--force"):
+        copy_model(target, dest)
+    assert (dest / "config.json").read_text() == "{}"
+    copy_model(target, dest, force=True)
+    assert (dest / "config.json").read_bytes() == (model / "config.json").read_bytes()
+    with pytest.raises(CopyRefused, match="inside the model"):
+        copy_model(target, model / "sub")
+
+
+def test_out_of_space_is_refused_before_a_byte_is_written(model: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], check=True)
+    try:
+        with pytest.raises(NotEnoughSpace, match="nothing was written"):
+            copy_model(resolve(str(model)), small / "copy")
+        assert list(small.iterdir()) == []
+        r = run_loadscope("copy", str(model), str(small / "copy"), timeout=60)
+        assert r.code == 8 and "missing" in r.err and "Traceback" not in r.err
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_copy_resumes_to_an_identical_tree(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    model = tmp_path / "model"
+    synthesize(model, 48 << 20, seed=12, shards=3)
+    before = _tree(model)
+    dest = tmp_path / f"dest-{sig.name}"
+    cmd = [sys.executable, "-m", "loadscope", "copy", str(model), str(dest), "--threads", "1"]
+    rng = random.Random(sig)
+    mid_file = 0
+    for _ in range(3):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            if dest.exists() and any(dest.rglob(f"*{PARTIAL_SUFFIX}")):
+                time.sleep(rng.uniform(0, 0.03))  # a random point inside a file's copy
+                mid_file += 1
+                break
+            time.sleep(0.001)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert "Traceback" not in err
+        if sig == signal.SIGINT and proc.returncode not in (0, None):
+            assert proc.returncode == 130, err
+            assert not list(dest.rglob(f"*{PARTIAL_SUFFIX}")), "Ctrl-C left a partial file"
+        # Whatever was interrupted: every file under a final name is complete and right.
+        for rel, (size, digest, _) in _tree(dest).items():
+            if not rel.endswith(PARTIAL_SUFFIX):
+                assert (size, digest) == before[rel][:2], rel
+    assert mid_file >= 1, "never caught a copy in the middle of a file"
+    r = run_loadscope("copy", str(model), str(dest), timeout=120)
+    assert r.code == 0, r.err
+    assert {k: v[:2] for k, v in _tree(dest).items()} == {k: v[:2] for k, v in before.items()}
+    assert _tree(model) == before
+
+
+def test_copy_and_warm_work_on_a_read_only_model_as_an_unprivileged_user(
+    model: Path, request: pytest.FixtureRequest
+) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run as nobody")
+    # Outside pytest's private (0700) tmp tree, so that nobody can reach it at all.
+    base = Path(tempfile.mkdtemp(prefix="loadscope-nobody-"))
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    base.chmod(0o755)
+    shared = base / "shared"
+    shutil.copytree(model, shared / "model")
+    for p in [shared, *shared.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    out = base / "out"
+    out.mkdir()
+    os.chown(out, 65534, 65534)
+    before = _tree(shared / "model")
+    env = {**os.environ, "HOME": str(out)}
+    for args in (
+        ["warm", str(shared / "model")],
+        ["copy", str(shared / "model"), str(out / "copy")],
+    ):
+        r = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-m",
+                "loadscope",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert r.returncode == 0, r.stderr
+    assert _tree(shared / "model") == before
+    assert {k: v[:2] for k, v in _tree(out / "copy").items()} == {
+        k: v[:2] for k, v in before.items()
+    }
+
+
+needs_fuse = pytest.mark.skipif(
+    (why := fuse_unavailable_reason()) is not None, reason=f"emulated disk unavailable: {why}"
+)
+
+
+def _read_all(target_files: list[Path]) -> float:
+    t0 = time.perf_counter()
+    for p in target_files:
+        with open(p, "rb", buffering=0) as fh:
+            while fh.read(128 << 10):
+                pass
+    return time.perf_counter() - t0
+
+
+@needs_fuse
+def test_on_the_slow_disk_warm_makes_loads_page_cache_fast_and_copy_makes_them_local(
+    model: Path, tmp_path: Path
+) -> None:
+    settings = EmulatorSettings(latency_s=0.002, jitter_s=0.0, readahead_kb=0, threads=4)
+    with emulated_disk(model, tmp_path / "mnt", settings) as disk:
+        target = resolve(str(disk.path))
+        files = [Path(wf.path) for wf in target.files]
+        evict(target)
+        cold_s = _read_all(files)
+        evict(target)
+        report = warm(target, threads=8, block_bytes=4 << 20)
+        assert all(f.after == 1.0 for f in report.files)
+        warm_s = _read_all(files)  # no eviction in between: what the next load meets
+        assert cold_s > 5 * warm_s, (cold_s, warm_s)
+        dest = tmp_path / "local"
+        copy_model(target, dest)
+        options = BenchOptions(strategies=("mmap",), cache=("cold",), repeats=2, warmup=False)
+        remote = run_bench(target, options)
+        local = run_bench(resolve(str(dest)), options)
+    assert all(t.verified for t in remote.trials + local.trials)
+    assert remote.summary[0].median_seconds and local.summary[0].median_seconds
+    assert local.summary[0].median_seconds < remote.summary[0].median_seconds / 2
