@@ -267,7 +267,7 @@ def _snippets_staged() -> dict[str, str]:
 
 def _snippets_prewarm() -> dict[str, str]:
     return {
-        "shell": "cat MODEL_DIR/*.safetensors > /dev/null   # or: vmtouch -t MODEL_DIR",
+        "shell": "loadscope warm MODEL_DIR   # or: vmtouch -t MODEL_DIR",
         "safetensors": "# then load as usual: load_file maps pages already in RAM",
     }
 
@@ -482,7 +482,8 @@ def rule_copy_local(f: Facts) -> list[Recommendation]:
             " the model is updated",
             confidence="medium",
             snippets={
-                "shell": f"rsync -a --info=progress2 {f.model_root}/ {dest}/",
+                "shell": f"loadscope copy {f.model_root} {dest}"
+                f"   # verified, resumable; or: rsync -a {f.model_root}/ {dest}/",
                 "transformers": f"model = AutoModelForCausalLM.from_pretrained('{dest}')",
                 "vllm": f"vllm serve {dest}",
                 "sglang": f"python -m sglang.launch_server --model-path {dest}",

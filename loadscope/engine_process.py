@@ -17,7 +17,9 @@ workers (``loaders/forkserver.py``): nothing is left behind either way.
 Jobs: ``{"kind": "diagnose", "spec", "budget_s", "emulate": {EmulatorSettings
 fields} | null, "synth_dir", "device", "ranks"}`` (probes, trials, advice, as ``doctor``) or
 ``{"kind": "bench", "spec", "options": {"strategies", "cache", "repeats",
-"warmup"}}`` (a fixed set of trials, as ``bench``).
+"warmup"}}`` (a fixed set of trials, as ``bench``), ``{"kind": "warm", "spec",
+"threads"}`` and ``{"kind": "copy", "spec", "dest"}`` (the fixes loadscope
+applies, with ``apply_progress`` events).
 """
 
 from __future__ import annotations
@@ -45,9 +47,11 @@ from loadscope.bench import (
 )
 from loadscope.emulator import EmulatorSettings
 from loadscope.errors import LoadscopeError
+from loadscope.localcopy import CopyCancelled, copy_model
 from loadscope.probing import ProbeReport
 from loadscope.session import SessionRequest, diagnose
 from loadscope.targets import open_target
+from loadscope.warm import WarmCancelled, warm
 
 #: The most progress events per trial per second passed on (the app draws at 5 Hz).
 PROGRESS_HZ = 20
@@ -66,6 +70,16 @@ def job_for(request: SessionRequest) -> dict[str, Any]:
         "device": request.device,
         "ranks": request.ranks,
     }
+
+
+def warm_job(spec: str, threads: int = 8) -> dict[str, Any]:
+    """The wire form of ``loadscope warm``: the model read into the page cache."""
+    return {"kind": "warm", "spec": spec, "threads": threads}
+
+
+def copy_job(spec: str, dest: str) -> dict[str, Any]:
+    """The wire form of ``loadscope copy``: the model copied to ``dest``, verified."""
+    return {"kind": "copy", "spec": spec, "dest": dest}
 
 
 def bench_job(spec: str, options: BenchOptions) -> dict[str, Any]:
@@ -159,6 +173,22 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
         with open_target(job["spec"]) as target:
             bench = run_bench(target, options, wire.bench_event)
         wire.send("finished", report={"bench": json.loads(bench.to_json())})
+    elif job["kind"] in ("warm", "copy"):
+        last = [0.0]
+
+        def progress(done: int, total: int, seconds: float) -> None:
+            if seconds - last[0] >= 1 / PROGRESS_HZ or done >= total:
+                last[0] = seconds
+                wire.send("apply_progress", done=done, total=total, seconds=seconds)
+
+        with open_target(job["spec"]) as target:
+            if job["kind"] == "warm":
+                result = warm(
+                    target, threads=int(job.get("threads") or 8), progress=progress, cancel=cancel
+                ).to_dict()
+            else:
+                result = copy_model(target, job["dest"], progress=progress, cancel=cancel).to_dict()
+        wire.send("finished", report={"apply": {"kind": job["kind"], **result}})
     else:
         raise LoadscopeError(f"unknown job kind {job['kind']!r}")
 
@@ -182,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _run_job(json.loads(args[0]), wire, cancel)
         return 0
-    except BenchCancelled as exc:
+    except (BenchCancelled, WarmCancelled, CopyCancelled) as exc:
         wire.send("cancelled", reason=str(exc))
         return 0
     except LoadscopeError as exc:

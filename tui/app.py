@@ -27,11 +27,13 @@ from textual.worker import Worker, WorkerState
 from loadscope.compare import compare, row_of
 from loadscope.doctor import DEFAULT_BUDGET_S, load_report, to_markdown
 from loadscope.emulator import EmulatorSettings, fuse_unavailable_reason
-from loadscope.engine_process import EngineProcess, job_for
+from loadscope.engine_process import EngineProcess, copy_job, job_for, warm_job
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.report_html import to_html
 from loadscope.session import SessionRequest
 from loadscope.tui.messages import (
+    ApplyFinished,
+    ApplyProgress,
     ProbesReady,
     RunCancelled,
     RunFailed,
@@ -42,8 +44,15 @@ from loadscope.tui.messages import (
     TrialSample,
     message_from_wire,
 )
-from loadscope.tui.screens import CompareScreen, OnboardingScreen, ProfileScreen, PromptScreen
-from loadscope.tui.views import AdviceView, BenchView, ProbesView
+from loadscope.tui.screens import (
+    CompareScreen,
+    ConfirmScreen,
+    OnboardingScreen,
+    ProfileScreen,
+    PromptScreen,
+)
+from loadscope.tui.views import APPLICABLE, AdviceView, BenchView, ProbesView
+from loadscope.units import format_bytes
 
 #: Redraws per second of the live charts (the engine samples faster; stale samples drop).
 REDRAW_HZ = 5
@@ -60,6 +69,7 @@ class LoadscopeApp(App[int]):
         Binding("r", "rerun", "Re-run"),
         Binding("f", "profile", "Profile"),
         Binding("c", "copy", "Copy"),
+        Binding("a", "apply", "Apply"),
         Binding("e", "export", "Export"),
         Binding("o", "open_report", "Open"),
         Binding("m", "compare", "Compare"),
@@ -98,6 +108,7 @@ class LoadscopeApp(App[int]):
         self._done = threading.Event()
         self._done.set()
         self.messages_seen: list[str] = []
+        self._applying: str | None = None  # what fix is running, for its progress line
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -152,6 +163,8 @@ class LoadscopeApp(App[int]):
             ok = not self.running and self.last_request is not None
         elif action == "copy":
             ok = self.query_one(AdviceView).highlighted() is not None
+        elif action == "apply":
+            ok = not self.running and self._apply_plan()[0] is not None
         elif action in ("new", "open_report", "compare"):
             ok = not self.running
         else:
@@ -173,6 +186,11 @@ class LoadscopeApp(App[int]):
         yield SystemCommand("Compare reports", "side by side, outliers marked", self.action_compare)
         yield SystemCommand(
             "Copy the snippets", "of the highlighted recommendation", self.action_copy
+        )
+        yield SystemCommand(
+            "Apply the fix",
+            "warm the page cache or copy to a local disk, after a confirmation",
+            self.action_apply,
         )
 
     def action_tab(self, tab: str) -> None:
@@ -225,6 +243,60 @@ class LoadscopeApp(App[int]):
             return
         self.copy_to_clipboard(text)
         self.notify(f"copied the snippets of '{rec['title']}' (OSC 52)")
+
+    def _apply_plan(self) -> tuple[str | None, str]:
+        """(the highlighted fix's kind, the model spec) or (None, why it cannot be applied)."""
+        rec = self.query_one(AdviceView).highlighted()
+        if rec is None or rec["id"] not in APPLICABLE:
+            return None, "the highlighted recommendation is not one loadscope applies"
+        spec = (
+            self.last_request.spec
+            if self.last_request is not None
+            else str(((self.report or {}).get("target") or {}).get("spec", ""))
+        )
+        if not spec or spec.startswith("synthetic:"):
+            return None, "the synthetic model of this run was removed when it ended"
+        return ("warm" if rec["id"] == "prewarm" else "copy"), spec
+
+    def _copy_destination(self, spec: str) -> str:
+        disks = (((self.report or {}).get("probe") or {}).get("local_disks") or {}).get("disks")
+        fast = [d for d in disks or [] if d.get("speed")]
+        best = max(fast, key=lambda d: d["speed"]["cold_read_bytes_per_s"], default=None)
+        base = best["directory"] if best else str(Path.home())
+        return f"{base.rstrip('/')}/loadscope-copies/{Path(spec.rstrip('/')).name or 'model'}"
+
+    def action_apply(self) -> None:
+        kind, spec = self._apply_plan()
+        if kind is None:
+            self.notify(spec, severity="warning")
+            return
+        size = format_bytes(int(((self.report or {}).get("target") or {}).get("total_bytes", 0)))
+        if kind == "warm":
+            screen = ConfirmScreen(
+                "Warm the page cache",
+                f"Read {size} of {spec} into the page cache with 8 parallel readers, so the"
+                " next load is served from RAM. Reads only: nothing is written, moved or"
+                " deleted. Refused if the model does not fit in available memory.",
+            )
+        else:
+            screen = ConfirmScreen(
+                "Copy the model to a local disk",
+                f"Copy the weight files and the config/tokenizer files of {spec} ({size}) to"
+                " the directory below. Free space is checked first; each file is written under"
+                " a temporary name, fsynced, read back and compared with the source, then"
+                " renamed. The source is never touched; an existing different file stops it.",
+                self._copy_destination(spec),
+            )
+
+        def confirmed(value: str | None) -> None:
+            if value is None:
+                return
+            job = warm_job(spec) if kind == "warm" else copy_job(spec, value)
+            self._applying = "warming" if kind == "warm" else f"copying to {value}"
+            self.query_one(AdviceView).applying(f"{self._applying}: starting")
+            self._launch(job)
+
+        self.push_screen(screen, confirmed)
 
     def action_export(self) -> None:
         if self.report is None:
@@ -311,18 +383,24 @@ class LoadscopeApp(App[int]):
             return
         self.last_request = request
         self.report = None
+        self._applying = None
+        self.sub_title = f"diagnosing {request.spec}"
+        self.query_one(BenchView).reset()
+        self.query_one(AdviceView).applying(None)
+        self._launch(job_for(request))
+
+    def _launch(self, job: dict[str, Any]) -> None:
+        """Run one engine job (a diagnosis, or a fix being applied) in its child process."""
         self.running = True
         self._cancel = threading.Event()
         self._done = threading.Event()
-        self.sub_title = f"diagnosing {request.spec}"
-        self.query_one(BenchView).reset()
         self.refresh_bindings()
-        self._run(request, self._cancel, self._done)
+        self._run(job, self._cancel, self._done)
 
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
-    def _run(self, request: SessionRequest, cancel: threading.Event, done: threading.Event) -> None:
+    def _run(self, job: dict[str, Any], cancel: threading.Event, done: threading.Event) -> None:
         try:
-            engine = EngineProcess(job_for(request))
+            engine = EngineProcess(job)
         except OSError as exc:
             self.post_message(RunFailed(f"cannot start the engine: {exc}"))
             done.set()
@@ -407,9 +485,47 @@ class LoadscopeApp(App[int]):
         self.action_tab("advice")
         self.notify(m.report["verdict"]["headline"], title=m.report["verdict"]["status"])
 
+    @on(ApplyProgress)
+    def _apply_progress(self, m: ApplyProgress) -> None:
+        self._seen(m)
+        rate = f", {format_bytes(m.done / m.seconds)}/s" if m.seconds > 0 else ""
+        self.query_one(AdviceView).applying(
+            f"{self._applying}: {format_bytes(m.done)} of {format_bytes(m.total)}{rate} (s stops)",
+            m.done,
+            m.total,
+        )
+
+    @on(ApplyFinished)
+    def _apply_finished(self, m: ApplyFinished) -> None:
+        self._seen(m)
+        self.running = False
+        self._applying = None
+        r = m.result
+        if r["kind"] == "warm":
+            after = [f["after"] for f in r["files"]]
+            known = [a for a in after if a is not None]
+            resident = f"{min(known):.0%}" if len(known) == len(after) else "unknown"
+            text = (
+                f"warmed {format_bytes(r['bytes_read'])} in {r['seconds']:.2f} s;"
+                f" every file now at least {resident} resident"
+            )
+        else:
+            copied = sum(1 for f in r["files"] if f["status"] == "copied")
+            kept = len(r["files"]) - copied
+            text = (
+                f"copied {copied} file(s) to {r['dest']} ({kept} already there), verified;"
+                f' load it with from_pretrained("{r["dest"]}") or vllm serve {r["dest"]}'
+            )
+        self.query_one(AdviceView).applied(text)
+        self.notify(text, title="applied")
+        self.refresh_bindings()
+
     @on(RunFailed)
     def _failed(self, m: RunFailed) -> None:
         self._seen(m)
+        if self._applying is not None:
+            self.query_one(AdviceView).applied(f"{self._applying} failed: {m.reason}")
+            self._applying = None
         self.running = False
         self.refresh_bindings()
         self.sub_title = "failed"
@@ -418,6 +534,9 @@ class LoadscopeApp(App[int]):
     @on(RunCancelled)
     def _cancelled(self, m: RunCancelled) -> None:
         self._seen(m)
+        if self._applying is not None:
+            self.query_one(AdviceView).applied(f"{self._applying} stopped: {m.reason}")
+            self._applying = None
         self.running = False
         self.refresh_bindings()
         self.sub_title = "stopped"

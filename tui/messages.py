@@ -61,6 +61,23 @@ class RunFinished(Message):
 
 
 @dataclass
+class ApplyProgress(Message):
+    """A fix being applied (warm, copy): bytes done of total."""
+
+    done: int
+    total: int
+    seconds: float
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ApplyProgress)
+
+
+@dataclass
+class ApplyFinished(Message):
+    result: dict[str, Any]
+
+
+@dataclass
 class RunFailed(Message):
     reason: str
 
@@ -96,6 +113,10 @@ def message_from_wire(event: dict[str, Any]) -> Message | None:
         )
     if kind == "trial_finished":
         return TrialEnded(_trial(event["trial"]))
+    if kind == "apply_progress":
+        return ApplyProgress(event["done"], event["total"], event["seconds"])
+    if kind == "finished" and "apply" in event["report"]:
+        return ApplyFinished(event["report"]["apply"])
     if kind == "finished":
         return RunFinished(event["report"])
     if kind == "cancelled":

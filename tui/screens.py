@@ -253,6 +253,48 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class ConfirmScreen(ModalScreen[str | None]):
+    """Say exactly what a fix will do before it runs: Enter (or the button) applies it,
+    Escape cancels. With ``value`` (a destination), the user may edit it first; the
+    result is the (edited) value, "" when there is none, None when cancelled."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("enter", "ok", "Apply", priority=True),
+    ]
+
+    def __init__(self, title: str, body: str, value: str | None = None) -> None:
+        super().__init__()
+        self.title_text, self.body, self.value = title, body, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield Static(Text(self.body), classes="dialog-hint")
+            if self.value is not None:
+                yield Input(value=self.value, id="confirm-value")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Apply  (enter)", variant="warning", id="confirm-ok")
+                yield Button("Cancel  (esc)", id="confirm-cancel")
+
+    def on_mount(self) -> None:
+        target = "#confirm-value" if self.value is not None else "#confirm-ok"
+        self.query_one(target).focus()
+
+    @on(Button.Pressed, "#confirm-ok")
+    def action_ok(self) -> None:
+        if self.value is None:
+            self.dismiss("")
+            return
+        value = self.query_one("#confirm-value", Input).value.strip()
+        if value:
+            self.dismiss(value)
+
+    @on(Button.Pressed, "#confirm-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class CompareScreen(ModalScreen[None]):
     """Reports side by side: one column per node, outliers marked."""
 

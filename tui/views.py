@@ -464,12 +464,21 @@ class BenchView(Vertical):
 # -- advice -------------------------------------------------------------------------------------
 
 
+#: Recommendations the app can apply itself, and what the key does.
+APPLICABLE = {
+    "prewarm": "warm the page cache now (loadscope warm)",
+    "copy-to-local-disk": "copy the model now (loadscope copy)",
+}
+
+
 class AdviceView(Vertical):
     """The verdict, the ranked recommendations, and the highlighted one in full."""
 
     def compose(self) -> ComposeResult:
         yield Static("The advice appears when the trials are done.", id="verdict")
         yield OptionList(id="recs")
+        yield Static("", id="apply-status")
+        yield ProgressBar(total=100, show_eta=True, id="apply-progress")
         yield VerticalScroll(Static("", id="rec-detail"), id="rec-scroll")
 
     def on_mount(self) -> None:
@@ -509,6 +518,23 @@ class AdviceView(Vertical):
         if event.option_list.id == "recs" and event.option_index is not None:
             self._detail(event.option_index)
 
+    def applying(self, what: str | None, done: int = 0, total: int = 0) -> None:
+        """Show (or hide, with None) a fix being applied and its progress."""
+        status = self.query_one("#apply-status", Static)
+        bar = self.query_one("#apply-progress", ProgressBar)
+        status.display = bar.display = what is not None
+        if what is None:
+            return
+        status.update(Text(what))
+        bar.update(total=max(total, 1), progress=min(done, max(total, 1)))
+
+    def applied(self, text: str) -> None:
+        """The outcome of the last fix, in place of its progress."""
+        status = self.query_one("#apply-status", Static)
+        status.display = True
+        self.query_one("#apply-progress", ProgressBar).display = False
+        status.update(Text(text))
+
     def highlighted(self) -> dict[str, Any] | None:
         idx = self.query_one("#recs", OptionList).highlighted
         return self.recommendations[idx] if idx is not None and self.recommendations else None
@@ -543,4 +569,6 @@ class AdviceView(Vertical):
             for n in self.notes:
                 out.append(f"  • {n}\n")
         out.append("press c to copy the snippets (OSC 52: works over SSH)", style="dim")
+        if r["id"] in APPLICABLE:
+            out.append(f"; a to {APPLICABLE[r['id']]} (asks first)", style="dim")
         self.query_one("#rec-detail", Static).update(out)

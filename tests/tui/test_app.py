@@ -263,3 +263,83 @@ def test_brackets_in_paths_and_reasons_are_text_not_markup(tmp_path: Path) -> No
             assert "a reason with [/] and [red" in str(app.query_one("#probe-summary").render())
 
     asyncio.run(go())
+
+
+def _report_with_fixes(model: Path, total: int) -> Path:
+    """The golden report, pointed at a real model, with the two fixes the app applies
+    (as the advice engine words them for facts where they fire)."""
+    from loadscope.advice import LocalDiskFacts, advice_dict, advise_facts
+    from loadscope.probes.localdisk import DiskSpeed
+    from loadscope.probes.result import to_jsonable
+    from loadscope.probing import LocalDisk
+    from tests.unit.test_advice import facts
+
+    f = facts({"mmap": 10.0}, {"mmap": 0.5}, read_ahead_kb=8192)
+    f.local_disk = LocalDiskFacts(str(model.parent / "local"), 100 << 30, 1e9, 2e9, True)
+    doc = json.loads(GOLDEN.read_text())
+    doc["recommendations"] = advice_dict(advise_facts(f))["recommendations"]
+    doc["target"] = {**doc["target"], "spec": str(model), "total_bytes": total}
+    local = str(model.parent / "local")
+    speed = DiskSpeed(local, 100 << 30, 64 << 20, 1e9, 2e9, True)
+    disk = LocalDisk(local, "/", "local-block", 100 << 30, speed)
+    doc["probe"]["local_disks"] = {"status": "ok", "reason": None, "disks": [to_jsonable(disk)]}
+    path = model.parent / "with-fixes.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_advice_view_applies_warm_and_copy_after_a_confirmation(tmp_path: Path) -> None:
+    from loadscope.synth import synthesize
+    from loadscope.tui.screens import ConfirmScreen
+
+    model = tmp_path / "model"
+    synthesize(model, 8 << 20, seed=21, shards=2)
+    total = sum(p.stat().st_size for p in model.glob("*.safetensors"))
+    report = _report_with_fixes(model, total)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+
+    async def go() -> None:
+        app = _app(report=str(report))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            advice = app.query_one(AdviceView)
+            ids = [r["id"] for r in advice.recommendations]
+            # copy first: the highlighted one; its confirmation shows the destination.
+            assert advice.highlighted()["id"] == ids[0] == "copy-to-local-disk"  # type: ignore[index]
+            await pilot.press("a")
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("escape")  # cancelled: nothing happens
+            assert not app.running and not (tmp_path / "local").exists()
+            await pilot.press("a")
+            dest = app.screen.query_one("#confirm-value")
+            assert dest.value == str(tmp_path / "local" / "loadscope-copies" / "model")  # type: ignore[attr-defined]
+            await pilot.press("enter")
+            await _wait_for(pilot, lambda: "ApplyFinished" in app.messages_seen, 120)
+            status = str(advice.query_one("#apply-status").render())
+            assert "copied" in status and "verified" in status
+            copied = tmp_path / "local" / "loadscope-copies" / "model"
+            assert {p.name: p.read_bytes() for p in copied.iterdir()} == before
+            # then warm the page cache, from the second recommendation
+            advice.query_one("#recs").highlighted = ids.index("prewarm")  # type: ignore[attr-defined]
+            await pilot.press("a")
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("enter")
+            await _wait_for(pilot, lambda: app.messages_seen.count("ApplyFinished") == 2, 120)
+            assert "warmed" in str(advice.query_one("#apply-status").render())
+        assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+        assert _workers() == []
+
+    asyncio.run(go())
+
+
+def test_apply_is_greyed_for_a_synthetic_model() -> None:
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert app.check_action("apply", ()) is None
+            app.action_apply()
+            await pilot.pause()
+            assert not app.running
+
+    asyncio.run(go())
