@@ -214,6 +214,31 @@ needs_fuse = pytest.mark.skipif(
 )
 
 
+#: Times safetensors' load_file of each file, every page touched (a fresh interpreter:
+#: the test process never imports torch).
+LOAD_FILE = """
+import sys, time, torch
+from safetensors.torch import load_file
+t0 = time.perf_counter()
+for path in sys.argv[1:]:
+    for v in load_file(path).values():
+        if v.numel():
+            v.reshape(-1).view(torch.uint8)[::4096].sum()
+print(time.perf_counter() - t0)
+"""
+
+
+def _load_file_s(files: list[Path]) -> float:
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_FILE, *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def _read_all(target_files: list[Path]) -> float:
     t0 = time.perf_counter()
     for p in target_files:
@@ -227,17 +252,23 @@ def _read_all(target_files: list[Path]) -> float:
 def test_on_the_slow_disk_warm_makes_loads_page_cache_fast_and_copy_makes_them_local(
     model: Path, tmp_path: Path
 ) -> None:
-    settings = EmulatorSettings(latency_s=0.002, jitter_s=0.0, readahead_kb=0, threads=4)
+    settings = EmulatorSettings(latency_s=0.002, jitter_s=0.0, readahead_kb=128, threads=4)
     with emulated_disk(model, tmp_path / "mnt", settings) as disk:
         target = resolve(str(disk.path))
         files = [Path(wf.path) for wf in target.files]
         evict(target)
         cold_s = _read_all(files)
         evict(target)
+        cold_load_s = _load_file_s(files)
+        evict(target)
         report = warm(target, threads=8, block_bytes=4 << 20)
-        assert all(f.after == 1.0 for f in report.files)
+        assert all(f.after == 1.0 for f in report.files), [
+            (f.path, f.before, f.after) for f in report.files
+        ]
         warm_s = _read_all(files)  # no eviction in between: what the next load meets
         assert cold_s > 5 * warm_s, (cold_s, warm_s)
+        warm_load_s = _load_file_s(files)  # load_file, not told anything: page-cache speed
+        assert cold_load_s > 3 * warm_load_s, (cold_load_s, warm_load_s)
         dest = tmp_path / "local"
         copy_model(target, dest)
         options = BenchOptions(strategies=("mmap",), cache=("cold",), repeats=2, warmup=False)

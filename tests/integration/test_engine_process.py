@@ -10,8 +10,9 @@ from pathlib import Path
 import psutil
 
 from loadscope.bench import BenchOptions
-from loadscope.engine_process import EngineProcess, bench_job
+from loadscope.engine_process import EngineProcess, bench_job, copy_job
 from loadscope.loaders.forkserver import WORKER_NAME
+from loadscope.localcopy import PARTIAL_SUFFIX
 from loadscope.synth import synthesize
 
 
@@ -101,3 +102,20 @@ def test_a_killed_engine_is_a_failed_run_and_its_workers_die(tmp_path: Path) -> 
     assert last["event"] == "failed"
     assert "code -9" in str(last["reason"])
     assert _gone(pids)  # the fork server saw its socket close; the workers died with it
+
+
+def test_a_copy_job_streams_progress_and_stops_cleanly_when_cancelled(tmp_path: Path) -> None:
+    synthesize(tmp_path / "m", 128 << 20, seed=8, shards=2)
+    dest = tmp_path / "dest"
+    engine = EngineProcess(copy_job(str(tmp_path / "m"), str(dest)))
+    seen: list[str] = []
+    for event in engine.events():
+        seen.append(event["event"])
+        if event["event"] == "apply_progress" and seen.count("apply_progress") == 1:
+            assert 0 <= event["done"] <= event["total"]
+            engine.cancel()
+    assert seen[-1] == "cancelled", seen[-3:]
+    assert not list(dest.rglob(f"*{PARTIAL_SUFFIX}"))  # stopped: no partial file left
+    src = {p.name: p.read_bytes() for p in (tmp_path / "m").iterdir()}
+    for p in dest.iterdir():  # what did land under a final name is complete
+        assert p.read_bytes() == src[p.name]
