@@ -109,6 +109,7 @@ class LoadscopeApp(App[int]):
         self._done.set()
         self.messages_seen: list[str] = []
         self._applying: str | None = None  # what fix is running, for its progress line
+        self._profilable = False
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -436,6 +437,10 @@ class LoadscopeApp(App[int]):
         # Only the visible benchmark tab is drawn; its model keeps filling regardless.
         if self.running and self.query_one("#tabs", TabbedContent).active == "bench":
             self.query_one(BenchView).tick()
+        profilable = self.running and self.query_one(BenchView).running_pid() is not None
+        if profilable != self._profilable:  # the footer's Profile key, only when it changes
+            self._profilable = profilable
+            self.refresh_bindings()
 
     def _seen(self, message: Any) -> None:
         self.messages_seen.append(type(message).__name__)
@@ -456,7 +461,8 @@ class LoadscopeApp(App[int]):
         if m.index == 0:
             self.action_tab("bench")
         self.query_one(BenchView).trial_began(m.trial, m.index, m.total)
-        self.refresh_bindings()
+        if m.index == 0:
+            self.refresh_bindings()
 
     @on(TrialSample)
     def _sample(self, m: TrialSample) -> None:

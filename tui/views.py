@@ -270,6 +270,10 @@ class BenchView(Vertical):
         self.current: int | None = None
         self._mmap_s: dict[str, float] = {}
         self._drawn: tuple[Any, int] | None = None
+        #: Rows and the status line waiting for the next tick: a trial's end and the next
+        #: one's start arrive together, and drawing each at once cost a frame apiece.
+        self._pending_rows: list[Trial | dict[str, Any]] = []
+        self._pending_status: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("No trials yet: they start after the probes.", id="bench-status")
@@ -288,6 +292,8 @@ class BenchView(Vertical):
         self.current = None
         self._mmap_s.clear()
         self._drawn = None
+        self._pending_rows.clear()
+        self._pending_status = None
         self.query_one("#charts", VerticalScroll).remove_children()
         self.query_one("#results", DataTable).clear()
         self.query_one("#bench-status", Static).update("Waiting for the first trial.")
@@ -308,10 +314,7 @@ class BenchView(Vertical):
         self.chart_of[trial.strategy] = trial.id
         self.current = trial.id
         self._chart(trial.strategy)
-        self.query_one("#bench-status", Static).update(
-            f"trial {index + 1}/{total}: [b]{label}[/b] — starting a fresh worker"
-        )
-        self.query_one("#trial-progress", ProgressBar).update(total=100, progress=0)
+        self._pending_status = f"trial {index + 1}/{total}: [b]{label}[/b] — starting a worker"
 
     def sample(
         self,
@@ -343,10 +346,9 @@ class BenchView(Vertical):
                     lt.points = deque((float(t), int(b)) for t, b in trial.series)
             else:
                 lt.note = f"{trial.status}: {(trial.reason or '')[:50]}"
-        self._add_row(trial)
+        self._pending_rows.append(trial)
         if self.current == trial.id:
             self.current = None
-        self.tick()
 
     def _add_row(self, trial: Trial | dict[str, Any]) -> None:
         d = _trial_dict(trial)
@@ -390,7 +392,14 @@ class BenchView(Vertical):
         return lt.pid if lt is not None and not lt.done else None
 
     def tick(self) -> None:
-        """Push the model to the widgets (called at 5 Hz by the app, and on trial end)."""
+        """Push the model to the widgets (called at 5 Hz by the app, and at the end)."""
+        for row in self._pending_rows:
+            self._add_row(row)
+        self._pending_rows.clear()
+        if self._pending_status is not None:
+            self.query_one("#bench-status", Static).update(self._pending_status)
+            self.query_one("#trial-progress", ProgressBar).update(total=100, progress=0)
+            self._pending_status = None
         # Redraw only what changed since the last tick: finished charts cost nothing.
         state = tuple(
             (tid, self.live[tid].points[-1] if self.live[tid].points else None, self.live[tid].done)
