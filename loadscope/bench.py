@@ -261,6 +261,34 @@ def reference_digests(
     return out
 
 
+def _bounded_reference(
+    files: list[WeightFile], tensors: Mapping[Path, tuple[str, ...] | None], timeout_s: float
+) -> dict[str, str]:
+    """The reference read, given at most ``timeout_s``: storage that stops answering makes
+    a clear error, not a hang (the stuck read stays in its thread until the storage
+    answers or goes away)."""
+    out: list[dict[str, str]] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            out.append(reference_digests(files, tensors))
+        except BaseException as exc:  # noqa: BLE001  (re-raised below, in the caller)
+            errors.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True, name="reference-read")
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise BenchError(
+            f"the reference read of {files[0].path.parent} got no answer within"
+            f" {timeout_s:g} s: the storage stopped answering"
+        )
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
 # -- sampling -----------------------------------------------------------------------------------
 
 
@@ -747,7 +775,11 @@ def run_bench(
         sample_info = Sample(nbytes, total, count, len(sample), None, options.sample_reason)
     if sample is not None and "pickle" in " ".join(names):
         notes.append("torch checkpoints are loaded whole even when sampling")
-    reference = reference_digests(files, sample or {}) if target.formats == {"safetensors"} else {}
+    reference = (
+        _bounded_reference(files, sample or {}, options.trial_timeout_s)
+        if target.formats == {"safetensors"}
+        else {}
+    )
     rounds = range(0 if options.warmup else 1, options.repeats + 1)
     plan = [
         Trial(0, name, cache, r, r == 0)

@@ -338,6 +338,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--evict", action="store_true", help="drop the files from the page cache")
     p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up when no byte was read for SECONDS (default 60)",
+    )
+    p.add_argument(
         "--allow-drop-caches",
         action="store_true",
         help="with --evict: write /proc/sys/vm/drop_caches when a file will not evict",
@@ -359,6 +366,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest", metavar="DEST", nargs="?", help="destination directory")
     p.add_argument("--threads", type=int, default=4, help="parallel block copies (default 4)")
     p.add_argument("--force", action="store_true", help="replace files that differ in DEST")
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up when no byte was copied for SECONDS (default 60)",
+    )
     p.add_argument(
         "--report",
         metavar="DOCTOR.json",
@@ -492,6 +506,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-requests", metavar="FILE", help="append 'ns offset size path' per read to FILE"
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the jitter")
+    p.add_argument(
+        "--fail-after",
+        type=_size,
+        metavar="BYTES",
+        help="fault: every read after BYTES served fails with EIO",
+    )
+    p.add_argument(
+        "--stall-after",
+        type=_size,
+        metavar="BYTES",
+        help="fault: every read after BYTES served never answers (until unmount)",
+    )
+    p.add_argument("--stall", action="store_true", help="fault: no read ever answers")
+    p.add_argument(
+        "--eio-rate", type=float, default=0.0, metavar="P", help="fault: fail reads at random"
+    )
     p.add_argument(
         "--unmount", metavar="MOUNTPOINT", help="unmount a (possibly stale) emulator mount and exit"
     )
@@ -788,6 +818,7 @@ def _cmd_warm(args: argparse.Namespace, out: TextIO) -> ExitCode:
                     threads=args.threads,
                     block_bytes=args.block,
                     progress=_progress_line("warming"),
+                    stall_timeout_s=args.stall_timeout,
                 )
             finally:
                 _clear_progress()
@@ -846,6 +877,7 @@ def _cmd_copy(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 threads=args.threads,
                 force=args.force,
                 progress=_progress_line("copying"),
+                stall_timeout_s=args.stall_timeout,
             )
         finally:
             _clear_progress()
@@ -987,7 +1019,12 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
         direct_io=args.direct_io,
         log_requests=args.log_requests,
         seed=args.seed,
+        fail_after_bytes=args.fail_after,
+        stall_after_bytes=0 if args.stall else args.stall_after,
+        eio_rate=args.eio_rate,
     )
+    if not 0.0 <= args.eio_rate <= 1.0:
+        raise UsageError("--eio-rate is a probability between 0 and 1")
     if sys.stderr.isatty():
         sys.stderr.write(
             f"serving {args.source} at {args.mountpoint}: {args.latency * 1e3:g} ms per request,"

@@ -70,6 +70,12 @@ class EmulatorSettings:
     direct_io: bool = False
     log_requests: str | None = None
     seed: int = 0
+    #: Faults, for hardening tests: every read after this many bytes served fails with EIO;
+    #: every read after this many bytes never answers (until unmount); this fraction of
+    #: reads fails with EIO at random (seeded).
+    fail_after_bytes: int | None = None
+    stall_after_bytes: int | None = None
+    eio_rate: float = 0.0
 
     def cli_args(self) -> list[str]:
         """The ``loadscope emulate`` options that reproduce these settings."""
@@ -88,6 +94,12 @@ class EmulatorSettings:
             args.append("--direct-io")
         if self.log_requests:
             args.append(f"--log-requests={self.log_requests}")
+        if self.fail_after_bytes is not None:
+            args.append(f"--fail-after={self.fail_after_bytes}B")
+        if self.stall_after_bytes is not None:
+            args.append(f"--stall-after={self.stall_after_bytes}B")
+        if self.eio_rate:
+            args.append(f"--eio-rate={self.eio_rate:g}")
         return args
 
 
@@ -159,6 +171,31 @@ class _Link:
             time.sleep(delay)
 
 
+class _Faults:
+    """Injected failures: EIO after N bytes, a stall after N bytes, random EIO."""
+
+    def __init__(self, settings: EmulatorSettings) -> None:
+        self.settings = settings
+        self.lock = threading.Lock()
+        self.served = 0
+        self.rng = random.Random(settings.seed + 1)
+        self.released = threading.Event()  # set at unmount: stalled reads give up then
+
+    def before_read(self, size: int) -> int | None:
+        """The errno to fail this read with, or None to serve it (after a stall, maybe)."""
+        s = self.settings
+        with self.lock:
+            served = self.served
+            self.served += size
+            unlucky = s.eio_rate > 0 and self.rng.random() < s.eio_rate
+        if s.stall_after_bytes is not None and served >= s.stall_after_bytes:
+            self.released.wait()  # "never answers": until the mount goes away
+            return errno.EIO
+        if s.fail_after_bytes is not None and served >= s.fail_after_bytes:
+            return errno.EIO
+        return errno.EIO if unlucky else None
+
+
 class _RequestLogWriter:
     def __init__(self, path: str | None) -> None:
         self.lock = threading.Lock()
@@ -183,6 +220,7 @@ def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
     mfusepy = _import_mfusepy()
 
     link = _Link(settings)
+    faults = _Faults(settings)
     log = _RequestLogWriter(settings.log_requests)
     # libfuse starts worker threads on demand; this caps how many requests the "server"
     # works on at once, like a network filesystem daemon with N threads.
@@ -239,6 +277,9 @@ def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
             log.write(path, offset, size)
+            failure = faults.before_read(size)
+            if failure is not None:
+                raise mfusepy.FuseOSError(failure)
             with servers:
                 link.wait(size)
                 return os.pread(fh, size, offset)
@@ -272,6 +313,7 @@ def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
             return 0
 
         def destroy(self, path: str) -> None:
+            faults.released.set()  # stalled reads give up: the mount is going away
             log.flush()
 
     return SlowPassthrough()

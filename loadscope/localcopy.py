@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadscope.errors import ExitCode, LoadscopeError
-from loadscope.safeio import open_regular
+from loadscope.errors import ExitCode, LoadscopeError, ReadFailed
+from loadscope.safeio import open_regular, pread_exactly
 from loadscope.targets import Target
 from loadscope.units import format_bytes
 
@@ -43,6 +43,8 @@ DEFAULT_THREADS = 4
 #: Room kept free on DEST beyond the files (metadata, other writers).
 SPACE_MARGIN = 64 << 20
 SIDECAR_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".py", ".jinja")
+#: No byte copied for this long: the storage stopped answering.
+STALL_TIMEOUT_S = 60.0
 
 Progress = Callable[[int, int, float], None]  # bytes done, bytes total, seconds
 
@@ -158,6 +160,7 @@ def copy_model(
     force: bool = False,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    stall_timeout_s: float = STALL_TIMEOUT_S,
 ) -> CopyReport:
     root = target.root if target.root.is_dir() else target.root.parent
     dest_dir = Path(dest)
@@ -209,7 +212,7 @@ def copy_model(
         for f in todo:
             if stop.is_set():
                 break
-            _copy_one(f, dest_dir, threads, block_bytes, stop, tick)
+            _copy_one(f, dest_dir, threads, block_bytes, stop, tick, stall_timeout_s)
     finally:
         report.seconds = time.monotonic() - start
         report.bytes_copied = done[0]
@@ -229,6 +232,7 @@ def _copy_one(
     block_bytes: int,
     stop: threading.Event,
     tick: Callable[[int], None],
+    stall_timeout_s: float = STALL_TIMEOUT_S,
 ) -> None:
     final = dest_dir / f.relative
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -236,6 +240,7 @@ def _copy_one(
     src = open_regular(f.source)
     out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     completed = False
+    stuck = False
     try:
         size = os.fstat(src).st_size
         if size != f.size_bytes:
@@ -247,6 +252,8 @@ def _copy_one(
         it = iter(blocks)
         lock = threading.Lock()
         abort = threading.Event()  # set when this thread is interrupted (Ctrl-C)
+        in_flight: dict[int, int] = {}  # copier -> the offset it reads
+        moved = [time.monotonic()]
 
         def worker() -> None:
             try:
@@ -256,14 +263,22 @@ def _copy_one(
                     if off is None:
                         return
                     length = min(block_bytes, size - off)
-                    data = os.pread(src, length, off)
-                    if len(data) != length:
-                        raise CopyError(f"{f.source}: short read at offset {off}")
+                    in_flight[threading.get_ident()] = off
+                    data = bytearray(length)
+                    pread_exactly(src, memoryview(data), off, f.source)
+                    if abort.is_set():
+                        return
                     view = memoryview(data)
                     written = 0
-                    while written < length:
-                        written += os.pwrite(out, view[written:], off + written)
+                    try:
+                        while written < length:
+                            written += os.pwrite(out, view[written:], off + written)
+                    except OSError as exc:
+                        raise CopyError(
+                            f"writing at offset {off + written}: {exc.strerror}", path=partial
+                        ) from None
                     crcs[off] = (zlib.crc32(data), length)
+                    moved[0] = time.monotonic()
                     tick(length)
             except BaseException as exc:  # noqa: BLE001  (re-raised below)
                 errors.append(exc)
@@ -272,18 +287,26 @@ def _copy_one(
         for t in pool:
             t.start()
         try:
-            for t in pool:
-                t.join()
+            while any(t.is_alive() for t in pool):
+                for t in pool:
+                    t.join(timeout=0.1)
+                if time.monotonic() - moved[0] > stall_timeout_s:
+                    abort.set()
+                    stuck = True  # copiers blocked in the kernel keep their fds: see finally
+                    where = ", ".join(str(o) for o in sorted(set(in_flight.values()))[:3])
+                    raise ReadFailed(
+                        f"no byte copied for {stall_timeout_s:g} s (reading at offset {where}):"
+                        " the storage stopped answering; nothing renamed",
+                        path=f.source,
+                    )
         except BaseException:
             abort.set()  # no thread may write after the fds below are closed
-            for t in pool:
-                t.join()
+            if not stuck:
+                for t in pool:
+                    t.join()
             raise
         if errors:
-            exc = errors[0]
-            if isinstance(exc, OSError):
-                raise CopyError(f"copying {f.source} to {partial}: {exc}") from None
-            raise exc
+            raise errors[0]
         if stop.is_set():
             return
         os.fsync(out)
@@ -296,8 +319,9 @@ def _copy_one(
         f.status, f.crc32 = "copied", crc
         completed = True
     finally:
-        os.close(src)
-        os.close(out)
+        if not stuck:  # a copier stuck in pread() may still pwrite(): never reuse its fds
+            os.close(src)
+            os.close(out)
         if not completed and partial.exists():
             partial.unlink()
 

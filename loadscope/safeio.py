@@ -94,3 +94,23 @@ def pread_exact(fd: int, size: int, offset: int, *, path: str | os.PathLike[str]
         remaining -= len(chunk)
         offset += len(chunk)
     return b"".join(chunks)
+
+
+def pread_exactly(fd: int, view: memoryview, offset: int, path: str) -> None:
+    """Fill ``view`` from ``offset``: a short read continues where it stopped, so a storage
+    error is reported with its own errno and the offset it happened at; the file ending
+    early is said as such. Raises ReadFailed naming ``path``."""
+    done = 0
+    while done < len(view):
+        at = offset + done
+        try:
+            got = os.preadv(fd, [view[done:]], at)
+        except OSError as exc:
+            raise ReadFailed(f"{exc.strerror} at offset {at}", path=path) from None
+        if got == 0:
+            raise ReadFailed(
+                f"the file ends at offset {at}, before the {offset + len(view)} bytes it had"
+                " (it changed while being read?)",
+                path=path,
+            )
+        done += got

@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.errors import ExitCode, LoadscopeError, ReadFailed
 from loadscope.probes.pagecache import ColdCache, residency
 from loadscope.probes.system import cgroup_memory
-from loadscope.safeio import open_regular
+from loadscope.safeio import open_regular, pread_exactly
 from loadscope.targets import Target
 from loadscope.units import format_bytes
 
@@ -38,6 +38,8 @@ DEFAULT_THREADS = 8
 MEMORY_MARGIN = 256 << 20
 #: Re-reads of a file found not fully resident right after warming.
 TOP_UP_PASSES = 2
+#: No byte read for this long: the storage stopped answering (a hung NFS server, a stall).
+STALL_TIMEOUT_S = 60.0
 
 Progress = Callable[[int, int, float], None]  # bytes done, bytes total, seconds
 
@@ -134,6 +136,7 @@ def warm(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     available: Callable[[], int] = memory_available_bytes,
+    stall_timeout_s: float = STALL_TIMEOUT_S,
 ) -> WarmReport:
     """Read every weight file in parallel blocks; residency before and after."""
     if threads < 1 or block_bytes < 4096:
@@ -160,9 +163,12 @@ def warm(
         os.posix_fadvise(fds[f.path], 0, 0, os.POSIX_FADV_WILLNEED)
     start = time.monotonic()
 
+    in_flight: dict[int, tuple[str, int]] = {}  # reader -> (file, offset) it waits on
+
     def reader() -> None:
         buf = bytearray(block_bytes)
         view = memoryview(buf)
+        me = threading.get_ident()
         try:
             while not stop.is_set() and not errors:
                 with lock:
@@ -170,38 +176,53 @@ def warm(
                 if job is None:
                     return
                 path, off, length = job
-                got = os.preadv(fds[path], [view[:length]], off)
-                if got != length:
-                    raise OSError(f"{path}: short read at offset {off} ({got} of {length})")
+                in_flight[me] = (path, off)
+                pread_exactly(fds[path], view[:length], off, path)
                 with lock:
                     done[0] += length
+                in_flight.pop(me, None)
         except BaseException as exc:  # noqa: BLE001  (re-raised in the caller)
             errors.append(exc)
 
     pool = [threading.Thread(target=reader, daemon=True) for _ in range(threads)]
+    stalled: str | None = None
     try:
         for t in pool:
             t.start()
+        last_done, last_moved = 0, time.monotonic()
         while any(t.is_alive() for t in pool):
             for t in pool:
                 t.join(timeout=0.1)
+            now = time.monotonic()
+            if done[0] != last_done:
+                last_done, last_moved = done[0], now
+            elif now - last_moved > stall_timeout_s:
+                waiting = sorted(set(in_flight.values()))
+                where = ", ".join(f"{p} at offset {o}" for p, o in waiting[:3]) or "?"
+                stalled = (
+                    f"no byte read for {stall_timeout_s:g} s (waiting on {where}):"
+                    " the storage stopped answering"
+                )
+                stop.set()
+                break
             if progress is not None:
-                progress(done[0], total, time.monotonic() - start)
+                progress(done[0], total, now - start)
     except BaseException:
         stop.set()  # Ctrl-C: no reader may touch the fds closed below
         raise
     finally:
-        for t in pool:
-            t.join()
-        for fd in fds.values():
-            os.close(fd)
+        if stalled is None:
+            for t in pool:
+                t.join()
+            for fd in fds.values():
+                os.close(fd)
+        # else: readers are stuck in the kernel; their fds stay open until they return
+    if stalled is not None:
+        raise ReadFailed(stalled)
     report.seconds = time.monotonic() - start
     report.bytes_read = done[0]
     if errors:
-        exc = errors[0]
-        if isinstance(exc, OSError):
-            raise LoadscopeError(f"read failed: {exc}") from None
-        raise exc
+        raise errors[0]
     if cancel is not None and cancel.is_set():
         raise WarmCancelled(f"stopped after {format_bytes(done[0])} of {format_bytes(total)}")
     for f in files:

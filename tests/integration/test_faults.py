@@ -1,0 +1,106 @@
+"""Failing storage, emulated: EIO after N bytes, a read that never answers, random EIO.
+
+Each command meets each fault with a clear error naming the file (and the offset
+where it can know it) or a timeout, kills what it started, and leaves no mount,
+worker or partial file behind.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadscope.bench import BenchError, BenchOptions, run_bench
+from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason, is_mounted
+from loadscope.errors import ReadFailed
+from loadscope.loaders.forkserver import WORKER_NAME
+from loadscope.localcopy import PARTIAL_SUFFIX, copy_model
+from loadscope.synth import synthesize
+from loadscope.targets import resolve
+from loadscope.warm import evict, warm
+
+pytestmark = pytest.mark.skipif(
+    (why := fuse_unavailable_reason()) is not None, reason=f"emulated disk unavailable: {why}"
+)
+
+FAST = {"latency_s": 0.0005, "jitter_s": 0.0, "readahead_kb": 128}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("faulty") / "model"
+    synthesize(root, 12 << 20, seed=31, shards=2)
+    return root
+
+
+def _no_workers() -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not [p for p in psutil.Process().children(recursive=True) if p.name() == WORKER_NAME]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _open_past_headers(mnt_path: Path) -> None:
+    """Resolve (headers read) before the fault budget runs out, then drop the cache."""
+    evict(resolve(str(mnt_path)))
+
+
+def test_eio_is_one_clear_error_per_command(source: Path, tmp_path: Path) -> None:
+    settings = EmulatorSettings(**FAST, fail_after_bytes=256 << 10)
+    mnt = tmp_path / "mnt"
+    with emulated_disk(source, mnt, settings) as disk:
+        target = resolve(str(disk.path))  # the headers fit in the budget
+        evict(target)
+        with pytest.raises(ReadFailed, match=r"Input/output error at offset \d+") as warm_err:
+            warm(target, threads=2, block_bytes=1 << 20)
+        assert str(disk.path) in str(warm_err.value)
+        dest = tmp_path / "dest"
+        with pytest.raises(ReadFailed, match=r"Input/output error at offset \d+"):
+            copy_model(target, dest, threads=2, block_bytes=1 << 20)
+        assert not list(dest.rglob(f"*{PARTIAL_SUFFIX}"))
+        assert not [p for p in dest.rglob("*.safetensors")]  # nothing unverified was renamed
+        try:
+            report = run_bench(
+                target, BenchOptions(strategies=("mmap",), cache=("cold",), repeats=1, warmup=False)
+            )
+        except Exception as exc:  # noqa: BLE001  (the parent's reference read may fail first)
+            assert "Input/output error" in str(exc) or "EIO" in str(exc), exc
+        else:
+            (trial,) = report.trials
+            assert trial.status == "failed"
+            assert "error" in (trial.reason or "").lower(), trial.reason
+        assert _no_workers()
+    assert not is_mounted(mnt)
+
+
+def test_a_stall_is_a_timeout_not_a_hang(source: Path, tmp_path: Path) -> None:
+    settings = EmulatorSettings(**FAST, stall_after_bytes=256 << 10)
+    mnt = tmp_path / "mnt"
+    t0 = time.monotonic()
+    with emulated_disk(source, mnt, settings) as disk:
+        target = resolve(str(disk.path))
+        evict(target)
+        with pytest.raises(ReadFailed, match="stopped answering"):
+            warm(target, threads=2, block_bytes=1 << 20, stall_timeout_s=2)
+        dest = tmp_path / "dest"
+        with pytest.raises(ReadFailed, match="stopped answering"):
+            copy_model(target, dest, threads=2, block_bytes=1 << 20, stall_timeout_s=2)
+        assert not list(dest.rglob(f"*{PARTIAL_SUFFIX}"))
+        options = BenchOptions(
+            strategies=("mmap",), cache=("warm",), repeats=1, warmup=False, trial_timeout_s=3
+        )
+        try:
+            report = run_bench(target, options)
+        except BenchError as exc:  # the parent's reference read is what meets the stall first
+            assert "stopped answering" in str(exc), exc
+        else:
+            (trial,) = report.trials
+            assert trial.status == "failed" and "timed out" in (trial.reason or ""), trial.reason
+        assert _no_workers()
+    assert not is_mounted(mnt)
+    assert time.monotonic() - t0 < 120
