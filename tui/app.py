@@ -110,6 +110,8 @@ class LoadscopeApp(App[int]):
         self.messages_seen: list[str] = []
         self._applying: str | None = None  # what fix is running, for its progress line
         self._profilable = False
+        #: The model the shown report is about, as the user named it (for the fixes).
+        self._source_spec = ""
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -250,11 +252,7 @@ class LoadscopeApp(App[int]):
         rec = self.query_one(AdviceView).highlighted()
         if rec is None or rec["id"] not in APPLICABLE:
             return None, "the highlighted recommendation is not one loadscope applies"
-        spec = (
-            self.last_request.spec
-            if self.last_request is not None
-            else str(((self.report or {}).get("target") or {}).get("spec", ""))
-        )
+        spec = self._source_spec
         if not spec or spec.startswith("synthetic:"):
             return None, "the synthetic model of this run was removed when it ended"
         return ("warm" if rec["id"] == "prewarm" else "copy"), spec
@@ -351,6 +349,7 @@ class LoadscopeApp(App[int]):
             self.notify(str(exc), severity="error")
             return
         self.show_report(doc)
+        self._source_spec = str((doc.get("target") or {}).get("spec", ""))
         self.sub_title = f"report {Path(path).name}"
 
     def action_compare(self) -> None:
@@ -487,6 +486,7 @@ class LoadscopeApp(App[int]):
     def _finished(self, m: RunFinished) -> None:
         self._seen(m)
         self.running = False
+        self._source_spec = self.last_request.spec if self.last_request else ""
         self.show_report(m.report, live=True)
         self.action_tab("advice")
         self.notify(m.report["verdict"]["headline"], title=m.report["verdict"]["status"])

@@ -36,12 +36,18 @@ async def _wait_for(pilot: Any, cond: Any, timeout: float) -> None:
 
 
 def _workers() -> list[psutil.Process]:
-    """Trial workers under this process: forked by the fork server, or spawned."""
-    return [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if p.name() == WORKER_NAME or "loadscope.loaders.worker" in " ".join(p.cmdline())
-    ]
+    """Trial workers under this process: forked by the fork server, or spawned (live ones:
+    a zombie is a process that has exited and waits to be reaped)."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.name() == WORKER_NAME or "loadscope.loaders.worker" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.NoSuchProcess:  # exited meanwhile (ZombieProcess included)
+            continue
+    return found
 
 
 def test_onboarding_to_advice_on_a_synthetic_model() -> None:
