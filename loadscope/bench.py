@@ -41,7 +41,7 @@ from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Star
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.probes.pagecache import ColdCache, residency
-from loadscope.probes.system import probe_system
+from loadscope.probes.system import memory_headroom
 from loadscope.targets import Target, WeightFile
 from loadscope.units import format_bytes, format_rate
 
@@ -700,7 +700,7 @@ def memory_guard(name: str, info: dict[str, Any], model_bytes: int, headroom: in
 def _headroom(options: BenchOptions) -> int:
     if options.memory_headroom_bytes is not None:
         return options.memory_headroom_bytes
-    return probe_system().memory_headroom_bytes
+    return memory_headroom()
 
 
 def _summaries(trials: list[Trial]) -> list[Summary]:

@@ -45,7 +45,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from loadscope.bench import _kill_group, reference_digests
+from loadscope import errors
+from loadscope.bench import CacheMode, TrialStatus, _kill_group, reference_digests
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.loaders import forkserver
 from loadscope.loaders.forkserver import ForkedProcess
@@ -59,16 +60,14 @@ from loadscope.loaders.rank import (
     RankTrial,
     decode,
 )
-from loadscope.probes.system import cgroup_memory
+from loadscope.probes.system import memory_headroom
 from loadscope.targets import Target, WeightFile
 from loadscope.units import format_bytes, format_rate
 
 SCHEMA_VERSION = 1
 Mode = Literal["independent", "broadcast", "broadcast-async", "sharded"]
 MODES: tuple[Mode, ...] = get_args(Mode)
-CacheMode = Literal["cold", "warm"]
 Device = Literal["cpu", "cuda"]
-TrialStatus = Literal["ok", "failed", "skipped"]
 #: Memory a rank needs beyond the tensors it holds: measured ~230 MB RSS per rank after
 #: init_process_group (torch, gloo), much of it shared with the fork server; rounded up.
 RANK_OVERHEAD_BYTES = 256 << 20
@@ -87,7 +86,7 @@ class BroadcastError(LoadscopeError):
     exit_code = ExitCode.USAGE
 
 
-class NotEnoughMemory(BroadcastError):
+class NotEnoughMemory(BroadcastError, errors.NotEnoughMemory):
     """The plan would hold more copies of the model than this machine has room for."""
 
     exit_code = ExitCode.RESOURCES
@@ -299,17 +298,6 @@ def memory_need(mode: Mode, files: list[WeightFile], options: BroadcastOptions) 
         need += model
         how += f" + the page cache holding the model for warm trials ({format_bytes(model)})"
     return need, how + f" + {format_bytes(RANK_OVERHEAD_BYTES)} per rank of runtime"
-
-
-def memory_headroom_bytes() -> int:
-    """min(available RAM, cgroup limit - usage): what the ranks may take (no torch import)."""
-    import psutil
-
-    headroom = int(psutil.virtual_memory().available)
-    cg = cgroup_memory()
-    if cg is not None and cg.limit_bytes is not None:
-        headroom = min(headroom, max(0, cg.limit_bytes - (cg.usage_bytes or 0)))
-    return headroom
 
 
 def memory_guard(
@@ -814,7 +802,7 @@ def run_broadcast(
     _check(target, options)
     files = list(target.files)
     model_bytes = target.total_bytes
-    available = (options.memory_available or memory_headroom_bytes)()
+    available = (options.memory_available or memory_headroom)()
     skipped = memory_guard(files, options, available)
     modes = tuple(m for m in options.modes if m not in skipped)
     if not modes:

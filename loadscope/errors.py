@@ -87,3 +87,9 @@ def error_from_oserror(exc: OSError, path: str | os.PathLike[str]) -> LoadscopeE
     if isinstance(exc, PermissionError):
         return PermissionDenied(f"permission denied ({reason})", path=path)
     return ReadFailed(f"read failed: {reason} (errno {exc.errno})", path=path)
+
+
+class NotEnoughMemory(LoadscopeError):
+    """What was asked would hold more in RAM than this machine (or its cgroup) has room for."""
+
+    exit_code = ExitCode.RESOURCES

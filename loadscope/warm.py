@@ -17,7 +17,6 @@ model, and as a user who may only read it (residency then reads "unknown").
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import os
 import threading
@@ -25,9 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loadscope.errors import ExitCode, LoadscopeError, ReadFailed
-from loadscope.probes.pagecache import ColdCache, residency
-from loadscope.probes.system import cgroup_memory
+from loadscope.errors import ExitCode, LoadscopeError, NotEnoughMemory, ReadFailed
+from loadscope.probes.pagecache import LIBC, MAP_FAILED, ColdCache, residency
+from loadscope.probes.system import memory_headroom
 from loadscope.safeio import open_regular, pread_exactly
 from loadscope.targets import Target
 from loadscope.units import format_bytes
@@ -48,12 +47,6 @@ class WarmCancelled(LoadscopeError):
     """Interrupted: what was read stays cached; nothing else changed."""
 
     exit_code = ExitCode.INTERRUPTED
-
-
-class NotEnoughMemory(LoadscopeError):
-    """The model does not fit in the memory the page cache could use."""
-
-    exit_code = ExitCode.RESOURCES
 
 
 @dataclass(slots=True)
@@ -96,17 +89,6 @@ class WarmReport:
         }
 
 
-def memory_available_bytes() -> int:
-    """min(available RAM, cgroup limit - usage)."""
-    import psutil
-
-    available = int(psutil.virtual_memory().available)
-    cg = cgroup_memory()
-    if cg is not None and cg.limit_bytes is not None:
-        available = min(available, max(0, cg.limit_bytes - (cg.usage_bytes or 0)))
-    return available
-
-
 def _fraction(path: str) -> float | None:
     return residency(path).fraction
 
@@ -135,7 +117,7 @@ def warm(
     block_bytes: int = DEFAULT_BLOCK,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
-    available: Callable[[], int] = memory_available_bytes,
+    available: Callable[[], int] = memory_headroom,
     stall_timeout_s: float = STALL_TIMEOUT_S,
 ) -> WarmReport:
     """Read every weight file in parallel blocks; residency before and after."""
@@ -279,19 +261,9 @@ def evict(target: Target, *, allow_drop_caches: bool = False) -> WarmReport:
 
 # -- --lock ---------------------------------------------------------------------------------------
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [
-    ctypes.c_void_p,
-    ctypes.c_size_t,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_long,
-]
+_libc = LIBC
 _libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_MAP_FAILED = ctypes.c_void_p(-1).value
+_MAP_FAILED = MAP_FAILED
 
 
 class Locked:

@@ -46,6 +46,9 @@ _libc.mmap.argtypes = [
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 _MAP_FAILED = ctypes.c_void_p(-1).value
+#: The same libc handle (mmap/munmap/mincore typed) for the other users of raw mappings.
+LIBC = _libc
+MAP_FAILED = _MAP_FAILED
 _LOW_BIT = bytes(b & 1 for b in range(256))
 
 

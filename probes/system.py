@@ -67,6 +67,21 @@ class SystemInfo:
     gpu_note: str = ""
 
 
+def headroom_bytes(available: int, cgroup: CgroupMemory | None) -> int:
+    """Memory a new allocation may take: available RAM, capped by the cgroup's room."""
+    if cgroup is not None and cgroup.limit_bytes is not None:
+        return min(available, max(0, cgroup.limit_bytes - (cgroup.usage_bytes or 0)))
+    return available
+
+
+def memory_headroom(root: Path = Path("/")) -> int:
+    """min(available RAM, cgroup limit - usage), without the rest of the system probe
+    (which asks torch about GPUs): what a guard checks before holding a model in RAM."""
+    import psutil
+
+    return headroom_bytes(int(psutil.virtual_memory().available), cgroup_memory(root))
+
+
 def probe_system(root: Path = Path("/")) -> SystemInfo:
     """Collect :class:`SystemInfo` (``root`` re-roots /proc and /sys for tests)."""
     import psutil
@@ -74,9 +89,7 @@ def probe_system(root: Path = Path("/")) -> SystemInfo:
     vm = psutil.virtual_memory()
     swap = psutil.swap_memory()
     cgroup = cgroup_memory(root)
-    headroom = vm.available
-    if cgroup is not None and cgroup.limit_bytes is not None:
-        headroom = min(headroom, max(0, cgroup.limit_bytes - (cgroup.usage_bytes or 0)))
+    headroom = headroom_bytes(vm.available, cgroup)
     virt, evidence = virtualization(root)
     wsl = is_wsl(root)
     gpus, gpu_note = gpus_via_torch(root)
