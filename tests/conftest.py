@@ -74,3 +74,82 @@ def synth_sharded(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoi
 @pytest.fixture(scope="session")
 def synth_both(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoint:
     return synthesize(tmp_path_factory.mktemp("both"), 1 << 20, shards=2, fmt="both", seed=3)
+
+
+# --- The hardening tally (issue 10): how many hostile cases were tried and how they went. ---
+#
+# A test joins the tally with ``@pytest.mark.hardening("category")`` (or a module-level
+# ``pytestmark``); the end of the run prints one line per category. Fuzz tests add the
+# number of generated inputs they tried through the ``hardening_examples`` fixture.
+
+_TALLY: dict[str, dict[str, int]] = {}
+
+
+def _category(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("hardening")
+    if mark is None:
+        return None
+    return str(mark.args[0]) if mark.args else "other"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    category = getattr(report, "hardening_category", None)
+    if category is None:
+        return
+    row = _TALLY.setdefault(category, {"tried": 0, "passed": 0, "skipped": 0, "failed": 0})
+    if report.when == "call":
+        row["tried"] += 1
+        row["passed" if report.passed else "failed"] += 1
+    elif report.when == "setup" and not report.passed:
+        row["tried"] += 1
+        row["skipped" if report.skipped else "failed"] += 1
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    category = _category(item)
+    if category is not None:
+        report.hardening_category = category
+        if report.skipped and report.when == "call":
+            # A skip from inside the test body: count it as skipped, not passed.
+            report.hardening_category = None
+            row = _TALLY.setdefault(category, {"tried": 0, "passed": 0, "skipped": 0, "failed": 0})
+            row["tried"] += 1
+            row["skipped"] += 1
+
+
+_EXAMPLES: dict[str, int] = {}
+
+
+@pytest.fixture
+def hardening_examples(request: pytest.FixtureRequest) -> Callable[[int], None]:
+    """Fuzz tests call this with how many generated inputs they fed the code under test."""
+    category = _category(request.node) or "fuzz"
+
+    def add(n: int = 1) -> None:
+        _EXAMPLES[category] = _EXAMPLES.get(category, 0) + n
+
+    return add
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _TALLY:
+        return
+    tr = terminalreporter
+    tr.section("hardening cases (issue 10)")
+    total = {"tried": 0, "passed": 0, "skipped": 0, "failed": 0}
+    for category in sorted(_TALLY):
+        row = _TALLY[category]
+        for k in total:
+            total[k] += row[k]
+        extra = f", {_EXAMPLES[category]} generated inputs" if category in _EXAMPLES else ""
+        tr.write_line(
+            f"{category:<22} {row['tried']:>4} tried  {row['passed']:>4} passed"
+            f"  {row['skipped']:>3} skipped  {row['failed']:>3} failed{extra}"
+        )
+    tr.write_line(
+        f"{'total':<22} {total['tried']:>4} tried  {total['passed']:>4} passed"
+        f"  {total['skipped']:>3} skipped  {total['failed']:>3} failed"
+    )

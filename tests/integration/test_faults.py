@@ -22,9 +22,12 @@ from loadscope.synth import synthesize
 from loadscope.targets import resolve
 from loadscope.warm import evict, warm
 
-pytestmark = pytest.mark.skipif(
-    (why := fuse_unavailable_reason()) is not None, reason=f"emulated disk unavailable: {why}"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        (why := fuse_unavailable_reason()) is not None, reason=f"emulated disk unavailable: {why}"
+    ),
+    pytest.mark.hardening("failing-storage"),
+]
 
 FAST = {"latency_s": 0.0005, "jitter_s": 0.0, "readahead_kb": 128}
 

@@ -11,6 +11,8 @@ from loadscope.targets import resolve
 from tests.conftest import CliRunner, run_loadscope
 from tests.malformed_cases import CASES, Case
 
+pytestmark = pytest.mark.hardening("hostile-files")
+
 
 @pytest.fixture(autouse=True)
 def empty_hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
