@@ -511,6 +511,52 @@ def rule_wsl(f: Facts) -> list[Recommendation]:
     ]
 
 
+#: Strategies that land tensors on a GPU without holding the whole model in host RAM.
+GPU_STRATEGIES = frozenset({"mmap-cuda", "read-to-cuda", "staged", "gds"})
+
+
+def rule_memory_fit(f: Facts) -> list[Recommendation]:
+    """The model is bigger than the memory this process may use: a CPU load will not fit."""
+    if f.headroom_bytes is None or f.model_bytes <= f.headroom_bytes:
+        return []
+    if set(f.cold) & GPU_STRATEGIES:
+        return []  # measured on a GPU: the weights need not all sit in host RAM
+    limit = (
+        f" under the {format_bytes(f.cgroup_limit_bytes)} cgroup limit"
+        if f.cgroup_limit_bytes
+        else ""
+    )
+    return [
+        Recommendation(
+            id="memory-limit",
+            title="Give the load more memory than the model",
+            action=f"the model is {format_bytes(f.model_bytes)} but only"
+            f" {format_bytes(f.headroom_bytes)} is free for this process{limit}: a load that"
+            " materialises the weights in RAM will be OOM-killed, and the page cache cannot"
+            " keep the files warm; raise the limit, or load straight to the GPU",
+            evidence=[
+                Evidence("model size", f.model_bytes, "B"),
+                Evidence("memory headroom", f.headroom_bytes, "B"),
+                *(
+                    [Evidence("cgroup limit", f.cgroup_limit_bytes, "B")]
+                    if f.cgroup_limit_bytes
+                    else []
+                ),
+            ],
+            ram_bytes_needed=f.model_bytes,
+            risk="a higher limit takes memory from other tenants of the node",
+            confidence="high",
+            snippets={
+                "shell": "# docker: docker run --memory=<model size + 4g> ...\n"
+                "# kubernetes: resources.limits.memory: <model size + 4Gi>",
+                "python": "from safetensors.torch import load_file\n"
+                "sd = load_file(path, device='cuda:0')  # tensor by tensor, not all in RAM",
+            },
+            measured=False,
+        )
+    ]
+
+
 def rule_pickle(f: Facts) -> list[Recommendation]:
     if "torch" not in f.formats:
         return []
@@ -624,6 +670,7 @@ RULES: tuple[Rule, ...] = (
     rule_gpu_staged,
     rule_wsl,
     rule_pickle,
+    rule_memory_fit,
 )
 
 
@@ -684,12 +731,19 @@ def advise_facts(f: Facts) -> Advice:
     recs = [r for rule in RULES for r in rule(f)]
     recs.sort(
         key=lambda r: (
+            r.id != "memory-limit",  # first: without the memory, no other fix matters
             r.optional,
             not r.measured,
             -(r.expected_speedup or 0),
             r.confidence != "high",
         )
     )
+    if recs and recs[0].id == "memory-limit":
+        headline = (
+            f"memory: the {format_bytes(f.model_bytes)} model does not fit in the"
+            f" {format_bytes(f.headroom_bytes or 0)} this process may use"
+        )
+        return Advice(Verdict("problem", headline), recs, contradictions(f))
     if f.storage_class == "memory":
         for r in recs:
             r.optional = True

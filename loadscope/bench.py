@@ -41,7 +41,7 @@ from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Star
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.probes.pagecache import ColdCache, residency
-from loadscope.probes.system import memory_headroom
+from loadscope.probes.system import describe_death, memory_headroom, oom_kills, page_cache_room
 from loadscope.targets import Target, WeightFile
 from loadscope.units import format_bytes, format_rate
 
@@ -384,11 +384,9 @@ def _kill_group(proc: subprocess.Popen[str] | ForkedProcess) -> None:
         proc.wait(timeout=10)
 
 
-def _exit_reason(returncode: int, stderr_tail: list[str]) -> str:
+def _exit_reason(returncode: int, stderr_tail: list[str], oom_before: int | None = None) -> str:
     if returncode < 0:
-        sig = signal.Signals(-returncode).name
-        why = " (the OOM killer? see dmesg)" if sig == "SIGKILL" else ""
-        reason = f"worker killed by {sig}{why}"
+        reason = "worker " + describe_death(signal.Signals(-returncode).name, oom_before)
     else:
         reason = f"worker exited with code {returncode} without a result"
     last = next((line for line in reversed(stderr_tail) if line.strip()), None)
@@ -536,6 +534,7 @@ def run_trial(
         "total_bytes": total_bytes,
         "total_tensors": 0,
     }
+    oom_before = oom_kills()
     worker = _Worker(spec, options.worker_argv)
     timeout_s = options.trial_timeout_s
     if options.deadline is not None:
@@ -571,7 +570,7 @@ def run_trial(
                 continue
             if event is None:
                 code = worker.proc.wait(timeout=30)
-                result = Failed(time.monotonic(), _exit_reason(code, worker.stderr))
+                result = Failed(time.monotonic(), _exit_reason(code, worker.stderr, oom_before))
             elif isinstance(event, ProtocolError):
                 protocol.append(str(event))
             elif isinstance(event, Start):
@@ -780,11 +779,22 @@ def run_bench(
         if target.formats == {"safetensors"}
         else {}
     )
+    caches = list(options.cache)
+    if "warm" in caches:
+        room, what = page_cache_room()
+        if total > WARM_ENOUGH * room:
+            caches.remove("warm")
+            notes.append(
+                f"warm trials not run: the {format_bytes(total)} of files cannot stay in the"
+                f" page cache within {what}"
+            )
+    if not caches:
+        raise BenchError(notes[-1])
     rounds = range(0 if options.warmup else 1, options.repeats + 1)
     plan = [
         Trial(0, name, cache, r, r == 0)
         for r in rounds
-        for cache in options.cache
+        for cache in caches
         for name in names
         if cache == "cold" or options.warm_strategies is None or name in options.warm_strategies
     ]

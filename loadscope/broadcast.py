@@ -60,7 +60,7 @@ from loadscope.loaders.rank import (
     RankTrial,
     decode,
 )
-from loadscope.probes.system import memory_headroom
+from loadscope.probes.system import describe_death, memory_headroom, oom_kills
 from loadscope.targets import Target, WeightFile
 from loadscope.units import format_bytes, format_rate
 
@@ -456,11 +456,9 @@ class _Rank:
         self._err.join(timeout)
 
 
-def _exit_reason(rank: int, code: int, stderr: deque[str]) -> str:
+def _exit_reason(rank: int, code: int, stderr: deque[str], oom_before: int | None) -> str:
     if code < 0:
-        sig = signal.Signals(-code).name
-        why = " (the OOM killer? see dmesg)" if sig == "SIGKILL" else ""
-        reason = f"rank {rank} was killed by {sig}{why}"
+        reason = f"rank {rank} was " + describe_death(signal.Signals(-code).name, oom_before)
     elif code == 0:
         reason = f"rank {rank} exited before finishing the plan"
     else:
@@ -532,6 +530,7 @@ class _Launch:
                 arg = "@" + path
             events: queue.Queue[_Item] = queue.Queue()
             ranks: list[_Rank] = []
+            oom_before = oom_kills()
             try:
                 for r in range(o.ranks):
                     env = {
@@ -546,7 +545,7 @@ class _Launch:
                     if o.master_addr.startswith("127.") and "GLOO_SOCKET_IFNAME" not in env:
                         env["GLOO_SOCKET_IFNAME"] = "lo"  # every rank is on this host
                     ranks.append(_Rank(r, _spawn([arg], env), events))
-                return self._watch(ranks, events)
+                return self._watch(ranks, events, oom_before)
             finally:
                 for rank in ranks:
                     if rank.proc.poll() is None:
@@ -554,7 +553,9 @@ class _Launch:
                 for rank in ranks:
                     rank.join()
 
-    def _watch(self, ranks: list[_Rank], events: queue.Queue[_Item]) -> _Outcome:
+    def _watch(
+        self, ranks: list[_Rank], events: queue.Queue[_Item], oom_before: int | None
+    ) -> _Outcome:
         o = self.options
         out = _Outcome()
         order = 0
@@ -597,7 +598,7 @@ class _Launch:
                     rank.exit_code = -signal.SIGKILL if rank.exit_code is None else rank.exit_code
                 if not rank.done and not rank.failed:
                     rank.join(1)  # its last stderr lines carry the reason
-                    problem(0, _exit_reason(rank_no, rank.exit_code, rank.stderr))
+                    problem(0, _exit_reason(rank_no, rank.exit_code, rank.stderr, oom_before))
             elif isinstance(item, RankProtocolError):
                 out.protocol_errors.append(f"rank {rank_no}: {item}")
             elif isinstance(item, RankStart):

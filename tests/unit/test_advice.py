@@ -277,3 +277,33 @@ def test_a_degraded_gpu_link_is_a_finding() -> None:
     f.degraded_links = [("0000:17:00.0", "8.0 GT/s PCIe x8", "16.0 GT/s PCIe x16")]
     note = next(n for n in advise_facts(f).notes if "PCIe link" in n)
     assert "0000:17:00.0" in note and "x8" in note and "x16" in note
+
+
+def test_a_model_bigger_than_the_memory_limit_is_the_first_problem() -> None:
+    # Healthy storage, but a 6 GiB model behind a 4 GiB cgroup limit: a CPU load will not fit.
+    f = facts(
+        {"mmap": 1.0, "auto": 0.9},
+        storage="local-block",
+        seq_limit=7e9,
+        model=6 * GiB,
+        headroom=3 * GiB,
+        cgroup=4 * GiB,
+    )
+    a = advise_facts(f)
+    assert a.verdict.status == "problem"
+    assert a.verdict.headline.startswith("memory: the 6 GiB model does not fit in the 3 GiB")
+    first = a.recommendations[0]
+    assert first.id == "memory-limit" and not first.measured
+    assert "4 GiB cgroup limit" in first.action
+    assert "device='cuda:0'" in first.snippets["python"]
+
+
+def test_no_memory_problem_when_it_fits_or_loads_to_a_gpu() -> None:
+    fits = advise_facts(facts({"mmap": 1.0}, storage="local-block", seq_limit=1.1e9))
+    assert "memory-limit" not in [r.id for r in fits.recommendations]
+    gpu = advise_facts(
+        facts({"mmap-cuda": 1.0, "staged": 0.5}, model=6 * GiB, headroom=3 * GiB, cgroup=4 * GiB)
+    )
+    assert "memory-limit" not in [r.id for r in gpu.recommendations]
+    unknown = advise_facts(facts({"mmap": 1.0}, model=6 * GiB, headroom=None))
+    assert "memory-limit" not in [r.id for r in unknown.recommendations]
