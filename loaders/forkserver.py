@@ -215,15 +215,20 @@ class ForkServer:
     def __init__(self, start_timeout_s: float = 120) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = mine
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "loadscope.loaders.forkserver", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        theirs.close()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "loadscope.loaders.forkserver", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as exc:
+            mine.close()
+            raise ForkServerError(f"cannot start {sys.executable}: {exc.strerror}") from None
+        finally:
+            theirs.close()
         self._stderr: deque[str] = deque(maxlen=_STDERR_TAIL)
         self._lock = threading.Lock()  # one request and its reply at a time
         self._cond = threading.Condition()

@@ -40,7 +40,7 @@ from loadscope.loaders import forkserver
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.probes.pagecache import ColdCache, residency
+from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, nowait_residency, residency
 from loadscope.probes.system import describe_death, memory_headroom, oom_kills, page_cache_room
 from loadscope.targets import Target, WeightFile
 from loadscope.units import format_bytes, format_rate
@@ -59,6 +59,17 @@ DEADLINE_GRACE_S = 10.0
 
 class BenchError(LoadscopeError):
     exit_code = ExitCode.USAGE
+
+
+class WorkerStartFailed(BenchError):
+    """The interpreter for a loader worker cannot be started (missing, or not executable)."""
+
+    def __init__(self, executable: str, exc: OSError) -> None:
+        why = exc.strerror or str(exc)
+        if isinstance(exc, PermissionError):
+            why += " (this user may not execute it or a directory above it)"
+            self.exit_code = ExitCode.PERMISSION
+        super().__init__(f"cannot start a loader worker: {executable}: {why}")
 
 
 class BenchCancelled(LoadscopeError):
@@ -344,6 +355,18 @@ def _sample_bytes(files: list[WeightFile], sample: dict[Path, tuple[str, ...]]) 
 # -- one trial ----------------------------------------------------------------------------------
 
 
+NOWAIT_NOTE = (
+    f"mincore is hidden from this user, so {NOWAIT_SAMPLES} pages per file were asked"
+    " with RWF_NOWAIT reads"
+)
+
+
+def _fraction(path: Path) -> float | None:
+    """Residency by mincore, or sampled with RWF_NOWAIT reads where mincore is hidden."""
+    fraction = residency(path).fraction
+    return nowait_residency(path) if fraction is None else fraction
+
+
 def _prepare_cache(
     files: list[WeightFile], mode: CacheMode, cold: ColdCache
 ) -> tuple[bool, float | None, str]:
@@ -351,11 +374,15 @@ def _prepare_cache(
     notes: list[str] = []
     if mode == "cold":
         ok = True
+        sampled = False
         for wf in files:
             ev = cold.evict(wf.path)
+            sampled = sampled or "sampling" in ev.method
             if not ev.verified:
                 ok = False
                 notes.append(f"{wf.path.name}: {ev.note}")
+        if ok and sampled:
+            notes.append(f"verified cold by sampling: {NOWAIT_NOTE}")
     else:
         buf = bytearray(16 << 20)
         view = memoryview(buf)
@@ -363,11 +390,13 @@ def _prepare_cache(
             with open(wf.path, "rb", buffering=0) as fh:
                 while fh.readinto(view):
                     pass
-    fractions = [residency(wf.path).fraction for wf in files]
+    fractions = [_fraction(wf.path) for wf in files]
     known = [f for f in fractions if f is not None]
     mean = sum(known) / len(known) if known and len(known) == len(fractions) else None
     if mode == "warm":
         ok = mean is not None and mean >= WARM_ENOUGH
+        if ok and any(residency(wf.path).fraction is None for wf in files):
+            notes.append(f"verified warm by sampling: {NOWAIT_NOTE}")
         if not ok:
             notes.append(
                 "residency unknown"
@@ -409,13 +438,16 @@ class _Worker:
             self.proc = forked
         else:
             command = argv or (sys.executable, "-m", "loadscope.loaders.worker")
-            self.proc = subprocess.Popen(
-                [*command, *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,  # its own process group: killable with all it spawns
-            )
+            try:
+                self.proc = subprocess.Popen(
+                    [*command, *args],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,  # its own process group: killable with all it spawns
+                )
+            except OSError as exc:
+                raise WorkerStartFailed(command[0], exc) from None
         self.events: queue.Queue[Start | Progress | Done | Failed | ProtocolError | None] = (
             queue.Queue()
         )

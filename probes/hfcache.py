@@ -38,6 +38,14 @@ def hub_cache_location(env: dict[str, str] | None = None) -> HubCacheLocation:
     if path is None:
         path = Path(os.path.expanduser("~")) / ".cache" / "huggingface" / "hub"
     parent = path
-    while not parent.exists() and parent != parent.parent:
+    while not _visible(parent) and parent != parent.parent:
         parent = parent.parent
-    return HubCacheLocation(str(path), source, path.is_dir(), str(parent))
+    return HubCacheLocation(str(path), source, _visible(path, directory=True), str(parent))
+
+
+def _visible(path: Path, *, directory: bool = False) -> bool:
+    """Whether ``path`` exists as far as this user can tell (a private home hides it)."""
+    try:
+        return path.is_dir() if directory else path.exists()
+    except OSError:  # EACCES on a parent: the cache is another user's, not ours to read
+        return False
