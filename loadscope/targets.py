@@ -262,7 +262,11 @@ def _shard(root: Path, index: Path, shard: str, fmt: WeightFormat) -> WeightFile
         raise ShardMissing(
             f"names shard {shard!r}, which is missing (incomplete download?)", path=index
         )
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # e.g. a symlink whose target name is too long to stat
+        raise error_from_oserror(exc, path) from None
+    if not exists:
         raise ShardMissing(
             f"names shard {shard!r}, a broken symlink (incomplete download?)", path=index
         )
@@ -386,13 +390,22 @@ def resolve(spec: str) -> Target:
     """Resolve a path or a repo id (not ``synthetic:``; use :func:`open_target` for those)."""
     if not spec:
         raise BadTargetSpec("empty target: give a file, a directory, org/name, or synthetic:SIZE")
-    path = Path(spec).expanduser()
+    try:
+        path = Path(spec).expanduser()
+    except RuntimeError:  # pathlib's "Could not determine home directory."
+        raise PathNotFound(
+            "cannot expand '~' here (no such user, or no home directory)", path=spec
+        ) from None
     try:
         os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         if looks_like_repo_id(spec) and not spec.startswith((".", "/", "~")):
             return resolve_repo_id(spec)
         raise PathNotFound("no such file or directory", path=path) from None
+    except ValueError:  # os.lstat's "embedded null byte", or an unencodable surrogate
+        raise BadTargetSpec(
+            f"{spec!r} is not a usable path (a NUL byte, or a character file names cannot hold)"
+        ) from None
     except OSError as exc:
         raise error_from_oserror(exc, path) from None
     try:
