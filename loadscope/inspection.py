@@ -134,7 +134,7 @@ def inspect_target(target: Target) -> Inspection:
                 dtype_bytes[t.dtype] += t.nbytes
                 if t.name in owners:
                     raise DuplicateTensor(
-                        f"tensor {t.name!r} is in both {owners[t.name]} and {wf.path.name}",
+                        f"tensor {t.name!r} is in both {owners[t.name]!r} and {wf.path.name!r}",
                         path=target.root,
                     )
                 owners[t.name] = wf.path.name
@@ -184,11 +184,11 @@ def _check_weight_map(target: Target, owners: dict[str, str]) -> None:
         found = owners.get(tensor)
         if found is None:
             raise InvalidIndex(
-                f"lists tensor {tensor!r} in {shard}, but no shard holds it", path=target.index
+                f"lists tensor {tensor!r} in {shard!r}, but no shard holds it", path=target.index
             )
         if found != shard.rsplit("/", 1)[-1]:
             raise InvalidIndex(
-                f"lists tensor {tensor!r} in {shard}, but it is in {found}", path=target.index
+                f"lists tensor {tensor!r} in {shard!r}, but it is in {found!r}", path=target.index
             )
     extra = sorted(set(owners) - set(target.weight_map))
     if extra:

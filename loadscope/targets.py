@@ -392,17 +392,16 @@ def resolve(spec: str) -> Target:
         raise BadTargetSpec("empty target: give a file, a directory, org/name, or synthetic:SIZE")
     try:
         path = Path(spec).expanduser()
+        os.lstat(path)
     except RuntimeError:  # pathlib's "Could not determine home directory."
         raise PathNotFound(
             "cannot expand '~' here (no such user, or no home directory)", path=spec
         ) from None
-    try:
-        os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         if looks_like_repo_id(spec) and not spec.startswith((".", "/", "~")):
             return resolve_repo_id(spec)
         raise PathNotFound("no such file or directory", path=path) from None
-    except ValueError:  # os.lstat's "embedded null byte", or an unencodable surrogate
+    except ValueError:  # "embedded null byte", or a surrogate no file name can hold
         raise BadTargetSpec(
             f"{spec!r} is not a usable path (a NUL byte, or a character file names cannot hold)"
         ) from None
