@@ -97,3 +97,17 @@ class DataSizeMismatch(CheckpointError):
 
 class TorchCheckpointError(CheckpointError):
     """A ``.bin``/``.pt``/``.pth`` file that is neither a torch zip archive nor a legacy pickle."""
+
+
+class UnsafePickle(CheckpointError):
+    """A torch pickle that imports something a weights-only load refuses (``os.system``,
+    ``builtins.exec``, any class): unpickling it would run that code, not rebuild tensors."""
+
+    exit_code = ExitCode.UNSUPPORTED
+
+
+class TorchTooOld(LoadscopeError):
+    """The installed torch cannot load pickles safely (``weights_only`` before 2.6 could be
+    made to run code, CVE-2025-32434), so torch checkpoints are not loaded with it."""
+
+    exit_code = ExitCode.UNSUPPORTED

@@ -6,6 +6,12 @@ Pickles execute code when loaded, so inspection never calls ``pickle.load`` or
 opcodes. A tiny symbolic pass over those opcodes counts tensor rebuilds and
 pairs each storage record ``('storage', <type>, key, location, numel)`` with
 the size of its ``data/<key>`` entry, so the dtype mix comes out exactly.
+
+The same pass lists every global the pickle imports; any that
+``torch.load(weights_only=True)`` would refuse (``os.system``, ``builtins.exec``,
+a class) is in :attr:`TorchCheckpointInfo.unsafe_globals`: such a pickle would run
+code, not rebuild tensors. Legacy (non-zip) pickles are walked the same way, from
+a prefix of the file bounded by its size and :data:`MAX_PICKLE_SCAN_BYTES`.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import io
 import os
 import pickletools
 import zipfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,6 +52,70 @@ _STORAGE_DTYPES = {
 }
 _REBUILD_TENSOR = ("torch._utils", "_rebuild_tensor_v2")
 
+#: What ``torch.load(weights_only=True)`` lets a pickle import by default (torch's
+#: ``_weights_only_unpickler._get_allowed_globals``), as (module, name) plus the rules
+#: in :func:`safe_global` for the storage, tensor, dtype and rebuild families.
+_SAFE_GLOBALS = frozenset(
+    {
+        ("collections", "OrderedDict"),
+        ("collections", "Counter"),
+        ("torch.nn.parameter", "Parameter"),
+        ("torch.serialization", "_get_layout"),
+        ("torch", "Size"),
+        ("torch", "Tensor"),
+        ("torch", "device"),
+        ("_codecs", "encode"),
+        ("builtins", "bytearray"),
+        ("builtins", "set"),
+        ("builtins", "complex"),
+        ("torch._tensor", "_rebuild_from_type_v2"),
+        ("torch.storage", "TypedStorage"),
+        ("torch.storage", "UntypedStorage"),
+    }
+)
+#: Dtypes and quantization schemes, as ``torch.<name>``.
+_TORCH_VALUE_NAMES = (
+    "bfloat16 bool complex32 complex64 complex128 float16 float32 float64 float4_e2m1fn_x2"
+    " float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float8_e8m0fnu"
+    " int8 int16 int32 int64 uint8 uint16 uint32 uint64 qint8 qint32 quint8 quint2x4 quint4x2"
+    " bits8 bits16 bits1x8 bits2x4 bits4x2"
+    " int1 int2 int3 int4 int5 int6 int7 uint1 uint2 uint3 uint4 uint5 uint6 uint7"
+    " per_tensor_affine per_tensor_symmetric per_channel_affine per_channel_symmetric"
+    " per_channel_affine_float_qparams"
+)
+_TORCH_VALUES = frozenset(_TORCH_VALUE_NAMES.split())
+_TENSOR_CLASS_MODULES = ("torch", "torch.cuda", "torch.sparse", "torch.cuda.sparse")
+#: Python 2 names that protocol-2 pickles use (as pickle's own compat mapping).
+_PY2_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
+#: The first pickle of a legacy torch.save file is this number.
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+#: Pickles in a legacy file before its raw storage bytes: magic, protocol, sys info,
+#: the object, the storage keys.
+_LEGACY_PICKLES = 5
+_FIRST_SCAN_BYTES = 1 << 20
+#: What zipfile raises for archives that are corrupt, encrypted or use an unknown method.
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    OSError,
+    ValueError,
+    EOFError,
+    RuntimeError,
+    NotImplementedError,
+    zlib.error,
+)
+
+
+def safe_global(module: str, name: str) -> bool:
+    """Whether a weights-only load lets a pickle import ``module.name`` (no user additions)."""
+    module = _PY2_MODULES.get(module, module)
+    if (module, name) in _SAFE_GLOBALS:
+        return True
+    if module == "torch._utils" and name.startswith("_rebuild_"):
+        return True
+    if module in _TENSOR_CLASS_MODULES and name.isidentifier() and name[:1].isupper():
+        return name.endswith(("Storage", "Tensor"))
+    return module == "torch" and name in _TORCH_VALUES
+
 
 @dataclass(frozen=True, slots=True)
 class TorchCheckpointInfo:
@@ -59,6 +130,9 @@ class TorchCheckpointInfo:
     storage_count: int | None = None
     dtype_bytes: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: Globals the pickle imports that a weights-only load refuses ("posix.system"):
+    #: loading it would run them. Empty for a plain state dict.
+    unsafe_globals: tuple[str, ...] = ()
 
 
 def read_torch_info(path: str | os.PathLike[str]) -> TorchCheckpointInfo:
@@ -74,12 +148,7 @@ def read_torch_info(path: str | os.PathLike[str]) -> TorchCheckpointInfo:
         if prefix.startswith(b"PK\x03\x04"):
             return _zip_info(fh, spath, file_size)
         if prefix[:1] == b"\x80" and len(prefix) > 1 and 2 <= prefix[1] <= 5:
-            return TorchCheckpointInfo(
-                path=spath,
-                file_size=file_size,
-                format="legacy",
-                notes=("legacy (pre-1.6, non-zip) torch format: contents are not scanned",),
-            )
+            return _legacy_info(fh.fileno(), spath, file_size)
         if len(prefix) >= 262 and prefix[257:262] == b"ustar":
             return TorchCheckpointInfo(
                 path=spath,
@@ -96,7 +165,7 @@ def read_torch_info(path: str | os.PathLike[str]) -> TorchCheckpointInfo:
 def _zip_info(fh: io.BufferedReader, path: str, file_size: int) -> TorchCheckpointInfo:
     try:
         archive = zipfile.ZipFile(fh)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except _ZIP_ERRORS as exc:
         raise TorchCheckpointError(f"zip archive is corrupt ({exc})", path=path) from None
     with archive:
         infos = archive.infolist()
@@ -116,14 +185,35 @@ def _zip_info(fh: io.BufferedReader, path: str, file_size: int) -> TorchCheckpoi
         notes: list[str] = []
         tensor_count: int | None = None
         dtype_bytes: Counter[str] = Counter()
+        unsafe: tuple[str, ...] = ()
+        pkl = pickles[0]
+        # Sizes are claims: a stored entry is as long as it says, and deflate shrinks at
+        # most ~1032x. A lie (to skip the scan below, say) is corruption, not a big pickle.
+        most = pkl.compress_size * (1 if pkl.compress_type == zipfile.ZIP_STORED else 1032) + 64
+        if pkl.compress_size > file_size or pkl.file_size > most:
+            raise TorchCheckpointError(
+                f"data.pkl claims {pkl.file_size} bytes stored in {pkl.compress_size}, in a"
+                f" {file_size}-byte file: impossible (a corrupt or hostile archive)",
+                path=path,
+            )
         if pickles[0].file_size > MAX_PICKLE_SCAN_BYTES:
             notes.append(f"data.pkl is {pickles[0].file_size} bytes; tensors not counted")
         else:
             try:
-                data = archive.read(pickles[0])
-            except (zipfile.BadZipFile, OSError, ValueError) as exc:
+                # Read at most the cap, whatever the entry claims (a deflate bomb stops here).
+                with archive.open(pickles[0]) as entry:
+                    data = entry.read(MAX_PICKLE_SCAN_BYTES + 1)
+            except _ZIP_ERRORS as exc:
                 raise TorchCheckpointError(f"cannot read data.pkl ({exc})", path=path) from None
-            scan = _scan_pickle(data, path)
+            if len(data) > MAX_PICKLE_SCAN_BYTES:
+                raise TorchCheckpointError(
+                    f"data.pkl inflates past its declared {pickles[0].file_size} bytes"
+                    " (a corrupt or hostile archive)",
+                    path=path,
+                )
+            scan = _PickleScan()
+            _scan_pickle(io.BytesIO(data), path, scan)
+            unsafe = tuple(scan.unsafe_globals)
             tensor_count = scan.tensor_count
             for key, dtype in scan.storage_dtypes.items():
                 dtype_bytes[dtype] += storage_sizes.get(key, 0)
@@ -142,7 +232,45 @@ def _zip_info(fh: io.BufferedReader, path: str, file_size: int) -> TorchCheckpoi
             storage_count=len(storage_sizes),
             dtype_bytes=dict(dtype_bytes),
             notes=tuple(notes),
+            unsafe_globals=unsafe,
         )
+
+
+def _legacy_info(fd: int, path: str, file_size: int) -> TorchCheckpointInfo:
+    """A legacy (non-zip) pickle: walk its leading pickles for what they import.
+
+    The pickles come first and the raw storages after them, so a prefix is read,
+    1 MiB and then larger, never more than the file or :data:`MAX_PICKLE_SCAN_BYTES`.
+    """
+    want = min(file_size, _FIRST_SCAN_BYTES)
+    cap = min(file_size, MAX_PICKLE_SCAN_BYTES)
+    while True:
+        data = pread_exact(fd, want, 0, path=path)
+        scan = _PickleScan()
+        stream = io.BytesIO(data)
+        partial = want < file_size
+        try:
+            first = _scan_pickle(stream, path, scan, partial_ok=partial, what="")
+            if first == _LEGACY_MAGIC:
+                for _ in range(_LEGACY_PICKLES - 1):
+                    _scan_pickle(stream, path, scan, partial_ok=partial, what="")
+            note = "legacy (pre-1.6, non-zip) torch format: tensors not counted (imports checked)"
+            break
+        except _ScanWindowEnded:
+            if want >= cap:
+                note = (
+                    f"legacy (pre-1.6, non-zip) torch format: its pickle is larger than"
+                    f" {MAX_PICKLE_SCAN_BYTES} bytes; contents are not scanned"
+                )
+                break
+            want = min(cap, want * 8)
+    return TorchCheckpointInfo(
+        path=path,
+        file_size=file_size,
+        format="legacy",
+        notes=(note,),
+        unsafe_globals=tuple(scan.unsafe_globals),
+    )
 
 
 class _NoValue:
@@ -156,6 +284,22 @@ _NO_VALUE = _NoValue()
 class _PickleScan:
     tensor_count: int = 0
     storage_dtypes: dict[str, str] = field(default_factory=dict)
+    #: "module.name" of each import a weights-only load refuses, first seen first.
+    unsafe_globals: list[str] = field(default_factory=list)
+
+    def imported(self, module: object, name: object) -> None:
+        if isinstance(module, str) and isinstance(name, str):
+            if safe_global(module, name):
+                return
+            what = f"{module}.{name}"
+        else:
+            what = "a global named by computed values"
+        if what not in self.unsafe_globals:
+            self.unsafe_globals.append(what)
+
+
+class _ScanWindowEnded(Exception):
+    """The bytes read so far end inside a pickle: read more of the file."""
 
 
 _STRING_OPS = {
@@ -186,18 +330,27 @@ _MARK_CONSUMERS = {
 }
 
 
-def _scan_pickle(data: bytes, path: str) -> _PickleScan:
-    """Symbolically follow just enough of the opcode stream to see storages and tensors.
+def _scan_pickle(
+    stream: io.BytesIO,
+    path: str,
+    scan: _PickleScan,
+    *,
+    partial_ok: bool = False,
+    what: str = "data.pkl ",
+) -> Any:
+    """Symbolically follow one pickle of ``stream`` (up to its STOP) into ``scan``: the
+    storages, the tensors and every import; returns the value it would produce when
+    that is an int or a string we tracked (else None).
 
     Values we track: strings, ints, globals and tuples of them; everything else is None.
-    Nothing is ever constructed or called.
+    Nothing is ever constructed or called. With ``partial_ok``, running out of bytes
+    raises :class:`_ScanWindowEnded` (the caller reads more) instead of an error.
     """
-    scan = _PickleScan()
     memo: dict[int, Any] = {}
     frames: list[list[Any]] = [[]]
     last: Any = None
     try:
-        for opcode, arg, _pos in pickletools.genops(data):
+        for opcode, arg, _pos in pickletools.genops(stream):
             name = opcode.name
             value: Any = _NO_VALUE
             if name in _STRING_OPS:
@@ -206,12 +359,23 @@ def _scan_pickle(data: bytes, path: str) -> _PickleScan:
                 value = arg
             elif name == "GLOBAL":
                 module, _, attr = str(arg).partition(" ")
+                scan.imported(module, attr)
                 value = ("global", module, attr)
             elif name == "STACK_GLOBAL":
                 cur = frames[-1]
                 stack_attr = cur.pop() if cur else None
                 stack_module = cur.pop() if cur else None
+                scan.imported(stack_module, stack_attr)
                 value = ("global", stack_module, stack_attr)
+            elif name == "INST":
+                module, _, attr = str(arg).partition(" ")
+                scan.imported(module, attr)
+                if len(frames) > 1:
+                    frames.pop()
+                value = None
+            elif name in ("EXT1", "EXT2", "EXT4"):
+                scan.imported(None, None)
+                value = None
             elif name in _PUT_OPS:
                 memo[int(str(arg))] = last
             elif name == "MEMOIZE":
@@ -252,5 +416,7 @@ def _scan_pickle(data: bytes, path: str) -> _PickleScan:
                 frames[-1].append(value)
                 last = value
     except (ValueError, EOFError) as exc:
-        raise TorchCheckpointError(f"data.pkl is not a valid pickle ({exc})", path=path) from None
-    return scan
+        if partial_ok:
+            raise _ScanWindowEnded from None
+        raise TorchCheckpointError(f"{what}is not a valid pickle ({exc})", path=path) from None
+    return last if isinstance(last, int | str) else None

@@ -569,8 +569,8 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _cmd_probe(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.inspection import open_checked
     from loadscope.probing import run_probes, to_text
-    from loadscope.targets import open_target
 
     if args.budget <= 0:
         raise UsageError("--budget must be a positive number of seconds")
@@ -581,7 +581,7 @@ def _cmd_probe(args: argparse.Namespace, out: TextIO) -> ExitCode:
             sys.stderr.write(f"\r  probing: {step:<40}")
             sys.stderr.flush()
 
-    with open_target(args.target, synth_dir=args.synth_dir) as target:
+    with open_checked(args.target, synth_dir=args.synth_dir) as target:
         try:
             report = run_probes(
                 target,
@@ -639,7 +639,7 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
         run_bench,
         to_text,
     )
-    from loadscope.targets import open_target
+    from loadscope.inspection import open_checked
 
     if args.list_strategies:
         for name, info in describe_strategies().items():
@@ -689,7 +689,8 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
             sys.stderr.write("\r" + " " * 78 + "\r")
         sys.stderr.flush()
 
-    with open_target(args.target, synth_dir=args.synth_dir) as target:
+    # Every header first: a hostile or broken file fails here, before any worker starts.
+    with open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target:
         report = run_bench(target, options, listen)
     return _emit(out, args.json, report.to_json(), to_text(report))
 
@@ -698,7 +699,7 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
     from loadscope.doctor import redact, run_doctor, to_markdown, to_text
-    from loadscope.targets import open_target
+    from loadscope.inspection import open_checked
 
     if args.budget <= 0:
         raise UsageError("--budget must be a positive number of seconds")
@@ -707,7 +708,7 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
     spec = args.target or "synthetic:512MiB"
     if sys.stderr.isatty():
         sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
-    with open_target(spec, synth_dir=args.synth_dir) as target:
+    with open_checked(spec, synth_dir=args.synth_dir, loads=True) as target:
         report = run_doctor(
             target,
             budget_s=args.budget,
@@ -749,7 +750,7 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, ...]) -> ExitCode:
     from loadscope.broadcast import MODES, BroadcastOptions, run_broadcast
     from loadscope.broadcast import to_text as ranks_text
-    from loadscope.targets import open_target
+    from loadscope.inspection import open_checked
 
     if args.ranks < 1:
         raise UsageError("--ranks must be at least 1")
@@ -768,7 +769,7 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         device=args.device,
         allow_drop_caches=args.allow_drop_caches,
     )
-    with open_target(args.target, synth_dir=args.synth_dir) as target:
+    with open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target:
         report = run_broadcast(target, options)
     return _emit(out, args.json, report.to_json(), ranks_text(report))
 
@@ -801,14 +802,14 @@ def _clear_progress() -> None:
 def _cmd_warm(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
-    from loadscope.targets import open_target
+    from loadscope.inspection import open_checked
     from loadscope.warm import Locked, evict, warm
 
     if args.threads < 1:
         raise UsageError("--threads must be at least 1")
     if args.evict and args.lock:
         raise UsageError("--evict and --lock are opposites: pick one")
-    with open_target(args.target, synth_dir=args.synth_dir) as target:
+    with open_checked(args.target, synth_dir=args.synth_dir) as target:
         if args.evict:
             report = evict(target, allow_drop_caches=args.allow_drop_caches)
         else:
@@ -862,12 +863,12 @@ def _cmd_warm(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def _cmd_copy(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
+    from loadscope.inspection import open_checked
     from loadscope.localcopy import break_even, copy_model, pointer_lines
-    from loadscope.targets import open_target
 
     if args.threads < 1:
         raise UsageError("--threads must be at least 1")
-    with open_target(args.target, synth_dir=args.synth_dir) as target:
+    with open_checked(args.target, synth_dir=args.synth_dir) as target:
         if args.dest is None:
             return _suggest_destinations(target, out)
         try:

@@ -38,7 +38,7 @@ from typing import Any
 from loadscope.compare import Row, compare, row_of, to_text
 from loadscope.doctor import DEFAULT_BUDGET_S, run_doctor
 from loadscope.errors import ExitCode, LoadscopeError
-from loadscope.targets import open_target
+from loadscope.inspection import open_checked
 
 PREFIX = "loadscope/cluster"
 HEARTBEAT_S = 1.0
@@ -139,7 +139,7 @@ def diagnose_node(
 ) -> NodeResult:
     host = platform.node()
     try:
-        with open_target(target, synth_dir=synth_dir) as t:
+        with open_checked(target, synth_dir=synth_dir, loads=True) as t:
             report = doctor(t, budget_s=budget_s)
         return NodeResult(rank, host, "ok", report=json.loads(report.to_json()))
     except LoadscopeError as exc:

@@ -47,10 +47,10 @@ from loadscope.bench import (
 )
 from loadscope.emulator import EmulatorSettings
 from loadscope.errors import LoadscopeError
+from loadscope.inspection import open_checked
 from loadscope.localcopy import CopyCancelled, copy_model
 from loadscope.probing import ProbeReport
 from loadscope.session import SessionRequest, diagnose
-from loadscope.targets import open_target
 from loadscope.warm import WarmCancelled, warm
 
 #: The most progress events per trial per second passed on (the app draws at 5 Hz).
@@ -170,7 +170,7 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
             warmup=bool(o["warmup"]),
             cancel=cancel,
         )
-        with open_target(job["spec"]) as target:
+        with open_checked(job["spec"], loads=True) as target:
             bench = run_bench(target, options, wire.bench_event)
         wire.send("finished", report={"bench": json.loads(bench.to_json())})
     elif job["kind"] in ("warm", "copy"):
@@ -181,7 +181,7 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
                 last[0] = seconds
                 wire.send("apply_progress", done=done, total=total, seconds=seconds)
 
-        with open_target(job["spec"]) as target:
+        with open_checked(job["spec"]) as target:
             if job["kind"] == "warm":
                 result = warm(
                     target, threads=int(job.get("threads") or 8), progress=progress, cancel=cancel

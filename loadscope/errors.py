@@ -24,7 +24,7 @@ class ExitCode(IntEnum):
     #: The target does not exist: no such path, or a Hugging Face repo not in the local cache.
     NOT_FOUND = 3
     #: The target exists but is not something loadscope reads: a FIFO, a device, a socket,
-    #: an unknown file type, a directory without weight files.
+    #: an unknown file type, a directory without weight files, a pickle that would run code.
     UNSUPPORTED = 4
     #: A checkpoint or index file is malformed (header, offsets, sizes, JSON).
     CORRUPT = 5

@@ -3,20 +3,29 @@
 For safetensors files the header parser gives every tensor; for torch
 checkpoints the archive directory and the pickle's opcodes give the format,
 storages and dtype bytes. Across shards, the index's weight map is checked
-against the tensors the shards really hold.
+against the tensors the shards really hold. A torch pickle that imports anything
+a weights-only load refuses (it would run code) is refused.
+
+:func:`open_checked` is how every command that reads, loads, copies or probes a
+model opens it: the same inspection first, so a hostile or broken file is one
+line and its exit code before any probe, worker or write happens.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loadscope.loaders.errors import DuplicateTensor
+from loadscope.loaders.errors import DuplicateTensor, UnsafePickle
 from loadscope.loaders.safetensors_format import read_header
+from loadscope.loaders.strategies.pickle_load import refuse_unsafe_torch
 from loadscope.loaders.torch_format import read_torch_info
-from loadscope.targets import InvalidIndex, Target
+from loadscope.targets import InvalidIndex, Target, open_target
 from loadscope.units import format_bytes
 
 SCHEMA_VERSION = 1
@@ -154,6 +163,16 @@ def inspect_target(target: Target) -> Inspection:
             )
         else:
             info = read_torch_info(wf.path)
+            if info.unsafe_globals:
+                more = len(info.unsafe_globals) - 1
+                raise UnsafePickle(
+                    f"its pickle imports {info.unsafe_globals[0]}"
+                    + (f" (and {more} more)" if more else "")
+                    + ", which a weights-only load refuses: unpickling it would run code, not"
+                    " rebuild tensors (a malicious or non-weights file); refusing it, nothing"
+                    " was executed",
+                    path=wf.path,
+                )
             files.append(
                 FileInspection(
                     path=str(wf.path),
@@ -176,6 +195,29 @@ def inspect_target(target: Target) -> Inspection:
         index=str(target.index) if target.index else None,
         files=files,
     )
+
+
+def check_target(target: Target, *, loads: bool = False) -> Inspection:
+    """What a command must know before it touches ``target``'s data: every header (or
+    torch archive and pickle) is sound, the shards agree with each other and the index,
+    and no pickle would run code; with ``loads``, that this torch may load pickles.
+
+    Headers only, each read bounded by its file's size: fast, and before any probe,
+    worker, fork server or write."""
+    report = inspect_target(target)
+    if loads and "torch" in target.formats:
+        refuse_unsafe_torch()
+    return report
+
+
+@contextlib.contextmanager
+def open_checked(
+    spec: str, *, synth_dir: str | os.PathLike[str] | None = None, loads: bool = False
+) -> Iterator[Target]:
+    """:func:`~loadscope.targets.open_target`, then :func:`check_target`."""
+    with open_target(spec, synth_dir=synth_dir) as target:
+        check_target(target, loads=loads)
+        yield target
 
 
 def _check_weight_map(target: Target, owners: dict[str, str]) -> None:

@@ -37,7 +37,7 @@ def file_kind(mode: int) -> str:
 
 def _refuse(exc: OSError, path: str | os.PathLike[str]) -> LoadscopeError:
     if exc.errno == errno.ELOOP:
-        return NotARegularFile("symbolic link loop", path=path)
+        return NotARegularFile("is a symbolic link loop", path=path)
     return error_from_oserror(exc, path)
 
 

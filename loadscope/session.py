@@ -19,8 +19,9 @@ from pathlib import Path
 from loadscope.bench import Listener
 from loadscope.doctor import DEFAULT_BUDGET_S, DoctorReport, run_doctor
 from loadscope.emulator import EmulatorSettings, emulated_disk
+from loadscope.inspection import open_checked
 from loadscope.probing import ProbeReport
-from loadscope.targets import Target, open_target, resolve
+from loadscope.targets import Target, resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,8 @@ def diagnose(
 ) -> DoctorReport:
     say = progress or (lambda _m: None)
     say("opening the model")
-    with open_target(request.spec, synth_dir=request.synth_dir) as target:
+    # Every header first: a hostile or broken file is one line before any probe or worker.
+    with open_checked(request.spec, synth_dir=request.synth_dir, loads=True) as target:
         if request.emulate is not None:
             say("mounting the emulated network disk")
         with _served(target, request.emulate) as served:

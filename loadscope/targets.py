@@ -224,12 +224,28 @@ def read_index(index: Path) -> dict[str, str]:
 
 def parse_index(raw: bytes, *, path: Path) -> dict[str, str]:
     """Validate index JSON bytes; each shard must be a plain relative path inside the model."""
+    twice: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for key, value in items:
+            if key in out and not twice:
+                twice.append(key)
+            out[key] = value
+        return out
+
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidIndex(
             f"is not valid JSON ({str(exc).splitlines()[0][:100]})", path=path
         ) from None
+    if twice:
+        raise InvalidIndex(
+            f"has the key {twice[0]!r} twice (a tensor listed in two shards? JSON would"
+            " silently keep the last); fix or download the index again",
+            path=path,
+        )
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise InvalidIndex("has no 'weight_map' object of tensor name -> shard file", path=path)

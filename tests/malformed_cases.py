@@ -7,10 +7,13 @@ picker) reuse this table so every one of them meets the same files.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
+import pickle
 import socket
 import struct
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import Any
 
 from loadscope.errors import LoadscopeError, NotARegularFile, PathNotFound
 from loadscope.loaders import errors as ce
+from loadscope.loaders.safetensors_format import MAX_HEADER_BYTES
 from loadscope.targets import (
     HubCacheMiss,
     InvalidIndex,
@@ -135,6 +139,104 @@ def _write(path: Path, data: bytes | str) -> str:
         data = data.encode()
     path.write_bytes(data)
     return str(path)
+
+
+#: The file a code-running pickle would create if it were ever unpickled: it must never appear.
+MARKER = "PWNED"
+
+
+class RunsCode:
+    """Pickles as the call ``fn(arg)``: what a malicious checkpoint makes ``pickle.load`` do."""
+
+    def __init__(self, fn: Callable[[str], object], arg: str) -> None:
+        self.fn, self.arg = fn, arg
+
+    def __reduce__(self) -> tuple[Callable[[str], object], tuple[str]]:
+        return (self.fn, (self.arg,))
+
+
+def torch_zip(path: Path, obj: object) -> Path:
+    """A torch.save zip archive of ``obj`` (the layout torch writes), pickled by plain pickle."""
+    name = path.stem
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(f"{name}/data.pkl", pickle.dumps(obj, protocol=2))
+        z.writestr(f"{name}/byteorder", "little")
+        z.writestr(f"{name}/version", "3\n")
+        z.writestr(f"{name}/.data/serialization_id", "0")
+    return path
+
+
+def _pickle_runs_system(tmp: Path) -> str:
+    # os.system pickles as posix.system: a GLOBAL then REDUCE, as torch.save's protocol 2.
+    payload = {"weight": RunsCode(os.system, f"touch {tmp / MARKER}")}
+    return str(torch_zip(_p(tmp, "pytorch_model.bin"), payload))
+
+
+def _legacy_pickle_runs_exec(tmp: Path) -> str:
+    # A bare pickle (what torch.save wrote before 1.6), protocol 4: STACK_GLOBAL builtins.exec.
+    code = f"open({str(tmp / MARKER)!r}, 'w').close()"
+    return _write(_p(tmp, "model.pt"), pickle.dumps(RunsCode(builtins.exec, code), protocol=4))
+
+
+def _pickle_size_lie(tmp: Path) -> str:
+    """A torch zip whose data.pkl claims 2 GiB (so a scanner capped by size would skip it)."""
+    path = torch_zip(_p(tmp, "pytorch_model.bin"), {"w": RunsCode(os.system, "true")})
+    raw = bytearray(path.read_bytes())
+    for sig, at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):  # local header, central dir
+        i = raw.index(sig)  # data.pkl is the first entry
+        raw[i + at : i + at + 4] = struct.pack("<I", 0x7FFFFFFF)
+    path.write_bytes(bytes(raw))
+    return str(path)
+
+
+def _index_dir_shard_is(tmp: Path, make: Callable[[Path], object]) -> str:
+    d = tmp / "model"
+    d.mkdir()
+    good_st(d / "s1.safetensors")
+    make(d / "s2.safetensors")
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})
+    )
+    return str(d)
+
+
+def _index_tensor_twice(tmp: Path) -> str:
+    d = tmp / "model"
+    d.mkdir()
+    good_st(d / "s1.safetensors", ("a",))
+    good_st(d / "s2.safetensors", ("b",))
+    (d / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors", "a": "s2.safetensors"}}'
+    )
+    return str(d)
+
+
+def _dir_only_cycle(tmp: Path) -> str:
+    # Nothing but a symlink back to the parent: listing must not walk the loop.
+    d = tmp / "m"
+    d.mkdir()
+    (d / "loop").symlink_to("..")
+    (d / "self").symlink_to(".")
+    return str(d)
+
+
+def _dir_cycle_named_like_shard(tmp: Path) -> str:
+    d = tmp / "m"
+    d.mkdir()
+    (d / "model.safetensors").symlink_to(".")
+    return str(d)
+
+
+def _dir_shard_self_loop(tmp: Path) -> str:
+    d = tmp / "m"
+    d.mkdir()
+    (d / "model.safetensors").symlink_to("model.safetensors")
+    return str(d)
+
+
+def _huge_junk_header(tmp: Path) -> str:
+    # A real 24 MB header (under the format's limit) that is not JSON: read, then refused.
+    return str(st_file(_p(tmp), b"{" + b" " * (24 << 20) + b"not json"))
 
 
 def _hf_miss(tmp: Path) -> str:
@@ -392,4 +494,82 @@ CASES: list[Case] = [
     Case("index-lists-absent-tensor", _index_lists_absent_tensor, InvalidIndex, "ghost"),
     Case("tensor-in-two-shards", _two_shards_same_tensor, ce.DuplicateTensor, "both"),
     Case("hf-id-not-in-cache", _hf_miss, HubCacheMiss, "local Hugging Face cache"),
+    # -- issue 10: the same files at every entry point, and these ------------------------------
+    Case(
+        "length-just-under-limit-tiny-file",
+        lambda t: str(st_file(_p(t), b"{}", length=MAX_HEADER_BYTES - 8)),
+        ce.TruncatedHeader,
+        "truncated",
+    ),
+    Case(
+        "length-90MB-tiny-file",
+        lambda t: str(st_file(_p(t), b"{}", length=90_000_000)),
+        ce.TruncatedHeader,
+        "90000000-byte header",
+    ),
+    Case("header-24MB-not-json", _huge_junk_header, ce.HeaderNotJson, "JSON"),
+    Case(
+        "git-lfs-pointer-torch",
+        lambda t: _write(
+            _p(t, "pytorch_model.bin"),
+            "version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n",
+        ),
+        ce.GitLfsPointer,
+        "git lfs pull",
+    ),
+    Case(
+        "html-page-with-bom",
+        lambda t: _write(_p(t), b"\xef\xbb\xbf\n  <html><head><title>401</title></head></html>"),
+        ce.HtmlInsteadOfWeights,
+        "download",
+    ),
+    Case(
+        "index-shard-is-html",
+        lambda t: _index_dir_shard_is(t, lambda p: p.write_text("<!doctype html><p>404</p>")),
+        ce.HtmlInsteadOfWeights,
+        "HTML",
+    ),
+    Case(
+        "index-shard-is-lfs-pointer",
+        lambda t: _index_dir_shard_is(
+            t,
+            lambda p: p.write_text(
+                "version https://git-lfs.github.com/spec/v1\noid sha256:cd\nsize 7\n"
+            ),
+        ),
+        ce.GitLfsPointer,
+        "git lfs",
+    ),
+    Case(
+        "index-shard-to-dev-zero",
+        lambda t: _index_dir_shard_is(t, lambda p: p.symlink_to("/dev/zero")),
+        NotARegularFile,
+        "character device",
+    ),
+    Case(
+        "index-shard-is-fifo",
+        lambda t: _index_dir_shard_is(t, os.mkfifo),
+        NotARegularFile,
+        "FIFO",
+    ),
+    Case("index-tensor-listed-twice", _index_tensor_twice, InvalidIndex, "twice"),
+    Case("dir-only-symlink-cycles", _dir_only_cycle, NoWeightFiles, "no weight files"),
+    Case(
+        "dir-cycle-named-like-shard",
+        _dir_cycle_named_like_shard,
+        NotARegularFile,
+        "is a directory",
+    ),
+    Case("dir-shard-self-symlink", _dir_shard_self_loop, NotARegularFile, "loop"),
+    Case("torch-pickle-runs-code", _pickle_runs_system, ce.UnsafePickle, "posix.system"),
+    Case("torch-pickle-size-lie", _pickle_size_lie, ce.TorchCheckpointError, "impossible"),
+    Case(
+        "torch-legacy-truncated",
+        lambda t: _write(_p(t, "model.pt"), b"\x80\x02\x8a\x0a\x6c\xfc"),
+        ce.TorchCheckpointError,
+        "not a valid pickle",
+    ),
+    Case(
+        "torch-legacy-pickle-runs-code", _legacy_pickle_runs_exec, ce.UnsafePickle, "builtins.exec"
+    ),
 ]

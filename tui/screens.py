@@ -32,6 +32,7 @@ from textual.widgets import (
 from textual.widgets.option_list import Option
 
 from loadscope.compare import Row
+from loadscope.errors import LoadscopeError
 from loadscope.profiler import Profile
 from loadscope.units import format_bytes, format_rate, format_us, parse_size
 
@@ -72,6 +73,8 @@ class OnboardingScreen(Screen[Any]):
         self.browse_root = browse_root
         self.fuse_reason = fuse_reason
         self.hf_cache = hf_cache
+        #: Bumped by each start: a check answered after a newer one began is ignored.
+        self._attempt = 0
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
@@ -211,16 +214,49 @@ class OnboardingScreen(Screen[Any]):
             if ranks is not None and ranks < 1:
                 raise ValueError("ranks: at least 1 (or blank for one per GPU)")
         except ValueError as exc:
-            self.query_one("#onboarding-error", Static).update(Text(str(exc), style="bold red"))
+            self._say(str(exc))
             return
-        self.dismiss(
-            {
-                "spec": spec,
-                "emulate": self.query_one("#emulate", Checkbox).value,
-                "device": str(self.query_one("#device", Select).value),
-                "ranks": ranks,
-            }
-        )
+        choice = {
+            "spec": spec,
+            "emulate": self.query_one("#emulate", Checkbox).value,
+            "device": str(self.query_one("#device", Select).value),
+            "ranks": ranks,
+        }
+        if spec.startswith("synthetic:"):
+            self.dismiss(choice)
+            return
+        self._attempt += 1
+        self._say(f"checking {spec} ...", style="dim")
+        self._check(choice, self._attempt)
+
+    def _say(self, text: str, style: str = "bold red") -> None:
+        self.query_one("#onboarding-error", Static).update(Text(text, style=style))
+
+    @work(thread=True, group="check", exit_on_error=False)
+    def _check(self, choice: dict[str, Any], attempt: int) -> None:
+        """The engine's own checks, off the UI thread: the path resolves (a FIFO or a device
+        is refused by stat, never opened), every header is sound and no pickle would run
+        code. A problem is one line here; the diagnosis only starts on a sound model."""
+        from loadscope.inspection import check_target
+        from loadscope.targets import resolve
+
+        try:
+            check_target(resolve(choice["spec"]), loads=True)
+        except LoadscopeError as exc:
+            self.app.call_from_thread(self._checked, choice, attempt, str(exc))
+            return
+        self.app.call_from_thread(self._checked, choice, attempt, None)
+
+    def _checked(self, choice: dict[str, Any], attempt: int, problem: str | None) -> None:
+        if attempt != self._attempt or self not in self.app.screen_stack:
+            return  # a newer start is being checked, or the screen is gone
+        if problem is not None:
+            self._say(problem)
+        elif not self.is_current:  # a dialog is on top: dismissing now would pop it instead
+            self._say(f"{choice['spec']} looks sound: start again to diagnose it", style="dim")
+        else:
+            self._attempt += 1  # a second answer can no longer dismiss twice
+            self.dismiss(choice)
 
     def action_dismiss_if_possible(self) -> None:
         if len(self.app.screen_stack) > 2:

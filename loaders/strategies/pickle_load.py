@@ -2,14 +2,20 @@
 
 Never executes pickled code: ``weights_only=True`` always, and refused outright
 on torch older than 2.6, whose ``weights_only`` loader had a remote-code
-execution hole (CVE-2025-32434).
+execution hole (CVE-2025-32434). The worker checks the torch it imported; the
+parent checks the installed one by its package metadata (without importing
+torch) before it plans any load, so the refusal is one line up front.
 """
 
 from __future__ import annotations
 
+import pickle
+import re
 from collections.abc import Iterator
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from loadscope.loaders.errors import TorchTooOld, UnsafePickle
 from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
 
 if TYPE_CHECKING:
@@ -18,16 +24,59 @@ if TYPE_CHECKING:
 MIN_SAFE_TORCH = (2, 6)
 
 
+def _too_old(version: str) -> str | None:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is not None and (int(match[1]), int(match[2])) >= MIN_SAFE_TORCH:
+        return None
+    return (
+        f"torch {version} is older than 2.6: its weights_only loader can execute"
+        " code (CVE-2025-32434); refusing to load pickles"
+    )
+
+
 def torch_too_old() -> str | None:
+    """Why the imported torch may not load pickles (in the worker), or None."""
     import torch
 
-    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    if version < MIN_SAFE_TORCH:
-        return (
-            f"torch {torch.__version__} is older than 2.6: its weights_only loader can execute"
-            " code (CVE-2025-32434); refusing to load pickles"
+    return _too_old(torch.__version__)
+
+
+def installed_torch_version() -> str | None:
+    """The installed torch's version from its package metadata (torch is not imported)."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def refuse_unsafe_torch() -> None:
+    """Raise :class:`TorchTooOld` when the installed torch cannot load pickles safely.
+
+    For the parent, before it plans loads of a torch checkpoint; a missing torch is
+    left to the strategies (they say it is not installed)."""
+    version = installed_torch_version()
+    why = None if version is None else _too_old(version)
+    if why is not None:
+        raise TorchTooOld(
+            f"{why}: upgrade it (pip install -U 'torch>=2.6') or convert the checkpoint"
+            " to safetensors"
         )
-    return None
+
+
+def _weights_only_refusal(exc: pickle.UnpicklingError, path: str) -> UnsafePickle:
+    """torch's long weights-only error (with its advice to turn the protection off) as one
+    line: the global it refused."""
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    reason = next(
+        (x for x in lines if "WeightsUnpickler error" in x),
+        next((x for x in lines if "GLOBAL" in x), lines[-1] if lines else type(exc).__name__),
+    )
+    reason = reason.split("WeightsUnpickler error:", 1)[-1].strip()
+    return UnsafePickle(
+        f"torch.load(weights_only=True) refused it ({reason[:200]}): it would run code,"
+        " not rebuild tensors; nothing was executed",
+        path=path,
+    )
 
 
 def _flatten(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
@@ -58,7 +107,12 @@ class Pickle(Strategy):
         import torch
 
         for f in files:
-            state = torch.load(f.path, map_location="cpu", weights_only=True, mmap=self.use_mmap)
+            try:
+                state = torch.load(
+                    f.path, map_location="cpu", weights_only=True, mmap=self.use_mmap
+                )
+            except pickle.UnpicklingError as exc:
+                raise _weights_only_refusal(exc, f.path) from None
             wanted = set(f.tensors) if f.tensors is not None else None
             for name, t in _flatten(state):
                 if wanted is None or name in wanted:
