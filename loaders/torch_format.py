@@ -93,8 +93,15 @@ _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 #: the object, the storage keys.
 _LEGACY_PICKLES = 5
 _FIRST_SCAN_BYTES = 1 << 20
-#: What zipfile raises for archives that are corrupt, encrypted or use an unknown method.
-_ZIP_ERRORS = (
+try:
+    from lzma import LZMAError
+except ImportError:  # a Python built without lzma: zipfile cannot inflate LZMA entries then
+    _LZMA_ERRORS: tuple[type[Exception], ...] = ()
+else:
+    _LZMA_ERRORS = (LZMAError,)
+#: What zipfile raises for archives that are corrupt, encrypted or use an unknown method
+#: (bz2 raises OSError for corrupt data; lzma its own LZMAError).
+_ZIP_ERRORS: tuple[type[Exception], ...] = (
     zipfile.BadZipFile,
     OSError,
     ValueError,
@@ -102,6 +109,7 @@ _ZIP_ERRORS = (
     RuntimeError,
     NotImplementedError,
     zlib.error,
+    *_LZMA_ERRORS,
 )
 
 
