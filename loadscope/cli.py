@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from loadscope._version import __version__
 from loadscope.doctor import load_report as _load_report
-from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.errors import ExitCode, LoadscopeError, PermissionDenied
 from loadscope.units import format_bytes, parse_duration, parse_rate, parse_size
 
 if TYPE_CHECKING:
@@ -525,6 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--unmount", metavar="MOUNTPOINT", help="unmount a (possibly stale) emulator mount and exit"
     )
+    # Internal: the FUSE server process itself, as the supervisor (emulated_disk) starts it.
+    p.add_argument("--serve-here", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=_cmd_emulate)
 
     p = sub.add_parser(
@@ -606,6 +608,31 @@ def _emit(out: TextIO, json_path: str | None, json_text: str, summary: str) -> E
     if json_path:
         out.write(f"full result: {json_path}\n")
     return ExitCode.OK
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse a report path that cannot be written before any work, not after it."""
+    from pathlib import Path
+
+    for option in ("json", "md", "html"):
+        path = getattr(args, option, None)
+        if not isinstance(path, str) or path == "-":
+            continue
+        target = Path(path)
+        parent = target.parent
+        try:
+            if target.is_dir():
+                raise OutputError(f"cannot write {path}: it is a directory")
+            if target.exists():
+                writable = os.access(target, os.W_OK)
+            elif parent.is_dir():
+                writable = os.access(parent, os.W_OK | os.X_OK)
+            else:
+                raise OutputError(f"cannot write {path}: no directory {parent}")
+        except PermissionError:
+            writable = False
+        if not writable:
+            raise PermissionDenied(f"cannot write {path}: permission denied")
 
 
 def _write_file(path: str, text: str) -> None:
@@ -1000,7 +1027,9 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.emulator import EmulatorError, EmulatorSettings, serve, unmount
+    from pathlib import Path
+
+    from loadscope.emulator import EmulatorError, EmulatorSettings, emulated_disk, serve, unmount
 
     if args.unmount:
         if not unmount(args.unmount):
@@ -1026,17 +1055,31 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     )
     if not 0.0 <= args.eio_rate <= 1.0:
         raise UsageError("--eio-rate is a probability between 0 and 1")
-    if sys.stderr.isatty():
-        sys.stderr.write(
-            f"serving {args.source} at {args.mountpoint}: {args.latency * 1e3:g} ms per request,"
-            f" readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
-        )
-    # libfuse installs its own SIGINT/SIGTERM/SIGHUP handlers (leave the loop, unmount),
-    # but only over the default disposition: hand the signals back to it.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    serve(args.source, args.mountpoint, settings)
-    return ExitCode.OK
+    if args.serve_here:
+        # The server itself (started by emulated_disk). libfuse installs its own
+        # SIGINT/SIGTERM/SIGHUP handlers (leave the loop, unmount), but only over the
+        # default disposition: hand the signals back to it.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        serve(args.source, args.mountpoint, settings)
+        return ExitCode.OK
+    # The user's command supervises a server child: a signal in any moment (even while
+    # libfuse is still mounting, before its handlers exist) reaches this process, which
+    # stops the server and unmounts whatever is there; never a mount left behind.
+    if not Path(args.mountpoint).is_dir():
+        raise EmulatorError(f"{args.mountpoint}: mount point is not a directory")
+    try:
+        with emulated_disk(args.source, args.mountpoint, settings) as disk:
+            if sys.stderr.isatty():
+                sys.stderr.write(
+                    f"serving {args.source} at {args.mountpoint}: {args.latency * 1e3:g} ms per"
+                    f" request, readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
+                )
+            disk.process.wait()
+    except (KeyboardInterrupt, _Terminated):
+        out.write(f"unmounted {args.mountpoint}\n")  # the way to stop it: not an error
+        return ExitCode.OK
+    raise EmulatorError(f"the emulated disk at {args.mountpoint} stopped on its own")
 
 
 class _Progress:
@@ -1106,7 +1149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return ExitCode.OK
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        _check_outputs(args)
         return int(run(args, sys.stdout))
     except LoadscopeError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -1133,3 +1178,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.INTERNAL)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)

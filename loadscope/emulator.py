@@ -509,6 +509,7 @@ def emulated_disk(
         "-m",
         "loadscope",
         "emulate",
+        "--serve-here",
         os.fspath(source),
         str(mnt),
         *settings.cli_args(),

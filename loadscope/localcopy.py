@@ -284,9 +284,9 @@ def _copy_one(
                 errors.append(exc)
 
         pool = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, threads))]
-        for t in pool:
-            t.start()
         try:
+            for t in pool:
+                t.start()
             while any(t.is_alive() for t in pool):
                 for t in pool:
                     t.join(timeout=0.1)
@@ -303,7 +303,8 @@ def _copy_one(
             abort.set()  # no thread may write after the fds below are closed
             if not stuck:
                 for t in pool:
-                    t.join()
+                    if t.ident is not None:  # a signal may land between two start() calls
+                        t.join()
             raise
         if errors:
             raise errors[0]

@@ -195,7 +195,8 @@ def warm(
     finally:
         if stalled is None:
             for t in pool:
-                t.join()
+                if t.ident is not None:  # a signal may land between two start() calls
+                    t.join()
             for fd in fds.values():
                 os.close(fd)
         # else: readers are stuck in the kernel; their fds stay open until they return
