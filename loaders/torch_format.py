@@ -423,8 +423,10 @@ def _scan_pickle(
                     scan.tensor_count += 1
                 frames[-1].append(value)
                 last = value
-    except (ValueError, EOFError) as exc:
-        if partial_ok:
+    except (ValueError, EOFError, DeprecationWarning) as exc:
+        # pickletools warns of a bad escape in a STRING opcode; under -W error (or
+        # PYTHONWARNINGS=error) that warning is raised here, and it is a corrupt pickle too.
+        if partial_ok and not isinstance(exc, DeprecationWarning):
             raise _ScanWindowEnded from None
         raise TorchCheckpointError(f"{what}is not a valid pickle ({exc})", path=path) from None
     return last if isinstance(last, int | str) else None
