@@ -201,11 +201,11 @@ def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:
         with contextlib.suppress(OSError):
             if sub.is_symlink() or not sub.is_dir():
                 continue
-            if any(
-                e.name.lower().endswith(SAFETENSORS_SUFFIXES + TORCH_SUFFIXES)
-                for e in os.scandir(sub)
-            ):
-                found.append(n + "/")
+            with os.scandir(sub) as entries:  # closed even when any() stops early
+                if any(
+                    e.name.lower().endswith(SAFETENSORS_SUFFIXES + TORCH_SUFFIXES) for e in entries
+                ):
+                    found.append(n + "/")
     return found[:8]
 
 
