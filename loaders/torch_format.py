@@ -195,6 +195,14 @@ def _zip_info(fh: io.BufferedReader, path: str, file_size: int) -> TorchCheckpoi
         dtype_bytes: Counter[str] = Counter()
         unsafe: tuple[str, ...] = ()
         pkl = pickles[0]
+        if pkl.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            # torch reads only these; an LZMA stream would also make lzma allocate the
+            # dictionary its header claims (up to 4 GiB) before a byte is inflated.
+            raise TorchCheckpointError(
+                f"data.pkl is compressed with zip method {pkl.compress_type}; torch reads only"
+                " stored or deflated entries (not a torch checkpoint, or corrupt)",
+                path=path,
+            )
         # Sizes are claims: a stored entry is as long as it says, and deflate shrinks at
         # most ~1032x. A lie (to skip the scan below, say) is corruption, not a big pickle.
         most = pkl.compress_size * (1 if pkl.compress_type == zipfile.ZIP_STORED else 1032) + 64

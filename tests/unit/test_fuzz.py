@@ -130,6 +130,23 @@ def outcome(fn: Callable[[], T]) -> T | LoadscopeError:
         return exc
 
 
+@contextlib.contextmanager
+def bounded_memory(file_size: int) -> Iterator[None]:
+    """Fail if the body allocates more than a small multiple of the file's real size: a
+    reader that trusted a size claimed inside the file (a header length, a zip entry's
+    size) would allocate that instead. Python allocations only, via tracemalloc."""
+    if tracemalloc.is_tracing():  # someone else is measuring: do not disturb them
+        yield
+        return
+    tracemalloc.start()
+    try:
+        yield
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= 64 * file_size + (2 << 20), f"{peak} bytes allocated for a {file_size}-byte file"
+
+
 def check_header(header: SafetensorsHeader, file_size: int, raw_len: int) -> None:
     """A parse that succeeded describes the file consistently."""
     assert header.file_size == file_size
@@ -524,19 +541,8 @@ def test_read_header_from_disk(
     hardening_examples(1)
     path = tmp_path / "fuzz.safetensors"
     path.write_bytes(blob)
-    tracing = not tracemalloc.is_tracing()
-    if tracing:
-        tracemalloc.start()
-    try:
+    with bounded_memory(len(blob)):
         got = outcome(lambda: read_header(path))
-    finally:
-        if tracing:
-            peak = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
-    if tracing:
-        assert peak <= 64 * len(blob) + (1 << 20), (
-            f"{peak} bytes allocated for a {len(blob)}-byte file"
-        )
     if isinstance(got, SafetensorsHeader):
         check_header(got, len(blob), got.header_bytes)
     # And the whole inspect path on the same file agrees on accepting it.
@@ -803,11 +809,13 @@ def test_torch_reader_arbitrary_files(
     blob: bytes, tmp_path: Path, hub_cache: Path, hardening_examples: Examples
 ) -> None:
     """Zip-like, pickle-like and tar-like bytes under a .bin name: described or refused with
-    a LoadscopeError; no pickle is run; the same via ``inspect``."""
+    a LoadscopeError, memory bounded by the file's size whatever its zip entries claim; no
+    pickle is run; the same via ``inspect``."""
     hardening_examples(1)
     path = tmp_path / "pytorch_model.bin"
     path.write_bytes(blob)
-    got = outcome(lambda: read_torch_info(path))
+    with bounded_memory(len(blob)):
+        got = outcome(lambda: read_torch_info(path))
     assert not _CANARY, "a pickle was executed"
     if not isinstance(got, LoadscopeError):
         assert got.file_size == len(blob)
@@ -1336,3 +1344,22 @@ def test_regression_bad_escape_under_warnings_as_errors(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert read_torch_info(path).format == where
+
+
+def test_regression_lzma_dictionary_claim(tmp_path: Path, hardening_examples: Examples) -> None:
+    """An LZMA data.pkl whose properties claim a 4 GiB dictionary: lzma allocated all of it
+    (tracemalloc saw 4,295,079,831 bytes for a 300-byte file; a MemoryError under strict
+    overcommit). torch reads only stored and deflated entries, so the method is refused
+    before anything is inflated."""
+    hardening_examples(1)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_LZMA) as zf:
+        zf.writestr("archive/data.pkl", TORCH_PKL)
+    data = bytearray(buf.getvalue())
+    start = data.find(b"PK\x03\x04") + 30 + len("archive/data.pkl")
+    # LZMA in zip: version (2), properties size (2), lc/lp/pb (1), dictionary size (4).
+    struct.pack_into("<I", data, start + 5, 0xFFFFFFFF)
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes(data)
+    with bounded_memory(len(data)), pytest.raises(TorchCheckpointError, match="method 14"):
+        read_torch_info(path)
