@@ -308,6 +308,8 @@ class _PickleScan:
             if safe_global(module, name):
                 return
             what = f"{module}.{name}"
+            if not what.isprintable():  # a hostile name must not break the one-line message
+                what = repr(what)
         else:
             what = "a global named by computed values"
         if what not in self.unsafe_globals:

@@ -1363,3 +1363,27 @@ def test_regression_lzma_dictionary_claim(tmp_path: Path, hardening_examples: Ex
     path.write_bytes(data)
     with bounded_memory(len(data)), pytest.raises(TorchCheckpointError, match="method 14"):
         read_torch_info(path)
+
+
+@pytest.mark.parametrize(
+    "pkl",
+    [
+        b"\x80\x02ctests.\x7fnit.test_fuzz\n_canary\n)R.",  # as found
+        b"\x80\x02cos\x1b[2J\nsystem\n)R.",
+        b"\x80\x04\x8c\x04os\nx\x8c\x06system\x93)R.",  # STACK_GLOBAL: a newline in a name
+    ],
+    ids=["del", "escape-sequence", "newline"],
+)
+def test_regression_unsafe_global_name_is_escaped(
+    pkl: bytes, tmp_path: Path, hub_cache: Path, hardening_examples: Examples
+) -> None:
+    """The long hypothesis run found a GLOBAL whose module name holds DEL (``\\x7f``): the
+    UnsafePickle message printed it raw; a newline or an escape sequence there would
+    break the one line or drive the terminal. Non-printable names are now repr'd."""
+    hardening_examples(1)
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes(_stored_zip({"archive/data.pkl": pkl}))
+    with pytest.raises(LoadscopeError) as info:
+        inspect_target(resolve(str(path)))
+    assert_clean_error(info.value)
+    assert not _CANARY
