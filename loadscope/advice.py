@@ -104,6 +104,8 @@ class Facts:
     rank_backend: str | None = None
     #: GPUs whose PCIe link trained below its maximum (address, current, max).
     degraded_links: list[tuple[str, str, str]] = field(default_factory=list)
+    #: A read of the model that got no answer during the probes (what, and for how long).
+    stalled: str | None = None
 
     def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
         table = self.cold if cache == "cold" else self.warm
@@ -154,6 +156,7 @@ def facts_from(
                 ids.setdefault((t.strategy, t.cache), []).append(t.id)
     return Facts(
         storage_class=mount.storage_class if mount else "unknown",
+        stalled=probe.stalled,
         model_bytes=probe.target["total_bytes"],
         headroom_bytes=system.memory_headroom_bytes if system else None,
         cgroup_limit_bytes=system.cgroup.limit_bytes if system and system.cgroup else None,
@@ -511,6 +514,26 @@ def rule_wsl(f: Facts) -> list[Recommendation]:
     ]
 
 
+def rule_stalled(f: Facts) -> Recommendation:
+    """No speed advice means anything while reads go unanswered: fix the storage first."""
+    assert f.stalled is not None
+    return Recommendation(
+        id="storage-stalled",
+        title="Find out why the storage stopped answering",
+        action=f"{f.stalled}; until reads come back no load can finish here: check the"
+        " server or FUSE daemon (dmesg, its logs), then run the diagnosis again",
+        evidence=[Evidence("stalled read", f.stalled)],
+        risk="a hard NFS mount waits forever by design; 'soft,timeo=' makes reads fail instead",
+        confidence="high",
+        snippets={
+            "shell": "dmesg | tail -50            # 'server not responding', hung tasks\n"
+            "grep -E 'nfs|fuse' /proc/mounts   # mount options: hard/soft, timeo\n"
+            "cat /sys/fs/fuse/connections/*/waiting  # FUSE requests the daemon has not answered",
+        },
+        measured=False,
+    )
+
+
 #: Strategies that land tensors on a GPU without holding the whole model in host RAM.
 GPU_STRATEGIES = frozenset({"mmap-cuda", "read-to-cuda", "staged", "gds"})
 
@@ -728,6 +751,12 @@ def advise(
 
 
 def advise_facts(f: Facts) -> Advice:
+    if f.stalled:
+        return Advice(
+            Verdict("problem", "the storage stopped answering: a read got no reply"),
+            [rule_stalled(f)],
+            [],
+        )
     recs = [r for rule in RULES for r in rule(f)]
     recs.sort(
         key=lambda r: (

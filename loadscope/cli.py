@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from loadscope._version import __version__
 from loadscope.doctor import load_report as _load_report
 from loadscope.errors import ExitCode, LoadscopeError, PermissionDenied
+from loadscope.safeio import stuck_reads
 from loadscope.units import format_bytes, parse_duration, parse_rate, parse_size
 
 if TYPE_CHECKING:
@@ -1179,3 +1180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+        if stuck := stuck_reads():
+            print(
+                f"{PROG}: {len(stuck)} read(s) still wait in the kernel (first: {stuck[0]});"
+                " this process ends when the storage answers, or at once when it is"
+                " unmounted (umount -f; FUSE: echo 1 > /sys/fs/fuse/connections/N/abort)",
+                file=sys.stderr,
+            )

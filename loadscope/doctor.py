@@ -286,6 +286,9 @@ def run_doctor(
         sample = None  # torch checkpoints load whole
     hints = hints_from(probe)
     try:
+        if probe.stalled:
+            # Trials would wait on the same storage: say so rather than time out each one.
+            raise BenchError(f"not run: {probe.stalled}")
         bench = run_bench(
             target,
             BenchOptions(
@@ -313,7 +316,7 @@ def run_doctor(
     except BenchError as exc:
         failures.append(f"bench: {exc}")
     rank_report = None
-    if multi and ranks is not None:
+    if multi and ranks is not None and not probe.stalled:
         step("ranks")
         rank_report = _rank_trials(target, ranks, device, budget_s, started, cancel, failures)
     step("advice")

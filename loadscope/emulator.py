@@ -521,7 +521,9 @@ def emulated_disk(
         device = _wait_ready(proc)
         yield EmulatedDisk(mnt, Path(source), settings, device, log, proc)
     finally:
-        _stop(proc, mnt)
+        # A server with stalled reads cannot finish its loop (they wait for the unmount
+        # it would do after): do not wait long for it before the kill.
+        _stop(proc, mnt, grace_s=2.0 if settings.stall_after_bytes is not None else 10.0)
 
 
 def _replace(settings: EmulatorSettings, **changes: Any) -> EmulatorSettings:
@@ -550,11 +552,11 @@ def _wait_ready(proc: subprocess.Popen[str]) -> tuple[int, int]:
     raise EmulatorError(f"the emulated disk did not come up{' in time' if late else ''}: {detail}")
 
 
-def _stop(proc: subprocess.Popen[str], mnt: Path) -> None:
+def _stop(proc: subprocess.Popen[str], mnt: Path, grace_s: float = 10.0) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)  # libfuse's handler exits the loop and unmounts
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)

@@ -25,6 +25,7 @@ from loadscope.loaders.errors import DuplicateTensor, UnsafePickle
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategies.pickle_load import refuse_unsafe_torch
 from loadscope.loaders.torch_format import read_torch_info
+from loadscope.safeio import bounded, stall_timeout_s
 from loadscope.targets import InvalidIndex, Target, open_target
 from loadscope.units import format_bytes
 
@@ -204,7 +205,11 @@ def check_target(target: Target, *, loads: bool = False) -> Inspection:
 
     Headers only, each read bounded by its file's size: fast, and before any probe,
     worker, fork server or write."""
-    report = inspect_target(target)
+    report = bounded(
+        lambda: inspect_target(target),
+        stall_timeout_s(),
+        lambda: f"the headers under {target.root}",
+    )
     if loads and "torch" in target.formats:
         refuse_unsafe_torch()
     return report

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadscope.errors import ExitCode, LoadscopeError, ReadFailed
-from loadscope.safeio import open_regular, pread_exactly
+from loadscope.safeio import note_stuck, open_regular, pread_exactly
 from loadscope.targets import Target
 from loadscope.units import format_bytes
 
@@ -294,6 +294,7 @@ def _copy_one(
                     abort.set()
                     stuck = True  # copiers blocked in the kernel keep their fds: see finally
                     where = ", ".join(str(o) for o in sorted(set(in_flight.values()))[:3])
+                    note_stuck(f"{f.source} at offset {where}")
                     raise ReadFailed(
                         f"no byte copied for {stall_timeout_s:g} s (reading at offset {where}):"
                         " the storage stopped answering; nothing renamed",

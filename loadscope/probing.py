@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from loadscope.probes import blockdev, mounts
 from loadscope.probes.gpu import GpuFacts, probe_gpus
@@ -35,6 +35,7 @@ from loadscope.probes.localdisk import DiskSpeed, free_bytes, measure_dir
 from loadscope.probes.pagecache import ColdCache, Residency, residency
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe, to_jsonable
 from loadscope.probes.system import SystemInfo, probe_system
+from loadscope.safeio import StorageStalled, bounded, stall_timeout_s
 from loadscope.targets import Target
 from loadscope.units import format_bytes, format_rate, format_us
 
@@ -42,6 +43,9 @@ SCHEMA_VERSION = 1
 DEFAULT_BUDGET_S = 15.0
 #: Kept back from the budget for assembling the report and closing files.
 _MARGIN_S = 0.3
+#: A probe read may take this long past its share of the budget before it is a stall.
+PROBE_STALL_GRACE_S = 10.0
+T = TypeVar("T")
 
 Progress = Callable[[str], None]
 
@@ -102,6 +106,8 @@ class ProbeReport:
     gpus: ProbeResult[GpuFacts] = field(
         default_factory=lambda: ProbeResult("gpu", Status.SKIPPED, reason="not probed")
     )
+    #: Set when a read of the model got no answer: what was read and for how long.
+    stalled: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +139,7 @@ class ProbeReport:
             "local_disks": _local_dict(self.local_disks),
             "gpus": self.gpus.to_dict(),
             "notes": self.notes,
+            **({"stalled": self.stalled} if self.stalled else {}),
         }
 
     def to_json(self) -> str:
@@ -249,8 +256,20 @@ def run_probes(
             " the server's or daemon's cache may still serve reads"
         )
     cold = ColdCache(allow_drop_caches=allow_drop_caches, remote_note=remote)
-    direct, why = o_direct_support(primary.path)
-    notes = [] if direct else [f"{why}: measuring with evict-then-read (buffered, readahead on)"]
+    # Every read of the model below may meet storage that never answers: each is bounded
+    # (its share of the budget plus a grace), and after one stall the rest are skipped.
+    grace = min(stall_timeout_s(), PROBE_STALL_GRACE_S)
+    stalled: list[str] = []
+    notes: list[str] = []
+    try:
+        direct, why = bounded(
+            lambda: o_direct_support(primary.path), grace, lambda: f"{primary.path} at offset 0"
+        )
+    except StorageStalled as exc:
+        stalled.append(exc.message)
+        direct, why = False, "O_DIRECT not tried"
+    if not direct and not stalled:
+        notes.append(f"{why}: measuring with evict-then-read (buffered, readahead on)")
     stat_path = primary.storage.block_stat_path
     bench = IoBench(
         [(f.path, f.size_bytes) for f in files],
@@ -258,12 +277,37 @@ def run_probes(
         direct=direct,
         sampler_factory=(lambda: IoSampler(block_stat_path=Path(stat_path))) if stat_path else None,
     )
+
+    def guarded(fn: Callable[[], T], seconds: float) -> Callable[[], T]:
+        def call() -> T:
+            if stalled:
+                raise Unavailable(f"not measured: {stalled[0]}")
+            try:
+                return bounded(fn, seconds + grace, bench.where)
+            except StorageStalled as exc:
+                stalled.append(exc.message)
+                raise Unavailable(exc.message) from None
+            except OSError as exc:  # EIO and friends: which file, where
+                reason = exc.strerror or str(exc)
+                raise Unavailable(
+                    f"read of {bench.where()} failed: {reason} (errno {exc.errno})"
+                ) from None
+
+        return call
+
     remaining = max(0.0, deadline - time.monotonic())
     say("cold latency")
-    latency = run_probe("latency", lambda: bench.latency(time.monotonic() + 0.15 * remaining))
+    latency = run_probe(
+        "latency",
+        guarded(lambda: bench.latency(time.monotonic() + 0.15 * remaining), 0.15 * remaining),
+    )
     say("throughput")
     throughput = run_probe(
-        "throughput", lambda: _throughput(bench, deadline, remaining, primary.path, remote)
+        "throughput",
+        guarded(
+            lambda: _throughput(bench, deadline, remaining, primary.path, remote),
+            max(0.0, deadline - time.monotonic()),
+        ),
     )
     local: ProbeResult[list[LocalDisk]]
     if not local_disks:
@@ -294,6 +338,7 @@ def run_probes(
         notes=notes,
         local_disks=local,
         gpus=gpus,
+        stalled=stalled[0] if stalled else None,
     )
 
 

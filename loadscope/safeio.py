@@ -12,8 +12,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from loadscope.errors import LoadscopeError, NotARegularFile, ReadFailed, error_from_oserror
+
+T = TypeVar("T")
 
 
 def file_kind(mode: int) -> str:
@@ -114,3 +119,65 @@ def pread_exactly(fd: int, view: memoryview, offset: int, path: str) -> None:
                 path=path,
             )
         done += got
+
+
+# -- reads the storage may never answer --------------------------------------------------------
+
+#: How long a read may go unanswered before it counts as a stall (LOADSCOPE_STALL_TIMEOUT).
+STALL_TIMEOUT_S = 60.0
+_stuck: list[str] = []
+
+
+def stall_timeout_s() -> float:
+    """The stall timeout: ``LOADSCOPE_STALL_TIMEOUT`` seconds, else 60."""
+    raw = os.environ.get("LOADSCOPE_STALL_TIMEOUT", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return STALL_TIMEOUT_S
+    return value if value > 0 else STALL_TIMEOUT_S
+
+
+class StorageStalled(ReadFailed):
+    """A read got no answer in time: the storage (a FUSE daemon, an NFS server) stalled."""
+
+
+def bounded(fn: Callable[[], T], timeout_s: float, where: Callable[[], str]) -> T:
+    """``fn()`` in a helper thread, given up on after ``timeout_s`` with :class:`StorageStalled`.
+
+    A read a stalled FUSE or hard-mounted NFS server never answers cannot be
+    interrupted, not even by SIGKILL: the thread is left where it is (its own
+    descriptors stay open until it returns) and the caller goes on. ``where()``
+    says what was being read, for the message; :func:`stuck_reads` lists them.
+    """
+    out: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:  # noqa: BLE001  (re-raised in the caller)
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True, name="bounded-read")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        what = where()
+        _stuck.append(what)
+        raise StorageStalled(
+            f"no answer within {timeout_s:g} s while reading {what}: the storage stopped answering"
+        )
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+def note_stuck(what: str) -> None:
+    """Record a read given up on elsewhere (warm, copy) for :func:`stuck_reads`."""
+    _stuck.append(what)
+
+
+def stuck_reads() -> list[str]:
+    """Reads :func:`bounded` gave up on that may still be stuck in the kernel."""
+    return list(_stuck)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from loadscope.errors import ExitCode, LoadscopeError, NotEnoughMemory, ReadFailed
 from loadscope.probes.pagecache import LIBC, MAP_FAILED, ColdCache, residency
 from loadscope.probes.system import memory_headroom
-from loadscope.safeio import open_regular, pread_exactly
+from loadscope.safeio import note_stuck, open_regular, pread_exactly
 from loadscope.targets import Target
 from loadscope.units import format_bytes
 
@@ -185,6 +185,7 @@ def warm(
                     f"no byte read for {stall_timeout_s:g} s (waiting on {where}):"
                     " the storage stopped answering"
                 )
+                note_stuck(where)
                 stop.set()
                 break
             if progress is not None:

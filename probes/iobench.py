@@ -175,9 +175,15 @@ class IoBench:
         self.sampler_factory = sampler_factory
         self.rng = random.Random(seed)
         self.largest = max(files, key=lambda f: f[1])
+        #: The file and offset of the read in progress (what a stall message names).
+        self.reading: tuple[str, int] = (self.largest[0], 0)
         # Successive points start where the last one stopped, so a point does not
         # re-read what the previous one may have left in a device or host cache.
         self._cursor = 0
+
+    def where(self) -> str:
+        path, offset = self.reading
+        return f"{path} at offset {offset}"
 
     # -- latency -------------------------------------------------------------------------
 
@@ -213,6 +219,7 @@ class IoBench:
                         break  # every MiB region sampled once: stop rather than re-read warm data
                     continue
                 seen.add((path, offset >> 20))
+                self.reading = (path, offset)
                 t0 = time.perf_counter()
                 os.preadv(fds[path], [buf], offset)
                 samples.append((time.perf_counter() - t0) * 1e6)
@@ -272,6 +279,7 @@ class IoBench:
             _evict(self.cold, path)
 
         def run() -> ThroughputPoint:
+            self.reading = (path, offset)
             done, secs, reqs, stopped = sequential_read(
                 path,
                 offset=offset,
@@ -322,6 +330,7 @@ class IoBench:
                         block = next(next_block, None)
                     if block is None:
                         return
+                    self.reading = (path, offset + block * block_bytes)
                     n = os.preadv(fd, [buf], offset + block * block_bytes)
                     totals[i] += n
                     counts[i] += 1

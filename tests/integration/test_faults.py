@@ -7,6 +7,11 @@ worker or partial file behind.
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,13 +19,17 @@ import psutil
 import pytest
 
 from loadscope.bench import BenchError, BenchOptions, run_bench
+from loadscope.doctor import run_doctor
 from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason, is_mounted
 from loadscope.errors import ReadFailed
+from loadscope.inspection import inspect_target
 from loadscope.loaders.forkserver import WORKER_NAME
 from loadscope.localcopy import PARTIAL_SUFFIX, copy_model
+from loadscope.probing import run_probes
 from loadscope.synth import synthesize
 from loadscope.targets import resolve
 from loadscope.warm import evict, warm
+from tests.conftest import REPO_ROOT
 
 pytestmark = [
     pytest.mark.skipif(
@@ -67,6 +76,10 @@ def test_eio_is_one_clear_error_per_command(source: Path, tmp_path: Path) -> Non
             copy_model(target, dest, threads=2, block_bytes=1 << 20)
         assert not list(dest.rglob(f"*{PARTIAL_SUFFIX}"))
         assert not [p for p in dest.rglob("*.safetensors")]  # nothing unverified was renamed
+        probe = run_probes(target, budget_s=3, local_disks=False)
+        failed = [r for r in (probe.latency, probe.throughput) if not r.ok]
+        assert failed, "the probes read past the fault and saw no error"
+        assert re.search(r"read of .* at offset \d+ failed: Input/output error", failed[0].reason)
         try:
             report = run_bench(
                 target, BenchOptions(strategies=("mmap",), cache=("cold",), repeats=1, warmup=False)
@@ -107,3 +120,66 @@ def test_a_stall_is_a_timeout_not_a_hang(source: Path, tmp_path: Path) -> None:
         assert _no_workers()
     assert not is_mounted(mnt)
     assert time.monotonic() - t0 < 120
+
+
+def test_probes_and_doctor_meet_a_stall_with_a_bounded_clear_answer(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOADSCOPE_STALL_TIMEOUT", "2")
+    settings = EmulatorSettings(**FAST, stall_after_bytes=1 << 20)
+    mnt = tmp_path / "mnt"
+    with emulated_disk(source, mnt, settings) as disk:
+        target = resolve(str(disk.path))
+        inspect_target(target)  # the headers come back before the stall
+        evict(target)
+        t0 = time.monotonic()
+        probe = run_probes(target, budget_s=3, local_disks=False)
+        took = time.monotonic() - t0
+        assert took < 3 + 2 + 3, took  # its budget, one grace, and some slack
+        assert probe.stalled is not None and "stopped answering" in probe.stalled
+        assert str(disk.path) in probe.stalled and "at offset" in probe.stalled
+        assert not probe.latency.ok or not probe.throughput.ok
+        report = run_doctor(target, budget_s=8)
+        assert report.advice.verdict.headline.startswith("the storage stopped answering")
+        assert report.advice.recommendations[0].id == "storage-stalled"
+        assert report.bench is None
+        assert any(f.startswith("bench: not run") for f in report.failures)
+        assert _no_workers()
+    assert not is_mounted(mnt)
+
+
+def test_the_probe_command_says_what_is_stuck_and_ends_at_unmount(
+    source: Path, tmp_path: Path
+) -> None:
+    """A read the storage never answers cannot be killed (D state): say so, end when freed."""
+    settings = EmulatorSettings(**FAST, stall_after_bytes=1 << 20)
+    mnt = tmp_path / "mnt"
+    env = {**os.environ, "LOADSCOPE_STALL_TIMEOUT": "2", "PYTHONWARNINGS": "ignore"}
+    with emulated_disk(source, mnt, settings) as disk:
+        evict(resolve(str(disk.path)))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadscope", "probe", str(disk.path), "--budget", "3"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        lines: list[str] = []
+        timer = threading.Timer(60, proc.kill)
+        timer.start()
+        try:
+            for line in proc.stderr:
+                lines.append(line)
+                if "still wait in the kernel" in line:
+                    break
+        finally:
+            timer.cancel()
+        assert any("still wait in the kernel" in ln for ln in lines), lines
+    # Unmounted: the stuck read returns and the process ends.
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stopped answering" in out
+    assert "Traceback" not in "".join(lines) + err
+    assert not is_mounted(mnt)
