@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from loadscope.loaders.errors import DuplicateTensor, UnsafePickle
@@ -144,10 +146,11 @@ def inspect_target(target: Target) -> Inspection:
                 dtype_bytes[t.dtype] += t.nbytes
                 if t.name in owners:
                     raise DuplicateTensor(
-                        f"tensor {t.name!r} is in both {owners[t.name]!r} and {wf.path.name!r}",
+                        f"tensor {t.name!r} is in both {owners[t.name]!r} and"
+                        f" {_relative(wf.path, target.root)!r}",
                         path=target.root,
                     )
-                owners[t.name] = wf.path.name
+                owners[t.name] = _relative(wf.path, target.root)
             files.append(
                 FileInspection(
                     path=str(wf.path),
@@ -225,6 +228,14 @@ def open_checked(
         yield target
 
 
+def _relative(path: Path, root: Path) -> str:
+    """A shard's name as an index writes it: its path under the model folder."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.name
+
+
 def _check_weight_map(target: Target, owners: dict[str, str]) -> None:
     assert target.weight_map is not None and target.index is not None
     for tensor, shard in target.weight_map.items():
@@ -233,7 +244,7 @@ def _check_weight_map(target: Target, owners: dict[str, str]) -> None:
             raise InvalidIndex(
                 f"lists tensor {tensor!r} in {shard!r}, but no shard holds it", path=target.index
             )
-        if found != shard.rsplit("/", 1)[-1]:
+        if found != posixpath.normpath(shard):
             raise InvalidIndex(
                 f"lists tensor {tensor!r} in {shard!r}, but it is in {found!r}", path=target.index
             )

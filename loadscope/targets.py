@@ -19,6 +19,7 @@ import contextlib
 import errno
 import json
 import os
+import posixpath
 import re
 import shutil
 import tempfile
@@ -175,7 +176,8 @@ def _directory_files(
             index = root / index_name
             weight_map = read_index(index)
             fmt: WeightFormat = "safetensors" if index_name.startswith("model.") else "torch"
-            shards = sorted(set(weight_map.values()))
+            # "./a.safetensors" and "a.safetensors" are one file: read it once.
+            shards = sorted({posixpath.normpath(s) for s in weight_map.values()})
             return index, weight_map, tuple(_shard(root, index, s, fmt) for s in shards)
     by_format: tuple[tuple[WeightFormat, tuple[str, ...]], ...] = (
         ("safetensors", SAFETENSORS_SUFFIXES),
@@ -307,6 +309,8 @@ def resolve_repo_id(spec: str) -> Target:
     if match is None:
         raise BadTargetSpec(f"{spec!r} is not a Hugging Face repo id (org/name[@revision])")
     repo, revision = match.group("repo"), match.group("rev")
+    if revision and (revision.startswith("/") or ".." in revision.split("/")):
+        raise BadTargetSpec(f"{spec!r}: a revision is a branch, tag or commit, not a path")
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 

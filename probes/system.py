@@ -4,8 +4,8 @@ RAM is reported three ways because each can be the one that bites: what the
 machine has, what is available now, and what this process's cgroup allows
 (v2 ``memory.max`` or v1 ``memory.limit_in_bytes``, the tightest over the
 ancestors) — in a container the last is the real ceiling for a full read.
-GPUs are asked of torch only when a GPU driver is visible, so a CPU machine
-does not pay torch's import time for an empty answer.
+GPUs are listed by the driver (nvidia-smi, with a timeout) only when one is
+visible; the parent never imports torch for them.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def probe_system(root: Path = Path("/")) -> SystemInfo:
     headroom = headroom_bytes(vm.available, cgroup)
     virt, evidence = virtualization(root)
     wsl = is_wsl(root)
-    gpus, gpu_note = gpus_via_torch(root)
+    gpus, gpu_note = gpus_via_driver(root)
     return SystemInfo(
         hostname=platform.node(),
         kernel=platform.release(),
@@ -321,20 +321,23 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def gpus_via_torch(root: Path = Path("/")) -> tuple[tuple[Gpu, ...], str]:
-    """GPUs as torch sees them, asked only when a driver is present."""
+def gpus_via_driver(root: Path = Path("/")) -> tuple[tuple[Gpu, ...], str]:
+    """GPUs as the driver lists them (nvidia-smi, bounded), asked only when one is present.
+
+    Never torch: importing it here would cost the parent seconds, and the GPU probe
+    (``probes.gpu``) has the PCIe facts; this is the short list for the system line.
+    """
     nvidia = (root / "proc/driver/nvidia").exists()
     rocm = (root / "dev/kfd").exists()
     if not (nvidia or rocm):
         return (), "no GPU driver (/proc/driver/nvidia and /dev/kfd absent)"
-    try:
-        import torch
-    except ImportError:
-        return (), "a GPU driver is present but torch is not installed"
-    if not torch.cuda.is_available():
-        return (), f"driver present but torch {torch.__version__} sees no GPU (a CPU build?)"
+    if not nvidia:
+        return (), "ROCm driver present (/dev/kfd); only NVIDIA GPUs are listed"
+    from loadscope.probes.gpu import query_nvidia_smi
+
+    smi, note = query_nvidia_smi()
     gpus = tuple(
-        Gpu(i, torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory)
-        for i in range(torch.cuda.device_count())
+        Gpu(g.index if g.index is not None else i, g.name, g.memory_total_bytes or 0)
+        for i, g in enumerate(smi)
     )
-    return gpus, f"torch {torch.__version__}, {'CUDA' if nvidia else 'ROCm'}"
+    return gpus, "nvidia-smi" if gpus else f"NVIDIA driver present; {note}"

@@ -126,3 +126,24 @@ def test_live_probe_is_consistent() -> None:
     assert 1 <= s.cpus_usable <= s.cpus_online
     assert s.memory_headroom_bytes <= s.ram_available_bytes
     assert s.gpu_note
+
+
+def test_gpus_come_from_the_driver_never_from_torch(tmp_path: Path) -> None:
+    """A driver present: nvidia-smi is asked (bounded); torch is never imported for it."""
+    import subprocess
+    import sys
+
+    (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from loadscope.probes.system import gpus_via_driver\n"
+        f"gpus, note = gpus_via_driver(Path({str(tmp_path)!r}))\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "print(len(gpus), note)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "NVIDIA driver present" in done.stdout or "nvidia-smi" in done.stdout

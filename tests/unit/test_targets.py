@@ -184,3 +184,39 @@ def test_index_with_bad_shard_name_type(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": 5}}))
     with pytest.raises(Exception, match="not a file name"):
         resolve(str(tmp_path))
+
+
+def test_index_names_a_shard_two_ways_or_in_a_subfolder(tmp_path: Path) -> None:
+    """'./a' and 'a' are one shard; a tensor swapped between sub/m and m is caught."""
+    import json
+
+    from loadscope.inspection import inspect_target
+    from loadscope.targets import InvalidIndex
+    from tests.malformed_cases import good_st
+
+    d = tmp_path / "two-ways"
+    d.mkdir()
+    good_st(d / "a.safetensors", ("w", "v"))
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "./a.safetensors", "v": "a.safetensors"}})
+    )
+    target = resolve(str(d))
+    assert len(target.files) == 1
+    assert sum(f.tensor_count or 0 for f in inspect_target(target).files) == 2
+
+    s = tmp_path / "swapped"
+    (s / "sub").mkdir(parents=True)
+    good_st(s / "m.safetensors", ("w",))
+    good_st(s / "sub" / "m.safetensors", ("v",))
+    (s / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "sub/m.safetensors", "v": "m.safetensors"}})
+    )
+    with pytest.raises(InvalidIndex, match="but it is in 'm.safetensors'"):
+        inspect_target(resolve(str(s)))
+
+
+def test_a_revision_is_not_a_path() -> None:
+    from loadscope.targets import BadTargetSpec
+
+    with pytest.raises(BadTargetSpec, match="not a path"):
+        resolve("org/name@../../etc")
