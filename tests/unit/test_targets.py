@@ -211,7 +211,7 @@ def test_index_names_a_shard_two_ways_or_in_a_subfolder(tmp_path: Path) -> None:
     (s / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"w": "sub/m.safetensors", "v": "m.safetensors"}})
     )
-    with pytest.raises(InvalidIndex, match="but it is in 'm.safetensors'"):
+    with pytest.raises(InvalidIndex, match=r"but it is in 'm\.safetensors'"):
         inspect_target(resolve(str(s)))
 
 
