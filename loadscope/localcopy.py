@@ -294,7 +294,7 @@ def _copy_one(
                     abort.set()
                     stuck = True  # copiers blocked in the kernel keep their fds: see finally
                     where = ", ".join(str(o) for o in sorted(set(in_flight.values()))[:3])
-                    note_stuck(f"{f.source} at offset {where}")
+                    note_stuck(f"{f.source} at offset {where}", pool)
                     raise ReadFailed(
                         f"no byte copied for {stall_timeout_s:g} s (reading at offset {where}):"
                         " the storage stopped answering; nothing renamed",

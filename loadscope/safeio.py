@@ -125,7 +125,8 @@ def pread_exactly(fd: int, view: memoryview, offset: int, path: str) -> None:
 
 #: How long a read may go unanswered before it counts as a stall (LOADSCOPE_STALL_TIMEOUT).
 STALL_TIMEOUT_S = 60.0
-_stuck: list[str] = []
+#: Reads given up on, with the thread that may still wait for each.
+_stuck: list[tuple[str, threading.Thread]] = []
 
 
 def stall_timeout_s() -> float:
@@ -164,7 +165,7 @@ def bounded(fn: Callable[[], T], timeout_s: float, where: Callable[[], str]) -> 
     thread.join(timeout_s)
     if thread.is_alive():
         what = where()
-        _stuck.append(what)
+        _stuck.append((what, thread))
         raise StorageStalled(
             f"no answer within {timeout_s:g} s while reading {what}: the storage stopped answering"
         )
@@ -173,11 +174,12 @@ def bounded(fn: Callable[[], T], timeout_s: float, where: Callable[[], str]) -> 
     return out[0]
 
 
-def note_stuck(what: str) -> None:
+def note_stuck(what: str, threads: list[threading.Thread]) -> None:
     """Record a read given up on elsewhere (warm, copy) for :func:`stuck_reads`."""
-    _stuck.append(what)
+    _stuck.extend((what, t) for t in threads if t.is_alive())
 
 
 def stuck_reads() -> list[str]:
-    """Reads :func:`bounded` gave up on that may still be stuck in the kernel."""
-    return list(_stuck)
+    """Reads given up on whose threads still wait in the kernel (not those that returned)."""
+    _stuck[:] = [(what, t) for what, t in _stuck if t.is_alive()]
+    return list(dict.fromkeys(what for what, _ in _stuck))

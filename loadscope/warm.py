@@ -185,7 +185,7 @@ def warm(
                     f"no byte read for {stall_timeout_s:g} s (waiting on {where}):"
                     " the storage stopped answering"
                 )
-                note_stuck(where)
+                note_stuck(where, pool)
                 stop.set()
                 break
             if progress is not None:
