@@ -76,6 +76,22 @@ def synth_both(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoint:
     return synthesize(tmp_path_factory.mktemp("both"), 1 << 20, shards=2, fmt="both", seed=3)
 
 
+def no_workers(timeout_s: float = 10) -> bool:
+    """True once no trial worker (forked or spawned) is left under this process."""
+    import time
+
+    import psutil
+
+    from loadscope.loaders.forkserver import WORKER_NAME
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not [p for p in psutil.Process().children(recursive=True) if p.name() == WORKER_NAME]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 # --- The hardening tally (issue 10): how many hostile cases were tried and how they went. ---
 #
 # A test joins the tally with ``@pytest.mark.hardening("category")`` (or a module-level

@@ -15,7 +15,6 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from loadscope.bench import BenchError, BenchOptions, run_bench
@@ -23,13 +22,12 @@ from loadscope.doctor import run_doctor
 from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason, is_mounted
 from loadscope.errors import ReadFailed
 from loadscope.inspection import inspect_target
-from loadscope.loaders.forkserver import WORKER_NAME
 from loadscope.localcopy import PARTIAL_SUFFIX, copy_model
 from loadscope.probing import run_probes
 from loadscope.synth import synthesize
 from loadscope.targets import resolve
 from loadscope.warm import evict, warm
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, no_workers
 
 pytestmark = [
     pytest.mark.skipif(
@@ -46,15 +44,6 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("faulty") / "model"
     synthesize(root, 12 << 20, seed=31, shards=2)
     return root
-
-
-def _no_workers() -> bool:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if not [p for p in psutil.Process().children(recursive=True) if p.name() == WORKER_NAME]:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _open_past_headers(mnt_path: Path) -> None:
@@ -90,7 +79,7 @@ def test_eio_is_one_clear_error_per_command(source: Path, tmp_path: Path) -> Non
             (trial,) = report.trials
             assert trial.status == "failed"
             assert "error" in (trial.reason or "").lower(), trial.reason
-        assert _no_workers()
+        assert no_workers()
     assert not is_mounted(mnt)
 
 
@@ -117,7 +106,7 @@ def test_a_stall_is_a_timeout_not_a_hang(source: Path, tmp_path: Path) -> None:
         else:
             (trial,) = report.trials
             assert trial.status == "failed" and "timed out" in (trial.reason or ""), trial.reason
-        assert _no_workers()
+        assert no_workers()
     assert not is_mounted(mnt)
     assert time.monotonic() - t0 < 120
 
@@ -144,7 +133,7 @@ def test_probes_and_doctor_meet_a_stall_with_a_bounded_clear_answer(
         assert report.advice.recommendations[0].id == "storage-stalled"
         assert report.bench is None
         assert any(f.startswith("bench: not run") for f in report.failures)
-        assert _no_workers()
+        assert no_workers()
     assert not is_mounted(mnt)
 
 

@@ -22,8 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadscope.loaders.forkserver import WORKER_NAME
-from tests.conftest import CliResult, CliRunner, run_loadscope
+from tests.conftest import CliResult, CliRunner, no_workers, run_loadscope
 from tests.malformed_cases import CASES, MARKER, Case, RunsCode, good_st, torch_zip
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("hostile-files")]
@@ -63,15 +62,6 @@ def _children() -> set[int]:
         except psutil.NoSuchProcess:
             continue
     return out
-
-
-def _no_workers() -> bool:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if not [p for p in psutil.Process().children(recursive=True) if p.name() == WORKER_NAME]:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int, int]]:
@@ -141,7 +131,7 @@ def test_real_process_exit_code_no_hang(case: Case, entry: str, built: tuple[Pat
     assert result.out == ""
     _one_clear_line(result, case, target)
     assert not dest.exists()
-    assert _no_workers()
+    assert no_workers()
 
 
 CLAIMS = ("length-2**63", "length-over-limit", "length-just-under-limit-tiny-file")
@@ -194,7 +184,7 @@ def test_torch_refuses_the_pickle_too_and_nothing_runs(built: tuple[Path, Path])
     assert trial.status == "failed"
     assert "weights_only=True" in (trial.reason or "") and "posix.system" in (trial.reason or "")
     assert "\n" not in (trial.reason or "")
-    assert _no_workers()
+    assert no_workers()
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +238,7 @@ def test_old_torch_in_a_real_process(torch_model: Path, tmp_path: Path) -> None:
     assert result.code == 4, result.err
     assert result.err.startswith("loadscope: torch 2.5.1 is older than 2.6"), result.err
     assert len(result.err.splitlines()) == 1
-    assert _no_workers()
+    assert no_workers()
 
 
 # -- a stray symlink cycle beside valid weights still works -------------------------------------
