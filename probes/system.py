@@ -211,6 +211,11 @@ def oom_kills(root: Path = Path("/")) -> int | None:
 
 def describe_death(signal_name: str, oom_before: int | None, root: Path = Path("/")) -> str:
     """Why a child died of ``signal_name``, asking the OOM counters read before it started."""
+    if signal_name == "SIGBUS":
+        return (
+            "killed by SIGBUS: a read through a memory mapping failed (the storage"
+            " returned an I/O error, or the file shrank while mapped)"
+        )
     if signal_name != "SIGKILL":
         return f"killed by {signal_name}"
     after = oom_kills(root)
