@@ -11,8 +11,10 @@ The UI thread owns every buffer the views draw, and redraws the live charts at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
+import signal
 import threading
 from pathlib import Path
 from typing import Any, ClassVar
@@ -132,6 +134,13 @@ class LoadscopeApp(App[int]):
         # alive now live as long as the app, so the collector stops scanning them.
         gc.collect()
         gc.freeze()
+        if not self.is_headless:
+            # SIGTERM (kill, a scheduler) and SIGHUP (the terminal went away): stop the run
+            # like ctrl+q does, so the terminal is restored and no worker is left behind.
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(signum, self._on_stop_signal)
         self.set_interval(1 / REDRAW_HZ, self._redraw)
         if self.initial_report:
             self.open_report(self.initial_report)
@@ -371,10 +380,16 @@ class LoadscopeApp(App[int]):
         self.push_screen(CompareScreen(rows))
 
     async def action_quit(self) -> None:
+        await self._stop_and_exit(ExitCode.OK)
+
+    async def _stop_and_exit(self, code: int) -> None:
         if self.running:
             self._cancel.set()
             await asyncio.get_running_loop().run_in_executor(None, self._done.wait, 15)
-        self.exit(0)
+        self.exit(code)
+
+    def _on_stop_signal(self) -> None:
+        self.run_worker(self._stop_and_exit(ExitCode.TERMINATED), exclusive=True, group="stop")
 
     # -- the run ----------------------------------------------------------------------------------
 

@@ -58,3 +58,57 @@ def test_tui_in_tmux_shows_the_chart_and_the_verdict(tmp_path: Path) -> None:
         assert status.exists() and status.read_text().strip() == "0"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)")
+def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
+    """kill (SIGTERM) while trials run: exit 143, the terminal's app screen left, no worker."""
+    import uuid
+
+    import psutil
+
+    session = f"loadscope-term-{os.getpid()}"
+    exe = Path(sys.executable).parent / "loadscope"
+    status = tmp_path / "status"
+    tag = uuid.uuid4().hex
+    cmd = f"{exe} tui synthetic:64MiB --budget 60; echo $? > {status}; sleep 30"
+    env = {**os.environ, "TERM": "xterm-256color", "LOADSCOPE_TEST_TAG": tag}
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd],
+        check=True,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+
+    def tagged() -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter():
+            try:
+                ours = "loadscope" in " ".join(p.cmdline()) or p.name() == "loadscope-trial"
+                mine = p.environ().get("LOADSCOPE_TEST_TAG") == tag
+                if ours and mine and not p.name().startswith("tmux") and p.status() != "zombie":
+                    found.append(p)
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "B/s│" not in _capture(session):
+            time.sleep(0.3)
+        assert "B/s│" in _capture(session), "the trials never started"
+        app = [p for p in tagged() if "tui" in p.cmdline()]
+        assert len(app) == 1, [p.cmdline() for p in tagged()]
+        app[0].terminate()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not status.exists():
+            time.sleep(0.2)
+        assert status.exists() and status.read_text().strip() == "143"
+        time.sleep(0.5)
+        assert "B/s│" not in _capture(session), "the app's screen was left on the terminal"
+        deadline = time.monotonic() + 10
+        while (left := tagged()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, [p.cmdline() for p in left]
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
