@@ -1182,8 +1182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGINT, previous_int)
         if stuck := stuck_reads():
             print(
-                f"{PROG}: {len(stuck)} read(s) still wait in the kernel (first: {stuck[0]});"
-                " this process ends when the storage answers, or at once when it is"
+                f"{PROG}: {len(stuck)} read(s) still wait in the kernel (first: {stuck[0]}),"
+                " unkillable: they end when the storage answers, or at once when it is"
                 " unmounted (umount -f; FUSE: echo 1 > /sys/fs/fuse/connections/N/abort)",
                 file=sys.stderr,
             )

@@ -6,7 +6,9 @@ that importing the engine never imports Textual.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 import sys
 from collections.abc import Sequence
@@ -27,19 +29,92 @@ def _stop_while_starting(signum: int, _frame: FrameType | None) -> None:
     os._exit(ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED)
 
 
+#: Commands that read the model: a read the storage never answers cannot be killed, so
+#: they run in a child the command can leave behind (see :func:`_supervise`).
+SUPERVISED = frozenset({"inspect", "probe", "bench", "doctor", "warm", "copy"})
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
+_PR_SET_PDEATHSIG = 1
+
+
+def _supervise() -> tuple[int | None, int | None]:
+    """Fork: the child runs the command, this process waits for it.
+
+    Returns (exit code, None) in the parent and (None, the early-exit pipe) in the child.
+
+    A read a stalled FUSE daemon or hard NFS mount never answers keeps its thread in
+    the kernel, unkillable, and a process cannot exit before all its threads have:
+    the command would hang after it already said what happened. The child reports
+    its exit code over a pipe when it finished with such reads still stuck, and this
+    parent exits with that code at once, leaving the child to end when the storage
+    answers. Signals sent to this process (kill) are passed on; the terminal's own
+    Ctrl-C reaches both, so it is not passed twice. The child dies with the parent.
+    """
+    r, w = os.pipe()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # none lost between fork and wait
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(ExitCode.TERMINATED)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+        return None, w
+    os.close(w)
+    while True:
+        info = signal.sigtimedwait(_SIGNALS, 0.1)
+        if info is not None and info.si_signo != signal.SIGCHLD and info.si_code <= 0:
+            # si_code <= 0: sent by a process (kill, a scheduler), not the terminal.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, info.si_signo)
+        if select.select([r], [], [], 0)[0] and (data := os.read(r, 1)):
+            return data[0], None  # finished, but reads still stuck keep it from exiting
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return (128 - code if code < 0 else code), None
+
+
+def _report_early_exit(code: int, fd: int | None) -> None:
+    """In the supervised child: let the parent exit now if stuck reads will hold us."""
+    if fd is None:
+        return
+    from loadscope.safeio import stuck_reads
+
+    if stuck_reads():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Let go of the terminal or pipe (a `| tee` waits for every writer to close it).
+        null = os.open(os.devnull, os.O_RDWR)
+        for std in (0, 1, 2):
+            os.dup2(null, std)
+        os.write(fd, bytes([code & 0xFF]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Installed before the heavy imports (a second of them on a busy machine): a signal
     # in that window is a clean exit, not a KeyboardInterrupt traceback from an import.
     # The CLI installs its own handlers once it runs, the app its own.
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    early_exit: int | None = None
     if argv is None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _stop_while_starting)
+        supervise = os.environ.get("LOADSCOPE_SUPERVISE", "1") != "0"
+        if supervise and args_list and args_list[0] in SUPERVISED:
+            code, early_exit = _supervise()
+            if code is not None:
+                return code
     from loadscope.cli import build_parser
     from loadscope.cli import main as cli_main
 
-    args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] != "tui":
-        return cli_main(args_list)
+        code = cli_main(args_list)
+        _report_early_exit(code, early_exit)
+        return code
     if not args_list:
         if not (sys.stdout.isatty() and sys.stdin.isatty()):
             build_parser().print_help()

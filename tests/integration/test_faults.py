@@ -13,9 +13,11 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from loadscope.bench import BenchError, BenchOptions, run_bench
@@ -159,13 +161,25 @@ def test_probes_and_doctor_meet_a_stall_with_a_bounded_clear_answer(
     assert not is_mounted(mnt)
 
 
-def test_the_probe_command_says_what_is_stuck_and_ends_at_unmount(
-    source: Path, tmp_path: Path
-) -> None:
-    """A read the storage never answers cannot be killed (D state): say so, end when freed."""
+def _tagged(proc: psutil.Process, tag: str) -> bool:
+    try:
+        return proc.environ().get("LOADSCOPE_TEST_TAG") == tag
+    except (psutil.Error, OSError):
+        return False
+
+
+def test_the_probe_command_says_what_is_stuck_and_returns(source: Path, tmp_path: Path) -> None:
+    """A read the storage never answers cannot be killed (D state): the command says so and
+    returns; the child holding the stuck read ends when the storage is unmounted."""
     settings = EmulatorSettings(**FAST, stall_after_bytes=1 << 20)
     mnt = tmp_path / "mnt"
-    env = {**os.environ, "LOADSCOPE_STALL_TIMEOUT": "2", "PYTHONWARNINGS": "ignore"}
+    tag = uuid.uuid4().hex
+    env = {
+        **os.environ,
+        "LOADSCOPE_STALL_TIMEOUT": "2",
+        "PYTHONWARNINGS": "ignore",
+        "LOADSCOPE_TEST_TAG": tag,
+    }
     with emulated_disk(source, mnt, settings) as disk:
         evict(resolve(str(disk.path)))
         proc = subprocess.Popen(
@@ -188,9 +202,16 @@ def test_the_probe_command_says_what_is_stuck_and_ends_at_unmount(
         finally:
             timer.cancel()
         assert any("still wait in the kernel" in ln for ln in lines), lines
-    # Unmounted: the stuck read returns and the process ends.
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "stopped answering" in out
-    assert "Traceback" not in "".join(lines) + err
+        # The command returns now (its stuck child is left to the storage) and lets go
+        # of its output: a pipe reader sees the end without waiting for the unmount.
+        out, err = proc.communicate(timeout=15)
+        assert proc.returncode == 0, err
+        assert "stopped answering" in out
+        assert "Traceback" not in "".join(lines) + err
+        stuck = [p for p in psutil.process_iter() if _tagged(p, tag)]
+    # Unmounted: the stuck read returns and the child ends too.
     assert not is_mounted(mnt)
+    deadline = time.monotonic() + 15
+    while [p for p in stuck if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]:
+        assert time.monotonic() < deadline, "the stuck child outlived the unmount"
+        time.sleep(0.2)
