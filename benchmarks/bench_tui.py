@@ -12,6 +12,10 @@ switching tabs is pressed every 50 ms. Measured:
 * engine throughput with the UI vs headless: median trial rate per strategy
   and cache mode.
 
+Presses start once the main screen's first frame is drawn (the app opening is
+not an answer to a key). ``--no-presses`` measures throughput with the app
+attached and drawing but no key pressed.
+
 Targets: p99 input-to-screen < 100 ms; UI-attached throughput >= 95% of headless.
 Run: ``.venv/bin/python benchmarks/bench_tui.py [--rounds 3] [--size 256MiB]``;
 exit 1 when a target is missed.
@@ -51,12 +55,15 @@ def rates(trials: list[dict[str, Any]]) -> dict[tuple[str, str], list[float]]:
     return out
 
 
-async def with_ui(target: Target, latencies: list[float]) -> list[dict[str, Any]]:
+async def with_ui(
+    target: Target, latencies: list[float], presses: bool = True
+) -> list[dict[str, Any]]:
     """The trials run by an engine child, as the app runs them; the finished trials."""
     app = LoadscopeApp(fuse_reason="benchmark", hf_cache="/nonexistent")
     result: list[dict[str, Any]] = []
     async with app.run_test(size=(100, 30)):
         app.pop_screen()
+        await first_frame(app)
         app.running = True
 
         def pump() -> None:
@@ -71,10 +78,21 @@ async def with_ui(target: Target, latencies: list[float]) -> list[dict[str, Any]
 
         thread = threading.Thread(target=pump, daemon=True)
         thread.start()
-        await press_tabs(app, latencies, thread.is_alive)
+        if presses:
+            await press_tabs(app, latencies, thread.is_alive)
+        while thread.is_alive():  # --no-presses: the app only draws the live charts
+            await asyncio.sleep(0.05)
         thread.join()
         app.running = False
     return result
+
+
+async def first_frame(app: LoadscopeApp) -> None:
+    """The main screen's first paint (~100-250 ms here) is the app opening, not an answer to
+    a key: presses start after it (before this, press #0 of each round timed it)."""
+    drawn = asyncio.Event()
+    app.call_after_refresh(drawn.set)
+    await drawn.wait()
 
 
 async def press_tabs(
@@ -102,6 +120,7 @@ async def idle(latencies: list[float], presses: int = 150) -> None:
     app = LoadscopeApp(fuse_reason="benchmark", hf_cache="/nonexistent")
     async with app.run_test(size=(100, 30)):
         app.pop_screen()
+        await first_frame(app)
         await press_tabs(app, latencies, lambda: len(latencies) < presses)
 
 
@@ -118,6 +137,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--size", type=parse_size, default=parse_size("256MiB"))
+    ap.add_argument(
+        "--no-presses",
+        action="store_true",
+        help="throughput only: the app attached and drawing, no key pressed (20 presses a"
+        " second keep this 2-core VM's app repainting ~40%% of a core)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="loadscope-bench-tui-", dir="/var/tmp") as tmp:
         synthesize(Path(tmp) / "m", args.size, seed=7)
@@ -131,7 +156,8 @@ def main() -> int:
             headless_trials = json.loads(run_bench(target, OPTIONS).to_json())["trials"]
             for k, v in rates(headless_trials).items():
                 headless[k] += v
-            for k, v in rates(asyncio.run(with_ui(target, latencies))).items():
+            attached = asyncio.run(with_ui(target, latencies, not args.no_presses))
+            for k, v in rates(attached).items():
                 ui[k] += v
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     ok = True
@@ -142,11 +168,17 @@ def main() -> int:
         print(f"| {key[0]} | {key[1]} | {format_rate(h)} | {format_rate(u)} | {u / h:.2f} |")
         if key[1] == "cold" and u < 0.95 * h:
             ok = False
-    lat = sorted(latencies)
-    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3
     print(f"\ninput-to-screen latency, nothing running: {_quantiles(baseline)}")
-    print(f"input-to-screen latency, trials running: {_quantiles(latencies)} (target p99 < 100 ms)")
-    ok = ok and p99 < 100
+    if latencies:
+        lat = sorted(latencies)
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3
+        print(
+            f"input-to-screen latency, trials running: {_quantiles(latencies)}"
+            " (target p99 < 100 ms)"
+        )
+        ok = ok and p99 < 100
+    else:
+        print("input-to-screen latency, trials running: not measured (--no-presses)")
     print("targets met" if ok else "TARGET MISSED")
     return 0 if ok else 1
 

@@ -168,7 +168,7 @@ class LoadscopeApp(App[int]):
         if action == "stop":
             ok = self.running
         elif action == "profile":
-            ok = self.running and self.query_one(BenchView).running_pid() is not None
+            ok = self._can_profile()
         elif action == "export":
             ok = self.report is not None
         elif action == "rerun":
@@ -238,10 +238,19 @@ class LoadscopeApp(App[int]):
         if self.last_request is not None and not self.running:
             self.start(self.last_request)
 
+    def _can_profile(self) -> bool:
+        """From the first trial of a run to its end, not flipping at each trial boundary:
+        every change re-composes the footer, which cost up to ~200 ms of the UI thread
+        at each trial's end and start (bench_tui.py: the slow key presses)."""
+        return self.running and bool(self.query_one(BenchView).live)
+
     def action_profile(self) -> None:
         pid = self.query_one(BenchView).running_pid()
         if pid is None:
-            self.notify("no trial is running", severity="warning")
+            self.notify(
+                "between two trials: press f again once the next one runs",
+                severity="warning",
+            )
             return
         self.push_screen(ProfileScreen(pid))
 
@@ -451,7 +460,7 @@ class LoadscopeApp(App[int]):
         # Only the visible benchmark tab is drawn; its model keeps filling regardless.
         if self.running and self.query_one("#tabs", TabbedContent).active == "bench":
             self.query_one(BenchView).tick()
-        profilable = self.running and self.query_one(BenchView).running_pid() is not None
+        profilable = self._can_profile()
         if profilable != self._profilable:  # the footer's Profile key, only when it changes
             self._profilable = profilable
             self.refresh_bindings()
@@ -475,8 +484,6 @@ class LoadscopeApp(App[int]):
         if m.index == 0:
             self.action_tab("bench")
         self.query_one(BenchView).trial_began(m.trial, m.index, m.total)
-        if m.index == 0:
-            self.refresh_bindings()
 
     @on(TrialSample)
     def _sample(self, m: TrialSample) -> None:
