@@ -140,8 +140,8 @@ def main() -> int:
     ap.add_argument(
         "--no-presses",
         action="store_true",
-        help="throughput only: the app attached and drawing, no key pressed (20 presses a"
-        " second keep this 2-core VM's app repainting ~40%% of a core)",
+        help="throughput only: the app attached and drawing, no key pressed (a press every"
+        " 50 ms means a full repaint each, ~17 ms apiece on this VM: see RESULTS.md)",
     )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="loadscope-bench-tui-", dir="/var/tmp") as tmp:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from loadscope.bench import BenchReport, Summary
+from loadscope.bench import GPU_STRATEGIES, BenchReport, Summary
 from loadscope.broadcast import BroadcastReport, BroadcastSummary
 from loadscope.probing import ProbeReport
 from loadscope.units import format_bytes, format_rate
@@ -534,15 +534,11 @@ def rule_stalled(f: Facts) -> Recommendation:
     )
 
 
-#: Strategies that land tensors on a GPU without holding the whole model in host RAM.
-GPU_STRATEGIES = frozenset({"mmap-cuda", "read-to-cuda", "staged", "gds"})
-
-
 def rule_memory_fit(f: Facts) -> list[Recommendation]:
     """The model is bigger than the memory this process may use: a CPU load will not fit."""
     if f.headroom_bytes is None or f.model_bytes <= f.headroom_bytes:
         return []
-    if set(f.cold) & GPU_STRATEGIES:
+    if set(f.cold) & set(GPU_STRATEGIES):
         return []  # measured on a GPU: the weights need not all sit in host RAM
     limit = (
         f" under the {format_bytes(f.cgroup_limit_bytes)} cgroup limit"

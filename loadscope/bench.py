@@ -40,7 +40,7 @@ from loadscope.loaders import forkserver
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, nowait_residency, residency
+from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, checked_fraction
 from loadscope.probes.system import describe_death, memory_headroom, oom_kills, page_cache_room
 from loadscope.targets import Target, WeightFile
 from loadscope.units import format_bytes, format_rate
@@ -51,6 +51,10 @@ TrialStatus = Literal["ok", "failed", "skipped"]
 #: Memory kept free beyond a strategy's predicted peak: the interpreter, torch, slack.
 RUNTIME_OVERHEAD_BYTES = 600 << 20
 WARM_ENOUGH = 0.95
+#: The strategies that land tensors on a GPU (what the doctor runs with --device cuda):
+#: safetensors' own device load, the pinned staging path, the common read-then-.to(),
+#: and gds when kvikio is there. None holds the whole model in host RAM.
+GPU_STRATEGIES = ("mmap-cuda", "staged", "read-to-cuda", "gds")
 _SERIES_POINTS = 50
 _STDERR_TAIL = 40
 #: A trial running when the deadline passes may finish within this much more.
@@ -361,28 +365,25 @@ NOWAIT_NOTE = (
 )
 
 
-def _fraction(path: Path) -> float | None:
-    """Residency by mincore, or sampled with RWF_NOWAIT reads where mincore is hidden."""
-    fraction = residency(path).fraction
-    return nowait_residency(path) if fraction is None else fraction
-
-
 def _prepare_cache(
     files: list[WeightFile], mode: CacheMode, cold: ColdCache
 ) -> tuple[bool, float | None, str]:
-    """Put every file in ``mode`` and verify it; (verified, mean residency, note)."""
+    """Put every file in ``mode`` and verify it; (verified, mean residency, note).
+
+    Residency is mincore's, or sampled with RWF_NOWAIT reads where mincore is hidden
+    from this user (``checked_fraction``): asked once per file, right before the trial."""
     notes: list[str] = []
+    fractions: list[float | None] = []
+    sampled = False
     if mode == "cold":
         ok = True
-        sampled = False
         for wf in files:
             ev = cold.evict(wf.path)
+            fractions.append(ev.after)
             sampled = sampled or "sampling" in ev.method
             if not ev.verified:
                 ok = False
                 notes.append(f"{wf.path.name}: {ev.note}")
-        if ok and sampled:
-            notes.append(f"verified cold by sampling: {NOWAIT_NOTE}")
     else:
         buf = bytearray(16 << 20)
         view = memoryview(buf)
@@ -390,19 +391,22 @@ def _prepare_cache(
             with open(wf.path, "rb", buffering=0) as fh:
                 while fh.readinto(view):
                     pass
-    fractions = [_fraction(wf.path) for wf in files]
+        for wf in files:
+            fraction, by_sampling = checked_fraction(wf.path)
+            fractions.append(fraction)
+            sampled = sampled or by_sampling
     known = [f for f in fractions if f is not None]
     mean = sum(known) / len(known) if known and len(known) == len(fractions) else None
     if mode == "warm":
         ok = mean is not None and mean >= WARM_ENOUGH
-        if ok and any(residency(wf.path).fraction is None for wf in files):
-            notes.append(f"verified warm by sampling: {NOWAIT_NOTE}")
         if not ok:
             notes.append(
                 "residency unknown"
                 if mean is None
                 else f"only {mean:.0%} resident after pre-reading"
             )
+    if ok and sampled:
+        notes.append(f"verified {mode} by sampling: {NOWAIT_NOTE}")
     return ok, mean, "; ".join(notes)
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 from loadscope._version import __version__
 from loadscope.doctor import load_report as _load_report
 from loadscope.errors import ExitCode, LoadscopeError, PermissionDenied
-from loadscope.safeio import stuck_reads
+from loadscope.safeio import STALL_TIMEOUT_S, stuck_reads
 from loadscope.units import format_bytes, parse_duration, parse_rate, parse_size
 
 if TYPE_CHECKING:
@@ -136,6 +136,16 @@ def _report_args(p: argparse.ArgumentParser) -> None:
         "--allow-drop-caches",
         action="store_true",
         help="write /proc/sys/vm/drop_caches when per-file eviction fails (host-wide; root)",
+    )
+
+
+def _stall_timeout_arg(p: argparse.ArgumentParser, verb: str) -> None:
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=STALL_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up when no byte was {verb} for SECONDS (default {STALL_TIMEOUT_S:g})",
     )
 
 
@@ -338,13 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --lock: release after SECONDS instead of waiting for Ctrl-C",
     )
     p.add_argument("--evict", action="store_true", help="drop the files from the page cache")
-    p.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="give up when no byte was read for SECONDS (default 60)",
-    )
+    _stall_timeout_arg(p, "read")
     p.add_argument(
         "--allow-drop-caches",
         action="store_true",
@@ -367,13 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest", metavar="DEST", nargs="?", help="destination directory")
     p.add_argument("--threads", type=int, default=4, help="parallel block copies (default 4)")
     p.add_argument("--force", action="store_true", help="replace files that differ in DEST")
-    p.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="give up when no byte was copied for SECONDS (default 60)",
-    )
+    _stall_timeout_arg(p, "copied")
     p.add_argument(
         "--report",
         metavar="DOCTOR.json",

@@ -22,6 +22,7 @@ from typing import Any
 from loadscope._version import __version__
 from loadscope.advice import Advice, Evidence, Recommendation, advice_dict, advise
 from loadscope.bench import (
+    GPU_STRATEGIES,
     BenchCancelled,
     BenchError,
     BenchOptions,
@@ -128,9 +129,6 @@ TRIAL_OVERHEAD_S = 0.5
 SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
 WARM_STRATEGIES = ("mmap", "auto", "pickle", "pickle-mmap", "mmap-cuda", "staged")
-#: What the doctor runs when tensors go to a GPU: safetensors' own device load, the
-#: common read-then-.to(), and the pinned staging path (gds joins when kvikio is there).
-GPU_STRATEGIES = ("mmap-cuda", "staged", "read-to-cuda", "gds")
 #: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
 #: and the sharded read.
 RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadscope.errors import ExitCode, LoadscopeError, ReadFailed
-from loadscope.safeio import note_stuck, open_regular, pread_exactly
+from loadscope.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
 from loadscope.targets import Target
 from loadscope.units import format_bytes
 
@@ -43,8 +43,6 @@ DEFAULT_THREADS = 4
 #: Room kept free on DEST beyond the files (metadata, other writers).
 SPACE_MARGIN = 64 << 20
 SIDECAR_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".py", ".jinja")
-#: No byte copied for this long: the storage stopped answering.
-STALL_TIMEOUT_S = 60.0
 
 Progress = Callable[[int, int, float], None]  # bytes done, bytes total, seconds
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from loadscope.errors import ExitCode, LoadscopeError, NotEnoughMemory, ReadFailed
 from loadscope.probes.pagecache import LIBC, MAP_FAILED, ColdCache, residency
 from loadscope.probes.system import memory_headroom
-from loadscope.safeio import note_stuck, open_regular, pread_exactly
+from loadscope.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
 from loadscope.targets import Target
 from loadscope.units import format_bytes
 
@@ -37,8 +37,6 @@ DEFAULT_THREADS = 8
 MEMORY_MARGIN = 256 << 20
 #: Re-reads of a file found not fully resident right after warming.
 TOP_UP_PASSES = 2
-#: No byte read for this long: the storage stopped answering (a hung NFS server, a stall).
-STALL_TIMEOUT_S = 60.0
 
 Progress = Callable[[int, int, float], None]  # bytes done, bytes total, seconds
 

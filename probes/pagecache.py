@@ -215,6 +215,16 @@ def nowait_residency(path: str | os.PathLike[str], samples: int = NOWAIT_SAMPLES
         os.close(fd)
 
 
+def checked_fraction(path: str | os.PathLike[str]) -> tuple[float | None, bool]:
+    """(fraction resident, sampled): mincore's answer, or where mincore is hidden from this
+    user the :func:`nowait_residency` sample (None only when neither can tell)."""
+    fraction = residency(path).fraction
+    if fraction is not None:
+        return fraction, False
+    sampled = nowait_residency(path)
+    return sampled, sampled is not None
+
+
 @dataclass(frozen=True, slots=True)
 class Eviction:
     path: str
@@ -254,17 +264,16 @@ class ColdCache:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-        after = residency(spath).fraction
+        after, sampled = checked_fraction(spath)
         method = "fadvise"
         if after is not None and after > COLD_FRACTION and self.allow_drop_caches:
             try:
                 drop_caches()
-                after = residency(spath).fraction
+                after, sampled = checked_fraction(spath)
                 method = "fadvise+drop_caches"
             except Unavailable as exc:
                 notes.append(f"--allow-drop-caches: unavailable: {exc} (needs root)")
-        if after is None and (sampled := nowait_residency(spath)) is not None:
-            after = sampled
+        if sampled:
             method += "; verified by sampling"
             notes.append(
                 f"residency hidden from this user (mincore): {NOWAIT_SAMPLES} pages sampled"

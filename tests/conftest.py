@@ -10,6 +10,7 @@ from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,6 +91,29 @@ def no_workers(timeout_s: float = 10) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def tagged_processes(tag: str) -> list[Any]:
+    """Live loadscope processes (command, fork server, workers, engine, FUSE server) whose
+    environment carries ``LOADSCOPE_TEST_TAG=tag``: what a test's run left running."""
+    import psutil
+
+    from loadscope.loaders.forkserver import WORKER_NAME
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            ours = proc.name() == WORKER_NAME or "loadscope" in " ".join(proc.cmdline())
+            if (
+                ours
+                and not proc.name().startswith("tmux")
+                and proc.environ().get("LOADSCOPE_TEST_TAG") == tag
+                and proc.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
 
 
 # --- The hardening tally (issue 10): how many hostile cases were tried and how they went. ---

@@ -30,7 +30,7 @@ from loadscope.probing import run_probes
 from loadscope.synth import synthesize
 from loadscope.targets import Target, resolve
 from loadscope.warm import evict, warm
-from tests.conftest import REPO_ROOT, no_workers
+from tests.conftest import REPO_ROOT, no_workers, tagged_processes
 
 pytestmark = [
     pytest.mark.skipif(
@@ -161,13 +161,6 @@ def test_probes_and_doctor_meet_a_stall_with_a_bounded_clear_answer(
     assert not is_mounted(mnt)
 
 
-def _tagged(proc: psutil.Process, tag: str) -> bool:
-    try:
-        return proc.environ().get("LOADSCOPE_TEST_TAG") == tag
-    except (psutil.Error, OSError):
-        return False
-
-
 def test_the_probe_command_says_what_is_stuck_and_returns(source: Path, tmp_path: Path) -> None:
     """A read the storage never answers cannot be killed (D state): the command says so and
     returns; the child holding the stuck read ends when the storage is unmounted."""
@@ -208,7 +201,7 @@ def test_the_probe_command_says_what_is_stuck_and_returns(source: Path, tmp_path
         assert proc.returncode == 0, err
         assert "stopped answering" in out
         assert "Traceback" not in "".join(lines) + err
-        stuck = [p for p in psutil.process_iter() if _tagged(p, tag)]
+        stuck = tagged_processes(tag)
     # Unmounted: the stuck read returns and the child ends too.
     assert not is_mounted(mnt)
     deadline = time.monotonic() + 15

@@ -28,13 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
 from loadscope.emulator import fuse_unavailable_reason
 from loadscope.localcopy import PARTIAL_SUFFIX
 from loadscope.synth import synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, tagged_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("interruption")]
 
@@ -119,17 +118,6 @@ def _tree_digest(root: Path) -> dict[str, tuple[str, float]]:
     return out
 
 
-def _tagged(tag: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get("LOADSCOPE_TEST_TAG") == tag and proc.status() != "zombie":
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def _mounts_under(path: Path) -> list[str]:
     with open("/proc/self/mounts", encoding="utf-8") as fh:
         points = [line.split()[1] for line in fh]
@@ -178,7 +166,7 @@ def test_a_signal_at_a_random_moment_leaves_nothing_behind(
         assert err.strip().splitlines()[-1].startswith("loadscope: "), err[-2000:]
     # Nothing the command started may outlive it: workers, fork server, FUSE daemon.
     deadline = time.monotonic() + 10
-    while (left := _tagged(tag)) and time.monotonic() < deadline:
+    while (left := tagged_processes(tag)) and time.monotonic() < deadline:
         time.sleep(0.1)
     names = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left]
     for p in left:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, tagged_processes
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +65,6 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
     """kill (SIGTERM) while trials run: exit 143, the terminal's app screen left, no worker."""
     import uuid
 
-    import psutil
-
     session = f"loadscope-term-{os.getpid()}"
     exe = Path(sys.executable).parent / "loadscope"
     status = tmp_path / "status"
@@ -80,25 +78,13 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
         env=env,
     )
 
-    def tagged() -> list[psutil.Process]:
-        found = []
-        for p in psutil.process_iter():
-            try:
-                ours = "loadscope" in " ".join(p.cmdline()) or p.name() == "loadscope-trial"
-                mine = p.environ().get("LOADSCOPE_TEST_TAG") == tag
-                if ours and mine and not p.name().startswith("tmux") and p.status() != "zombie":
-                    found.append(p)
-            except (psutil.Error, OSError):
-                continue
-        return found
-
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and "B/s│" not in _capture(session):
             time.sleep(0.3)
         assert "B/s│" in _capture(session), "the trials never started"
-        app = [p for p in tagged() if "tui" in p.cmdline()]
-        assert len(app) == 1, [p.cmdline() for p in tagged()]
+        app = [p for p in tagged_processes(tag) if "tui" in p.cmdline()]
+        assert len(app) == 1, [p.cmdline() for p in tagged_processes(tag)]
         app[0].terminate()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not status.exists():
@@ -107,7 +93,7 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
         time.sleep(0.5)
         assert "B/s│" not in _capture(session), "the app's screen was left on the terminal"
         deadline = time.monotonic() + 10
-        while (left := tagged()) and time.monotonic() < deadline:
+        while (left := tagged_processes(tag)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not left, [p.cmdline() for p in left]
     finally:
