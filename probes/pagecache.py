@@ -169,6 +169,18 @@ def _mincore_window(fd: int, offset: int, length: int) -> int:
 NOWAIT_SAMPLES = 64
 
 
+def _thread_read_bytes() -> int | None:
+    """Bytes this thread has caused to be read from storage (``/proc/thread-self/io``)."""
+    try:
+        with open("/proc/thread-self/io", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def nowait_residency(path: str | os.PathLike[str], samples: int = NOWAIT_SAMPLES) -> float | None:
     """Fraction of ``samples`` evenly spaced pages in the page cache, asked with RWF_NOWAIT.
 
@@ -179,6 +191,12 @@ def nowait_residency(path: str | os.PathLike[str], samples: int = NOWAIT_SAMPLES
     so readahead is off for our descriptor, each missed page is read to completion
     and dropped again: the file is left as cold as it was. None where the filesystem
     does not support RWF_NOWAIT.
+
+    A miss the device serves fast enough comes back as data, not EAGAIN (seen in the
+    suite: a just-evicted file sampled 100% "resident" after other tests had warmed
+    the host's cache of the virtual disk). So a probe counts as a hit only when this
+    thread's storage reads (``read_bytes`` of /proc/thread-self/io, counted as bios
+    are submitted) did not move during it; None where that counter is unreadable.
     """
     flag = getattr(os, "RWF_NOWAIT", None)
     if flag is None:
@@ -199,13 +217,21 @@ def nowait_residency(path: str | os.PathLike[str], samples: int = NOWAIT_SAMPLES
         hits = 0
         missed: list[int] = []
         for page in picks:
+            before = _thread_read_bytes()
             try:
                 os.preadv(fd, [buf], page * PAGE_BYTES, flag)
-                hits += 1
             except BlockingIOError:
                 missed.append(page)
+                continue
             except OSError:  # EOPNOTSUPP and friends: this filesystem cannot be asked
                 return None
+            after = _thread_read_bytes()
+            if before is None or after is None:
+                return None
+            if after > before:
+                missed.append(page)  # served, but by a read this probe started
+            else:
+                hits += 1
         for page in missed:
             # Wait for the read the probe started (a page under I/O cannot be dropped).
             os.pread(fd, 1, page * PAGE_BYTES)

@@ -172,8 +172,10 @@ def test_a_report_path_nobody_cannot_write_is_refused_first(
     assert "took" not in done.stdout  # refused before any probe ran
 
 
-def test_sampling_leaves_a_cold_file_cold(shared_model: Path) -> None:
-    f = next(shared_model.glob("*.safetensors"))
+def test_sampling_leaves_a_cold_file_cold(tmp_path: Path) -> None:
+    # A file of its own: no other test's worker may still be reading it.
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(8 << 20))
     assert ColdCache().evict(f).verified
     assert nowait_residency(f) == 0.0
     assert residency(f).pages_resident == 0  # root sees the truth: the probes left nothing
