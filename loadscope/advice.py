@@ -11,7 +11,7 @@ measured limit on local or memory storage, smaller gains are optional tips.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -57,7 +57,9 @@ class Recommendation:
 
 @dataclass(slots=True)
 class Verdict:
-    status: Literal["healthy", "problem"]
+    #: "unmeasured": no trial (or no cold trial of the default load) completed, so there is
+    #: no evidence to call the storage healthy or to rank a fix on.
+    status: Literal["healthy", "problem", "unmeasured"]
     headline: str
 
 
@@ -106,6 +108,8 @@ class Facts:
     degraded_links: list[tuple[str, str, str]] = field(default_factory=list)
     #: A read of the model that got no answer during the probes (what, and for how long).
     stalled: str | None = None
+    #: The run's failed and skipped steps, in order (why nothing was measured, if so).
+    failures: list[str] = field(default_factory=list)
 
     def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
         table = self.cold if cache == "cold" else self.warm
@@ -740,10 +744,35 @@ def contradictions(f: Facts) -> list[str]:
 
 
 def advise(
-    probe: ProbeReport, bench: BenchReport | None, ranks: BroadcastReport | None = None
+    probe: ProbeReport,
+    bench: BenchReport | None,
+    ranks: BroadcastReport | None = None,
+    failures: Sequence[str] = (),
 ) -> Advice:
+    """The verdict and ranked fixes; ``failures`` (the doctor's failed steps) say why,
+    when nothing could be measured."""
     f = facts_from(probe, bench, ranks)
+    f.failures = list(failures)
     return advise_facts(f)
+
+
+#: The default load each kind of run is judged against: without its cold trial there is
+#: no baseline, so neither "healthy" nor a speed-up can be said.
+BASELINES: tuple[str, ...] = ("mmap", "mmap-cuda", "pickle")
+
+
+def unmeasured_reason(f: Facts) -> str | None:
+    """Why there is no evidence for a verdict (no trial, no cold baseline), or None."""
+    if any(b in f.cold for b in BASELINES):
+        return None
+    if f.storage_class == "memory" and any(b in f.warm for b in BASELINES):
+        return None  # files in RAM are never cold: the warm default load is the baseline
+    if not f.cold and not f.warm:
+        what, default_why = "no trial completed", "no trial ran"
+    else:
+        what = "no cold trial of the default load (mmap) completed"
+        default_why = "its cold trials could not be verified cold"
+    return f"{what} ({f.failures[0] if f.failures else default_why})"
 
 
 def advise_facts(f: Facts) -> Advice:
@@ -769,6 +798,9 @@ def advise_facts(f: Facts) -> Advice:
             f" {format_bytes(f.headroom_bytes or 0)} this process may use"
         )
         return Advice(Verdict("problem", headline), recs, contradictions(f))
+    missing = unmeasured_reason(f)
+    if missing is not None:
+        return Advice(Verdict("unmeasured", f"could not measure: {missing}"), [], [])
     if f.storage_class == "memory":
         for r in recs:
             r.optional = True

@@ -100,6 +100,50 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+_DEVICE_FORMS = "cpu, cuda or cuda:N"
+
+
+def _device(text: str) -> str:
+    """``--device`` of bench: cpu, cuda, cuda:N."""
+    value = text.strip().lower()
+    if value in ("cpu", "cuda"):
+        return value
+    head, sep, index = value.partition(":")
+    if head == "cuda" and sep and index.isdigit():
+        return f"cuda:{int(index)}"
+    raise argparse.ArgumentTypeError(f"unknown device {text!r} (expected {_DEVICE_FORMS})")
+
+
+def _device_or_auto(text: str) -> str:
+    """``--device`` of doctor: auto, or what bench takes."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _device(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"unknown device {text!r} (expected auto, {_DEVICE_FORMS})"
+        ) from None
+
+
+def _check_device_usable(device: str) -> None:
+    """A GPU device asked for explicitly must be one torch can use here, before any work.
+
+    A worker answers (the parent never imports torch): the same check the GPU strategies
+    make, so no run starts whose every trial would fail on it.
+    """
+    if not device.startswith("cuda"):
+        return
+    from loadscope.bench import BenchError, describe_strategies
+
+    try:
+        info = describe_strategies().get("mmap-cuda") or {}
+    except BenchError as exc:
+        raise UsageError(f"--device {device}: cannot check the GPU: {exc}") from None
+    if info.get("unavailable"):
+        raise UsageError(f"--device {device}: not usable here: {info['unavailable']}")
+
+
 def _target_command(
     sub: Any, name: str, *, help: str, description: str, optional: bool = False
 ) -> argparse.ArgumentParser:
@@ -225,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--device",
         default="cpu",
+        type=_device,
         metavar="cpu|cuda[:N]",
         help="where tensors land: cpu runs the CPU strategies, cuda[:N] the GPU ones"
         " (mmap-cuda, read-to-cuda, staged, gds)",
@@ -293,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--device",
         default="auto",
+        type=_device_or_auto,
         metavar="auto|cpu|cuda[:N]",
         help="where tensors land (default auto: the GPU when torch can use one)",
     )
@@ -691,6 +737,7 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
         trial_timeout_s=args.trial_timeout,
         allow_drop_caches=args.allow_drop_caches,
     )
+    _check_device_usable(args.device)
     if args.ranks is not None:
         return _bench_ranks(args, out, cache)
     options = dataclasses.replace(options, device=args.device)
@@ -731,6 +778,7 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
         raise UsageError("--budget must be a positive number of seconds")
     if args.ranks is not None and args.ranks < 1:
         raise UsageError("--ranks must be at least 1")
+    _check_device_usable(args.device)
     spec = args.target or "synthetic:512MiB"
     if sys.stderr.isatty():
         sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
@@ -752,8 +800,16 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
     _emit(out, args.json, json.dumps(doc, indent=2, default=str), to_text(report))
     if args.md and args.json != "-":
         out.write(f"markdown: {args.md}\n")
-    healthy = report.advice.verdict.status == "healthy"
-    return ExitCode.OK if healthy else ExitCode.PROBLEM_FOUND
+    return doctor_exit_code(report.advice.verdict.status)
+
+
+def doctor_exit_code(status: str) -> ExitCode:
+    """0 healthy, 10 a problem worth fixing, 1 when nothing could be measured."""
+    if status == "healthy":
+        return ExitCode.OK
+    if status == "unmeasured":
+        return ExitCode.FAILURE
+    return ExitCode.PROBLEM_FOUND
 
 
 def _cmd_report(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -1028,15 +1084,26 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from pathlib import Path
 
-    from loadscope.emulator import EmulatorError, EmulatorSettings, emulated_disk, serve, unmount
+    from loadscope.emulator import (
+        EmulatorError,
+        EmulatorSettings,
+        check_mountpoint,
+        check_source,
+        die_with_parent,
+        emulated_disk,
+        serve,
+        unmount_emulator,
+    )
 
     if args.unmount:
-        if not unmount(args.unmount):
-            raise EmulatorError(f"{args.unmount}: still mounted (busy? close files under it)")
+        if args.source or args.mountpoint:
+            raise UsageError("emulate --unmount takes only the MOUNTPOINT")
+        unmount_emulator(args.unmount)
         out.write(f"unmounted {args.unmount}\n")
         return ExitCode.OK
     if not args.source or not args.mountpoint:
         raise UsageError("emulate needs SRC and MOUNTPOINT (or --unmount MOUNTPOINT)")
+    _check_emulator_options(args)
     settings = EmulatorSettings(
         latency_s=args.latency,
         jitter_s=args.jitter,
@@ -1052,8 +1119,6 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
         stall_after_bytes=0 if args.stall else args.stall_after,
         eio_rate=args.eio_rate,
     )
-    if not 0.0 <= args.eio_rate <= 1.0:
-        raise UsageError("--eio-rate is a probability between 0 and 1")
     if args.serve_here:
         # The server itself (started by emulated_disk). libfuse installs its own
         # SIGINT/SIGTERM/SIGHUP handlers (leave the loop, unmount), but only over the
@@ -1065,8 +1130,13 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     # The user's command supervises a server child: a signal in any moment (even while
     # libfuse is still mounting, before its handlers exist) reaches this process, which
     # stops the server and unmounts whatever is there; never a mount left behind.
+    check_source(args.source)
     if not Path(args.mountpoint).is_dir():
         raise EmulatorError(f"{args.mountpoint}: mount point is not a directory")
+    check_mountpoint(args.mountpoint)
+    # As the help says: when the shell or program that started us goes away, so do we
+    # (SIGTERM, which unmounts below), also when it was started in the background.
+    die_with_parent()
     try:
         with emulated_disk(args.source, args.mountpoint, settings) as disk:
             if sys.stderr.isatty():
@@ -1079,6 +1149,26 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
         out.write(f"unmounted {args.mountpoint}\n")  # the way to stop it: not an error
         return ExitCode.OK
     raise EmulatorError(f"the emulated disk at {args.mountpoint} stopped on its own")
+
+
+def _check_emulator_options(args: argparse.Namespace) -> None:
+    """Ranges of the emulator's numbers, checked before anything is mounted."""
+    checks = (
+        (args.latency >= 0, "--latency cannot be negative"),
+        (args.jitter >= 0, "--jitter cannot be negative"),
+        (args.bandwidth is None or args.bandwidth > 0, "--bandwidth must be above 0"),
+        (args.threads >= 1, "--threads must be at least 1 (no thread would answer a read)"),
+        (args.readahead_kb >= 0, "--readahead-kb cannot be negative"),
+        (
+            4 <= args.max_read_kb <= 1024,
+            "--max-read-kb must be between 4 and 1024 (FUSE requests are 4 KiB to 1 MiB)",
+        ),
+        (args.max_background >= 1, "--max-background must be at least 1"),
+        (0.0 <= args.eio_rate <= 1.0, "--eio-rate is a probability between 0 and 1"),
+    )
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(message)
 
 
 class _Progress:

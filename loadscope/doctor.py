@@ -318,7 +318,7 @@ def run_doctor(
         step("ranks")
         rank_report = _rank_trials(target, ranks, device, budget_s, started, cancel, failures)
     step("advice")
-    advice = advise(probe, bench, rank_report)
+    advice = advise(probe, bench, rank_report, failures)
     rec = next((r for r in advice.recommendations if r.id == "raise-readahead"), None)
     if rec is not None and bench is not None:
         if try_readahead:

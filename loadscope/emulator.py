@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.errors import ExitCode, LoadscopeError, PathNotFound
 from loadscope.probes.blockdev import fuse_connection_id
 from loadscope.probes.mounts import Mount, mount_of, read_mountinfo
 from loadscope.probes.sysfs import read_int
@@ -319,11 +319,15 @@ def _make_operations(source: Path, settings: EmulatorSettings) -> Any:
     return SlowPassthrough()
 
 
-def _die_with_parent() -> None:
-    # PR_SET_PDEATHSIG: if whoever started us dies, we get SIGTERM and unmount.
+def die_with_parent() -> None:
+    """PR_SET_PDEATHSIG: when whoever started us dies, we get SIGTERM (and unmount)."""
+    parent = os.getppid()
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        # The parent died before the request took effect (we were reparented): act now.
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _configure_when_mounted(
@@ -379,18 +383,27 @@ def apply_connection_settings(major: int, minor: int, settings: EmulatorSettings
     return problems
 
 
+def check_source(source: str | os.PathLike[str]) -> Path:
+    """The directory to serve, absolute; a missing or non-directory SRC is refused."""
+    src = Path(source)
+    if not src.exists():
+        raise PathNotFound("no such directory to emulate", path=source)
+    if not src.is_dir():
+        raise EmulatorError(f"{os.fspath(source)}: not a directory to emulate")
+    return src.resolve()
+
+
 def serve(source: str, mountpoint: str, settings: EmulatorSettings) -> None:
     """Mount SRC at MOUNTPOINT and serve it until unmounted or signalled (blocks)."""
 
-    src = Path(source).resolve()
-    if not src.is_dir():
-        raise EmulatorError(f"{source}: not a directory to emulate")
+    src = check_source(source)
+    mountpoint = os.path.abspath(mountpoint)
     if not Path(mountpoint).is_dir():
         raise EmulatorError(f"{mountpoint}: mount point is not a directory")
     reason = fuse_unavailable_reason()
     if reason:
         raise EmulatorError(f"cannot emulate a slow disk here: {reason}")
-    _die_with_parent()
+    die_with_parent()
     ready = threading.Event()
     threading.Thread(
         target=_configure_when_mounted, args=(mountpoint, settings, ready), daemon=True
@@ -398,7 +411,7 @@ def serve(source: str, mountpoint: str, settings: EmulatorSettings) -> None:
     options: dict[str, Any] = {
         "foreground": True,
         "ro": True,
-        "fsname": f"loadscope-emulate:{src}",
+        "fsname": f"{EMULATOR_SOURCE_PREFIX}{src}",
         "subtype": "loadscope",
         "default_permissions": True,
         "allow_other": True,
@@ -461,6 +474,12 @@ class EmulatedDisk:
     process: subprocess.Popen[str] = field(repr=False)
 
 
+#: What the emulator's mounts look like in mountinfo: ``fuse.loadscope``, and a source
+#: naming the directory served. Nothing else is ever unmounted by loadscope.
+EMULATOR_FSTYPE = "fuse.loadscope"
+EMULATOR_SOURCE_PREFIX = "loadscope-emulate:"
+
+
 def is_mounted(mountpoint: str | os.PathLike[str]) -> bool:
     target = os.path.realpath(mountpoint)
     with contextlib.suppress(Exception):
@@ -468,19 +487,105 @@ def is_mounted(mountpoint: str | os.PathLike[str]) -> bool:
     return False
 
 
-def unmount(mountpoint: str | os.PathLike[str]) -> bool:
-    """Unmount an emulator mount (also a stale one whose process died); True if it is gone."""
+def mounts_at(mountpoint: str | os.PathLike[str]) -> list[Mount]:
+    """Every mount whose mount point is exactly ``mountpoint`` (stacked ones too)."""
+    target = os.path.realpath(mountpoint)
+    with contextlib.suppress(Exception):
+        return [m for m in read_mountinfo() if m.mount_point == target]
+    return []
+
+
+def is_emulator_mount(mount: Mount) -> bool:
+    """True for a mount the emulator made (live, or stale after its server died)."""
+    return mount.full_fstype == EMULATOR_FSTYPE and mount.source.startswith(EMULATOR_SOURCE_PREFIX)
+
+
+def describe_mount(mount: Mount) -> str:
+    """A mount in a few words: "a tmpfs mount (source tmpfs)"."""
+    return f"a {mount.full_fstype} mount (source {mount.source})"
+
+
+def describe_path(path: str | os.PathLike[str]) -> str:
+    """What ``path`` is, for a refusal: missing, not a directory, a mount, a directory."""
+    target = os.fspath(path)
+    if not os.path.lexists(target):
+        return "does not exist"
+    if not os.path.isdir(target):
+        return "is not a directory"
+    found = mounts_at(target)
+    if found:
+        return f"is {describe_mount(found[-1])}"
+    return "is a directory, not a mount point"
+
+
+def check_mountpoint(mountpoint: str | os.PathLike[str]) -> None:
+    """Refuse a mount point that is not an empty directory, or that is already a mount.
+
+    Mounting over a non-empty directory hides its files for as long as the emulator runs,
+    and stacking on a live mount takes the mount below down when this one stops.
+    """
     target = os.fspath(mountpoint)
+    if not os.path.lexists(target):
+        return  # emulated_disk creates it
+    if not os.path.isdir(target):
+        raise EmulatorError(f"{target}: mount point is not a directory")
+    found = mounts_at(target)
+    if found:
+        raise EmulatorError(
+            f"{target}: already {describe_mount(found[-1])}; choose an empty directory"
+        )
+    try:
+        with os.scandir(target) as entries:
+            nonempty = any(True for _ in entries)
+    except OSError as exc:
+        raise EmulatorError(f"{target}: cannot list the mount point ({exc.strerror})") from None
+    if nonempty:
+        raise EmulatorError(
+            f"{target}: mount point is not empty (mounting would hide its files);"
+            " choose an empty directory"
+        )
+
+
+def unmount(mountpoint: str | os.PathLike[str]) -> bool:
+    """Unmount the emulator's mount there (also a stale one whose process died).
+
+    Only a mount the emulator made is touched (:func:`is_emulator_mount`); True when no
+    emulator mount is left at ``mountpoint``. Use :func:`unmount_emulator` for a user's
+    request, which also says what a path it refuses is.
+    """
+    target = os.fspath(mountpoint)
+
+    def ours() -> bool:
+        found = mounts_at(target)
+        return bool(found) and is_emulator_mount(found[-1])
+
     for cmd in (
         ["fusermount3", "-u", target],
         ["fusermount3", "-uz", target],
         ["umount", "-l", target],
     ):
-        if not is_mounted(target):
+        if not ours():
             return True
         if shutil.which(cmd[0]):
             subprocess.run(cmd, capture_output=True, check=False, timeout=30)
-    return not is_mounted(target)
+    return not ours()
+
+
+def unmount_emulator(mountpoint: str | os.PathLike[str]) -> None:
+    """``emulate --unmount``: unmount an emulator mount, or refuse saying what the path is."""
+    target = os.fspath(mountpoint)
+    found = mounts_at(target)
+    if not found:
+        what = describe_path(target)
+        error: type[LoadscopeError] = PathNotFound if what == "does not exist" else EmulatorError
+        raise error(f"{target}: not unmounted: it {what}")
+    if not is_emulator_mount(found[-1]):
+        raise EmulatorError(
+            f"{target}: not unmounted: it is {describe_mount(found[-1])}, not one loadscope's"
+            " emulator made"
+        )
+    if not unmount(target):
+        raise EmulatorError(f"{target}: still mounted (busy? close files under it)")
 
 
 @contextlib.contextmanager
@@ -496,7 +601,9 @@ def emulated_disk(
     reason = fuse_unavailable_reason()
     if reason:
         raise EmulatorError(f"cannot emulate a slow disk here: {reason}")
-    mnt = Path(mountpoint)
+    src = check_source(source)
+    check_mountpoint(mountpoint)
+    mnt = Path(os.path.abspath(mountpoint))
     mnt.mkdir(parents=True, exist_ok=True)
     log = None
     if log_requests:
@@ -510,7 +617,7 @@ def emulated_disk(
         "loadscope",
         "emulate",
         "--serve-here",
-        os.fspath(source),
+        str(src),
         str(mnt),
         *settings.cli_args(),
     ]
@@ -519,7 +626,7 @@ def emulated_disk(
     )
     try:
         device = _wait_ready(proc)
-        yield EmulatedDisk(mnt, Path(source), settings, device, log, proc)
+        yield EmulatedDisk(mnt, src, settings, device, log, proc)
     finally:
         # A server with stalled reads cannot finish its loop (they wait for the unmount
         # it would do after): do not wait long for it before the kill.

@@ -17,7 +17,7 @@ class ExitCode(IntEnum):
     """Process exit codes of the ``loadscope`` command (documented in README)."""
 
     OK = 0
-    #: A check ran and found a problem (reserved for later subcommands, e.g. compare --fail-on).
+    #: A check ran and found a problem (a failed node), or doctor could not measure at all.
     FAILURE = 1
     #: Bad command line (argparse's own code).
     USAGE = 2

@@ -16,6 +16,7 @@ body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;color:#
 h1{font-size:1.3em} h2{font-size:1.1em;margin-top:1.6em;border-bottom:1px solid #ddd}
 .verdict{padding:.7em 1em;border-radius:6px;font-weight:600}
 .problem{background:#fff1e6;border:1px solid #f0a060} .healthy{background:#eaf7ea;border:1px solid #7c7}
+.unmeasured{background:#f3f3f3;border:1px solid #999}
 table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
 code,pre{background:#f4f4f4;padding:.1em .3em;border-radius:3px} pre{padding:.6em;overflow-x:auto}
 svg text{font:11px system-ui,sans-serif;fill:#333}

@@ -497,8 +497,11 @@ class AdviceView(Vertical):
     def show(self, doc: dict[str, Any]) -> None:
         verdict = doc.get("verdict") or {}
         status = verdict.get("status", "?")
-        style = "success" if status == "healthy" else "warning"
-        color = theme_color(self, style, "green" if status == "healthy" else "yellow")
+        style, fallback = {
+            "healthy": ("success", "green"),
+            "unmeasured": ("error", "red"),
+        }.get(status, ("warning", "yellow"))
+        color = theme_color(self, style, fallback)
         text = Text()
         text.append(f" {status.upper()} ", style=f"bold reverse {color}")
         text.append(f" {verdict.get('headline', '')}")

@@ -240,3 +240,48 @@ def test_compare_marks_the_outlier_node(tmp_path: Path) -> None:
     assert "<-" not in lines[2] and "<-" not in lines[3]
     assert "node-2" in lines[4] and "<- cold throughput" in lines[4]
     assert "fuse" in lines[2] and "auto" in lines[2]
+
+
+def test_a_doctor_that_measured_nothing_says_so(tmp_path: Path) -> None:
+    """Issue 21: with no trial completed the verdict was 'local disk: no measured fix ...'."""
+    from loadscope.cli import doctor_exit_code
+    from loadscope.loaders.cuda import cuda_unavailable
+
+    if cuda_unavailable() is None:
+        pytest.skip("needs a machine where CUDA trials cannot run")
+    src = synthesize(tmp_path / "m", 2 << 20, seed=5)
+    report = run_doctor(resolve(str(src.root)), budget_s=20, device="cuda")
+    verdict = report.advice.verdict
+    assert verdict.status == "unmeasured", verdict.headline
+    assert verdict.headline.startswith("could not measure: no trial completed (")
+    assert "no CUDA device" in verdict.headline
+    assert not report.advice.recommendations
+    assert doctor_exit_code(verdict.status) == 1
+    doc = report.to_dict()
+    assert doc["verdict"]["status"] == "unmeasured"
+    assert "could not measure" in to_markdown(doc)
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("tpu", "unknown device 'tpu' (expected auto, cpu, cuda or cuda:N)"),
+        ("cuda:x", "unknown device 'cuda:x'"),
+    ],
+)
+def test_an_unknown_device_is_a_usage_error_up_front(device: str, message: str) -> None:
+    result = run_loadscope("doctor", "synthetic:1MiB", "--device", device, "--budget", "10")
+    assert result.code == 2 and message in result.err, result.err
+    assert not result.out
+
+
+def test_cuda_on_a_host_without_one_is_a_usage_error_up_front() -> None:
+    from loadscope.loaders.cuda import cuda_unavailable
+
+    if cuda_unavailable() is None:
+        pytest.skip("this machine has a usable CUDA device")
+    for command in ("doctor", "bench"):
+        result = run_loadscope(command, "synthetic:1MiB", "--device", "cuda", "--budget", "10")
+        assert result.code == 2, result.err
+        assert "--device cuda: not usable here: no CUDA device" in result.err
+        assert len(result.err.strip().splitlines()) == 1 and not result.out

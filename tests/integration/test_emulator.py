@@ -20,6 +20,7 @@ import pytest
 
 from loadscope.emulator import (
     EmulatedDisk,
+    EmulatorError,
     EmulatorSettings,
     emulated_disk,
     fuse_connection_settings,
@@ -267,5 +268,149 @@ def test_bad_source_is_one_line(tmp_path: Path) -> None:
 
     (tmp_path / "mnt").mkdir()
     result = run_loadscope("emulate", str(tmp_path / "nope"), str(tmp_path / "mnt"))
-    assert result.code == 4
-    assert "not a directory" in result.err and "Traceback" not in result.err
+    # A missing SRC is blamed on SRC, as not-found (it was "mount point", exit 4).
+    assert result.code == 3, result.err
+    assert "nope: no such directory to emulate" in result.err
+    assert "Traceback" not in result.err and len(result.err.strip().splitlines()) == 1
+    (tmp_path / "file").write_text("x")
+    result = run_loadscope("emulate", str(tmp_path / "file"), str(tmp_path / "mnt"))
+    assert result.code == 4 and "not a directory to emulate" in result.err
+
+
+@pytest.fixture
+def foreign_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs that loadscope did not mount (as a user's own mount would be)."""
+    mnt = tmp_path / "their-tmpfs"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+def test_unmount_refuses_a_mount_loadscope_did_not_make(foreign_tmpfs: Path) -> None:
+    """Issue 21: ``--unmount`` of a plain tmpfs unmounted it (umount -l), exit 0."""
+    from tests.conftest import run_loadscope
+
+    result = run_loadscope("emulate", "--unmount", str(foreign_tmpfs))
+    assert result.code == 4, result.err
+    assert is_mounted(foreign_tmpfs)
+    assert "not unmounted: it is a tmpfs mount (source tmpfs)" in result.err
+    assert "not one loadscope's emulator made" in result.err
+    assert not result.out and len(result.err.strip().splitlines()) == 1
+    assert unmount(foreign_tmpfs)  # the library call refuses too: True = no emulator mount
+    assert is_mounted(foreign_tmpfs)
+
+
+def test_unmount_of_a_path_that_is_not_a_mount(tmp_path: Path) -> None:
+    from tests.conftest import run_loadscope
+
+    (tmp_path / "plain").mkdir()
+    result = run_loadscope("emulate", "--unmount", str(tmp_path / "plain"))
+    assert result.code == 4 and "unmounted" not in result.out
+    assert "it is a directory, not a mount point" in result.err
+    result = run_loadscope("emulate", "--unmount", str(tmp_path / "missing"))
+    assert result.code == 3 and "it does not exist" in result.err
+
+
+def test_mountpoint_must_be_an_empty_directory_and_not_a_mount(
+    source: SyntheticCheckpoint, tmp_path: Path, foreign_tmpfs: Path
+) -> None:
+    """Issue 21: a non-empty directory was mounted over silently, a live mount stacked on."""
+    from tests.conftest import run_loadscope
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    result = run_loadscope("emulate", str(source.root), str(full))
+    assert result.code == 4 and "mount point is not empty" in result.err
+    assert not is_mounted(full) and (full / "keep.txt").read_text() == "mine"
+    result = run_loadscope("emulate", str(source.root), str(foreign_tmpfs))
+    assert result.code == 4 and "already a tmpfs mount" in result.err
+    with emulated_disk(source.root, tmp_path / "mnt") as d:
+        result = run_loadscope("emulate", str(source.root), str(d.path))
+        assert result.code == 4 and "already a fuse.loadscope mount" in result.err
+        assert is_mounted(d.path) and (d.path / "model.safetensors").exists()
+        refused = pytest.raises(EmulatorError, match=r"already a fuse\.loadscope mount")
+        with refused, emulated_disk(source.root, d.path):
+            pass
+        assert is_mounted(d.path)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--threads=0", "--threads must be at least 1"),
+        ("--max-read-kb=0", "--max-read-kb must be between 4 and 1024"),
+        ("--max-read-kb=4096", "--max-read-kb must be between 4 and 1024"),
+        ("--max-background=0", "--max-background must be at least 1"),
+        ("--readahead-kb=-1", "--readahead-kb cannot be negative"),
+        ("--eio-rate=2", "--eio-rate is a probability"),
+    ],
+)
+def test_emulator_numbers_are_checked_before_mounting(
+    source: SyntheticCheckpoint, tmp_path: Path, option: str, message: str
+) -> None:
+    from tests.conftest import run_loadscope
+
+    (tmp_path / "mnt").mkdir()
+    result = run_loadscope("emulate", str(source.root), str(tmp_path / "mnt"), option)
+    assert result.code == 2 and message in result.err, result.err
+    assert not is_mounted(tmp_path / "mnt")
+
+
+def _wait_mounted(path: Path, want: bool, timeout_s: float = 15) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while is_mounted(path) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return is_mounted(path) == want
+
+
+def test_relative_mountpoint(source: SyntheticCheckpoint, tmp_path: Path) -> None:
+    """Issue 21: a relative MOUNTPOINT mounted, then 'did not come up in time' after 15 s."""
+    (tmp_path / "rel").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadscope", "emulate", str(source.root), "rel"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _wait_mounted(tmp_path / "rel", True, timeout_s=10)
+        assert (tmp_path / "rel" / "model.safetensors").stat().st_size > 0
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+        assert "unmounted rel" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        unmount(tmp_path / "rel")
+    assert not is_mounted(tmp_path / "rel")
+
+
+def test_backgrounded_emulate_dies_with_its_parent_shell(
+    source: SyntheticCheckpoint, tmp_path: Path
+) -> None:
+    """Issue 21 / README: emulate exits and unmounts when its parent dies."""
+    mnt = tmp_path / "bg"
+    mnt.mkdir()
+    script = (
+        f"{sys.executable} -m loadscope emulate {source.root} {mnt} >/dev/null 2>&1 &\n"
+        f"for i in $(seq 100); do mountpoint -q {mnt} && exit 0; sleep 0.1; done; exit 1\n"
+    )
+    shell = subprocess.run(["bash", "-c", script], cwd=REPO_ROOT, timeout=30, check=False)
+    try:
+        assert shell.returncode == 0, "the emulator never mounted"
+        assert _wait_mounted(mnt, False, timeout_s=15), "still mounted after its shell exited"
+    finally:
+        unmount(mnt)

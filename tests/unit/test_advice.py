@@ -137,8 +137,27 @@ def test_slow_local_disk_is_a_problem() -> None:
 
 
 def test_tmpfs_is_healthy() -> None:
-    a = advise_facts(facts({}, storage="memory"))
+    a = advise_facts(facts({"mmap": 0.2}, storage="memory"))
     assert a.verdict.status == "healthy" and "RAM" in a.verdict.headline
+
+
+@pytest.mark.parametrize("storage", ["memory", "local-block", "fuse"])
+def test_no_trial_is_no_verdict(storage: str) -> None:
+    """Issue 21: a doctor that completed no trial called the storage healthy."""
+    f = facts({}, storage=storage)
+    f.failures = ["trial #1 mmap cold: unknown device 'tpu'"]
+    a = advise_facts(f)
+    assert a.verdict.status == "unmeasured" and not a.recommendations
+    assert a.verdict.headline == (
+        "could not measure: no trial completed (trial #1 mmap cold: unknown device 'tpu')"
+    )
+
+
+def test_no_cold_baseline_is_no_verdict() -> None:
+    a = advise_facts(facts({"auto": 1.0}, warm={"mmap": 0.2}))
+    assert a.verdict.status == "unmeasured"
+    assert "no cold trial of the default load" in a.verdict.headline
+    assert advise_facts(facts({"mmap-cuda": 3.0, "staged": 1.0})).verdict.status != "unmeasured"
 
 
 def test_wsl_and_pickles() -> None:
@@ -150,7 +169,8 @@ def test_wsl_and_pickles() -> None:
 def test_no_trials_no_invented_gain() -> None:
     a = advise_facts(facts({}, storage="network-fs", read_ahead_kb=8192))
     assert all(r.expected_speedup is None for r in a.recommendations)
-    assert a.verdict.status == "healthy" and "no measured fix" in a.verdict.headline
+    # Not "healthy: no measured fix beats the default": nothing was measured (issue 21).
+    assert a.verdict.status == "unmeasured" and "could not measure" in a.verdict.headline
 
 
 def _disk(read: float = 2e9, write: float = 1e9, free: int = 100 * GiB) -> Any:
