@@ -75,6 +75,9 @@ class Strategy:
     summary: str = ""
     requires: Requirements = Requirements()
     knobs: tuple[Knob, ...] = ()
+    #: False for a strategy that loads whole files whatever tensors it is asked for (the
+    #: peers): its time on a sample cannot be extrapolated, so a sampled run skips it.
+    samples: bool = True
 
     def unavailable(self) -> str | None:
         """Why this strategy cannot run in this environment, or None."""
@@ -100,6 +103,7 @@ class Strategy:
             "gpu": r.gpu,
             "ram_multiple": r.ram_multiple,
             "package": r.package,
+            "samples": self.samples,
             "knobs": {k.name: {"default": k.default, "help": k.help} for k in self.knobs},
         }
 
@@ -156,6 +160,20 @@ def group_by_span(
         else:
             groups.append((start, end, [t]))
     return groups
+
+
+def byte_ranges(request: FileRequest) -> list[tuple[int, int]]:
+    """The file bytes a request needs: the whole file, or the spans of its sampled tensors.
+
+    Strategies that read ahead of the load (prefetch, prewarm) read exactly these, so a
+    sampled trial reads what the sample says and its time can be extrapolated.
+    """
+    if request.tensors is None:
+        return [(0, request.size_bytes)]
+    from loadscope.loaders.safetensors_format import read_header
+
+    header = read_header(request.path)
+    return [(start, end) for start, end, _ in group_by_span(header, selected(header, request))]
 
 
 def tensors_from_buffer(

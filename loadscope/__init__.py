@@ -1,5 +1,15 @@
 """loadscope: why a model loads slowly here, and what to change.
 
+The public loader API is here, at the package root::
+
+    import loadscope
+    state = loadscope.load_file("model.safetensors")    # a drop-in for safetensors'
+    state = loadscope.load_model("org/name")              # a folder, an index, the HF cache
+    loadscope.prewarm("/models/llama")                    # for stacks with their own loader
+
+(see ``loadscope/api.py``). They are imported on first use, so ``import loadscope``
+stays light for the CLI (no torch until a load).
+
 The core (target resolution, inspection, synthetic checkpoints, CLI) lives in this
 package; ``loadscope.probes``, ``loadscope.loaders`` and ``loadscope.tui`` are the
 ``probes/``, ``loaders/`` and ``tui/`` folders at the repository root, mapped under
@@ -13,10 +23,28 @@ import sys as _sys
 from importlib.abc import MetaPathFinder as _MetaPathFinder
 from importlib.machinery import ModuleSpec as _ModuleSpec
 from importlib.util import spec_from_file_location as _spec_from_file_location
+from typing import TYPE_CHECKING
 
 from loadscope._version import __version__
 
-__all__ = ["__version__"]
+__all__ = ["FileChoice", "LoadRecord", "__version__", "load_file", "load_model", "prewarm"]
+
+_API = frozenset({"FileChoice", "LoadRecord", "load_file", "load_model", "prewarm"})
+
+if TYPE_CHECKING:
+    from loadscope.api import FileChoice, LoadRecord, load_file, load_model, prewarm
+
+
+def __getattr__(name: str) -> object:
+    """The public loader API, imported when first asked for (PEP 562)."""
+    if name in _API:
+        from loadscope import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Subpackage -> folder at the repository root; mirrors ``package-dir`` in pyproject.toml
 #: (a test keeps the two equal).

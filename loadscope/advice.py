@@ -11,6 +11,7 @@ measured limit on local or memory storage, smaller gains are optional tips.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from typing import Any, Literal
 from loadscope.bench import GPU_STRATEGIES, BenchReport, Summary
 from loadscope.broadcast import BroadcastReport, BroadcastSummary
 from loadscope.probing import ProbeReport
+from loadscope.snippets import Snippet, command, commands, load_snippets
 from loadscope.units import format_bytes, format_rate
 
 Confidence = Literal["high", "medium", "low"]
@@ -47,7 +49,8 @@ class Recommendation:
     ram_bytes_needed: int | None = None
     risk: str = ""
     confidence: Confidence = "medium"
-    snippets: dict[str, str] = field(default_factory=dict)
+    #: The change in each stack's own terms, each with the trial of its own code.
+    snippets: list[Snippet] = field(default_factory=list)
     #: An optional tip on healthy storage, not a problem.
     optional: bool = False
     #: False when the gain is estimated from probes rather than timed in a trial here;
@@ -99,6 +102,10 @@ class Facts:
     trial_ids: dict[tuple[str, str], list[int]]
     #: Where the model is (for the snippets) and the fastest local disk with room for a copy.
     model_root: str = "MODEL_DIR"
+    #: What the user would name the model in their stack: the folder, the file, org/name.
+    model_path: str = "MODEL_DIR"
+    #: Strategies the bench skipped or whose every trial failed, with the reason.
+    not_run: dict[str, str] = field(default_factory=dict)
     local_disk: LocalDiskFacts | None = None
     #: Multi-rank trials (``--ranks``): per (mode, cache), and the rank count.
     ranks: int | None = None
@@ -118,10 +125,37 @@ class Facts:
             return None
         return base.median_seconds / other.median_seconds
 
+    def cold_trial_ids(self, strategy: str) -> list[int]:
+        return list(self.trial_ids.get((strategy, "cold"), []))
+
+    def why_not_measured(self, strategy: str) -> str | None:
+        return self.not_run.get(strategy)
+
     def seconds(self, strategy: str, cache: str = "cold") -> float | None:
         table = self.cold if cache == "cold" else self.warm
         s = table.get(strategy)
         return (s.extrapolated_median_seconds or s.median_seconds) if s else None
+
+
+def _model_path(probe: ProbeReport) -> str:
+    """How the user names the model: ``org/name`` from the HF cache, the file, the folder."""
+    target = probe.target
+    if target.get("kind") == "hf-cache":
+        return str(target["spec"])
+    if target.get("kind") == "file" and probe.files:
+        return str(probe.files[0].path)
+    return str(target["root"])
+
+
+def _not_run(bench: BenchReport | None) -> dict[str, str]:
+    """Why a strategy has no cold trial: skipped (not installed, would not fit), or failed."""
+    if bench is None:
+        return {}
+    out = {name: f"skipped: {why}" for name, why in bench.skipped.items()}
+    for t in bench.trials:
+        if t.status == "failed" and t.cache == "cold" and t.strategy not in out:
+            out[t.strategy] = f"its trial failed: {t.reason}"
+    return out
 
 
 def facts_from(
@@ -159,6 +193,8 @@ def facts_from(
             if t.status == "ok" and not t.warmup:
                 ids.setdefault((t.strategy, t.cache), []).append(t.id)
     return Facts(
+        model_path=_model_path(probe),
+        not_run=_not_run(bench),
         storage_class=mount.storage_class if mount else "unknown",
         stalled=probe.stalled,
         model_bytes=probe.target["total_bytes"],
@@ -195,88 +231,36 @@ def _degraded(probe: ProbeReport) -> list[tuple[str, str, str]]:
     return out
 
 
-# -- snippets -------------------------------------------------------------------------------
+def _remeasure(f: Facts, options: str) -> Snippet:
+    return command("shell", f"loadscope bench {shlex.quote(f.model_path)} {options}  # re-measure")
 
 
-def _snippets_fullread() -> dict[str, str]:
-    return {
-        "safetensors": (
-            "from safetensors.torch import load\n"
-            "with open(path, 'rb') as f:\n    state = load(f.read())"
-        ),
-        "transformers": "# no switch: load the state dict yourself (safetensors snippet), then\n"
-        "model.load_state_dict(state)",
-        "diffusers": "pipe = DiffusionPipeline.from_pretrained(path, disable_mmap=True)",
-        "vllm": "vllm serve MODEL --safetensors-load-strategy eager",
-        "sglang": "python -m sglang.launch_server --model-path MODEL --weight-loader-disable-mmap",
-    }
-
-
-def _snippets_parallel(strategy: str) -> dict[str, str]:
-    return {
-        "loadscope": (
-            f"# the '{strategy}' strategy: deep-parallel large reads\n"
-            "from loadscope.loaders.strategies import get\n"
-            "from loadscope.loaders.strategy import FileRequest, LoadContext\n"
-            f"state = dict(get('{strategy}').load([FileRequest(path, size, 'safetensors')],"
-            " LoadContext()))"
-        ),
-        "vllm": "vllm serve MODEL --safetensors-load-strategy prefetch"
-        "  # or --load-format runai_streamer",
-        "shell": "loadscope bench MODEL --strategies mmap,parallel,direct,auto  # re-measure",
-    }
-
-
-def _snippets_broadcast(mode: str) -> dict[str, str]:
+def broadcast_code(mode: str) -> str:
+    """Rank 0 reads each file once and broadcasts its bytes (sync, or overlapped)."""
     wait = (
         "    work = dist.broadcast(data, src=0, async_op=True)  # overlap with the next read\n"
         "    work.wait()\n"
         if mode == "broadcast-async"
         else "    dist.broadcast(data, src=0)\n"
     )
-    return {
-        "torch.distributed": (
-            "# rank 0 reads each file once; the other ranks receive its bytes\n"
-            "# (gloo on CPU; with NCCL move `data` to the rank's GPU first)\n"
-            "import torch, torch.distributed as dist\n"
-            "from safetensors.torch import load\n"
-            "state = {}\n"
-            "for path in files:\n"
-            "    if dist.get_rank() == 0:\n"
-            "        raw = open(path, 'rb').read()\n"
-            "        size = torch.tensor([len(raw)])\n"
-            "    else:\n"
-            "        size = torch.tensor([0])\n"
-            "    dist.broadcast(size, src=0)\n"
-            "    data = (torch.frombuffer(bytearray(raw), dtype=torch.uint8)\n"
-            "            if dist.get_rank() == 0 else torch.empty(int(size), dtype=torch.uint8))\n"
-            + wait
-            + "    state.update(load(data.numpy().tobytes()))"
-        ),
-        "shell": f"loadscope bench MODEL --ranks N --modes independent,{mode}  # re-measure",
-    }
-
-
-def _snippets_staged() -> dict[str, str]:
-    return {
-        "loadscope": (
-            "# the 'staged' strategy: parallel reads into a ring of pinned buffers,\n"
-            "# async host-to-device copies overlapping the next reads\n"
-            "from loadscope.loaders.strategies import get\n"
-            "from loadscope.loaders.strategy import FileRequest, LoadContext\n"
-            "state = dict(get('staged').load([FileRequest(path, size, 'safetensors')],"
-            " LoadContext(device='cuda')))"
-        ),
-        "peers": "pip install fastsafetensors  # or runai-model-streamer: the same idea",
-        "shell": "loadscope bench MODEL --device cuda  # re-measure",
-    }
-
-
-def _snippets_prewarm() -> dict[str, str]:
-    return {
-        "shell": "loadscope warm MODEL_DIR   # or: vmtouch -t MODEL_DIR",
-        "safetensors": "# then load as usual: load_file maps pages already in RAM",
-    }
+    return (
+        "# rank 0 reads each file once; the other ranks receive its bytes\n"
+        "# (gloo on CPU; with NCCL move `data` to the rank's GPU first)\n"
+        "import torch, torch.distributed as dist\n"
+        "from safetensors.torch import load\n"
+        "state = {}\n"
+        "for path in files:\n"
+        "    if dist.get_rank() == 0:\n"
+        "        raw = open(path, 'rb').read()\n"
+        "        size = torch.tensor([len(raw)])\n"
+        "    else:\n"
+        "        size = torch.tensor([0])\n"
+        "    dist.broadcast(size, src=0)\n"
+        "    data = (torch.frombuffer(bytearray(raw), dtype=torch.uint8)\n"
+        "            if dist.get_rank() == 0 else torch.empty(int(size), dtype=torch.uint8))\n"
+        + wait
+        + "    state.update(load(data.numpy().tobytes()))"
+    )
 
 
 # -- rules ----------------------------------------------------------------------------------
@@ -321,7 +305,10 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
             ram_bytes_needed=need,
             risk=_ram_risk(f, need),
             confidence="high" if gain >= 2 else "medium",
-            snippets=_snippets_parallel(best),
+            snippets=[
+                *load_snippets("parallel-reads", f, f.model_path),
+                _remeasure(f, "--strategies mmap,api,auto,prewarm,vllm-prefetch"),
+            ],
         )
     ]
 
@@ -354,7 +341,7 @@ def rule_fullread(f: Facts) -> list[Recommendation]:
             risk="holds the file twice at the peak; with N ranks per node, N copies. "
             + _ram_risk(f, need),
             confidence="medium",
-            snippets=_snippets_fullread(),
+            snippets=load_snippets("read-whole-files", f, f.model_path),
         )
     ]
 
@@ -394,7 +381,7 @@ def rule_readahead(f: Facts) -> list[Recommendation]:
             risk="host-wide for this mount; root; resets at remount",
             confidence="medium",
             measured=False,
-            snippets={"shell": cmd},
+            snippets=[command("shell", cmd)],
         )
     ]
 
@@ -419,7 +406,7 @@ def rule_prewarm(f: Facts) -> list[Recommendation]:
             ram_bytes_needed=f.model_bytes,
             risk="page cache is shared and reclaimable: other memory pressure evicts it",
             confidence="medium",
-            snippets=_snippets_prewarm(),
+            snippets=load_snippets("prewarm", f, f.model_path),
             optional=True,
         )
     ]
@@ -488,13 +475,19 @@ def rule_copy_local(f: Facts) -> list[Recommendation]:
             risk=f"needs {format_bytes(f.model_bytes)} of disk space; the copy goes stale when"
             " the model is updated",
             confidence="medium",
-            snippets={
-                "shell": f"loadscope copy {f.model_root} {dest}"
-                f"   # verified, resumable; or: rsync -a {f.model_root}/ {dest}/",
-                "transformers": f"model = AutoModelForCausalLM.from_pretrained('{dest}')",
-                "vllm": f"vllm serve {dest}",
-                "sglang": f"python -m sglang.launch_server --model-path {dest}",
-            },
+            snippets=commands(
+                [
+                    (
+                        "shell",
+                        f"loadscope copy {shlex.quote(f.model_root)} {shlex.quote(dest)}"
+                        "   # verified, resumable; or: rsync -a"
+                        f" {shlex.quote(f.model_root + '/')} {shlex.quote(dest + '/')}",
+                    ),
+                    ("transformers", f"model = AutoModelForCausalLM.from_pretrained({dest!r})"),
+                    ("vllm", f"vllm serve {shlex.quote(dest)}"),
+                    ("sglang", f"python -m sglang.launch_server --model-path {shlex.quote(dest)}"),
+                ]
+            ),
             optional=not beats_in_place,
             measured=False,
         )
@@ -513,7 +506,7 @@ def rule_wsl(f: Facts) -> list[Recommendation]:
             evidence=[Evidence("storage class", "wsl")],
             risk="needs disk space in the WSL virtual disk",
             confidence="high",
-            snippets={"shell": "cp -r /mnt/c/path/to/model ~/models/"},
+            snippets=[command("shell", f"cp -r {shlex.quote(f.model_root)} ~/models/")],
         )
     ]
 
@@ -529,11 +522,14 @@ def rule_stalled(f: Facts) -> Recommendation:
         evidence=[Evidence("stalled read", f.stalled)],
         risk="a hard NFS mount waits forever by design; 'soft,timeo=' makes reads fail instead",
         confidence="high",
-        snippets={
-            "shell": "dmesg | tail -50            # 'server not responding', hung tasks\n"
-            "grep -E 'nfs|fuse' /proc/mounts   # mount options: hard/soft, timeo\n"
-            "cat /sys/fs/fuse/connections/*/waiting  # FUSE requests the daemon has not answered",
-        },
+        snippets=[
+            command(
+                "shell",
+                "dmesg | tail -50            # 'server not responding', hung tasks\n"
+                "grep -E 'nfs|fuse' /proc/mounts   # mount options: hard/soft, timeo\n"
+                "cat /sys/fs/fuse/connections/*/waiting  # FUSE requests not answered",
+            )
+        ],
         measured=False,
     )
 
@@ -569,12 +565,20 @@ def rule_memory_fit(f: Facts) -> list[Recommendation]:
             ram_bytes_needed=f.model_bytes,
             risk="a higher limit takes memory from other tenants of the node",
             confidence="high",
-            snippets={
-                "shell": "# docker: docker run --memory=<model size + 4g> ...\n"
-                "# kubernetes: resources.limits.memory: <model size + 4Gi>",
-                "python": "from safetensors.torch import load_file\n"
-                "sd = load_file(path, device='cuda:0')  # tensor by tensor, not all in RAM",
-            },
+            snippets=commands(
+                [
+                    (
+                        "shell",
+                        "# docker: docker run --memory=<model size + 4g> ...\n"
+                        "# kubernetes: resources.limits.memory: <model size + 4Gi>",
+                    ),
+                    (
+                        "safetensors",
+                        "from safetensors.torch import load_file\n"
+                        "sd = load_file(path, device='cuda:0')  # tensor by tensor, not all in RAM",
+                    ),
+                ]
+            ),
             measured=False,
         )
     ]
@@ -592,13 +596,14 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
             evidence=[Evidence("format", "torch pickle")],
             risk="writes a copy; needs the disk space of the model",
             confidence="high",
-            snippets={
-                "safetensors": (
+            snippets=[
+                command(
+                    "safetensors",
                     "import torch; from safetensors.torch import save_file\n"
                     "sd = torch.load('pytorch_model.bin', weights_only=True)\n"
-                    "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')"
+                    "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')",
                 )
-            },
+            ],
             optional=True,
         )
     ]
@@ -652,7 +657,10 @@ def rule_broadcast(f: Facts) -> list[Recommendation]:
             else None,
             risk="every rank still holds its copy of the model; the gain is in reads",
             confidence="high" if gain >= 2 else "medium",
-            snippets=_snippets_broadcast(best.mode),
+            snippets=[
+                command("torch.distributed", broadcast_code(best.mode)),
+                _remeasure(f, f"--ranks {f.ranks} --modes independent,{best.mode}"),
+            ],
         )
     ]
 
@@ -678,7 +686,10 @@ def rule_gpu_staged(f: Facts) -> list[Recommendation]:
             ],
             risk="host memory bounded by the pinned ring; no full CPU copy of the model",
             confidence="high" if gain >= 2 else "medium",
-            snippets=_snippets_staged(),
+            snippets=[
+                command("peers", "pip install fastsafetensors  # or runai-model-streamer"),
+                _remeasure(f, "--device cuda"),
+            ],
         )
     ]
 

@@ -805,6 +805,16 @@ def run_bench(
     cold = ColdCache(allow_drop_caches=options.allow_drop_caches)
     if options.budget_s is not None and sample is None and target.formats == {"safetensors"}:
         sample, sample_info = _fit_budget(target, names, options, block_stat, cold, say)
+    if sample is not None:
+        for name in [n for n in names if available[n].get("samples") is False]:
+            # It would load whole files and be scaled up as if it had read the sample.
+            skipped[name] = "cannot be sampled (it loads whole files), and full loads do not fit"
+            names.remove(name)
+        if not names:
+            raise BenchError(
+                "no strategy can run on this target here: "
+                + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+            )
     if sample is not None and sample_info is None:
         nbytes, count = _sample_bytes(files, sample)
         sample_info = Sample(nbytes, total, count, len(sample), None, options.sample_reason)

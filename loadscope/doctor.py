@@ -16,7 +16,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from loadscope._version import __version__
@@ -43,6 +43,7 @@ from loadscope.broadcast import to_text as ranks_text
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.probing import ProbeReport, run_probes
 from loadscope.probing import to_text as probe_text
+from loadscope.snippets import short_label, snippet_heading, snippets_of
 from loadscope.targets import Target
 from loadscope.units import format_bytes, format_rate
 
@@ -115,7 +116,20 @@ def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
     The order is the order they run in: when the budget runs out, what is cut is the
     buffered strategies, which cost the most on slow storage and rarely win there.
     """
-    names = ["mmap", "auto", "parallel", "fullread", "prefetch"]
+    names = [
+        "mmap",
+        "auto",
+        "parallel",
+        # The fix in each stack's own terms (the snippets' numbers): the public API, the
+        # no-code-change prewarm, vLLM's prefetch flag, then the peers where installed.
+        "api",
+        "prewarm",
+        "vllm-prefetch",
+        "fastsafetensors",
+        "runai",
+        "fullread",
+        "prefetch",
+    ]
     thr = probe.throughput.data
     if thr is not None and thr.method == "o_direct":
         names.insert(2, "direct")
@@ -128,7 +142,7 @@ TRIAL_OVERHEAD_S = 0.5
 #: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
 SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
-WARM_STRATEGIES = ("mmap", "auto", "pickle", "pickle-mmap", "mmap-cuda", "staged")
+WARM_STRATEGIES = ("mmap", "auto", "api", "pickle", "pickle-mmap", "mmap-cuda", "staged")
 #: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
 #: and the sharded read.
 RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded")
@@ -140,6 +154,7 @@ BUFFERED_STRATEGIES = (
     "mmap",
     "fullread",
     "prefetch",
+    "vllm-prefetch",
     "pickle",
     "pickle-mmap",
     "mmap-cuda",
@@ -455,9 +470,7 @@ def to_text(report: DoctorReport) -> str:
         lines.append(_indent(r.action))
         if r.risk:
             lines.append(_indent(f"cost/risk: {r.risk}"))
-        for key, code in r.snippets.items():
-            lines.append(f"   {key}:")
-            lines += [f"     {line}" for line in code.splitlines()]
+        lines += _snippet_lines([asdict(snip) for snip in r.snippets])
     for note in a.notes:
         lines.append(textwrap.fill(f"note: {note}", 80, subsequent_indent="      "))
     lines += ["", "evidence:", "", probe_text(report.probe)]
@@ -503,6 +516,55 @@ def redact(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _snippet_lines(snippets: list[dict[str, Any]]) -> list[str]:
+    """Per stack, its best measured snippet in full, the other routes in one line each."""
+    lines: list[str] = []
+    shown: set[str] = set()
+    for snip in snippets:
+        stack = str(snip["stack"])
+        if snip.get("strategy") and stack in shown:
+            continue  # folded into the "also here" line below
+        shown.add(stack)
+        lines.append(f"   {snippet_heading(snip)}:")
+        lines += [f"     {line}" for line in str(snip["code"]).splitlines()]
+        if not snip.get("strategy"):
+            continue
+        others = [
+            s for s in snippets if s["stack"] == stack and s is not snip and s.get("strategy")
+        ]
+        if others:
+            also = "; ".join(short_label(s) for s in others)
+            lines.append(
+                textwrap.fill(
+                    f"also measured here: {also}",
+                    80,
+                    initial_indent="     ",
+                    subsequent_indent="       ",
+                )
+            )
+    return lines
+
+
+def _fix_in_your_stack(recs: list[dict[str, Any]]) -> list[str]:
+    """The top fix's snippets, one collapsible block per snippet, each with its number."""
+    top = next((r for r in recs if not r.get("optional")), None)
+    snippets = snippets_of(top) if top else []
+    if top is None or not snippets:
+        return []
+    out = [f"#### The fix in your stack: {top['title']}", ""]
+    for snip in snippets:
+        out += [
+            f"<details><summary>{snippet_heading(snip)}</summary>",
+            "",
+            "```" + ("bash" if snip["stack"] in ("shell", "vllm", "sglang") else "python"),
+            str(snip["code"]),
+            "```",
+            "",
+            "</details>",
+        ]
+    return [*out, ""]
+
+
 def _indent(text: str) -> str:
     return textwrap.fill(text, 80, initial_indent="   ", subsequent_indent="   ")
 
@@ -530,6 +592,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
                 f"| {i} | {r['title']}{' (optional)' if r['optional'] else ''} | {gain} | {ram} |"
             )
         out.append("")
+        out += _fix_in_your_stack(recs)
     bench = doc.get("bench")
     if bench:
         out += [

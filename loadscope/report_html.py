@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from loadscope.snippets import snippet_heading, snippets_of
 from loadscope.units import format_bytes, format_rate
 
 _CSS = """
@@ -108,8 +109,8 @@ def to_html(doc: dict[str, Any]) -> str:
             out.append(f"<li><b>{_e(r['title'])}</b>{_e(opt)}{_e(gain)}<br>{_e(r['action'])}")
             if r.get("risk"):
                 out.append(f"<br><i>cost/risk:</i> {_e(r['risk'])}")
-            for key, code in (r.get("snippets") or {}).items():
-                out.append(f"<div>{_e(key)}:</div><pre>{_e(code)}</pre>")
+            for snip in snippets_of(r):
+                out.append(f"<div>{_e(snippet_heading(snip))}:</div><pre>{_e(snip['code'])}</pre>")
             out.append("</li>")
         out.append("</ol>")
     for note in doc.get("notes") or []:

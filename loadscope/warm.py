@@ -25,14 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadscope.errors import ExitCode, LoadscopeError, NotEnoughMemory, ReadFailed
+from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
 from loadscope.probes.pagecache import LIBC, MAP_FAILED, ColdCache, residency
 from loadscope.probes.system import memory_headroom
-from loadscope.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
+from loadscope.safeio import STALL_TIMEOUT_S, note_stuck, open_regular
 from loadscope.targets import Target
 from loadscope.units import format_bytes
 
-DEFAULT_BLOCK = 16 << 20
-DEFAULT_THREADS = 8
+DEFAULT_BLOCK = WARM_BLOCK_BYTES
+DEFAULT_THREADS = WARM_THREADS
 #: Kept free beyond the model, so warming does not push the machine into reclaim.
 MEMORY_MARGIN = 256 << 20
 #: Re-reads of a file found not fully resident right after warming.
@@ -126,87 +127,53 @@ def warm(
     ]
     check_fits(files, available())
     report = WarmReport("warm", files)
-    total = sum(f.size_bytes for f in files)
-    jobs = [
-        (f.path, off, min(block_bytes, f.size_bytes - off))
-        for f in files
-        for off in range(0, f.size_bytes, block_bytes)
-    ]
-    lock = threading.Lock()
-    it = iter(jobs)
-    done = [0]
-    errors: list[BaseException] = []
-    stop = cancel or threading.Event()
-    fds: dict[str, int] = {}
-    for f in files:
-        fds[f.path] = open_regular(f.path)
-        os.posix_fadvise(fds[f.path], 0, 0, os.POSIX_FADV_WILLNEED)
+    fill = PageFill(
+        whole_files([(f.path, f.size_bytes) for f in files]),
+        threads=threads,
+        block_bytes=block_bytes,
+        stop=cancel,
+    )
+    total = fill.total_bytes
     start = time.monotonic()
-
-    in_flight: dict[int, tuple[str, int]] = {}  # reader -> (file, offset) it waits on
-
-    def reader() -> None:
-        buf = bytearray(block_bytes)
-        view = memoryview(buf)
-        me = threading.get_ident()
-        try:
-            while not stop.is_set() and not errors:
-                with lock:
-                    job = next(it, None)
-                if job is None:
-                    return
-                path, off, length = job
-                in_flight[me] = (path, off)
-                pread_exactly(fds[path], view[:length], off, path)
-                with lock:
-                    done[0] += length
-                in_flight.pop(me, None)
-        except BaseException as exc:  # noqa: BLE001  (re-raised in the caller)
-            errors.append(exc)
-
-    pool = [threading.Thread(target=reader, daemon=True) for _ in range(threads)]
     stalled: str | None = None
     try:
-        for t in pool:
-            t.start()
+        fill.start()
         last_done, last_moved = 0, time.monotonic()
-        while any(t.is_alive() for t in pool):
-            for t in pool:
+        while fill.alive():
+            for t in fill.pool:
                 t.join(timeout=0.1)
             now = time.monotonic()
-            if done[0] != last_done:
-                last_done, last_moved = done[0], now
+            if fill.done_bytes != last_done:
+                last_done, last_moved = fill.done_bytes, now
             elif now - last_moved > stall_timeout_s:
-                waiting = sorted(set(in_flight.values()))
+                waiting = sorted(set(fill.in_flight.values()))
                 where = ", ".join(f"{p} at offset {o}" for p, o in waiting[:3]) or "?"
                 stalled = (
                     f"no byte read for {stall_timeout_s:g} s (waiting on {where}):"
                     " the storage stopped answering"
                 )
-                note_stuck(where, pool)
-                stop.set()
+                note_stuck(where, fill.pool)
+                fill.stop.set()
                 break
             if progress is not None:
-                progress(done[0], total, now - start)
+                progress(fill.done_bytes, total, now - start)
     except BaseException:
-        stop.set()  # Ctrl-C: no reader may touch the fds closed below
+        fill.stop.set()  # Ctrl-C: no reader may touch the fds closed below
         raise
     finally:
         if stalled is None:
-            for t in pool:
-                if t.ident is not None:  # a signal may land between two start() calls
-                    t.join()
-            for fd in fds.values():
-                os.close(fd)
+            fill.join()
         # else: readers are stuck in the kernel; their fds stay open until they return
     if stalled is not None:
         raise ReadFailed(stalled)
     report.seconds = time.monotonic() - start
-    report.bytes_read = done[0]
-    if errors:
-        raise errors[0]
+    report.bytes_read = fill.done_bytes
+    if fill.errors:
+        raise fill.errors[0]
     if cancel is not None and cancel.is_set():
-        raise WarmCancelled(f"stopped after {format_bytes(done[0])} of {format_bytes(total)}")
+        raise WarmCancelled(
+            f"stopped after {format_bytes(fill.done_bytes)} of {format_bytes(total)}"
+        )
     for f in files:
         f.after = _fraction(f.path)
         # Top up: memory pressure (or a proactive reclaimer such as DAMON) may have taken

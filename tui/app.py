@@ -33,6 +33,7 @@ from loadscope.engine_process import EngineProcess, copy_job, job_for, warm_job
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.report_html import to_html
 from loadscope.session import SessionRequest
+from loadscope.snippets import snippet_heading, snippets_of
 from loadscope.tui.messages import (
     ApplyFinished,
     ApplyProgress,
@@ -52,6 +53,7 @@ from loadscope.tui.screens import (
     OnboardingScreen,
     ProfileScreen,
     PromptScreen,
+    SnippetPickScreen,
 )
 from loadscope.tui.views import APPLICABLE, AdviceView, BenchView, ProbesView
 from loadscope.units import format_bytes
@@ -257,13 +259,28 @@ class LoadscopeApp(App[int]):
     def action_copy(self) -> None:
         rec = self.query_one(AdviceView).highlighted()
         if rec is None:
+            self.notify("no recommendation is highlighted", severity="warning")
             return
-        text = "\n\n".join(f"# {k}\n{v}" for k, v in (rec.get("snippets") or {}).items())
-        if not text:
+        snippets = snippets_of(rec)
+        if not snippets:
             self.notify("this recommendation has no snippet", severity="warning")
             return
-        self.copy_to_clipboard(text)
-        self.notify(f"copied the snippets of '{rec['title']}' (OSC 52)")
+
+        def copy(choice: int | None) -> None:
+            if choice is None:
+                return
+            chosen = snippets if choice < 0 else [snippets[choice]]
+            text = "\n\n".join(f"# {snippet_heading(s)}\n{s['code']}" for s in chosen)
+            self.copy_to_clipboard(text)
+            what = "every snippet" if choice < 0 else f"the {chosen[0]['stack']} snippet"
+            self.notify(f"copied {what} of '{rec['title']}' (OSC 52)")
+
+        if len(snippets) == 1:
+            copy(0)
+            return
+        self.push_screen(
+            SnippetPickScreen(rec["title"], [snippet_heading(s) for s in snippets]), copy
+        )
 
     def _apply_plan(self) -> tuple[str | None, str]:
         """(the highlighted fix's kind, the model spec) or (None, why it cannot be applied)."""

@@ -289,6 +289,36 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class SnippetPickScreen(ModalScreen[int | None]):
+    """Pick the stack whose snippet to copy: one row per snippet, with its measured number.
+
+    The result is the chosen snippet's index, -1 for "all of them", None when cancelled."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, headings: list[str]) -> None:
+        super().__init__()
+        self.title_text, self.headings = title, headings
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(f"Copy a snippet: {self.title_text}", classes="dialog-title")
+            yield Static("Enter copies the highlighted one; Escape cancels.", classes="dialog-hint")
+            options = [Option(h, id=str(i)) for i, h in enumerate(self.headings)]
+            options.append(Option("all of them", id="-1"))
+            yield OptionList(*options, id="snippet-pick")
+
+    def on_mount(self) -> None:
+        self.query_one("#snippet-pick", OptionList).focus()
+
+    @on(OptionList.OptionSelected, "#snippet-pick")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(int(event.option.id or "-1"))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class ConfirmScreen(ModalScreen[str | None]):
     """Say exactly what a fix will do before it runs: Enter (or the button) applies it,
     Escape cancels. With ``value`` (a destination), the user may edit it first; the

@@ -20,6 +20,7 @@ from textual.widgets import DataTable, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
 from loadscope.bench import Trial
+from loadscope.snippets import snippet_heading, snippets_of
 from loadscope.tui.charts import (
     Bar,
     RateChart,
@@ -573,9 +574,9 @@ class AdviceView(Vertical):
             )
             ids = f" (trials {', '.join(map(str, e['trial_ids']))})" if e.get("trial_ids") else ""
             out.append(f"  • {e['what']}: {shown}{ids}\n")
-        for stack, code in (r.get("snippets") or {}).items():
-            out.append(f"{stack}:\n", style="bold")
-            out.append(code + "\n", style=theme_color(self, "text-success", "green"))
+        for snip in snippets_of(r):
+            out.append(f"{snippet_heading(snip)}:\n", style="bold")
+            out.append(str(snip["code"]) + "\n", style=theme_color(self, "text-success", "green"))
         if self.notes:
             out.append("notes:\n", style="bold")
             for n in self.notes:

@@ -1,14 +1,16 @@
 """Every loader strategy, one module each, and the registry that names them.
 
 CPU strategies for safetensors (``mmap``, ``pread``, ``fullread``, ``prefetch``,
-``parallel``, ``direct``, ``auto``), for torch checkpoints (``pickle``,
-``pickle-mmap``), peers when installed (``fastsafetensors``, ``runai``), and GPU
-strategies for ``--device cuda`` (``mmap-cuda``, ``read-to-cuda``, ``staged``,
-``gds``). Broadcast strategies register here too when they arrive.
+``vllm-prefetch``, ``prewarm``, ``parallel``, ``direct``, ``auto``, ``api``), for
+torch checkpoints (``pickle``, ``pickle-mmap``), peers when installed
+(``fastsafetensors``, ``runai``), and GPU strategies for ``--device cuda``
+(``mmap-cuda``, ``read-to-cuda``, ``staged``, ``gds``). Broadcast strategies register
+here too when they arrive.
 """
 
 from __future__ import annotations
 
+from loadscope.loaders.strategies.api import PublicLoadFile
 from loadscope.loaders.strategies.auto import Auto
 from loadscope.loaders.strategies.direct import Direct
 from loadscope.loaders.strategies.fullread import FullRead
@@ -20,8 +22,10 @@ from loadscope.loaders.strategies.peers import FastSafetensors, RunAI
 from loadscope.loaders.strategies.pickle_load import Pickle, PickleMmap
 from loadscope.loaders.strategies.pread import SafetensorsPread
 from loadscope.loaders.strategies.prefetch import Prefetch
+from loadscope.loaders.strategies.prewarm import Prewarm
 from loadscope.loaders.strategies.read_to_cuda import ReadToCuda
 from loadscope.loaders.strategies.staged_cuda import Staged
+from loadscope.loaders.strategies.vllm_prefetch import VllmPrefetch
 from loadscope.loaders.strategy import Strategy
 
 STRATEGIES: dict[str, Strategy] = {
@@ -31,9 +35,12 @@ STRATEGIES: dict[str, Strategy] = {
         SafetensorsPread(),
         FullRead(),
         Prefetch(),
+        VllmPrefetch(),
+        Prewarm(),
         Parallel(),
         Direct(),
         Auto(),
+        PublicLoadFile(),
         Pickle(),
         PickleMmap(),
         FastSafetensors(),

@@ -4,8 +4,9 @@ Per file: when the page cache already holds the file, map it (``load_file``:
 zero-copy beats every copy warm); when it is cold, issue deep-parallel large
 requests — O_DIRECT where the filesystem allows it, buffered ``pread`` threads
 otherwise — with the thread count and block size the parallel-scaling probe
-found best (passed in as hints) unless knobs override them. Every choice and
-its reason are recorded in the trial.
+found best (passed in as hints) unless knobs override them. A cold file that
+would not fit in the memory this process may use (RAM, or the cgroup limit) is
+mapped instead. Every choice and its reason are recorded in the trial.
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
+    byte_ranges,
     o_direct_ok,
 )
 from loadscope.probes.pagecache import sampled_residency
+from loadscope.probes.system import memory_headroom
 
 if TYPE_CHECKING:
     import torch
 
 #: A file at least this resident is mapped rather than read.
 RESIDENT_ENOUGH = 0.9
+#: Kept free beyond a cold file's buffer; a file that does not fit is mapped instead.
+MEMORY_MARGIN = 256 << 20
 
 
 class Auto(Strategy):
@@ -50,24 +55,34 @@ class Auto(Strategy):
         choices = ctx.notes.setdefault("choices", [])
         for f in files:
             fraction = sampled_residency(f.path, windows=16)
+            known = "unknown" if fraction is None else f"{fraction:.0%}"
+            mapped_why = None
             if fraction is not None and fraction >= RESIDENT_ENOUGH:
+                mapped_why = f"~{fraction:.0%} resident (16 sampled windows): map it"
+            else:
+                room = memory_headroom()
+                need = f.size_bytes if f.tensors is None else sum(b - a for a, b in byte_ranges(f))
+                if need + MEMORY_MARGIN > room:
+                    mapped_why = (
+                        f"{known} resident, but {need >> 20} MiB does not fit in the"
+                        f" {room >> 20} MiB this process may use: map it (pages can be dropped)"
+                    )
+            if mapped_why is not None:
                 choices.append(
-                    {
-                        "file": f.path,
-                        "choice": "mmap",
-                        "reason": f"~{fraction:.0%} resident (16 sampled windows): map it",
-                    }
+                    {"file": f.path, "choice": "mmap", "reason": mapped_why, "residency": fraction}
                 )
                 yield from MmapLoadFile().load([f], ctx)
                 continue
             direct = want_direct == "yes" or (want_direct == "auto" and o_direct_ok(f.path))
             how = "O_DIRECT" if direct else "buffered pread"
-            known = "unknown" if fraction is None else f"{fraction:.0%}"
             choices.append(
                 {
                     "file": f.path,
                     "choice": "direct" if direct else "parallel",
                     "reason": f"{known} resident: {threads} x {block >> 10} KiB {how} reads",
+                    "residency": fraction,
+                    "threads": threads,
+                    "block_bytes": block,
                 }
             )
             yield from read_file_parallel(f, threads=threads, block_bytes=block, direct=direct)

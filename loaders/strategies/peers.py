@@ -29,6 +29,7 @@ class FastSafetensors(Strategy):
     name = "fastsafetensors"
     summary = "fastsafetensors SafeTensorsFileLoader, CPU mode (nogds)"
     requires = Requirements(ram_multiple=1.0, package="fastsafetensors", extra="peers")
+    samples = False  # its loader reads whole files (peak RSS = the file on a sample)
 
     def load(
         self, files: list[FileRequest], ctx: LoadContext
@@ -59,6 +60,7 @@ class RunAI(Strategy):
     name = "runai"
     summary = "runai-model-streamer SafetensorsStreamer"
     requires = Requirements(ram_multiple=1.0, package="runai_model_streamer", extra="peers")
+    samples = False  # streams whole files
 
     def load(
         self, files: list[FileRequest], ctx: LoadContext

@@ -25,6 +25,16 @@ def test_markdown_matches_golden() -> None:
     assert to_markdown(doc) + "\n" == (GOLDEN / "doctor_report.md").read_text()
 
 
+def test_markdown_of_per_stack_fixes_matches_golden() -> None:
+    """Issue 16: the top fix in every stack, each with its own trial's number."""
+    doc = json.loads((GOLDEN / "doctor_stacks.json").read_text())
+    md = to_markdown(doc)
+    assert md + "\n" == (GOLDEN / "doctor_stacks.md").read_text()
+    for stack in ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell"):
+        assert f"<summary>{stack} (" in md, stack
+    assert "vllm (a flag) - measured 0.96x vs the default load (slower than the default" in md
+
+
 def test_report_command_renders_a_saved_report() -> None:
     result = run_loadscope("report", str(GOLDEN / "doctor_report.json"))
     assert result.code == 0, result.err

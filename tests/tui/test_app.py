@@ -12,8 +12,9 @@ import psutil
 import pytest
 
 from loadscope.loaders.forkserver import WORKER_NAME
+from loadscope.snippets import snippet_heading, snippets_of
 from loadscope.tui.app import LoadscopeApp
-from loadscope.tui.screens import OnboardingScreen
+from loadscope.tui.screens import OnboardingScreen, SnippetPickScreen
 from loadscope.tui.views import AdviceView, BenchView
 from tests.conftest import REPO_ROOT
 
@@ -211,7 +212,19 @@ def test_copy_sends_the_snippets_to_the_clipboard() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
             await pilot.press("c")
-            assert "safetensors" in app.clipboard or "loadscope" in app.clipboard
+            # Several stacks: the user picks the one they run (issue 16).
+            assert isinstance(app.screen, SnippetPickScreen)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert not isinstance(app.screen, SnippetPickScreen)
+            rec = app.query_one(AdviceView).highlighted()
+            assert rec is not None
+            first, *rest = snippets_of(rec)
+            assert app.clipboard == f"# {snippet_heading(first)}\n{first['code']}"
+            await pilot.press("c")
+            await pilot.press("end", "enter")  # the last row: all of them
+            await pilot.pause()
+            assert rest and all(s["code"] in app.clipboard for s in [first, *rest])
 
     asyncio.run(go())
 

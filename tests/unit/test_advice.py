@@ -49,6 +49,11 @@ def facts(
     )
 
 
+def code(rec: Any, stack: str) -> str:
+    """The code of ``rec``'s first snippet for ``stack``."""
+    return str(next(s.code for s in rec.snippets if s.stack == stack))
+
+
 def ids(advice: Any) -> list[str]:
     return [r.id for r in advice.recommendations if not r.optional]
 
@@ -78,7 +83,7 @@ def test_read_whole_files_only_when_faster_and_it_fits() -> None:
     rec = next(r for r in a.recommendations if r.id == "read-whole-files")
     assert rec.expected_speedup == 2.5 and rec.ram_bytes_needed == 2 * GiB
     assert "N copies" in rec.risk
-    assert "vllm" in rec.snippets and "diffusers" in rec.snippets and "sglang" in rec.snippets
+    assert {"vllm", "diffusers", "sglang"} <= {s.stack for s in rec.snippets}
 
 
 def test_ram_and_cgroup_guard_blocks_read_whole_files() -> None:
@@ -105,8 +110,8 @@ def test_raise_readahead_on_latency_bound_fuse() -> None:
     a = advise_facts(facts({"mmap": 15.3}, read_ahead_kb=128))
     rec = next(r for r in a.recommendations if r.id == "raise-readahead")
     assert "128 KiB" in rec.action
-    assert "/sys/class/bdi/0:42/read_ahead_kb" in rec.snippets["shell"]
-    assert "max_background" in rec.snippets["shell"]
+    assert "/sys/class/bdi/0:42/read_ahead_kb" in code(rec, "shell")
+    assert "max_background" in code(rec, "shell")
 
 
 def test_no_readahead_advice_on_local_disk_or_when_already_large() -> None:
@@ -191,7 +196,7 @@ def test_copy_to_local_disk_with_the_break_even() -> None:
     # 30 s, repaid by 40 - 4.3 = 35.7 s saved per cold load: after one load
     assert "repaid after 1 cold load(s)" in rec.action
     assert any(e.what == "break-even" and e.value == 1 for e in rec.evidence)
-    assert "/local/model-copy" in rec.snippets["vllm"]
+    assert "/local/model-copy" in code(rec, "vllm")
     assert a.verdict.status == "problem" and "estimated" in a.verdict.headline
 
 
@@ -270,7 +275,7 @@ def test_broadcast_when_the_rank_trials_show_it_faster() -> None:
     assert rec.strategy == "broadcast-async" and rec.expected_speedup == 3.0
     assert "4 ranks (gloo)" in rec.action and "4 s vs 12 s for independent reads" in rec.action
     assert "storage reads 1.0x the model instead of 4.0x" in rec.action
-    assert "async_op=True" in rec.snippets["torch.distributed"]
+    assert "async_op=True" in code(rec, "torch.distributed")
     assert a.recommendations[0].id == "broadcast"
 
 
@@ -315,7 +320,7 @@ def test_a_model_bigger_than_the_memory_limit_is_the_first_problem() -> None:
     first = a.recommendations[0]
     assert first.id == "memory-limit" and not first.measured
     assert "4 GiB cgroup limit" in first.action
-    assert "device='cuda:0'" in first.snippets["python"]
+    assert "device='cuda:0'" in code(first, "safetensors")
 
 
 def test_no_memory_problem_when_it_fits_or_loads_to_a_gpu() -> None:
@@ -327,3 +332,49 @@ def test_no_memory_problem_when_it_fits_or_loads_to_a_gpu() -> None:
     assert "memory-limit" not in [r.id for r in gpu.recommendations]
     unknown = advise_facts(facts({"mmap": 1.0}, model=6 * GiB, headroom=None))
     assert "memory-limit" not in [r.id for r in unknown.recommendations]
+
+
+def test_every_stack_gets_a_snippet_with_its_own_trial_number() -> None:
+    """Issue 16: the vLLM line carried auto's 10.5x, a number its flag never earned."""
+    from loadscope.snippets import STACKS
+
+    f = facts({"mmap": 10.0, "auto": 1.0, "api": 1.25, "prewarm": 4.0, "vllm-prefetch": 20.0})
+    f.model_path = "/models/my model"
+    f.not_run = {"fastsafetensors": "skipped: fastsafetensors is not installed"}
+    top = advise_facts(f).recommendations[0]
+    assert top.id == "parallel-reads"
+    loads = [s for s in top.snippets if s.strategy]
+    assert {s.stack for s in loads} == set(STACKS)
+    for s in loads:
+        assert s.strategy is not None and s.speedup == f.speedup(s.strategy)
+        if s.speedup is not None:
+            assert s.trial_ids == f.trial_ids[(s.strategy, "cold")]
+    vllm = {s.strategy: s for s in loads if s.stack == "vllm"}
+    assert vllm["vllm-prefetch"].speedup == 0.5  # its own trial: slower than mmap here
+    assert "slower than the default" in vllm["vllm-prefetch"].label()
+    assert vllm["prewarm"].speedup == 2.5
+    assert vllm["fastsafetensors"].speedup is None
+    assert vllm["fastsafetensors"].label() == (
+        "not measured here: skipped: fastsafetensors is not installed"
+    )
+    assert vllm["runai"].label() == "not measured here"
+    # Within a stack, the fastest measured route comes first.
+    assert next(s.strategy for s in loads if s.stack == "vllm") == "prewarm"
+    safetensors = next(s for s in loads if s.stack == "safetensors")
+    assert safetensors.strategy == "api" and "loadscope.load_model('/models/my model')" in (
+        safetensors.code
+    )
+    shell = next(s for s in loads if s.stack == "shell")
+    assert "loadscope warm '/models/my model'" in shell.code
+    # A command (re-measure) carries no number.
+    remeasure = [s for s in top.snippets if not s.strategy]
+    assert remeasure and all(s.label() == "" for s in remeasure)
+
+
+def test_a_snippet_read_back_from_an_older_report_says_it_was_not_measured() -> None:
+    from loadscope.snippets import label_of, snippets_of
+
+    old = {"snippets": {"vllm": "vllm serve MODEL --safetensors-load-strategy prefetch"}}
+    (snip,) = snippets_of(old)
+    assert snip["stack"] == "vllm"
+    assert label_of(snip) == "not measured here (a report from before per-stack trials)"

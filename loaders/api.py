@@ -1,0 +1,292 @@
+"""``loadscope.load_file``: a drop-in for safetensors ``load_file`` that loads cold files fast.
+
+This is the library face of the ``auto`` strategy, and the code the ``api`` trial
+runs, so the advice's number for it is a number for this function. Per file:
+
+- the header is checked first (loadscope's format checks: one clear line naming the
+  file for a corrupt header, a Git LFS pointer, an HTML page, a FIFO);
+- a file the page cache already holds (~90%+, sampled) is memory-mapped exactly as
+  ``safetensors.torch.load_file`` does: zero-copy, nothing is read;
+- a cold file is read with many large requests in flight (O_DIRECT where the
+  filesystem allows it, buffered ``pread`` threads otherwise) into one buffer, and
+  the tensors are views on it — unless the file does not fit in the memory this
+  process may use, in which case it is mapped instead (pages the kernel can drop).
+
+Every choice and its reason go into a :class:`LoadRecord` (pass ``record=``) and to
+the ``loadscope`` logger at INFO. Errors keep safetensors' exception family (a
+missing file is a ``FileNotFoundError``, a bad header a ``SafetensorError``) and are
+also :class:`~loadscope.errors.LoadscopeError`, with loadscope's one-line message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.loaders.safetensors_format import read_header
+from loadscope.loaders.strategy import FileRequest, LoadContext, Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger("loadscope")
+
+#: The direct= values (O_DIRECT for cold files): as the ``auto`` strategy's knob.
+DIRECT_CHOICES = ("auto", "yes", "no")
+
+
+@dataclass(frozen=True, slots=True)
+class FileChoice:
+    """How one file was loaded, and why."""
+
+    path: str
+    #: "mmap" (mapped, as safetensors does), "direct" (O_DIRECT reads), "parallel"
+    #: (buffered pread threads) or "torch.load" (a torch checkpoint, mmap=True).
+    strategy: str
+    reason: str
+    size_bytes: int
+    seconds: float
+    #: Fraction of the file in the page cache before the load (sampled), None if unknown.
+    residency: float | None = None
+    threads: int | None = None
+    block_bytes: int | None = None
+
+
+@dataclass(slots=True)
+class LoadRecord:
+    """What a ``load_file`` / ``load_model`` / ``prewarm`` call chose, per file."""
+
+    files: list[FileChoice] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(f.seconds for f in self.files)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": [asdict(f) for f in self.files], "notes": list(self.notes)}
+
+    def __str__(self) -> str:
+        lines = [f"{f.path}: {f.strategy} ({f.reason}), {f.seconds:.3g} s" for f in self.files]
+        return "\n".join(lines + self.notes)
+
+
+# -- errors in the caller's exception family ----------------------------------------------------
+
+
+def _safetensor_error() -> type[Exception]:
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # an old safetensors: its errors were plain exceptions
+        return Exception
+    error: type[Exception] = SafetensorError
+    return error
+
+
+class LoadFileNotFound(LoadscopeError, FileNotFoundError):
+    """A file (or an index's shard) that does not exist."""
+
+    exit_code = ExitCode.NOT_FOUND
+
+
+class LoadPermissionDenied(LoadscopeError, PermissionError):
+    """A file this user may not read."""
+
+    exit_code = ExitCode.PERMISSION
+
+
+class LoadReadFailed(LoadscopeError, OSError):
+    """The storage failed a read (EIO, a stall)."""
+
+    exit_code = ExitCode.IO_ERROR
+
+
+class LoadNotEnoughMemory(LoadscopeError, MemoryError):
+    """The load would not fit in the memory this process may use."""
+
+    exit_code = ExitCode.RESOURCES
+
+
+class UnsafeCheckpoint(LoadscopeError, pickle.UnpicklingError):
+    """A torch pickle that would run code: refused, nothing executed."""
+
+    exit_code = ExitCode.UNSUPPORTED
+
+
+InvalidCheckpoint: type[LoadscopeError] = type(
+    "InvalidCheckpoint",
+    (LoadscopeError, _safetensor_error()),
+    {
+        "__doc__": "Not a sound checkpoint: a corrupt header, an LFS pointer, a FIFO, ...",
+        "__module__": __name__,
+        "exit_code": ExitCode.CORRUPT,
+    },
+)
+
+
+def as_api_error(exc: LoadscopeError) -> LoadscopeError:
+    """``exc`` re-made in the exception family a caller of safetensors/torch expects."""
+    if isinstance(exc, LoadFileNotFound | LoadPermissionDenied | LoadReadFailed):
+        return exc
+    if isinstance(exc, InvalidCheckpoint | UnsafeCheckpoint | LoadNotEnoughMemory):
+        return exc
+    from loadscope.loaders.errors import UnsafePickle
+
+    family: type[LoadscopeError]
+    if isinstance(exc, UnsafePickle):
+        family = UnsafeCheckpoint
+    else:
+        family = {
+            ExitCode.NOT_FOUND: LoadFileNotFound,
+            ExitCode.PERMISSION: LoadPermissionDenied,
+            ExitCode.IO_ERROR: LoadReadFailed,
+            ExitCode.RESOURCES: LoadNotEnoughMemory,
+        }.get(exc.exit_code, InvalidCheckpoint)
+    made = family(exc.message, path=exc.path)
+    made.exit_code = exc.exit_code
+    return made
+
+
+# -- load_file --------------------------------------------------------------------------------
+
+
+def _knobs(threads: int | None, block_bytes: int | None, direct: str) -> dict[str, Any]:
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer, not {threads!r}")
+    if block_bytes is not None and (not isinstance(block_bytes, int) or block_bytes < 4096):
+        raise ValueError(f"block_bytes must be an integer of at least 4096, not {block_bytes!r}")
+    if direct not in DIRECT_CHOICES:
+        raise ValueError(f"direct must be one of {', '.join(DIRECT_CHOICES)}, not {direct!r}")
+    knobs: dict[str, Any] = {"direct": direct}
+    if threads is not None:
+        knobs["threads"] = threads
+    if block_bytes is not None:
+        knobs["block_bytes"] = block_bytes
+    return knobs
+
+
+def _to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
+    if device == "cpu":
+        return tensors
+    return {name: t.to(device) for name, t in tensors.items()}
+
+
+def load_file(
+    path: str | os.PathLike[str],
+    device: str = "cpu",
+    *,
+    threads: int | None = None,
+    block_bytes: int | None = None,
+    direct: str = "auto",
+    hints: dict[str, Any] | None = None,
+    record: LoadRecord | None = None,
+) -> dict[str, torch.Tensor]:
+    """Load a safetensors file into a ``{name: tensor}`` dict, as ``safetensors.torch.load_file``.
+
+    Same keys, dtypes, shapes and bytes; zero-copy mapped when the file is resident;
+    deep-parallel large reads when it is cold. ``threads``, ``block_bytes`` and
+    ``direct`` ("auto", "yes", "no") are the ``auto`` strategy's knobs for cold files
+    (default 12 requests of 1 MiB in flight, O_DIRECT where allowed); ``hints`` are
+    what a probe measured (``threads``, ``block_bytes``), used where no knob is given.
+    ``device`` is where the tensors land ("cpu", "cuda", "cuda:1"). Pass a
+    :class:`LoadRecord` as ``record`` to learn what was chosen and why.
+    """
+    spath = os.fspath(path)
+    knobs = _knobs(threads, block_bytes, direct)
+    try:
+        header = read_header(spath)
+    except LoadscopeError as exc:
+        raise as_api_error(exc) from None
+    request = FileRequest(spath, header.file_size, "safetensors")
+    ctx = LoadContext(knobs=knobs, hints=dict(hints or {}), device="cpu")
+    started = time.monotonic()
+    try:
+        tensors = dict(_fast_path().load([request], ctx))
+    except LoadscopeError as exc:
+        raise as_api_error(exc) from None
+    except FileNotFoundError:
+        raise LoadFileNotFound("disappeared while it was loaded", path=spath) from None
+    except PermissionError as exc:
+        raise LoadPermissionDenied(f"permission denied ({exc.strerror})", path=spath) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise LoadReadFailed(f"read failed: {reason} (errno {exc.errno})", path=spath) from None
+    seconds = time.monotonic() - started
+    choice = _choice_of(ctx, request, seconds)
+    if record is not None:
+        record.files.append(choice)
+    log.info("%s: %s (%s) in %.3g s", spath, choice.strategy, choice.reason, seconds)
+    return _to_device(tensors, device)
+
+
+def _fast_path() -> Strategy:
+    from loadscope.loaders.strategies.auto import Auto
+
+    return Auto()
+
+
+def _choice_of(ctx: LoadContext, request: FileRequest, seconds: float) -> FileChoice:
+    made = (ctx.notes.get("choices") or [{}])[-1]
+    how = str(made.get("choice", "mmap"))
+    cold = how != "mmap"
+    return FileChoice(
+        path=request.path,
+        strategy=how,
+        reason=str(made.get("reason", "")),
+        size_bytes=request.size_bytes,
+        seconds=seconds,
+        residency=made.get("residency"),
+        threads=made.get("threads") if cold else None,
+        block_bytes=made.get("block_bytes") if cold else None,
+    )
+
+
+# -- torch checkpoints (for load_model) ---------------------------------------------------------
+
+
+def load_torch_file(
+    path: str | os.PathLike[str], device: str = "cpu", *, record: LoadRecord | None = None
+) -> dict[str, torch.Tensor]:
+    """``torch.load(path, weights_only=True, mmap=True)`` flattened to ``{name: tensor}``.
+
+    Checked first like every torch file loadscope touches: a pickle whose opcodes import
+    anything a weights-only load refuses is refused without being unpickled, and torch
+    older than 2.6 is refused (its weights-only loader could run code).
+    """
+    from loadscope.loaders.strategies.pickle_load import PickleMmap, refuse_unsafe_torch
+    from loadscope.loaders.torch_format import read_torch_info
+
+    spath = os.fspath(path)
+    started = time.monotonic()
+    try:
+        info = read_torch_info(spath)
+        if info.unsafe_globals:
+            from loadscope.loaders.errors import UnsafePickle
+
+            raise UnsafePickle(
+                f"its pickle imports {info.unsafe_globals[0]}, which a weights-only load"
+                " refuses: unpickling it would run code; refusing it, nothing was executed",
+                path=spath,
+            )
+        refuse_unsafe_torch()
+        request = FileRequest(spath, info.file_size, "torch")
+        tensors = dict(PickleMmap().load([request], LoadContext()))
+    except LoadscopeError as exc:
+        raise as_api_error(exc) from None
+    seconds = time.monotonic() - started
+    choice = FileChoice(
+        spath, "torch.load", "weights_only=True, mmap=True", info.file_size, seconds
+    )
+    if record is not None:
+        record.files.append(choice)
+    log.info("%s: torch.load(weights_only=True, mmap=True) in %.3g s", spath, seconds)
+    return _to_device(tensors, device)

@@ -1,0 +1,40 @@
+"""``api``: ``loadscope.load_file(path)`` per file — the public API, timed as users call it.
+
+The same function a training script imports (``loaders/api.py``, exported as
+``loadscope.load_file``): its header check, its residency sampling, its choice per
+file and its error mapping are all inside the trial, so the number the advice puts
+under ``loadscope.load_file`` comes from that code. A sampled trial loads the
+sampled tensors through the same per-file choice (the ``auto`` path), since the
+public call always loads whole files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from loadscope.loaders.api import load_file
+from loadscope.loaders.strategies.auto import Auto
+from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
+
+if TYPE_CHECKING:
+    import torch
+
+
+class PublicLoadFile(Strategy):
+    name = "api"
+    summary = "loadscope.load_file(path): the public API (auto's choices, safetensors' output)"
+    requires = Requirements(ram_multiple=1.0)
+    knobs = Auto.knobs
+
+    def load(
+        self, files: list[FileRequest], ctx: LoadContext
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
+        direct = str(ctx.knob(self, "direct"))
+        if any(f.tensors is not None for f in files):
+            ctx.notes["sampled"] = "a sample: loaded through auto's per-file path"
+            yield from Auto().load(files, ctx)
+            return
+        for f in files:
+            yield from load_file(f.path, threads=threads, block_bytes=block, direct=direct).items()

@@ -1,0 +1,121 @@
+"""The public loader API: ``loadscope.load_file``, ``load_model`` and ``prewarm``.
+
+What a training script or a server imports to apply loadscope's fix without the CLI:
+
+- :func:`load_file` — a drop-in for ``safetensors.torch.load_file`` (``loaders/api.py``);
+- :func:`load_model` — every weight file of a model folder, a sharded index, a single
+  file or an ``org/name[@revision]`` from the local Hugging Face cache, as one state
+  dict (safetensors through :func:`load_file`; torch checkpoints through
+  ``torch.load(weights_only=True, mmap=True)``, never executing pickled code);
+- :func:`prewarm` — the page cache filled for a stack that keeps its own loader
+  (vLLM, SGLang, ``from_pretrained``): what ``loadscope warm`` does.
+
+The model is checked first as every loadscope command checks it (each header, the
+shards against each other and the index, pickles that would run code). Each call
+can say what it chose and why: pass a :class:`LoadRecord` as ``record`` (or read
+the ``loadscope`` logger at INFO); :func:`prewarm` returns its report. Errors are
+one line naming the file, in the exception family the caller already catches.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from loadscope.errors import LoadscopeError
+from loadscope.loaders.api import (
+    FileChoice,
+    LoadRecord,
+    as_api_error,
+    load_file,
+    load_torch_file,
+)
+from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS
+
+if TYPE_CHECKING:
+    import torch
+
+    from loadscope.targets import Target
+    from loadscope.warm import WarmReport
+
+__all__ = ["FileChoice", "LoadRecord", "load_file", "load_model", "prewarm"]
+
+
+def _checked_target(target: str | os.PathLike[str]) -> Target:
+    from loadscope.inspection import check_target
+    from loadscope.targets import BadTargetSpec, resolve
+
+    spec = os.fspath(target)
+    if spec.startswith("synthetic:"):
+        raise as_api_error(
+            BadTargetSpec("synthetic: targets are for the CLI; give a path or org/name")
+        )
+    try:
+        resolved = resolve(spec)
+        check_target(resolved, loads=True)
+    except LoadscopeError as exc:
+        raise as_api_error(exc) from None
+    return resolved
+
+
+def load_model(
+    target: str | os.PathLike[str],
+    device: str = "cpu",
+    *,
+    threads: int | None = None,
+    block_bytes: int | None = None,
+    direct: str = "auto",
+    hints: dict[str, Any] | None = None,
+    record: LoadRecord | None = None,
+) -> dict[str, torch.Tensor]:
+    """Every tensor of a model as one ``{name: tensor}`` state dict.
+
+    ``target`` is a file, a model folder (its ``*.index.json`` followed when present),
+    or ``org/name[@revision]`` in the local Hugging Face cache (never downloaded).
+    The knobs are :func:`load_file`'s, applied to every safetensors file. Use it as
+    ``model.load_state_dict(loadscope.load_model(path))``.
+    """
+    resolved = _checked_target(target)
+    state: dict[str, torch.Tensor] = {}
+    for wf in resolved.files:
+        if wf.format == "safetensors":
+            part = load_file(
+                wf.path,
+                device,
+                threads=threads,
+                block_bytes=block_bytes,
+                direct=direct,
+                hints=hints,
+                record=record,
+            )
+        else:
+            part = load_torch_file(wf.path, device, record=record)
+        state.update(part)
+    return state
+
+
+def prewarm(
+    target: str | os.PathLike[str],
+    *,
+    threads: int = WARM_THREADS,
+    block_bytes: int = WARM_BLOCK_BYTES,
+) -> WarmReport:
+    """Read every weight file into the page cache, ``threads`` blocks of ``block_bytes`` at once.
+
+    For a stack that keeps its own loader: call it (or run ``loadscope warm MODEL``)
+    before the stack starts, and its memory-mapped load finds the pages in RAM.
+    Refuses (``MemoryError`` family) when the uncached part of the model does not fit
+    in available memory or the cgroup limit. Returns each file's residency before and
+    after, the bytes read and the time taken.
+    """
+    from loadscope.warm import warm
+
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, not {threads!r}")
+    if not isinstance(block_bytes, int) or block_bytes < 4096:
+        raise ValueError(f"block_bytes must be an integer of at least 4096, not {block_bytes!r}")
+    resolved = _checked_target(target)
+    try:
+        return warm(resolved, threads=threads, block_bytes=block_bytes)
+    except LoadscopeError as exc:
+        raise as_api_error(exc) from None

@@ -1,0 +1,297 @@
+"""The fix in the user's own stack: one snippet per stack, each with the trial of its own code.
+
+A recommendation says *what* to change; its snippets say *how* in safetensors,
+transformers, diffusers, vLLM, SGLang and the shell. Each loading snippet names the
+strategy whose trial ran that very code (``ROUTES``: vLLM's prefetch flag is the
+``vllm-prefetch`` trial, ``loadscope.load_file`` the ``api`` trial, "run
+``loadscope warm`` first" the ``prewarm`` trial, ``disable_mmap``/``eager`` the
+``fullread`` trial), and carries that trial's measured speed-up over the default
+load — or "not measured here" with the reason, never another strategy's number.
+Snippets that are commands rather than loads (re-measure, copy, dmesg) carry no
+number at all. Paths in the code are the user's own, quoted for the language.
+
+This module only formats: the numbers come from a :class:`Measured` (the advice's
+facts), so it imports nothing above the base layer.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+#: The stacks a load snippet is written for, in the order they are shown.
+STACKS = ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell")
+
+
+@dataclass(slots=True)
+class Snippet:
+    """Code for one stack, and what it rests on."""
+
+    stack: str
+    code: str
+    #: The trial strategy that ran this code; None for a command that is not a load.
+    strategy: str | None = None
+    #: How it applies: "code change", "a flag", "no code change"; and in a few words.
+    route: str = ""
+    what: str = ""
+    #: Measured cold speed-up over the default load (mmap ``load_file``), and its trials.
+    speedup: float | None = None
+    trial_ids: list[int] = field(default_factory=list)
+    #: "not measured here: ..." when this snippet's strategy has no cold trial.
+    note: str = ""
+
+    def label(self) -> str:
+        """The line shown under the stack's name: the number, or why there is none."""
+        return label_of(asdict(self))
+
+
+class Measured(Protocol):
+    """What the snippets need from the trials (the advice's facts implement it)."""
+
+    def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
+        """Cold speed-up of ``strategy`` over mmap, None when not measured."""
+        ...
+
+    def cold_trial_ids(self, strategy: str) -> list[int]:
+        """The cold trials of ``strategy``."""
+        ...
+
+    def why_not_measured(self, strategy: str) -> str | None:
+        """Why ``strategy`` has no cold trial here (skipped, failed), if known."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    stack: str
+    route: str
+    strategy: str
+    #: The change in a few words ("--load-format fastsafetensors", "loadscope warm first").
+    what: str
+    #: Code with ``{py}`` (the model path as a Python string) and ``{sh}`` (for a shell).
+    template: str
+
+
+#: Every way a stack can load the model differently, by the trial that measures it.
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "safetensors",
+        "code change",
+        "api",
+        "loadscope.load_file",
+        "import loadscope  # loadscope.load_file(p) is a drop-in for load_file(p)\n"
+        "state = loadscope.load_model({py})",
+    ),
+    Route(
+        "safetensors",
+        "code change",
+        "fullread",
+        "load(f.read())",
+        "from safetensors.torch import load\n"
+        "with open(path, 'rb') as f:  # each .safetensors file\n"
+        "    state = load(f.read())",
+    ),
+    Route(
+        "transformers",
+        "code change",
+        "api",
+        "state_dict=loadscope.load_model",
+        "import loadscope\n"
+        "path = {py}\n"
+        "model = AutoModelForCausalLM.from_pretrained(path, state_dict=loadscope.load_model(path))",
+    ),
+    Route(
+        "transformers",
+        "no code change",
+        "prewarm",
+        "loadscope warm first",
+        "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({py})",
+    ),
+    Route(
+        "transformers",
+        "code change",
+        "fullread",
+        "state_dict from load(f.read())",
+        "from safetensors.torch import load\n"
+        "state = {{}}\n"
+        "for shard in shard_paths:\n"
+        "    with open(shard, 'rb') as f:\n"
+        "        state.update(load(f.read()))\n"
+        "model = AutoModelForCausalLM.from_pretrained({py}, state_dict=state)",
+    ),
+    Route(
+        "diffusers",
+        "no code change",
+        "prewarm",
+        "loadscope warm first",
+        "# run first: loadscope warm {sh}\npipe = DiffusionPipeline.from_pretrained({py})",
+    ),
+    Route(
+        "diffusers",
+        "a flag",
+        "fullread",
+        "disable_mmap=True",
+        "pipe = DiffusionPipeline.from_pretrained({py}, disable_mmap=True)",
+    ),
+    Route(
+        "vllm",
+        "a flag",
+        "vllm-prefetch",
+        "--safetensors-load-strategy prefetch",
+        "vllm serve {sh} --safetensors-load-strategy prefetch",
+    ),
+    Route(
+        "vllm",
+        "a flag",
+        "fullread",
+        "--safetensors-load-strategy eager",
+        "vllm serve {sh} --safetensors-load-strategy eager",
+    ),
+    Route(
+        "vllm",
+        "a flag",
+        "fastsafetensors",
+        "--load-format fastsafetensors",
+        "vllm serve {sh} --load-format fastsafetensors",
+    ),
+    Route(
+        "vllm",
+        "a flag",
+        "runai",
+        "--load-format runai_streamer",
+        "vllm serve {sh} --load-format runai_streamer",
+    ),
+    Route(
+        "vllm",
+        "no code change",
+        "prewarm",
+        "loadscope warm first",
+        "loadscope warm {sh} && vllm serve {sh}",
+    ),
+    Route(
+        "sglang",
+        "a flag",
+        "fullread",
+        "--weight-loader-disable-mmap",
+        "python -m sglang.launch_server --model-path {sh} --weight-loader-disable-mmap",
+    ),
+    Route(
+        "sglang",
+        "a flag",
+        "fastsafetensors",
+        "--load-format fastsafetensors",
+        "python -m sglang.launch_server --model-path {sh} --load-format fastsafetensors",
+    ),
+    Route(
+        "sglang",
+        "a flag",
+        "runai",
+        "--load-format runai_streamer",
+        "python -m sglang.launch_server --model-path {sh} --load-format runai_streamer",
+    ),
+    Route(
+        "sglang",
+        "no code change",
+        "prewarm",
+        "loadscope warm first",
+        "loadscope warm {sh} && python -m sglang.launch_server --model-path {sh}",
+    ),
+    Route(
+        "shell",
+        "no code change",
+        "prewarm",
+        "loadscope warm",
+        "loadscope warm {sh}   # before the stack starts",
+    ),
+)
+
+#: Which routes each kind of fix shows (by the strategies they run).
+FIX_STRATEGIES: dict[str, frozenset[str]] = {
+    # Many large requests in flight: the public API, the no-code-change prewarm, and the
+    # stacks' own parallel or prefetching loaders.
+    "parallel-reads": frozenset({"api", "prewarm", "vllm-prefetch", "fastsafetensors", "runai"}),
+    "read-whole-files": frozenset({"fullread"}),
+    "prewarm": frozenset({"prewarm", "vllm-prefetch"}),
+}
+
+
+def load_snippets(fix: str, measured: Measured, model: str) -> list[Snippet]:
+    """Every stack's routes for ``fix``, measured ones first (fastest first) within a stack."""
+    wanted = FIX_STRATEGIES[fix]
+    out: list[Snippet] = []
+    for stack in STACKS:
+        routes = [r for r in ROUTES if r.stack == stack and r.strategy in wanted]
+        made = [_filled(r, measured, model) for r in routes]
+        made.sort(key=lambda s: -(s.speedup or 0.0))
+        out.extend(made)
+    return out
+
+
+def _filled(route: Route, measured: Measured, model: str) -> Snippet:
+    speedup = measured.speedup(route.strategy)
+    note = ""
+    if speedup is None:
+        why = measured.why_not_measured(route.strategy)
+        note = f"not measured here: {why}" if why else "not measured here"
+    return Snippet(
+        stack=route.stack,
+        code=route.template.format(py=repr(model), sh=shlex.quote(model)),
+        strategy=route.strategy,
+        route=route.route,
+        what=route.what,
+        speedup=speedup,
+        trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
+        note=note,
+    )
+
+
+def command(stack: str, code: str) -> Snippet:
+    """A snippet that is a command or a config change, not a load: it carries no number."""
+    return Snippet(stack=stack, code=code)
+
+
+def commands(pairs: Iterable[tuple[str, str]]) -> list[Snippet]:
+    return [command(stack, code) for stack, code in pairs]
+
+
+def snippets_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A report's snippets as a list of dicts, also from reports written before the list
+    (where ``snippets`` was a ``{stack: code}`` map carrying no numbers)."""
+    raw = rec.get("snippets") or []
+    if isinstance(raw, dict):
+        return [
+            {"stack": str(k), "code": str(v), "strategy": None, "legacy": True}
+            for k, v in raw.items()
+        ]
+    return [s for s in raw if isinstance(s, dict)]
+
+
+def label_of(snippet: dict[str, Any]) -> str:
+    """The line shown under a snippet (also one read back from a report): its measured
+    speed-up and trials, why it was not measured, or nothing for a command."""
+    if not snippet.get("strategy"):
+        return ""
+    speedup = snippet.get("speedup")
+    if isinstance(speedup, int | float):
+        ids = ", ".join(f"#{i}" for i in snippet.get("trial_ids") or [])
+        trials = f", trial {ids}" if ids else ""
+        slower = " (slower than the default here)" if speedup < 1 else ""
+        shown = f"{speedup:.1f}" if speedup >= 1.05 or speedup < 0.095 else f"{speedup:.2f}"
+        return f"measured {shown}x vs the default load{slower} ({snippet['strategy']}{trials})"
+    return str(snippet.get("note") or "not measured here")
+
+
+def snippet_heading(snippet: dict[str, Any]) -> str:
+    """ "vllm (a flag) - measured 3.1x vs the default load (vllm-prefetch, trial #7)"."""
+    route = f" ({snippet['route']})" if snippet.get("route") else ""
+    label = label_of(snippet)
+    return f"{snippet['stack']}{route}" + (f" - {label}" if label else "")
+
+
+def short_label(snippet: dict[str, Any]) -> str:
+    """One "also here" entry: "--load-format fastsafetensors 0.6x" / "... not measured"."""
+    speedup = snippet.get("speedup")
+    number = f"{speedup:.1f}x" if isinstance(speedup, int | float) else "not measured"
+    return f"{snippet.get('what') or snippet.get('strategy')} {number}"

@@ -1,0 +1,237 @@
+"""The public loader API: ``loadscope.load_file`` / ``load_model`` / ``prewarm`` (issue 16).
+
+Every result is compared with safetensors' (or torch's) own output byte for byte, cold
+and warm, locally and through the emulated slow disk; bad input raises one clear error
+in the family the caller already catches, executes nothing and leaves nothing open.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file as st_load_file
+from safetensors.torch import save_file
+
+import loadscope
+from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.errors import LoadscopeError
+from loadscope.probes.pagecache import ColdCache
+from loadscope.synth import synthesize
+from tests.conftest import REPO_ROOT
+from tests.malformed_cases import MARKER, RunsCode, torch_zip
+
+pytestmark = pytest.mark.integration
+
+
+def _same(ours: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> None:
+    assert list(ours) == list(ref) or set(ours) == set(ref)
+    for name, want in ref.items():
+        got = ours[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        a = got.contiguous().view(-1).view(torch.uint8) if got.numel() else got
+        b = want.contiguous().view(-1).view(torch.uint8) if want.numel() else want
+        assert torch.equal(a, b), name
+
+
+def _reference(*paths: Path) -> dict[str, torch.Tensor]:
+    """safetensors' own load, copied out of its mapping (a mapped page cannot be evicted)."""
+    import gc
+
+    out: dict[str, torch.Tensor] = {}
+    for p in paths:
+        out.update({k: v.clone() for k, v in st_load_file(str(p)).items()})
+    gc.collect()
+    return out
+
+
+def _evict(path: Path) -> None:
+    ev = ColdCache().evict(path)
+    assert ev.verified, ev.note
+
+
+@pytest.fixture(scope="module")
+def every_dtype(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One file with every dtype safetensors and this torch share, odd shapes, empty ones."""
+    g = torch.Generator().manual_seed(7)
+    tensors: dict[str, torch.Tensor] = {}
+    for dtype in (
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.uint16,
+        torch.int32,
+        torch.uint32,
+        torch.int64,
+        torch.uint64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+    ):
+        # Any bit pattern, except for bool, whose bytes must be 0 or 1.
+        top = 2 if dtype == torch.bool else 256
+        raw = torch.randint(0, top, (105 * torch.empty((), dtype=dtype).element_size(),))
+        tensors[str(dtype).replace("torch.", "t.")] = (
+            raw.to(torch.uint8).view(dtype).reshape(3, 5, 7)
+        )
+    tensors["scalar"] = torch.tensor(3.5, dtype=torch.float32)
+    tensors["empty"] = torch.empty((0, 4), dtype=torch.bfloat16)
+    tensors["big"] = torch.randn((1024, 1024), generator=g).to(torch.bfloat16)
+    path = tmp_path_factory.mktemp("dtypes") / "model.safetensors"
+    save_file(tensors, str(path))
+    return path
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_load_file_equals_safetensors_for_every_dtype(every_dtype: Path, cache: str) -> None:
+    ref = _reference(every_dtype)
+    if cache == "cold":
+        _evict(every_dtype)
+    record = loadscope.LoadRecord()
+    ours = loadscope.load_file(every_dtype, record=record)
+    _same(ours, ref)
+    (choice,) = record.files
+    if cache == "warm":
+        assert choice.strategy == "mmap" and "resident" in choice.reason
+    else:
+        assert choice.strategy in ("direct", "parallel"), choice
+        assert choice.threads and choice.block_bytes and "resident" in choice.reason
+
+
+def test_load_model_sharded_and_mixed_equals_safetensors(tmp_path: Path) -> None:
+    ck = synthesize(tmp_path / "m", 12 << 20, shards=3, seed=11)
+    ref = _reference(*sorted(ck.root.glob("*.safetensors")))
+    for f in ck.root.glob("*.safetensors"):
+        _evict(f)
+    record = loadscope.LoadRecord()
+    state = loadscope.load_model(ck.root, record=record, threads=4, block_bytes=1 << 20)
+    _same(state, ref)
+    assert len(record.files) == 3 and all(f.threads == 4 for f in record.files)
+    assert {str(t.dtype) for t in state.values()} >= {"torch.bfloat16", "torch.float32"}
+    assert str(record).count("\n") == 2
+
+
+def test_load_model_of_a_torch_index_equals_torch_load(tmp_path: Path) -> None:
+    ck = synthesize(tmp_path / "m", 4 << 20, shards=2, fmt="torch", seed=12)
+    assert (ck.root / "pytorch_model.bin.index.json").exists()
+    ref: dict[str, torch.Tensor] = {}
+    for f in sorted(ck.root.glob("*.bin")):
+        ref.update(torch.load(f, weights_only=True))
+    record = loadscope.LoadRecord()
+    _same(loadscope.load_model(ck.root, record=record), ref)
+    assert {f.strategy for f in record.files} == {"torch.load"}
+
+
+def test_through_the_emulated_slow_disk(tmp_path: Path) -> None:
+    if (why := fuse_unavailable_reason()) is not None:
+        pytest.skip(f"emulated disk unavailable: {why}")
+    ck = synthesize(tmp_path / "src", 8 << 20, shards=2, seed=13)
+    ref = _reference(*sorted(ck.root.glob("*.safetensors")))
+    settings = EmulatorSettings(latency_s=0.002, jitter_s=0)
+    with emulated_disk(ck.root, tmp_path / "mnt", settings) as disk:
+        for f in disk.path.glob("*.safetensors"):
+            _evict(f)
+        record = loadscope.LoadRecord()
+        _same(loadscope.load_model(disk.path, record=record), ref)
+        assert all(f.strategy != "mmap" for f in record.files)  # cold: read, not mapped
+
+
+def test_prewarm_fills_the_page_cache(tmp_path: Path) -> None:
+    ck = synthesize(tmp_path / "m", 8 << 20, shards=2, seed=14)
+    for f in ck.root.glob("*.safetensors"):
+        _evict(f)
+    report = loadscope.prewarm(ck.root, threads=4, block_bytes=1 << 20)
+    assert report.bytes_read >= sum(f.stat().st_size for f in ck.root.glob("*.safetensors"))
+    assert all(f.after is not None and f.after > 0.95 for f in report.files)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    before = _open_fds()
+    yield
+    assert _open_fds() == before, "a file was left open"
+
+
+def test_missing_file_is_file_not_found(tmp_path: Path, no_leaks: None) -> None:
+    missing = tmp_path / "no such.safetensors"
+    with pytest.raises(FileNotFoundError) as info:
+        loadscope.load_file(missing)
+    assert isinstance(info.value, LoadscopeError)
+    assert str(info.value) == f"{missing}: no such file or directory"
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):
+        loadscope.load_model(tmp_path / "nothing-here")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff" * 16, "header"),
+        (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\nsize 9\n", "Git LFS"),
+        (b"<!DOCTYPE html><html><body>login</body></html>" + b" " * 64, "HTML"),
+        (b"", "empty"),
+    ],
+)
+def test_bad_files_raise_safetensors_error_naming_the_file(
+    tmp_path: Path, content: bytes, message: str, no_leaks: None
+) -> None:
+    bad = tmp_path / "model.safetensors"
+    bad.write_bytes(content)
+    with pytest.raises(SafetensorError) as info:
+        loadscope.load_file(bad)
+    text = str(info.value)
+    assert text.startswith(f"{bad}: ") and message in text and "\n" not in text
+    assert isinstance(info.value, LoadscopeError)
+
+
+def test_a_fifo_is_refused_without_hanging(tmp_path: Path, no_leaks: None) -> None:
+    fifo = tmp_path / "model.safetensors"
+    os.mkfifo(fifo)
+    with pytest.raises(SafetensorError, match="FIFO"):
+        loadscope.load_file(fifo)
+
+
+def test_a_pickle_that_runs_code_is_refused_and_never_run(tmp_path: Path, no_leaks: None) -> None:
+    import pickle
+
+    model = tmp_path / "m"
+    model.mkdir()
+    torch_zip(model / "pytorch_model.bin", {"w": RunsCode(os.system, f"touch {tmp_path / MARKER}")})
+    with pytest.raises(pickle.UnpicklingError) as info:
+        loadscope.load_model(model)
+    assert "would run code" in str(info.value) and str(model) in str(info.value)
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_bad_knobs_are_value_errors(every_dtype: Path) -> None:
+    for kwargs in ({"threads": 0}, {"block_bytes": 100}, {"direct": "maybe"}):
+        with pytest.raises(ValueError):
+            loadscope.load_file(every_dtype, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        loadscope.prewarm(every_dtype, threads=0)
+
+
+def test_import_loadscope_stays_light() -> None:
+    """The CLI imports loadscope: the API must not pull torch in until it is used."""
+    code = (
+        "import sys, loadscope; assert 'torch' not in sys.modules;"
+        " assert callable(loadscope.load_file) and 'load_model' in loadscope.__all__;"
+        " print(loadscope.load_file.__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "loadscope.loaders.api"
