@@ -122,22 +122,40 @@ class UnsafeCheckpoint(LoadscopeError, pickle.UnpicklingError):
     exit_code = ExitCode.UNSUPPORTED
 
 
-InvalidCheckpoint: type[LoadscopeError] = type(
-    "InvalidCheckpoint",
-    (LoadscopeError, _safetensor_error()),
-    {
-        "__doc__": "Not a sound checkpoint: a corrupt header, an LFS pointer, a FIFO, ...",
-        "__module__": __name__,
-        "exit_code": ExitCode.CORRUPT,
-    },
-)
+_INVALID: list[type[LoadscopeError]] = []
+
+
+def invalid_checkpoint_error() -> type[LoadscopeError]:
+    """The class of "not a sound checkpoint" errors: a ``safetensors.SafetensorError``.
+
+    Made on first use, so importing this module does not import safetensors (the
+    commands that only read headers never load it)."""
+    if not _INVALID:
+        _INVALID.append(
+            type(
+                "InvalidCheckpoint",
+                (LoadscopeError, _safetensor_error()),
+                {
+                    "__doc__": "Not a sound checkpoint: a corrupt header, an LFS pointer, a FIFO.",
+                    "__module__": __name__,
+                    "exit_code": ExitCode.CORRUPT,
+                },
+            )
+        )
+    return _INVALID[0]
+
+
+def __getattr__(name: str) -> object:
+    if name == "InvalidCheckpoint":
+        return invalid_checkpoint_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def as_api_error(exc: LoadscopeError) -> LoadscopeError:
     """``exc`` re-made in the exception family a caller of safetensors/torch expects."""
     if isinstance(exc, LoadFileNotFound | LoadPermissionDenied | LoadReadFailed):
         return exc
-    if isinstance(exc, InvalidCheckpoint | UnsafeCheckpoint | LoadNotEnoughMemory):
+    if isinstance(exc, invalid_checkpoint_error() | UnsafeCheckpoint | LoadNotEnoughMemory):
         return exc
     from loadscope.loaders.errors import UnsafePickle
 
@@ -150,7 +168,7 @@ def as_api_error(exc: LoadscopeError) -> LoadscopeError:
             ExitCode.PERMISSION: LoadPermissionDenied,
             ExitCode.IO_ERROR: LoadReadFailed,
             ExitCode.RESOURCES: LoadNotEnoughMemory,
-        }.get(exc.exit_code, InvalidCheckpoint)
+        }.get(exc.exit_code, invalid_checkpoint_error())
     made = family(exc.message, path=exc.path)
     made.exit_code = exc.exit_code
     return made

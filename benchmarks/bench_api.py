@@ -1,0 +1,89 @@
+"""``loadscope.load_file`` (the public API, the ``api`` strategy) against ``auto``, cold.
+
+The public call must cost what the strategy it fronts costs: the header check, the
+residency sample, the choice record and the error mapping are inside its trial.
+One interleaved run per storage (local disk; the emulated slow disk at 5 ms,
+readahead 128 KiB): each round loads the model cold with ``api`` then ``auto`` in
+fresh workers (verified cold, digests checked), and the ratio is taken round by
+round. Target: the median ratio api/auto <= 1.10 on both storages.
+
+Prints a Markdown table for ``benchmarks/RESULTS.md``; exit 1 when the target is missed.
+Run: ``.venv/bin/python benchmarks/bench_api.py [--rounds 5] [--size 1GiB]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from loadscope.bench import BenchOptions, run_bench
+from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.synth import synthesize
+from loadscope.targets import resolve
+from loadscope.units import format_bytes, parse_size
+
+TARGET = 1.10
+
+
+def paired(model: Path, rounds: int) -> tuple[list[float], list[float]]:
+    """Per round: the api and auto cold seconds (the bench interleaves them)."""
+    report = run_bench(
+        resolve(str(model)),
+        BenchOptions(strategies=("api", "auto"), cache=("cold",), repeats=rounds, warmup=True),
+    )
+    by: dict[str, list[float]] = {"api": [], "auto": []}
+    for t in report.trials:
+        if t.status == "ok" and not t.warmup and t.cache_verified and t.seconds:
+            by[t.strategy].append(t.seconds)
+        elif t.status != "ok":
+            sys.exit(f"trial #{t.id} {t.strategy} failed: {t.reason}")
+    return by["api"], by["auto"]
+
+
+def row(storage: str, size: int, api: list[float], auto: list[float]) -> tuple[str, float]:
+    ratios = [a / b for a, b in zip(api, auto, strict=False)]
+    med = statistics.median(ratios)
+    line = (
+        f"| {storage} | {format_bytes(size)} | {len(ratios)} | {statistics.median(api):.3g}"
+        f" | {statistics.median(auto):.3g} | {med:.3f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+    )
+    return line, med
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--size", type=parse_size, default=parse_size("1GiB"))
+    ap.add_argument("--latency-ms", type=float, default=5.0)
+    args = ap.parse_args()
+    lines = [
+        "| storage | model | rounds | `api` cold s | `auto` cold s | api/auto, median (min-max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    missed = False
+    with tempfile.TemporaryDirectory(prefix="bench-api-", dir="/var/tmp") as tmp:
+        src = synthesize(Path(tmp) / "src", args.size, shards=2, seed=21)
+        api, auto = paired(src.root, args.rounds)
+        line, med = row("local disk", args.size, api, auto)
+        lines.append(line)
+        missed |= med > TARGET
+        why = fuse_unavailable_reason()
+        if why is None:
+            settings = EmulatorSettings(latency_s=args.latency_ms / 1e3, jitter_s=0.0)
+            with emulated_disk(src.root, Path(tmp) / "mnt", settings) as disk:
+                api, auto = paired(disk.path, args.rounds)
+            line, med = row(f"emulated, {args.latency_ms:g} ms", args.size, api, auto)
+            lines.append(line)
+            missed |= med > TARGET
+        else:
+            lines.append(f"| emulated | - | - | - | - | not run: {why} |")
+    print("\n".join(lines))
+    print(f"\ntarget: api/auto <= {TARGET:.2f} -> {'MISSED' if missed else 'met'}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
