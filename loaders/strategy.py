@@ -89,6 +89,9 @@ class Strategy:
             return f"{pkg} is not installed{extra}"
         return None
 
+    def prepare(self, files: list[FileRequest], ctx: LoadContext) -> None:
+        """Work before the clock starts that is not the load (importing a library)."""
+
     def load(
         self, files: list[FileRequest], ctx: LoadContext
     ) -> Iterator[tuple[str, torch.Tensor]]:

@@ -116,6 +116,7 @@ def run(spec: dict[str, Any], emitter: Emitter) -> int:
         knobs=dict(spec.get("knobs", {})), hints=dict(spec.get("hints", {})), device=device
     )
     _prepare_device(strategy.name, strategy.requires.gpu, device)
+    strategy.prepare(files, ctx)
     block_stat = spec.get("block_stat")
     sampler = IoSampler(block_stat_path=Path(block_stat) if block_stat else None)
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))

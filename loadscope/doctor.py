@@ -109,6 +109,23 @@ class DoctorReport:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
 
+#: The user's own load end to end (with transformers installed and a config.json beside
+#: the weights): from_pretrained as is, after loadscope warm, and with load_model.
+TRANSFORMERS_STRATEGIES = ("hf-pretrained", "hf-prewarm", "hf-load-model")
+
+
+def builds_with_transformers(probe: ProbeReport) -> bool:
+    """transformers is installed (found, not imported) and the model has a config.json."""
+    import importlib.util
+
+    root = str(probe.target.get("root", ""))
+    return (
+        bool(root)
+        and os.path.isfile(os.path.join(root, "config.json"))
+        and (importlib.util.find_spec("transformers") is not None)
+    )
+
+
 def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
     """The trials worth running here: the default, the parallel family (direct only where
     the filesystem takes O_DIRECT), then the folklore fix and prefetch.
@@ -127,6 +144,7 @@ def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
         "vllm-prefetch",
         "fastsafetensors",
         "runai",
+        *(TRANSFORMERS_STRATEGIES if builds_with_transformers(probe) else ()),
         "fullread",
         "prefetch",
     ]

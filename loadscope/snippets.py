@@ -36,8 +36,9 @@ class Snippet:
     #: How it applies: "code change", "a flag", "no code change"; and in a few words.
     route: str = ""
     what: str = ""
-    #: Measured cold speed-up over the default load (mmap ``load_file``), and its trials.
+    #: Measured cold speed-up over ``baseline`` (the stack's default load), and its trials.
     speedup: float | None = None
+    baseline: str = "mmap"
     trial_ids: list[int] = field(default_factory=list)
     #: "not measured here: ..." when this snippet's strategy has no cold trial.
     note: str = ""
@@ -72,7 +73,20 @@ class Route:
     what: str
     #: Code with ``{py}`` (the model path as a Python string) and ``{sh}`` (for a shell).
     template: str
+    #: The trial this route's speed-up is measured against: the stack's own default.
+    baseline: str = "mmap"
+    #: Shown only when this strategy has no trial (a generic stand-in for a stack-specific
+    #: route: the transformers routes timed as ``load_file`` when from_pretrained was not).
+    unless: str | None = None
 
+
+_TRANSFORMERS_LOAD_MODEL = (
+    "import loadscope\n"
+    "from transformers import AutoConfig, AutoModelForCausalLM\n"
+    "config = AutoConfig.from_pretrained({py})\n"
+    "model = AutoModelForCausalLM.from_config(config, dtype=config.dtype)\n"
+    "model.load_state_dict(loadscope.load_model({py}))"
+)
 
 #: Every way a stack can load the model differently, by the trial that measures it.
 ROUTES: tuple[Route, ...] = (
@@ -95,12 +109,19 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "transformers",
+        "no code change",
+        "hf-prewarm",
+        "loadscope warm first",
+        "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({py})",
+        baseline="hf-pretrained",
+    ),
+    Route(
+        "transformers",
         "code change",
-        "api",
-        "state_dict=loadscope.load_model",
-        "import loadscope\n"
-        "path = {py}\n"
-        "model = AutoModelForCausalLM.from_pretrained(path, state_dict=loadscope.load_model(path))",
+        "hf-load-model",
+        "load_state_dict(loadscope.load_model)",
+        _TRANSFORMERS_LOAD_MODEL,
+        baseline="hf-pretrained",
     ),
     Route(
         "transformers",
@@ -108,6 +129,15 @@ ROUTES: tuple[Route, ...] = (
         "prewarm",
         "loadscope warm first",
         "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({py})",
+        unless="hf-pretrained",
+    ),
+    Route(
+        "transformers",
+        "code change",
+        "api",
+        "load_state_dict(loadscope.load_model)",
+        _TRANSFORMERS_LOAD_MODEL,
+        unless="hf-pretrained",
     ),
     Route(
         "transformers",
@@ -211,9 +241,12 @@ ROUTES: tuple[Route, ...] = (
 FIX_STRATEGIES: dict[str, frozenset[str]] = {
     # Many large requests in flight: the public API, the no-code-change prewarm, and the
     # stacks' own parallel or prefetching loaders.
-    "parallel-reads": frozenset({"api", "prewarm", "vllm-prefetch", "fastsafetensors", "runai"}),
+    "parallel-reads": frozenset(
+        {"api", "prewarm", "vllm-prefetch", "fastsafetensors", "runai", "hf-prewarm"}
+        | {"hf-load-model"}
+    ),
     "read-whole-files": frozenset({"fullread"}),
-    "prewarm": frozenset({"prewarm", "vllm-prefetch"}),
+    "prewarm": frozenset({"prewarm", "vllm-prefetch", "hf-prewarm"}),
 }
 
 
@@ -222,15 +255,28 @@ def load_snippets(fix: str, measured: Measured, model: str) -> list[Snippet]:
     wanted = FIX_STRATEGIES[fix]
     out: list[Snippet] = []
     for stack in STACKS:
-        routes = [r for r in ROUTES if r.stack == stack and r.strategy in wanted]
+        routes = [
+            r for r in ROUTES if r.stack == stack and r.strategy in wanted and _applies(r, measured)
+        ]
         made = [_filled(r, measured, model) for r in routes]
         made.sort(key=lambda s: -(s.speedup or 0.0))
         out.extend(made)
     return out
 
 
+def _applies(route: Route, measured: Measured) -> bool:
+    """A generic stand-in only without the specific trial; a stack-specific route only when
+    its baseline ran, or was tried and the reason it did not run can be given."""
+    if route.unless and measured.speedup(route.unless, base_name=route.unless):
+        return False
+    if route.baseline != "mmap":
+        ran = measured.speedup(route.baseline, base_name=route.baseline) is not None
+        return ran or measured.why_not_measured(route.strategy) is not None
+    return True
+
+
 def _filled(route: Route, measured: Measured, model: str) -> Snippet:
-    speedup = measured.speedup(route.strategy)
+    speedup = measured.speedup(route.strategy, base_name=route.baseline)
     note = ""
     if speedup is None:
         why = measured.why_not_measured(route.strategy)
@@ -242,6 +288,7 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         route=route.route,
         what=route.what,
         speedup=speedup,
+        baseline=route.baseline,
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
     )
@@ -270,17 +317,22 @@ def snippets_of(rec: dict[str, Any]) -> list[dict[str, Any]]:
 
 def label_of(snippet: dict[str, Any]) -> str:
     """The line shown under a snippet (also one read back from a report): its measured
-    speed-up and trials, why it was not measured, or nothing for a command."""
+    speed-up over its stack's default and its trials, why it was not measured, or
+    nothing for a command."""
+    if snippet.get("legacy"):
+        return "not measured here (a report from before per-stack trials)"
     if not snippet.get("strategy"):
         return ""
     speedup = snippet.get("speedup")
-    if isinstance(speedup, int | float):
-        ids = ", ".join(f"#{i}" for i in snippet.get("trial_ids") or [])
-        trials = f", trial {ids}" if ids else ""
-        slower = " (slower than the default here)" if speedup < 1 else ""
-        shown = f"{speedup:.1f}" if speedup >= 1.05 or speedup < 0.095 else f"{speedup:.2f}"
-        return f"measured {shown}x vs the default load{slower} ({snippet['strategy']}{trials})"
-    return str(snippet.get("note") or "not measured here")
+    if not isinstance(speedup, int | float):
+        return str(snippet.get("note") or "not measured here")
+    ids = ", ".join(f"#{i}" for i in snippet.get("trial_ids") or [])
+    what = f"{snippet['strategy']}, trial {ids}" if ids else str(snippet["strategy"])
+    base = snippet.get("baseline") or "mmap"
+    against = "the default load" if base == "mmap" else f"{base} cold"
+    slower = " (slower than the default here)" if speedup < 1 else ""
+    shown = f"{speedup:.1f}" if speedup >= 1.05 or speedup < 0.095 else f"{speedup:.2f}"
+    return f"measured {shown}x vs {against}{slower} ({what})"
 
 
 def snippet_heading(snippet: dict[str, Any]) -> str:

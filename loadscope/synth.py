@@ -30,11 +30,14 @@ SynthFormat = Literal["safetensors", "torch", "both"]
 #: Smallest checkpoint we can shape like a model (one tiny layer and a small vocab).
 MIN_SYNTH_BYTES = 64 << 10
 _CHUNK_BYTES = 16 << 20
-# Clearing the top exponent bit keeps bf16/fp16/fp32 values finite (|x| < 2).
+# Clearing the top exponent bit keeps bf16/fp16/fp32 values finite (|x| < 2). The fp16
+# biases and fp32 norms also keep only the mantissa bits bf16 has, so a model built in
+# bf16 from the config (what ``from_pretrained`` does with ``torch_dtype: bfloat16``)
+# holds exactly the checkpoint's values, and a trial of it can be checked byte for byte.
 _FINITE_MASK = {
     "BF16": 0xBFFF_BFFF_BFFF_BFFF,
-    "F16": 0xBFFF_BFFF_BFFF_BFFF,
-    "F32": 0xBFFF_FFFF_BFFF_FFFF,
+    "F16": 0xBFF8_BFF8_BFF8_BFF8,
+    "F32": 0xBFFF_0000_BFFF_0000,
 }
 
 
@@ -311,9 +314,11 @@ def synthesize(
 
 
 def _config(shape: ModelShape, seed: int, size_bytes: int) -> dict[str, object]:
+    # Qwen2 is the Llama decoder with biases on q/k/v (and none on o_proj): exactly the
+    # tensors laid out above, so transformers builds the model from this config.
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
         "hidden_size": shape.hidden,
         "intermediate_size": shape.intermediate,
         "num_hidden_layers": shape.layers,
@@ -322,5 +327,7 @@ def _config(shape: ModelShape, seed: int, size_bytes: int) -> dict[str, object]:
         "vocab_size": shape.vocab,
         "torch_dtype": "bfloat16",
         "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 4096,
         "loadscope_synthetic": {"seed": seed, "requested_bytes": size_bytes},
     }

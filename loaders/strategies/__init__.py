@@ -25,6 +25,11 @@ from loadscope.loaders.strategies.prefetch import Prefetch
 from loadscope.loaders.strategies.prewarm import Prewarm
 from loadscope.loaders.strategies.read_to_cuda import ReadToCuda
 from loadscope.loaders.strategies.staged_cuda import Staged
+from loadscope.loaders.strategies.transformers_load import (
+    FromConfigLoadModel,
+    FromPretrained,
+    FromPretrainedPrewarmed,
+)
 from loadscope.loaders.strategies.vllm_prefetch import VllmPrefetch
 from loadscope.loaders.strategy import Strategy
 
@@ -45,6 +50,9 @@ STRATEGIES: dict[str, Strategy] = {
         PickleMmap(),
         FastSafetensors(),
         RunAI(),
+        FromPretrained(),
+        FromPretrainedPrewarmed(),
+        FromConfigLoadModel(),
         MmapCuda(),
         ReadToCuda(),
         Staged(),

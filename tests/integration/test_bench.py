@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import mmap
 import sys
@@ -25,7 +26,21 @@ from tests.conftest import run_loadscope
 
 pytestmark = pytest.mark.integration
 
-CPU_SAFETENSORS = ("mmap", "pread", "fullread", "prefetch", "parallel", "direct", "auto")
+CPU_SAFETENSORS = (
+    "mmap",
+    "pread",
+    "fullread",
+    "prefetch",
+    "vllm-prefetch",
+    "prewarm",
+    "parallel",
+    "direct",
+    "auto",
+    "api",
+)
+#: The user's own load through transformers (issue 16), when it is installed.
+TRANSFORMERS = ("hf-pretrained", "hf-prewarm", "hf-load-model")
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +85,10 @@ def test_every_cpu_strategy_cold_and_warm_returns_the_same_tensors(st_dir: Path)
                 assert t.residency_before is not None and t.residency_before <= 0.01
             else:
                 assert t.residency_before is not None and t.residency_before >= 0.95
+    for name in TRANSFORMERS if HAVE_TRANSFORMERS else ():
+        # A usable model from from_pretrained, every parameter the checkpoint's value.
+        assert by[(name, "cold")].status == "ok", by[(name, "cold")].reason
+        assert by[(name, "cold")].verified is True
     assert by[("auto", "warm")].detail["choices"][0]["choice"] == "mmap"
     assert by[("auto", "cold")].detail["choices"][0]["choice"] in ("direct", "parallel")
     assert {"pickle", "pickle-mmap"} <= set(report.skipped)
@@ -340,3 +359,41 @@ def test_peers_when_installed(st_dir: Path) -> None:
 def test_cli_unknown_strategy(st_dir: Path) -> None:
     result = run_loadscope("bench", str(st_dir), "--strategies", "teleport")
     assert result.code == 2 and "unknown strategy 'teleport'" in result.err
+
+
+@pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers is not installed")
+def test_from_pretrained_needs_a_config(tmp_path: Path) -> None:
+    src = synthesize(tmp_path / "m", 2 << 20, seed=31)
+    (src.root / "config.json").unlink()
+    report = run_bench(
+        resolve(str(src.root)),
+        BenchOptions(strategies=("hf-pretrained",), cache=("cold",), repeats=1, warmup=False),
+    )
+    (trial,) = report.trials
+    assert trial.status == "failed" and "no config.json" in (trial.reason or "")
+
+
+def test_a_sampled_run_skips_what_cannot_be_sampled(st_dir: Path) -> None:
+    """Issue 17: a strategy that loads whole files must not be scaled up as if sampled."""
+    names = ("mmap", "prewarm", "vllm-prefetch", *(TRANSFORMERS if HAVE_TRANSFORMERS else ()))
+    report = run_bench(
+        resolve(str(st_dir)),
+        BenchOptions(
+            strategies=names, cache=("cold",), repeats=1, warmup=False, sample_bytes=2 << 20
+        ),
+    )
+    assert report.sample is not None
+    ran = {t.strategy for t in report.trials if t.status == "ok"}
+    assert {"mmap", "prewarm", "vllm-prefetch"} <= ran
+    for name in TRANSFORMERS if HAVE_TRANSFORMERS else ():
+        assert "cannot be sampled" in report.skipped[name]
+    # The prefetching strategies read ahead only the sampled tensors' bytes.
+    from loadscope.loaders.safetensors_format import read_header
+    from loadscope.loaders.strategy import FileRequest, byte_ranges
+
+    path = next(st_dir.glob("*.safetensors"))
+    header = read_header(path)
+    picked = tuple(t.name for t in header.tensors[1:4])
+    ranges = byte_ranges(FileRequest(str(path), header.file_size, "safetensors", picked))
+    wanted = sum(t.nbytes for t in header.tensors[1:4])
+    assert sum(b - a for a, b in ranges) == wanted < header.file_size

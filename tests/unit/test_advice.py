@@ -378,3 +378,20 @@ def test_a_snippet_read_back_from_an_older_report_says_it_was_not_measured() -> 
     (snip,) = snippets_of(old)
     assert snip["stack"] == "vllm"
     assert label_of(snip) == "not measured here (a report from before per-stack trials)"
+
+
+def test_transformers_routes_are_measured_against_from_pretrained() -> None:
+    """With the end-to-end trials, transformers' numbers are vs its own cold load."""
+    f = facts(
+        {"mmap": 10.0, "auto": 1.0, "api": 1.0, "prewarm": 4.0}
+        | {"hf-pretrained": 12.0, "hf-prewarm": 6.0, "hf-load-model": 4.0}
+    )
+    top = advise_facts(f).recommendations[0]
+    hf = [s for s in top.snippets if s.stack == "transformers"]
+    assert [s.strategy for s in hf] == ["hf-load-model", "hf-prewarm"]  # generic ones hidden
+    assert hf[0].speedup == 3.0 and hf[1].speedup == 2.0
+    assert hf[1].label() == "measured 2.0x vs hf-pretrained cold (hf-prewarm, trial #6)"
+    without = advise_facts(facts({"mmap": 10.0, "auto": 1.0, "api": 1.0, "prewarm": 4.0}))
+    generic = [s for s in without.recommendations[0].snippets if s.stack == "transformers"]
+    assert {s.strategy for s in generic} == {"api", "prewarm"}
+    assert all("vs the default load" in s.label() for s in generic)
