@@ -133,6 +133,9 @@ def test_profile_dialog(snap_compare: Any, size: tuple[int, int]) -> None:
         await _settle(pilot)
         pilot.app.push_screen(_FixedProfile(4242))
         await pilot.pause()
+        # The body is set on mount: let its update and the layout after it both land.
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
 
     assert snap_compare(_app(report=GOLDEN), terminal_size=size, run_before=before)
 
