@@ -218,8 +218,14 @@ def load_file(
     ``device`` is where the tensors land ("cpu", "cuda", "cuda:1"). Pass a
     :class:`LoadRecord` as ``record`` to learn what was chosen and why.
     """
-    spath = os.fspath(path)
+    spath = os.fsdecode(os.fspath(path))
     knobs = _knobs(threads, block_bytes, direct)
+    if not spath:
+        raise LoadFileNotFound("an empty path names no file")
+    if os.path.isdir(spath):
+        raise invalid_checkpoint_error()(
+            "is a directory: loadscope.load_model(path) loads a model folder", path=spath
+        )
     try:
         header = read_header(spath)
     except LoadscopeError as exc:

@@ -235,3 +235,15 @@ def test_import_loadscope_stays_light() -> None:
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "loadscope.loaders.api"
+
+
+def test_odd_paths(every_dtype: Path, tmp_path: Path) -> None:
+    assert len(loadscope.load_file(os.fsencode(every_dtype))) > 3  # bytes, as os.PathLike
+    with pytest.raises(SafetensorError, match=r"is a directory: loadscope\.load_model"):
+        loadscope.load_file(tmp_path)
+    with pytest.raises(FileNotFoundError, match="an empty path names no file"):
+        loadscope.load_file("")
+    spaced = tmp_path / "my model" / "model.safetensors"
+    spaced.parent.mkdir()
+    spaced.write_bytes(every_dtype.read_bytes())
+    assert set(loadscope.load_model(spaced.parent)) == set(loadscope.load_file(every_dtype))
