@@ -156,9 +156,11 @@ def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
     return tuple(names)
 
 
-#: A worker's fixed cost: a fork of the fork server and the cache preparation (measured
-#: ~0.05 s per trial on a 1 MiB model here; kept generous for eviction of larger files).
-TRIAL_OVERHEAD_S = 0.5
+#: A trial's fixed cost beyond its load: the worker's fork, the cache put in the asked
+#: state and verified (eviction, mincore), the digest check, and libraries a strategy
+#: imports before its clock (transformers, the peers). Measured ~1.0 s per trial on
+#: this project's 2-core VM (an 8 MiB model: 27 trials in 27 s of wall time).
+TRIAL_OVERHEAD_S = 1.0
 #: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
 SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.

@@ -38,6 +38,10 @@ def _launch(node: int, port: int, out: Path, *extra: str) -> subprocess.Popen[st
             str(out),
             "--budget",
             "6",
+            # A node killed with SIGKILL cannot remove its synthetic checkpoint: keep it
+            # under the test's own directory, not the system temp dir.
+            "--synth-dir",
+            str(out.parent),
             *extra,
         ],
         stdout=subprocess.PIPE,
