@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,10 @@ def test_markdown_of_per_stack_fixes_matches_golden() -> None:
     assert md + "\n" == (GOLDEN / "doctor_stacks.md").read_text()
     for stack in ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell"):
         assert f"<summary>{stack} (" in md, stack
-    assert "vllm (a flag) - measured 0.96x vs the default load (slower than the default" in md
+    # Each number is its own route's: vLLM's prefetch flag lost to mmap here, and the
+    # transformers line is measured against from_pretrained cold, not against mmap.
+    assert re.search(r"vllm \(a flag\) - measured 0\.\d+x vs the default load \(slower", md)
+    assert "transformers (no code change) - measured 2.7x vs hf-pretrained cold" in md
 
 
 def test_report_command_renders_a_saved_report() -> None:
