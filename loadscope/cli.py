@@ -315,8 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
         optional=True,
     )
     _report_args(p)
-    p.add_argument("--md", metavar="FILE", help="also write the report as Markdown (for an issue)")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument(
+        "--md", metavar="FILE|-", help="also write the report as Markdown (for an issue); - stdout"
+    )
+    p.add_argument(
+        "--html", metavar="FILE|-", help="also write a self-contained HTML report; - stdout"
+    )
     p.add_argument(
         "--try-readahead",
         action="store_true",
@@ -778,6 +782,9 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
         raise UsageError("--budget must be a positive number of seconds")
     if args.ranks is not None and args.ranks < 1:
         raise UsageError("--ranks must be at least 1")
+    to_stdout = [f"--{o}" for o in ("json", "md", "html") if getattr(args, o) == "-"]
+    if len(to_stdout) > 1:
+        raise UsageError(f"only one report can go to stdout ('-'), not {' and '.join(to_stdout)}")
     _check_device_usable(args.device)
     spec = args.target or "synthetic:512MiB"
     if sys.stderr.isatty():
@@ -793,10 +800,16 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.report_html import to_html
 
     doc = redact(report.to_dict()) if args.redact_hosts else report.to_dict()
-    if args.md:
-        _write_file(args.md, to_markdown(doc) + "\n")
-    if args.html:
-        _write_file(args.html, to_html(doc) + "\n")
+    # '-' is stdout for every report format, as for --json: that report alone goes there.
+    for path, render in ((args.md, to_markdown), (args.html, to_html)):
+        if path == "-":
+            out.write(render(doc) + "\n")
+        elif path:
+            _write_file(path, render(doc) + "\n")
+    if "-" in (args.md, args.html):
+        if args.json:
+            _write_file(args.json, json.dumps(doc, indent=2, default=str) + "\n")
+        return doctor_exit_code(report.advice.verdict.status)
     _emit(out, args.json, json.dumps(doc, indent=2, default=str), to_text(report))
     if args.md and args.json != "-":
         out.write(f"markdown: {args.md}\n")

@@ -299,3 +299,22 @@ def test_cuda_on_a_host_without_one_is_a_usage_error_up_front() -> None:
         assert result.code == 2, result.err
         assert "--device cuda: not usable here: no CUDA device" in result.err
         assert len(result.err.strip().splitlines()) == 1 and not result.out
+
+
+def test_dash_means_stdout_for_markdown_and_html(tmp_path: Path) -> None:
+    """Issue 21: --md - and --html - wrote a file named '-' (while --json - meant stdout)."""
+    result = run_loadscope(
+        "doctor", "synthetic:1MiB", "--budget", "10", "--device", "cpu", "--md", "-",
+        cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert result.code in (0, 10), result.err
+    assert result.out.startswith("### loadscope doctor: ") and not (tmp_path / "-").exists()
+    result = run_loadscope(
+        "doctor", "synthetic:1MiB", "--budget", "10", "--device", "cpu", "--html", "-",
+        "--json", str(tmp_path / "r.json"), cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert result.code in (0, 10), result.err
+    assert result.out.lstrip().lower().startswith("<!doctype html")
+    assert json.loads((tmp_path / "r.json").read_text())["schema_version"]
+    result = run_loadscope("doctor", "synthetic:1MiB", "--md", "-", "--json", "-", cwd=tmp_path)
+    assert result.code == 2 and "only one report can go to stdout" in result.err
