@@ -558,7 +558,7 @@ def _snippet_lines(snippets: list[dict[str, Any]]) -> list[str]:
             also = "; ".join(short_label(s) for s in others)
             lines.append(
                 textwrap.fill(
-                    f"also measured here: {also}",
+                    f"other routes: {also}",
                     80,
                     initial_indent="     ",
                     subsequent_indent="       ",

@@ -42,6 +42,8 @@ class Snippet:
     trial_ids: list[int] = field(default_factory=list)
     #: "not measured here: ..." when this snippet's strategy has no cold trial.
     note: str = ""
+    #: Set when the number is a stand-in's: what was timed instead of the snippet's call.
+    proxy: str = ""
 
     def label(self) -> str:
         """The line shown under the stack's name: the number, or why there is none."""
@@ -78,6 +80,10 @@ class Route:
     #: Shown only when this strategy has no trial (a generic stand-in for a stack-specific
     #: route: the transformers routes timed as ``load_file`` when from_pretrained was not).
     unless: str | None = None
+    #: What a stand-in's number is, said beside it (it is not the snippet's own call).
+    proxy: str = ""
+    #: How to measure a route the diagnosis does not run.
+    measure_with: str = ""
 
 
 _TRANSFORMERS_LOAD_MODEL = (
@@ -122,6 +128,7 @@ ROUTES: tuple[Route, ...] = (
         "load_state_dict(loadscope.load_model)",
         _TRANSFORMERS_LOAD_MODEL,
         baseline="hf-pretrained",
+        measure_with="loadscope bench MODEL --strategies hf-pretrained,hf-load-model",
     ),
     Route(
         "transformers",
@@ -130,14 +137,7 @@ ROUTES: tuple[Route, ...] = (
         "loadscope warm first",
         "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({py})",
         unless="hf-pretrained",
-    ),
-    Route(
-        "transformers",
-        "code change",
-        "api",
-        "load_state_dict(loadscope.load_model)",
-        _TRANSFORMERS_LOAD_MODEL,
-        unless="hf-pretrained",
+        proxy="the same reads timed with load_file; from_pretrained itself not timed here",
     ),
     Route(
         "transformers",
@@ -279,7 +279,9 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
     speedup = measured.speedup(route.strategy, base_name=route.baseline)
     note = ""
     if speedup is None:
-        why = measured.why_not_measured(route.strategy)
+        why = measured.why_not_measured(route.strategy) or (
+            f"run {route.measure_with}" if route.measure_with else None
+        )
         note = f"not measured here: {why}" if why else "not measured here"
     return Snippet(
         stack=route.stack,
@@ -289,6 +291,7 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         what=route.what,
         speedup=speedup,
         baseline=route.baseline,
+        proxy=route.proxy,
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
     )
@@ -332,7 +335,8 @@ def label_of(snippet: dict[str, Any]) -> str:
     against = "the default load" if base == "mmap" else f"{base} cold"
     slower = " (slower than the default here)" if speedup < 1 else ""
     shown = f"{speedup:.1f}" if speedup >= 1.05 or speedup < 0.095 else f"{speedup:.2f}"
-    return f"measured {shown}x vs {against}{slower} ({what})"
+    proxy = f"; {snippet['proxy']}" if snippet.get("proxy") else ""
+    return f"measured {shown}x vs {against}{slower} ({what}{proxy})"
 
 
 def snippet_heading(snippet: dict[str, Any]) -> str:

@@ -393,5 +393,8 @@ def test_transformers_routes_are_measured_against_from_pretrained() -> None:
     assert hf[1].label() == "measured 2.0x vs hf-pretrained cold (hf-prewarm, trial #6)"
     without = advise_facts(facts({"mmap": 10.0, "auto": 1.0, "api": 1.0, "prewarm": 4.0}))
     generic = [s for s in without.recommendations[0].snippets if s.stack == "transformers"]
-    assert {s.strategy for s in generic} == {"api", "prewarm"}
-    assert all("vs the default load" in s.label() for s in generic)
+    # Only the stand-in whose reads are the snippet's (warm, then the same mmap load), and
+    # it says it is one; no number for a from_config code route that no trial ran.
+    assert [s.strategy for s in generic] == ["prewarm"]
+    assert "vs the default load" in generic[0].label()
+    assert "from_pretrained itself not timed here" in generic[0].label()
