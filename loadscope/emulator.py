@@ -525,15 +525,17 @@ def check_mountpoint(mountpoint: str | os.PathLike[str]) -> None:
     and stacking on a live mount takes the mount below down when this one stops.
     """
     target = os.fspath(mountpoint)
+    # The mount table first: a stale FUSE mount (its server gone) fails every stat.
+    found = mounts_at(target)
+    if found:
+        stale = " (stale: emulate --unmount removes it)" if is_emulator_mount(found[-1]) else ""
+        raise EmulatorError(
+            f"{target}: already {describe_mount(found[-1])}{stale}; choose an empty directory"
+        )
     if not os.path.lexists(target):
         return  # emulated_disk creates it
     if not os.path.isdir(target):
         raise EmulatorError(f"{target}: mount point is not a directory")
-    found = mounts_at(target)
-    if found:
-        raise EmulatorError(
-            f"{target}: already {describe_mount(found[-1])}; choose an empty directory"
-        )
     try:
         with os.scandir(target) as entries:
             nonempty = any(True for _ in entries)

@@ -258,6 +258,9 @@ def test_unmount_cli_on_stale_mount(source: SyntheticCheckpoint, tmp_path: Path)
     with emulated_disk(source.root, mnt) as d:
         d.process.kill()
         d.process.wait(timeout=10)
+        # A new emulator refuses the stale mount and says how to remove it.
+        again = run_loadscope("emulate", str(source.root), str(mnt))
+        assert again.code == 4 and "stale: emulate --unmount removes it" in again.err
         result = run_loadscope("emulate", "--unmount", str(mnt))
         assert result.code == 0, result.err
         assert not is_mounted(mnt)
