@@ -12,6 +12,7 @@ every format and shard layout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -45,6 +46,17 @@ class SynthError(LoadscopeError):
     """The synthetic checkpoint cannot be written as asked."""
 
     exit_code = ExitCode.USAGE
+
+
+class SynthNoSpace(SynthError):
+    """Not enough free disk space for the checkpoint asked for (checked before writing)."""
+
+    exit_code = ExitCode.RESOURCES
+
+
+#: Written under this suffix and renamed when complete: a final name never holds a
+#: truncated file (a full disk, a signal), as ``loadscope copy`` does.
+PARTIAL_SUFFIX = ".loadscope-partial"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,23 +288,28 @@ def synthesize(
     clashes = [n for n in planned_files(fmt, shards) if (root / n).exists()]
     if clashes and not force:
         raise SynthError(f"{root / clashes[0]} already exists; pass --force to overwrite")
+    total = _total(specs)
+    _check_space(root, total * len(_formats(fmt)))
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SynthError(f"cannot create {root}: {exc.strerror}") from None
     tick = progress or (lambda _n: None)
-    total = _total(specs)
     metadata = {"format": "pt", "generator": "loadscope synth", "seed": str(seed)}
     written: list[Path] = []
+    partial: Path | None = None
     try:
         for f in _formats(fmt):
             names = _names(f, shards)
             for name, group in zip(names, groups, strict=True):
                 path = root / name
+                partial = root / (name + PARTIAL_SUFFIX)
                 if f == "safetensors":
-                    _write_safetensors(path, group, seed, metadata, tick)
+                    _write_safetensors(partial, group, seed, metadata, tick)
                 else:
-                    _write_torch(path, group, seed, tick)
+                    _write_torch(partial, group, seed, tick)
+                os.replace(partial, path)
+                partial = None
                 written.append(path)
             if shards > 1:
                 weight_map = {s.name: n for n, g in zip(names, groups, strict=True) for s in g}
@@ -301,8 +318,14 @@ def synthesize(
         (root / "config.json").write_text(
             json.dumps(_config(shape, seed, size_bytes), indent=2) + "\n"
         )
-    except OSError as exc:
-        raise SynthError(f"writing the synthetic checkpoint failed: {exc}") from None
+    except BaseException as exc:
+        # A full disk, Ctrl-C, SIGTERM: no half-written file stays, under either name.
+        for leftover in [*([partial] if partial else []), *written]:
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        if isinstance(exc, OSError):
+            raise SynthError(f"writing the synthetic checkpoint failed: {exc}") from None
+        raise
     return SyntheticCheckpoint(
         root=root,
         files=tuple(written),
@@ -311,6 +334,26 @@ def synthesize(
         shape=shape,
         seed=seed,
     )
+
+
+def _check_space(root: Path, tensor_bytes: int) -> None:
+    """Refuse, with the numbers, a checkpoint the disk under ``root`` has no room for."""
+    import shutil
+
+    need = int(tensor_bytes * 1.01) + (1 << 20)  # headers, index, config
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return  # no answer (a path we may not stat): the writes will say what fails
+    root = existing
+    if need > free:
+        raise SynthNoSpace(
+            f"a {format_bytes(tensor_bytes)} checkpoint needs {format_bytes(need)} free in"
+            f" {root}, which has {format_bytes(free)}"
+        )
 
 
 def _config(shape: ModelShape, seed: int, size_bytes: int) -> dict[str, object]:

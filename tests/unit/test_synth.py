@@ -112,3 +112,34 @@ def test_inspection_matches_layout(synth_sharded: SyntheticCheckpoint) -> None:
     hist = report.size_histogram()
     assert hist is not None and len(hist) == len(SIZE_BUCKET_LABELS) and sum(hist) == len(specs)
     assert report.dtype_bytes()["BF16"] == sum(s.nbytes for s in specs if s.dtype == "BF16")
+
+
+def test_no_room_is_refused_before_writing(tmp_path: Path) -> None:
+    """Issue 21: synth --size 10TiB wrote until the disk was full, then left the file."""
+    from loadscope.synth import SynthNoSpace
+
+    out = tmp_path / "huge"
+    with pytest.raises(SynthNoSpace, match=r"needs .* free in"):
+        synthesize(out, 10 << 40)
+    assert not out.exists()
+
+
+def test_a_failed_write_leaves_no_file_under_either_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import loadscope.synth as synth_module
+
+    calls = {"n": 0}
+    real = synth_module._write_safetensors
+
+    def full_disk_on_the_second(path: Path, *args: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            path.write_bytes(b"half a shard")  # what a full disk leaves behind
+            raise OSError(28, "No space left on device")
+        real(path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(synth_module, "_write_safetensors", full_disk_on_the_second)
+    with pytest.raises(synth_module.SynthError, match="No space left"):
+        synthesize(tmp_path / "m", 1 << 20, shards=3)
+    assert list((tmp_path / "m").iterdir()) == []
