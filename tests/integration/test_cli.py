@@ -116,7 +116,8 @@ def test_sigterm_during_synthetic_build_leaves_nothing(tmp_path: Path) -> None:
             text=True,
         )
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not any(tmp_path.glob("*/model.safetensors")):
+        # The file appears under its temporary name while it is written.
+        while time.monotonic() < deadline and not any(tmp_path.glob("*/model.safetensors*")):
             time.sleep(0.05)
         if proc.poll() is None:
             break
