@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import signal
 import threading
 from pathlib import Path
@@ -57,6 +58,9 @@ from loadscope.tui.screens import (
 )
 from loadscope.tui.views import APPLICABLE, AdviceView, BenchView, ProbesView
 from loadscope.units import format_bytes
+
+#: After SIGTERM or SIGHUP, how long the graceful stop may take before the app exits anyway.
+STOP_GRACE_S = 3.0
 
 #: Redraws per second of the live charts (the engine samples faster; stale samples drop).
 REDRAW_HZ = 5
@@ -110,6 +114,7 @@ class LoadscopeApp(App[int]):
         self.running = False
         self._cancel = threading.Event()
         self._done = threading.Event()
+        self._forced_exit: threading.Timer | None = None
         self._done.set()
         self.messages_seen: list[str] = []
         self._applying: str | None = None  # what fix is running, for its progress line
@@ -415,6 +420,16 @@ class LoadscopeApp(App[int]):
         self.exit(code)
 
     def _on_stop_signal(self) -> None:
+        if self._forced_exit is None:
+            # Losing the terminal must end the app: Textual's own shutdown can wait forever
+            # writing to a terminal that is gone (an SSH drop), so the graceful stop gets
+            # STOP_GRACE_S, then the process exits anyway. The engine child sees its stdin
+            # close and stops its run (workers, emulator, synthetic files) itself.
+            self._forced_exit = threading.Timer(
+                STOP_GRACE_S, os._exit, args=(int(ExitCode.TERMINATED),)
+            )
+            self._forced_exit.daemon = True
+            self._forced_exit.start()
         self.run_worker(self._stop_and_exit(ExitCode.TERMINATED), exclusive=True, group="stop")
 
     # -- the run ----------------------------------------------------------------------------------

@@ -98,3 +98,37 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
         assert not left, [p.cmdline() for p in left]
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)")
+def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path) -> None:
+    """The terminal killed while trials draw (an SSH drop): the app stayed alive, stuck in
+    Textual's shutdown; now it exits after a bounded grace and its engine follows."""
+    import uuid
+
+    from loadscope.emulator import fuse_unavailable_reason
+
+    session = f"loadscope-drop-{os.getpid()}"
+    exe = Path(sys.executable).parent / "loadscope"
+    tag = uuid.uuid4().hex
+    emulate = " --emulate" if fuse_unavailable_reason() is None else ""
+    cmd = f"{exe} tui synthetic:64MiB --budget 60 --synth-dir {tmp_path}{emulate}"
+    env = {**os.environ, "TERM": "xterm-256color", "LOADSCOPE_TEST_TAG": tag}
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
+        check=True,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "B/s│" not in _capture(session):
+            time.sleep(0.3)
+        assert "B/s│" in _capture(session), "the trials never started"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+    deadline = time.monotonic() + 15
+    while (left := tagged_processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, [p.cmdline() for p in left]
+    assert list(tmp_path.iterdir()) == [], "the synthetic checkpoint was left behind"
