@@ -177,7 +177,8 @@ def as_api_error(exc: LoadscopeError) -> LoadscopeError:
 # -- load_file --------------------------------------------------------------------------------
 
 
-def _knobs(threads: int | None, block_bytes: int | None, direct: str) -> dict[str, Any]:
+def check_knobs(threads: int | None, block_bytes: int | None, direct: str) -> dict[str, Any]:
+    """The API's knobs checked (ValueError naming the bad one) and as a strategy's knobs."""
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer, not {threads!r}")
     if block_bytes is not None and (not isinstance(block_bytes, int) or block_bytes < 4096):
@@ -219,7 +220,7 @@ def load_file(
     :class:`LoadRecord` as ``record`` to learn what was chosen and why.
     """
     spath = os.fsdecode(os.fspath(path))
-    knobs = _knobs(threads, block_bytes, direct)
+    knobs = check_knobs(threads, block_bytes, direct)
     if not spath:
         raise LoadFileNotFound("an empty path names no file")
     if os.path.isdir(spath):

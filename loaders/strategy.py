@@ -21,6 +21,8 @@ from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry
 if TYPE_CHECKING:
     import torch
 
+    from loadscope.loaders.pagefill import FillRange
+
 WeightFormat = Literal["safetensors", "torch"]
 
 
@@ -177,6 +179,13 @@ def byte_ranges(request: FileRequest) -> list[tuple[int, int]]:
 
     header = read_header(request.path)
     return [(start, end) for start, end, _ in group_by_span(header, selected(header, request))]
+
+
+def fill_ranges(requests: list[FileRequest]) -> list[FillRange]:
+    """:func:`byte_ranges` of every request, as page-cache fill ranges."""
+    from loadscope.loaders.pagefill import FillRange
+
+    return [FillRange(r.path, a, b) for r in requests for a, b in byte_ranges(r)]
 
 
 def tensors_from_buffer(

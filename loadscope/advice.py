@@ -159,7 +159,10 @@ def _not_run(bench: BenchReport | None) -> dict[str, str]:
 
 
 def facts_from(
-    probe: ProbeReport, bench: BenchReport | None, ranks: BroadcastReport | None = None
+    probe: ProbeReport,
+    bench: BenchReport | None,
+    ranks: BroadcastReport | None = None,
+    failures: Sequence[str] = (),
 ) -> Facts:
     primary = probe.primary
     mount = primary.storage.mount.data
@@ -194,6 +197,7 @@ def facts_from(
                 ids.setdefault((t.strategy, t.cache), []).append(t.id)
     return Facts(
         model_path=_model_path(probe),
+        failures=list(failures),
         not_run=_not_run(bench),
         storage_class=mount.storage_class if mount else "unknown",
         stalled=probe.stalled,
@@ -762,9 +766,7 @@ def advise(
 ) -> Advice:
     """The verdict and ranked fixes; ``failures`` (the doctor's failed steps) say why,
     when nothing could be measured."""
-    f = facts_from(probe, bench, ranks)
-    f.failures = list(failures)
-    return advise_facts(f)
+    return advise_facts(facts_from(probe, bench, ranks, failures))
 
 
 #: The default load each kind of run is judged against: without its cold trial there is

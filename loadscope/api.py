@@ -27,6 +27,7 @@ from loadscope.loaders.api import (
     FileChoice,
     LoadRecord,
     as_api_error,
+    check_knobs,
     load_file,
     load_torch_file,
 )
@@ -110,10 +111,7 @@ def prewarm(
     """
     from loadscope.warm import warm
 
-    if not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a positive integer, not {threads!r}")
-    if not isinstance(block_bytes, int) or block_bytes < 4096:
-        raise ValueError(f"block_bytes must be an integer of at least 4096, not {block_bytes!r}")
+    check_knobs(threads, block_bytes, "auto")
     resolved = _checked_target(target)
     try:
         return warm(resolved, threads=threads, block_bytes=block_bytes)

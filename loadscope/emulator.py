@@ -6,8 +6,8 @@ while several server threads let parallel readers overlap. The kernel page
 cache is kept between opens (``kernel_cache``), so a second load is warm as on
 a real network client. The mount's readahead (``/sys/class/bdi/<dev>/read_ahead_kb``)
 and the connection's ``max_background`` are set explicitly, because they — not
-the latency alone — decide which loader strategy wins (see
-``shared/MEASUREMENTS.md``): readahead 0 reproduces page-by-page faults, 128 KiB is
+the latency alone — decide which loader strategy wins (measured in
+``benchmarks/RESULTS.md``): readahead 0 reproduces page-by-page faults, 128 KiB is
 the common FUSE default, 8 MiB lets mmap stream.
 
 The filesystem runs in its own process (``loadscope emulate``), so a test or a

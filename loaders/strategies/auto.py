@@ -61,7 +61,9 @@ class Auto(Strategy):
                 mapped_why = f"~{fraction:.0%} resident (16 sampled windows): map it"
             else:
                 room = memory_headroom()
-                need = f.size_bytes if f.tensors is None else sum(b - a for a, b in byte_ranges(f))
+                need = f.size_bytes
+                if f.tensors is not None and need + MEMORY_MARGIN > room:
+                    need = sum(b - a for a, b in byte_ranges(f))  # only the sample is held
                 if need + MEMORY_MARGIN > room:
                     mapped_why = (
                         f"{known} resident, but {need >> 20} MiB does not fit in the"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, FillRange, PageFill
+from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategy import (
     FileRequest,
@@ -21,7 +21,7 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
-    byte_ranges,
+    fill_ranges,
 )
 
 if TYPE_CHECKING:
@@ -41,6 +41,5 @@ class Prewarm(Strategy):
         self, files: list[FileRequest], ctx: LoadContext
     ) -> Iterator[tuple[str, torch.Tensor]]:
         threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
-        ranges = [FillRange(f.path, a, b) for f in files for a, b in byte_ranges(f)]
-        PageFill(ranges, threads=threads, block_bytes=block).run()
+        PageFill(fill_ranges(files), threads=threads, block_bytes=block).run()
         yield from MmapLoadFile().load(files, ctx)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from loadscope.loaders.api import load_file
-from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, FillRange, PageFill
+from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategy import (
     FileRequest,
@@ -32,6 +32,7 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
+    fill_ranges,
     torch_dtype,
 )
 
@@ -92,9 +93,8 @@ class FromPretrainedPrewarmed(FromPretrained):
     )
 
     def build(self, files: list[FileRequest], ctx: LoadContext) -> Any:
-        ranges = [FillRange(f.path, 0, f.size_bytes) for f in files]
         threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
-        PageFill(ranges, threads=threads, block_bytes=block).run()
+        PageFill(fill_ranges(files), threads=threads, block_bytes=block).run()
         return super().build(files, ctx)
 
 

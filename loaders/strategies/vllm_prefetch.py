@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from loadscope.loaders.pagefill import FillRange, prefetch_files_sequentially
+from loadscope.loaders.pagefill import prefetch_files_sequentially
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategy import (
     FileRequest,
@@ -23,7 +23,7 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
-    byte_ranges,
+    fill_ranges,
 )
 
 if TYPE_CHECKING:
@@ -44,8 +44,7 @@ class VllmPrefetch(Strategy):
     ) -> Iterator[tuple[str, torch.Tensor]]:
         threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
         ordered = sorted(files, key=lambda f: _natural_key(f.path))
-        ranges = [FillRange(f.path, a, b) for f in ordered for a, b in byte_ranges(f)]
-        prefetch_files_sequentially(ranges, threads=threads, block_bytes=block)
+        prefetch_files_sequentially(fill_ranges(ordered), threads=threads, block_bytes=block)
         ctx.notes["prefetch"] = {"threads": threads, "block_bytes": block, "files": len(ordered)}
         yield from MmapLoadFile().load(ordered, ctx)
 
