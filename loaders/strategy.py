@@ -78,8 +78,11 @@ class Strategy:
     requires: Requirements = Requirements()
     knobs: tuple[Knob, ...] = ()
     #: False for a strategy that loads whole files whatever tensors it is asked for (the
-    #: peers): its time on a sample cannot be extrapolated, so a sampled run skips it.
+    #: peers): its time on a tensor sample cannot be extrapolated, so a sampled run gives
+    #: it whole files of a subset (``sample_files``), runs it whole, or skips it.
     samples: bool = True
+    #: Whether it loads only the files it is given (False: it loads the model's folder).
+    sample_files: bool = True
 
     def unavailable(self) -> str | None:
         """Why this strategy cannot run in this environment, or None."""
@@ -109,6 +112,7 @@ class Strategy:
             "ram_multiple": r.ram_multiple,
             "package": r.package,
             "samples": self.samples,
+            "sample_files": self.sample_files,
             "knobs": {k.name: {"default": k.default, "help": k.help} for k in self.knobs},
         }
 
@@ -182,10 +186,20 @@ def byte_ranges(request: FileRequest) -> list[tuple[int, int]]:
 
 
 def fill_ranges(requests: list[FileRequest]) -> list[FillRange]:
-    """:func:`byte_ranges` of every request, as page-cache fill ranges."""
+    """:func:`byte_ranges` of every request, widened to whole pages, as page-cache fill
+    ranges (a span's reads then start on the page boundaries a whole file's reads do)."""
     from loadscope.loaders.pagefill import FillRange
 
-    return [FillRange(r.path, a, b) for r in requests for a, b in byte_ranges(r)]
+    page = 4096
+    out: list[FillRange] = []
+    for r in requests:
+        for a, b in byte_ranges(r):
+            start, end = a - a % page, min(r.size_bytes, -(-b // page) * page)
+            if out and out[-1].path == r.path and out[-1].end >= start:
+                out[-1] = FillRange(r.path, out[-1].start, max(out[-1].end, end))
+            else:
+                out.append(FillRange(r.path, start, end))
+    return out
 
 
 def tensors_from_buffer(

@@ -42,6 +42,20 @@ from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, checked_fraction
 from loadscope.probes.system import describe_death, memory_headroom, oom_kills, page_cache_room
+from loadscope.sampling import (
+    SHARD_OVERSHOOT,
+    SMALL_FRACTION,
+    Fit,
+    SampleSet,
+    Scope,
+    choose_sample,
+    choose_shards,
+    extrapolate,
+    fit,
+    sample_size,
+    smaller_sample,
+    smaller_shards,
+)
 from loadscope.targets import Target, WeightFile
 from loadscope.units import format_bytes, format_rate
 
@@ -139,6 +153,11 @@ class Trial:
     peak_rss_bytes: int | None = None
     sampled: bool = False
     extrapolated_seconds: float | None = None
+    #: In a sampled run: what this trial read ("sampled": the sample's tensors, "shards":
+    #: whole files of a subset, "whole": the whole model); None when nothing was sampled.
+    scope: str | None = None
+    #: A trial at the second, smaller size: it feeds the fit, not the medians.
+    fit: bool = False
     #: (seconds since start, bytes done), downsampled.
     series: list[tuple[float, int]] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
@@ -156,6 +175,16 @@ class Summary:
     min_seconds: float | None
     max_seconds: float | None
     extrapolated_median_seconds: float | None = None
+    #: Median time until the first tensor was ready (a streaming loader's head start).
+    median_first_tensor_s: float | None = None
+    #: What the trials read in a sampled run (see Trial.scope); None: the whole model.
+    scope: str | None = None
+    #: The extrapolation's fit (sampled and shards scopes): fixed cost, rate, and the
+    #: relative standard error of extrapolated_median_seconds (None: not measurable).
+    fixed_seconds: float | None = None
+    fit_bytes_per_s: float | None = None
+    error_estimate: float | None = None
+    fit_note: str = ""
 
 
 @dataclass(slots=True)
@@ -164,9 +193,12 @@ class Sample:
     total_bytes: int
     tensors: int
     files: int
-    #: Relative error of the extrapolation, estimated from two sample sizes.
+    #: The largest relative error of any strategy's extrapolation (each is the error of
+    #: a fit of a fixed cost and a rate to its trials at two sample sizes).
     error_estimate: float | None = None
     reason: str = ""
+    #: The second, smaller sample size the fit uses (None: one size only).
+    small_bytes: int | None = None
 
 
 @dataclass(slots=True)
@@ -302,58 +334,6 @@ def _bounded_reference(
     if errors:
         raise errors[0]
     return out[0]
-
-
-# -- sampling -----------------------------------------------------------------------------------
-
-
-def choose_sample(
-    files: list[WeightFile], sample_bytes: int, windows_per_file: int = 4
-) -> dict[Path, tuple[str, ...]]:
-    """Runs of consecutive tensors, ``windows_per_file`` per file, totalling ~``sample_bytes``.
-
-    Spread across every shard and across each file (start, middle, end), so the
-    sample meets the same mix of small and large tensors as the whole model.
-    """
-    total = sum(f.size_bytes for f in files) or 1
-    out: dict[Path, tuple[str, ...]] = {}
-    for wf in files:
-        header = read_header(wf.path)
-        per_window = sample_bytes * wf.size_bytes / total / windows_per_file
-        chosen: dict[str, None] = {}
-        n = len(header.tensors)
-        for w in range(windows_per_file):
-            i = int(w * n / windows_per_file)
-            got = 0
-            while i < n and got < per_window:
-                t = header.tensors[i]
-                i += 1
-                if t.name in chosen:
-                    continue
-                # Pass over a tensor that would overshoot the window by half, so the
-                # sample stays near the asked size; smaller neighbours fill it instead.
-                if got + t.nbytes > 1.5 * per_window:
-                    continue
-                chosen[t.name] = None
-                got += t.nbytes
-        if not chosen and header.tensors:
-            chosen[min(header.tensors, key=lambda t: t.nbytes).name] = None
-        if chosen:
-            # File order, so that each run of neighbours is read as one span.
-            order = {t.name: i for i, t in enumerate(header.tensors)}
-            out[wf.path] = tuple(sorted(chosen, key=order.__getitem__))
-    return out
-
-
-def _sample_bytes(files: list[WeightFile], sample: dict[Path, tuple[str, ...]]) -> tuple[int, int]:
-    nbytes = count = 0
-    for wf in files:
-        names = set(sample.get(wf.path, ()))
-        for t in read_header(wf.path).tensors:
-            if t.name in names:
-                nbytes += t.nbytes
-                count += 1
-    return nbytes, count
 
 
 # -- one trial ----------------------------------------------------------------------------------
@@ -738,41 +718,100 @@ def _headroom(options: BenchOptions) -> int:
     return memory_headroom()
 
 
-def _summaries(trials: list[Trial]) -> list[Summary]:
+def _summaries(
+    trials: list[Trial], fits: Mapping[tuple[str, str], Fit], scopes: Mapping[str, Scope]
+) -> list[Summary]:
     out: list[Summary] = []
     keys = list(dict.fromkeys((t.strategy, t.cache) for t in trials))
-    medians: dict[tuple[str, CacheMode], float] = {}
+    whole_times: dict[tuple[str, CacheMode], float] = {}
     for strategy, cache in keys:
         group = [t for t in trials if t.strategy == strategy and t.cache == cache]
         steady = [
-            t for t in group if not t.warmup and t.status == "ok" and t.cache_verified and t.seconds
+            t
+            for t in group
+            if not t.warmup and not t.fit and t.status == "ok" and t.cache_verified and t.seconds
         ]
         first = next((t.seconds for t in group if t.warmup and t.status == "ok"), None)
         secs = [t.seconds for t in steady if t.seconds is not None]
         rates = [t.bytes_per_s for t in steady if t.bytes_per_s]
-        extra = [t.extrapolated_seconds for t in steady if t.extrapolated_seconds is not None]
+        heads = [t.first_tensor_s for t in steady if t.first_tensor_s is not None]
         med = statistics.median(secs) if secs else None
-        if med is not None:
-            medians[(strategy, cache)] = med
-        out.append(
-            Summary(
-                strategy,
-                cache,
-                len(steady),
-                med,
-                statistics.median(rates) if rates else None,
-                None,
-                first,
-                min(secs) if secs else None,
-                max(secs) if secs else None,
-                statistics.median(extra) if extra else None,
-            )
+        fitted = fits.get((strategy, cache))
+        summary = Summary(
+            strategy,
+            cache,
+            len(steady),
+            med,
+            statistics.median(rates) if rates else None,
+            None,
+            first,
+            min(secs) if secs else None,
+            max(secs) if secs else None,
+            fitted.seconds if fitted and med is not None else None,
+            statistics.median(heads) if heads else None,
+            scopes.get(strategy),
         )
+        if fitted is not None and med is not None:
+            summary.fixed_seconds = fitted.fixed_s
+            summary.fit_bytes_per_s = fitted.bytes_per_s
+            summary.error_estimate = fitted.error
+            summary.fit_note = fitted.note
+        if (whole := summary.extrapolated_median_seconds or med) is not None:
+            whole_times[(strategy, cache)] = whole
+        out.append(summary)
     for s in out:
-        base = medians.get(("mmap", s.cache))
-        if base and s.median_seconds:
-            s.x_vs_mmap = base / s.median_seconds
+        # Whole-model times on both sides: a sampled strategy's fixed cost is not scaled.
+        base = whole_times.get(("mmap", s.cache))
+        mine = whole_times.get((s.strategy, s.cache))
+        if base and mine:
+            s.x_vs_mmap = base / mine
     return out
+
+
+def _unsampled_reason(info: dict[str, Any], whole: int, sample: int, smallest: int) -> str:
+    what = "the whole model folder" if info.get("sample_files") is False else "whole files"
+    parts = [f"cannot be sampled: it loads {what}"]
+    if info.get("sample_files") is not False:
+        parts.append(
+            f"the smallest ({format_bytes(smallest)}) is over {SHARD_OVERSHOOT:g}x the sample"
+        )
+    parts.append(
+        f"and a whole load ({format_bytes(whole)}) is {whole / max(sample, 1):.0f}x the"
+        f" {format_bytes(sample)} sample the budget allows"
+    )
+    return ", ".join(parts)
+
+
+def _scopes(
+    files: list[WeightFile],
+    names: list[str],
+    available: dict[str, dict[str, Any]],
+    sample: SampleSet,
+    repeats: int,
+) -> tuple[dict[str, Scope], dict[str, tuple[SampleSet | None, SampleSet | None]], dict[str, str]]:
+    """Per strategy: what it reads in a sampled run (and at the fit's smaller size), or
+    why it cannot run. A strategy that loads whole files runs whole when that costs no
+    more than its sampled trials would, else on whole shards near the sample's size."""
+    total = sum(f.size_bytes for f in files)
+    sampled_bytes = sample_size(files, sample)[0]
+    small = smaller_sample(files, sample)
+    shards = choose_shards(files, sampled_bytes)
+    small_shards = smaller_shards(files, shards) if shards is not None else None
+    scopes: dict[str, Scope] = {}
+    sets: dict[str, tuple[SampleSet | None, SampleSet | None]] = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        info = available[name]
+        if info.get("samples") is not False:
+            scopes[name], sets[name] = "sampled", (sample, small)
+        elif total <= (max(1, repeats) + SMALL_FRACTION) * sampled_bytes:
+            scopes[name], sets[name] = "whole", (None, None)
+        elif shards is not None and info.get("sample_files") is not False:
+            scopes[name], sets[name] = "shards", (shards, small_shards)
+        else:
+            smallest = min(f.size_bytes for f in files)
+            skipped[name] = _unsampled_reason(info, total, sampled_bytes, smallest)
+    return scopes, sets, skipped
 
 
 def run_bench(
@@ -785,12 +824,13 @@ def run_bench(
     names, skipped = _applicable(target, available, options.strategies, options.device)
     files = list(target.files)
     total = target.total_bytes
-    sample: dict[Path, tuple[str, ...]] | None = None
+    sampleable = target.formats == {"safetensors"}
+    sample: SampleSet | None = None
     sample_info: Sample | None = None
-    if options.sample_bytes is not None and target.formats == {"safetensors"}:
+    if options.sample_bytes is not None and sampleable:
         sample = choose_sample(files, options.sample_bytes)
     headroom = _headroom(options)
-    loaded = total if sample is None else _sample_bytes(files, sample)[0]
+    loaded = total if sample is None else sample_size(files, sample)[0]
     for name in list(names):
         why = memory_guard(name, available[name], loaded, headroom)
         if why:
@@ -803,28 +843,44 @@ def run_bench(
         )
     block_stat = _block_stat_of(files[0].path)
     cold = ColdCache(allow_drop_caches=options.allow_drop_caches)
-    if options.budget_s is not None and sample is None and target.formats == {"safetensors"}:
-        sample, sample_info = _fit_budget(target, names, options, block_stat, cold, say)
+    if options.budget_s is not None and sample is None and sampleable:
+        sample, sample_info = _fit_budget(target, names, available, options, block_stat, cold, say)
+    scopes: dict[str, Scope] = {}
+    sets: dict[str, tuple[SampleSet | None, SampleSet | None]] = {}
     if sample is not None:
-        for name in [n for n in names if available[n].get("samples") is False]:
-            # It would load whole files and be scaled up as if it had read the sample.
-            skipped[name] = "cannot be sampled (it loads whole files), and full loads do not fit"
-            names.remove(name)
+        scopes, sets, unsampled = _scopes(files, names, available, sample, options.repeats)
+        skipped.update(unsampled)
+        names = [n for n in names if n not in unsampled]
+        for name in names:
+            if scopes[name] != "sampled":
+                big = sets[name][0]
+                nbytes = total if big is None else sample_size(files, big)[0]
+                if why := memory_guard(name, available[name], nbytes, headroom):
+                    skipped[name] = why
+        names = [n for n in names if n not in skipped]
         if not names:
             raise BenchError(
                 "no strategy can run on this target here: "
                 + "; ".join(f"{k}: {v}" for k, v in skipped.items())
             )
     if sample is not None and sample_info is None:
-        nbytes, count = _sample_bytes(files, sample)
+        nbytes, count = sample_size(files, sample)
         sample_info = Sample(nbytes, total, count, len(sample), None, options.sample_reason)
+    smalls = [sets[n][1] for n in names if scopes.get(n) == "sampled" and sets[n][1] is not None]
+    if sample_info is not None and smalls and smalls[0] is not None:
+        sample_info.small_bytes = sample_size(files, smalls[0])[0]
     if sample is not None and "pickle" in " ".join(names):
         notes.append("torch checkpoints are loaded whole even when sampling")
-    reference = (
-        _bounded_reference(files, sample or {}, options.trial_timeout_s)
-        if target.formats == {"safetensors"}
-        else {}
-    )
+    # One reference read per distinct set of tensors a trial loads (None: every tensor).
+    distinct = {id(s): s for pair in sets.values() for s in pair if s is not None}
+    references: dict[int, dict[str, str]] = {}
+    if sampleable:
+        if sample is None or any(scopes[n] == "whole" for n in names):
+            references[0] = _bounded_reference(files, {}, options.trial_timeout_s)
+        for key, subset in distinct.items():
+            inside = [f for f in files if f.path in subset]
+            references[key] = _bounded_reference(inside, subset, options.trial_timeout_s)
+    learned: dict[str, str] = {}  # torch checkpoints: the first trial's digests
     caches = list(options.cache)
     if "warm" in caches:
         room, what = page_cache_room()
@@ -836,14 +892,27 @@ def run_bench(
             )
     if not caches:
         raise BenchError(notes[-1])
-    rounds = range(0 if options.warmup else 1, options.repeats + 1)
-    plan = [
-        Trial(0, name, cache, r, r == 0)
-        for r in rounds
-        for cache in caches
-        for name in names
-        if cache == "cold" or options.warm_strategies is None or name in options.warm_strategies
-    ]
+
+    def wanted(name: str, cache: str) -> bool:
+        return cache == "cold" or options.warm_strategies is None or name in options.warm_strategies
+
+    plan: list[Trial] = []
+    for r in range(0 if options.warmup else 1, options.repeats + 1):
+        if r == 1:
+            # The fit's second size, once per strategy and cache, before the first round.
+            plan += [
+                Trial(0, name, cache, 1, False, scope=scopes[name], fit=True)
+                for cache in caches
+                for name in names
+                if wanted(name, cache) and sets.get(name, (None, None))[1] is not None
+            ]
+        plan += [
+            Trial(0, name, cache, r, r == 0, scope=scopes.get(name))
+            for cache in caches
+            for name in names
+            # A strategy run whole in a sampled run loads the model once, in round 1.
+            if wanted(name, cache) and (scopes.get(name) != "whole" or r == 1)
+        ]
     for i, trial in enumerate(plan):
         trial.id = i + 1
         if options.cancel is not None and options.cancel.is_set():
@@ -851,33 +920,33 @@ def run_bench(
         if options.deadline is not None and time.monotonic() >= options.deadline:
             trial.status, trial.reason = "skipped", "the time budget was spent"
             continue
+        chosen = sets[trial.strategy][1 if trial.fit else 0] if sample is not None else None
+        reference = references[id(chosen) if chosen is not None else 0] if sampleable else learned
         say(TrialStarted(trial, i, len(plan)))
         _, digests = run_trial(
             trial,
             files,
-            sample,
+            chosen,
             options=options,
             reference=reference,
             block_stat=block_stat,
             cold=cold,
             listener=say,
-            total_bytes=sample_info.bytes if sample_info else total,
+            total_bytes=total if chosen is None else sample_size(files, chosen)[0],
         )
-        if sample_info and trial.seconds is not None:
-            trial.sampled = True
-            trial.extrapolated_seconds = (
-                trial.seconds * sample_info.total_bytes / max(sample_info.bytes, 1)
-            )
-        if not reference and trial.status == "ok" and digests:
+        trial.sampled = trial.scope in ("sampled", "shards") and trial.seconds is not None
+        if not sampleable and not learned and trial.status == "ok" and digests:
             # Torch checkpoints have no header to read a reference from: the first trial's
             # tensors become the reference every later trial must match.
-            reference = digests
+            learned.update(digests)
             trial.detail["reference"] = True
         say(TrialFinished(trial))
     if late := sum(1 for t in plan if t.status == "skipped"):
         notes.append(f"{late} of {len(plan)} trials not run: the time budget was spent")
+    fits = _extrapolate(plan, total)
     if sample_info is not None:
-        sample_info.error_estimate = _spread(plan)
+        errors = [f.error for f in fits.values() if f.error is not None]
+        sample_info.error_estimate = max(errors) if errors else None
     return BenchReport(
         target={
             "spec": target.spec,
@@ -899,25 +968,32 @@ def run_bench(
             **({"device": options.device} if options.device != "cpu" else {}),
         },
         trials=plan,
-        summary=_summaries(plan),
+        summary=_summaries(plan, fits, scopes),
         skipped=skipped,
         sample=sample_info,
         notes=notes,
     )
 
 
-def _spread(trials: list[Trial]) -> float | None:
-    """Largest half-range over median of the extrapolated times of any strategy and cache."""
-    spreads = []
-    for key in {(t.strategy, t.cache) for t in trials}:
-        xs = [
-            t.extrapolated_seconds
-            for t in trials
-            if (t.strategy, t.cache) == key and not t.warmup and t.extrapolated_seconds
+def _extrapolate(plan: list[Trial], total: int) -> dict[tuple[str, str], Fit]:
+    """Fit each sampled strategy's trials (both sizes) and give every sampled trial its
+    whole-model time; trials whose cache was not verified are extrapolated, not fitted."""
+    fits: dict[tuple[str, str], Fit] = {}
+    for key in dict.fromkeys((t.strategy, t.cache) for t in plan if t.sampled):
+        group = [t for t in plan if (t.strategy, t.cache) == key and t.sampled and t.bytes]
+        points = [
+            (t.bytes or 0, t.seconds or 0.0)
+            for t in group
+            if not t.warmup and t.status == "ok" and t.cache_verified
         ]
-        if len(xs) >= 2:
-            spreads.append((max(xs) - min(xs)) / 2 / statistics.median(xs))
-    return max(spreads) if spreads else None
+        fitted = fit(points, total)
+        if fitted is None:
+            continue
+        fits[key] = fitted
+        for t in group:
+            if t.status == "ok" and t.seconds is not None and t.bytes:
+                t.extrapolated_seconds = extrapolate(t.seconds, t.bytes, total, fitted)
+    return fits
 
 
 def _block_stat_of(path: Path) -> str | None:
@@ -929,12 +1005,20 @@ def _block_stat_of(path: Path) -> str | None:
 def _fit_budget(
     target: Target,
     names: list[str],
+    available: dict[str, dict[str, Any]],
     options: BenchOptions,
     block_stat: str | None,
     cold: ColdCache,
     say: Listener,
-) -> tuple[dict[Path, tuple[str, ...]] | None, Sample | None]:
-    """Pilot every strategy on a small sample; sample the whole run if full loads do not fit."""
+) -> tuple[SampleSet | None, Sample | None]:
+    """Pilot every strategy that reads a sample on a small one; sample the whole run if
+    full loads do not fit.
+
+    A trial's cost is its worker's fixed cost (measured around each pilot trial: fork,
+    cache eviction and check, digests) plus its load, which scales with the bytes; only
+    the load is scaled. Strategies that load whole files are not piloted (they would
+    read the model) and are planned at the slowest piloted rate.
+    """
     assert options.budget_s is not None
     files = list(target.files)
     total = target.total_bytes
@@ -942,12 +1026,15 @@ def _fit_budget(
     if pilot_bytes <= 0:
         return None, None
     pilot = choose_sample(files, pilot_bytes)
-    pilot_actual, _ = _sample_bytes(files, pilot)
+    pilot_actual, _ = sample_size(files, pilot)
     reference = reference_digests(files, pilot)
-    per_trial = []
-    for name in names:
+    overheads: list[float] = []
+    per_byte: list[float] = []
+    whole_only = [n for n in names if available[n].get("samples") is False]
+    for name in [n for n in names if n not in whole_only]:
         for cache in options.cache:
             t = Trial(0, name, cache, 0, True)
+            began = time.monotonic()
             run_trial(
                 t,
                 files,
@@ -959,16 +1046,22 @@ def _fit_budget(
                 listener=say,
                 total_bytes=pilot_actual,
             )
-            per_trial.append((t.seconds or 0.0) + 2.0)  # + worker start-up
+            overheads.append(max(0.0, time.monotonic() - began - (t.seconds or 0.0)))
+            per_byte.append((t.seconds or 0.0) / max(pilot_actual, 1))
+    if not per_byte:
+        return None, None
+    overhead = statistics.median(overheads)
+    per_byte += [max(per_byte)] * (len(whole_only) * len(options.cache))
     runs = options.repeats + (1 if options.warmup else 0)
-    full_estimate = sum(s * total / max(pilot_actual, 1) for s in per_trial) * runs
+    full_estimate = runs * (len(per_byte) * overhead + sum(per_byte) * total)
     if full_estimate <= options.budget_s:
         return None, None
-    # Sample size that makes the whole plan fit, never smaller than the pilot.
-    scale = options.budget_s / max(sum(per_trial) * runs, 1e-9)
-    sample_bytes = max(pilot_actual, int(pilot_actual * scale))
+    # The sample that makes the plan fit: every round, plus the fit's round at a quarter
+    # of the size; never smaller than the pilot.
+    left = options.budget_s - (runs + 1) * len(per_byte) * overhead
+    sample_bytes = max(pilot_actual, int(left / ((runs + SMALL_FRACTION) * sum(per_byte))))
     sample = choose_sample(files, min(sample_bytes, total))
-    nbytes, count = _sample_bytes(files, sample)
+    nbytes, count = sample_size(files, sample)
     return sample, Sample(
         nbytes,
         total,
@@ -998,6 +1091,50 @@ def _size(value: float | None) -> str:
     if not value:
         return "-"
     return format_bytes(value).replace(" ", "")
+
+
+def _error(value: float | None) -> str:
+    return "±?" if value is None else f"±{value:.0%}" if value >= 0.01 else "±<1%"
+
+
+def extrapolation_lines(report: BenchReport) -> list[str]:
+    """What each strategy read in a sampled run and how its whole-model time was made."""
+    smp = report.sample
+    assert smp is not None
+    sizes = format_bytes(smp.bytes) + (
+        f" and {format_bytes(smp.small_bytes)}" if smp.small_bytes else ""
+    )
+    lines = [
+        *textwrap.wrap(
+            f"whole-model times ({format_bytes(smp.total_bytes)}): fixed cost + bytes / rate,"
+            f" fitted to each strategy's trials at {sizes} (± one standard error; ±? where"
+            " the trials cannot measure it); 'whole': loaded whole, measured, not"
+            " extrapolated.",
+            80,
+        ),
+        f"{'strategy':<16}{'cache':<6}{'read':<10}{'time':>8}{'error':>7}{'fixed':>8}"
+        f"{'rate':>10}{'1st tensor':>11}",
+    ]
+    reads = {"sampled": "sample", "shards": "shards", "whole": "whole"}
+    for s in report.summary:
+        if s.median_seconds is None:
+            continue
+        head = _secs(s.median_first_tensor_s) if s.median_first_tensor_s is not None else "-"
+        if s.extrapolated_median_seconds is None:
+            rate = format_rate(s.median_bytes_per_s) if s.median_bytes_per_s else "-"
+            lines.append(
+                f"{s.strategy:<16}{s.cache:<6}{reads.get(s.scope or '', 'whole'):<10}"
+                f"{_secs(s.median_seconds):>8}{'-':>7}{'-':>8}{rate:>10}{head:>11}"
+            )
+            continue
+        fixed = _secs(s.fixed_seconds) if s.fixed_seconds is not None else "-"
+        rate = format_rate(s.fit_bytes_per_s) if s.fit_bytes_per_s else "-"
+        lines.append(
+            f"{s.strategy:<16}{s.cache:<6}{reads.get(s.scope or '', '-'):<10}"
+            f"{'~' + _secs(s.extrapolated_median_seconds):>8}{_error(s.error_estimate):>7}"
+            f"{fixed:>8}{rate:>10}{head:>11}"
+        )
+    return lines
 
 
 def to_text(report: BenchReport) -> str:
@@ -1033,10 +1170,13 @@ def to_text(report: BenchReport) -> str:
             lines.append(f"{s.strategy:<16}{s.cache:<5}failed: {why}"[:160])
             continue
         secs = s.extrapolated_median_seconds or s.median_seconds
-        rate = format_rate(s.median_bytes_per_s) if s.median_bytes_per_s else "-"
+        shown = ("~" if s.extrapolated_median_seconds else "") + _secs(secs)
+        # The rate of the time shown: the whole model's over its extrapolated time.
+        per_s = t["total_bytes"] / secs if s.extrapolated_median_seconds else s.median_bytes_per_s
+        rate = format_rate(per_s) if per_s else "-"
         x = f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
         lines.append(
-            f"{s.strategy:<16}{s.cache:<5}{_secs(secs):>8}{rate:>10}{x:>7}"
+            f"{s.strategy:<16}{s.cache:<5}{shown:>8}{rate:>10}{x:>7}"
             f"{_count(example.major_faults) + '/' + _count(example.minor_faults):>11}"
             f"{_count(example.read_syscalls):>6}"
             f"{_size(example.avg_request_bytes):>8}{_size(example.peak_rss_bytes):>8}"
@@ -1049,6 +1189,8 @@ def to_text(report: BenchReport) -> str:
             80,
         )
     )
+    if report.sample:
+        lines += ["", *extrapolation_lines(report)]
     if report.skipped:
         lines += ["", "skipped:"] + [f"  {k}: {v}" for k, v in report.skipped.items()]
     failed = [tr for tr in report.trials if tr.status == "failed"]

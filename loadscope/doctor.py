@@ -43,6 +43,7 @@ from loadscope.broadcast import to_text as ranks_text
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.probing import ProbeReport, run_probes
 from loadscope.probing import to_text as probe_text
+from loadscope.sampling import SMALL_FRACTION
 from loadscope.snippets import short_label, snippet_heading, snippets_of
 from loadscope.targets import Target
 from loadscope.units import format_bytes, format_rate
@@ -213,7 +214,8 @@ def plan_trials(
     """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)`` trials.
 
     Each trial costs its fixed start-up plus the model at its estimated rate;
-    when two rounds do not fit, one round of a sample that does.
+    when one round does not fit, two rounds of a sample (and one of a quarter of it,
+    for the extrapolation's fit) that do.
     """
     model: int = probe.target["total_bytes"]
     buffered, parallel = estimate_rates(probe)
@@ -228,8 +230,12 @@ def plan_trials(
     for repeats in (2, 1):
         if SERVER_START_S + repeats * (fixed + loads) <= budget_s:
             return repeats, None
-    fraction = max(0.0, budget_s - SERVER_START_S - fixed) / max(loads, 1e-9)
-    return 1, int(min(model, max(MIN_SAMPLE_BYTES, model * fraction)))
+    # Sampled: two rounds at the sample's size and one at a quarter of it, so that each
+    # strategy's times at two sizes give its fixed cost and rate, and the scatter of
+    # three points the error of its whole-model time.
+    rounds = 2 + SMALL_FRACTION
+    fraction = max(0.0, budget_s - SERVER_START_S - 3 * fixed) / max(rounds * loads, 1e-9)
+    return 2, int(min(model, max(MIN_SAMPLE_BYTES, model * fraction)))
 
 
 def gpu_count(probe: ProbeReport) -> int:

@@ -31,6 +31,10 @@ class MmapLoadFile(Strategy):
             if f.tensors is None:
                 yield from load_file(f.path).items()
             else:
+                # load_file's own steps on the sampled tensors: map every tensor, close
+                # the file, then hand them out (touching a view while the file is open
+                # measured 20-30% faster than load_file on the emulated disk, which
+                # made sampled mmap times optimistic).
                 with safe_open(f.path, framework="pt") as handle:
-                    for name in f.tensors:
-                        yield name, handle.get_tensor(name)
+                    got = {name: handle.get_tensor(name) for name in f.tensors}
+                yield from got.items()

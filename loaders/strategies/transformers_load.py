@@ -56,6 +56,7 @@ class FromPretrained(Strategy):
     summary = "transformers AutoModelForCausalLM.from_pretrained(path) to a usable CPU model"
     requires = Requirements(ram_multiple=1.0, package="transformers", extra="transformers")
     samples = False
+    sample_files = False  # from_pretrained loads the model's folder
 
     def prepare(self, files: list[FileRequest], ctx: LoadContext) -> None:
         """Import transformers and the model's code before the clock: the first

@@ -18,6 +18,7 @@ from loadscope.bench import (
     run_bench,
     run_trial,
 )
+from loadscope.bench import to_text as bench_text
 from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.probes.pagecache import ColdCache
 from loadscope.synth import SyntheticCheckpoint, synthesize
@@ -236,26 +237,55 @@ def test_sample_covers_every_shard(st_dir: Path) -> None:
             strategies=("mmap", "fullread", "direct"), repeats=1, warmup=False, sample_bytes=2 << 20
         ),
     )
-    assert report.sample is not None and report.sample.files == 2
-    assert 0 < report.sample.bytes < report.sample.total_bytes
+    smp = report.sample
+    assert smp is not None and smp.files == 2
+    assert 0 < smp.bytes < smp.total_bytes
+    assert smp.small_bytes is not None and 0 < smp.small_bytes <= 0.6 * smp.bytes
+    summary = {s.strategy: s for s in report.summary}
     for t in report.trials:
         assert t.status == "ok", t.reason
-        assert t.sampled and t.verified
-        assert t.bytes == report.sample.bytes
+        assert t.sampled and t.verified and t.scope == "sampled"
+        # One trial per strategy at each of the two sizes: the fit's and the sample's.
+        assert t.bytes == (smp.small_bytes if t.fit else smp.bytes)
+        s = summary[t.strategy]
+        assert s.fixed_seconds is not None and 0 <= s.fixed_seconds <= t.seconds
+        # Only the load beyond the fitted fixed cost is scaled up to the whole model.
         assert t.extrapolated_seconds == pytest.approx(
-            t.seconds * report.sample.total_bytes / report.sample.bytes
+            s.fixed_seconds + (t.seconds - s.fixed_seconds) * smp.total_bytes / t.bytes
         )
+    for s in report.summary:
+        assert s.trials == 1 and s.scope == "sampled"  # the fit's trial is not in the median
+        # Two points: the line goes through both, so both extrapolate to the same time.
+        assert s.extrapolated_median_seconds is not None
+        times = [t.extrapolated_seconds for t in report.trials if t.strategy == s.strategy]
+        if s.fit_note == "":
+            assert times == pytest.approx([s.extrapolated_median_seconds] * 2, rel=1e-6)
+        assert s.error_estimate is None  # two points cannot measure the fit's error
 
 
 def test_budget_too_small_for_full_loads_samples_and_says_why(st_dir: Path) -> None:
     report = run_bench(
-        resolve(str(st_dir)), BenchOptions(strategies=("mmap",), repeats=2, budget_s=0.5)
+        resolve(str(st_dir)), BenchOptions(strategies=("mmap",), repeats=3, budget_s=0.05)
     )
     assert report.sample is not None
     assert "budget" in report.sample.reason
     assert report.sample.bytes < report.sample.total_bytes
-    assert report.sample.error_estimate is not None
+    (summary,) = report.summary
+    # Four points at two sizes: the fit's error is measured (unless the times did not
+    # grow with the bytes, which the summary then says).
+    assert (report.sample.error_estimate is not None) == (summary.error_estimate is not None)
+    assert summary.error_estimate is not None or "did not grow" in summary.fit_note
     assert all(t.sampled for t in report.trials if t.status == "ok")
+
+
+def test_the_budget_planner_does_not_scale_a_trials_fixed_cost(st_dir: Path) -> None:
+    """Issue 21: a 2 s worker allowance scaled by total/pilot made loads of a few
+    milliseconds look like ~30 s, and a budget they fit in sampled them."""
+    report = run_bench(
+        resolve(str(st_dir)), BenchOptions(strategies=("mmap",), repeats=2, budget_s=8)
+    )
+    assert report.sample is None
+    assert all(not t.sampled and t.status == "ok" for t in report.trials)
 
 
 def test_budget_that_fits_loads_whole_files(st_dir: Path) -> None:
@@ -397,3 +427,53 @@ def test_a_sampled_run_skips_what_cannot_be_sampled(st_dir: Path) -> None:
     ranges = byte_ranges(FileRequest(str(path), header.file_size, "safetensors", picked))
     wanted = sum(t.nbytes for t in header.tensors[1:4])
     assert sum(b - a for a, b in ranges) == wanted < header.file_size
+
+
+@pytest.fixture(scope="module")
+def four_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return synthesize(tmp_path_factory.mktemp("four"), 8 << 20, shards=4, seed=41).root
+
+
+def test_whole_file_strategies_read_whole_shards_or_the_whole_model(four_shards: Path) -> None:
+    """Issue 17: a strategy that loads whole files is given whole shards near the sample's
+    size (extrapolated like the others), runs whole when that costs no more than its
+    sampled trials, and is never scaled from a tensor sample."""
+    names = ("mmap", "fastsafetensors", "runai")
+    if HAVE_TRANSFORMERS:
+        names += ("hf-pretrained",)
+    small = run_bench(
+        resolve(str(four_shards)),
+        BenchOptions(strategies=names, repeats=1, warmup=False, sample_bytes=2 << 20),
+    )
+    peers = [n for n in ("fastsafetensors", "runai") if n not in small.skipped]
+    assert small.sample is not None
+    for t in small.trials:
+        assert t.status == "ok" and t.verified, (t.strategy, t.reason)
+        if t.strategy in peers:
+            assert t.scope == "shards" and t.sampled
+            # whole files: a sum of shard sizes (less their headers), fewer than all
+            assert t.bytes is not None and t.bytes < small.sample.total_bytes
+            assert t.extrapolated_seconds is not None
+        else:
+            assert t.scope == "sampled"
+    for name in peers:
+        main = {t.bytes for t in small.trials if t.strategy == name and not t.fit}
+        fits = {t.bytes for t in small.trials if t.strategy == name and t.fit}
+        assert len(main) == 1 and all(b < min(main) for b in fits if b and min(main))
+    if HAVE_TRANSFORMERS:
+        assert "loads the whole model folder" in small.skipped["hf-pretrained"]
+    big = run_bench(
+        resolve(str(four_shards)),
+        BenchOptions(strategies=names, repeats=2, warmup=False, sample_bytes=4 << 20),
+    )
+    whole = [*peers, *(("hf-pretrained",) if HAVE_TRANSFORMERS else ())]
+    summary = {s.strategy: s for s in big.summary}
+    for name in whole:
+        runs = [t for t in big.trials if t.strategy == name]
+        assert len(runs) == 1 and runs[0].scope == "whole" and not runs[0].sampled
+        assert runs[0].extrapolated_seconds is None and runs[0].status == "ok"
+        assert summary[name].scope == "whole"
+        assert summary[name].extrapolated_median_seconds is None
+    assert summary["mmap"].scope == "sampled"
+    text = bench_text(big)
+    assert "whole-model times" in text and "whole" in text

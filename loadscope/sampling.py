@@ -1,0 +1,232 @@
+"""Sampling a model too big for the budget, and extrapolating sampled trials to the whole.
+
+Owns what a sampled run reads and how its times become whole-model times:
+
+* :func:`choose_sample`: runs of consecutive tensors spread across every shard and
+  across each file, for strategies that read exactly the tensors they are asked for;
+* :func:`smaller_sample`: the second, smaller size of the same kind, so that each
+  strategy's times at two sizes give a fixed cost and a rate;
+* :func:`choose_shards`: a subset of *whole files* for strategies that load whole
+  files whatever tensors they are asked for (the peers): their sample is whole shards;
+* :func:`fit`: the fixed cost and rate from the trials' (bytes, seconds) points, the
+  whole-model time they predict and that prediction's measured error.
+
+A strategy in a sampled run is in one of three scopes, recorded per trial and per
+summary: ``sampled`` (it read the sample), ``shards`` (it read whole files of a
+subset), ``whole`` (it read the whole model: nothing extrapolated). One that fits
+none of them is skipped by the caller with the reason.
+
+Imports the loaders' header reader and the targets' file records only.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from loadscope.loaders.safetensors_format import read_header
+from loadscope.targets import WeightFile
+
+Scope = Literal["sampled", "shards", "whole"]
+SampleSet = dict[Path, tuple[str, ...]]
+#: The second size is this fraction of the first (bytes): far enough apart that the
+#: fixed cost and the rate separate, small enough to cost a quarter of a trial.
+SMALL_FRACTION = 0.25
+#: A whole-file sample may overshoot the asked bytes by this much.
+SHARD_OVERSHOOT = 1.5
+
+
+def choose_sample(
+    files: list[WeightFile], sample_bytes: int, windows_per_file: int = 4
+) -> SampleSet:
+    """Runs of consecutive tensors, ``windows_per_file`` per file, totalling ~``sample_bytes``.
+
+    Spread across every shard and across each file (start, middle, end), so the
+    sample meets the same mix of small and large tensors as the whole model. When
+    the tensors are too big for that many windows to reach the size (a small model
+    of large tensors), fewer and longer windows are taken.
+    """
+    for windows in range(windows_per_file, 0, -1):
+        out = _windows(files, sample_bytes, windows)
+        if windows == 1 or sample_size(files, out)[0] >= 0.6 * sample_bytes:
+            return out
+    return out
+
+
+def _windows(files: list[WeightFile], sample_bytes: int, windows_per_file: int) -> SampleSet:
+    total = sum(f.size_bytes for f in files) or 1
+    out: SampleSet = {}
+    for wf in files:
+        header = read_header(wf.path)
+        per_window = sample_bytes * wf.size_bytes / total / windows_per_file
+        chosen: dict[str, None] = {}
+        n = len(header.tensors)
+        for w in range(windows_per_file):
+            i = int(w * n / windows_per_file)
+            got = 0
+            while i < n and got < per_window:
+                t = header.tensors[i]
+                i += 1
+                if t.name in chosen:
+                    break  # the previous window: this one has met it
+                if got + t.nbytes > 1.5 * per_window:
+                    # A tensor that would overshoot the window by half ends it (or, at
+                    # its start, moves the start past it): a window is one contiguous
+                    # span, never a run with holes, which reads slower than the model
+                    # does (readahead restarts at every hole: +20% per byte measured).
+                    if got:
+                        break
+                    continue
+                chosen[t.name] = None
+                got += t.nbytes
+        if not chosen and header.tensors:
+            chosen[min(header.tensors, key=lambda t: t.nbytes).name] = None
+        if chosen:
+            # File order, so that each run of neighbours is read as one span.
+            order = {t.name: i for i, t in enumerate(header.tensors)}
+            out[wf.path] = tuple(sorted(chosen, key=order.__getitem__))
+    return out
+
+
+def sample_size(files: list[WeightFile], sample: SampleSet) -> tuple[int, int]:
+    """Bytes and tensors the sample holds."""
+    nbytes = count = 0
+    for wf in files:
+        names = set(sample.get(wf.path, ()))
+        for t in read_header(wf.path).tensors:
+            if t.name in names:
+                nbytes += t.nbytes
+                count += 1
+    return nbytes, count
+
+
+def smaller_sample(files: list[WeightFile], sample: SampleSet) -> SampleSet | None:
+    """The same kind of sample at about a quarter of the bytes, or None when it would
+    not be clearly smaller (a sample of one tensor per file cannot shrink)."""
+    big, _ = sample_size(files, sample)
+    small = choose_sample(files, int(big * SMALL_FRACTION))
+    nbytes, _ = sample_size(files, small)
+    return small if 0 < nbytes <= 0.6 * big else None
+
+
+def _spread(files: list[WeightFile], k: int) -> list[WeightFile]:
+    """``k`` of the files at evenly spaced positions (first, middle, last ...)."""
+    n = len(files)
+    return [files[int((i + 0.5) * n / k)] for i in range(k)]
+
+
+def choose_shards(files: list[WeightFile], sample_bytes: int) -> SampleSet | None:
+    """Whole files, evenly spread, totalling about ``sample_bytes`` (at most 1.5x of it)
+    and fewer than all of them; None when no such subset exists (one file, or files
+    each much bigger than the sample)."""
+    best: list[WeightFile] | None = None
+    for k in range(1, len(files)):
+        subset = _spread(files, k)
+        nbytes = sum(f.size_bytes for f in subset)
+        if nbytes > SHARD_OVERSHOOT * sample_bytes:
+            break
+        best = subset
+        if nbytes >= sample_bytes:
+            break
+    if not best:
+        return None
+    return {f.path: tuple(t.name for t in read_header(f.path).tensors) for f in best}
+
+
+def smaller_shards(files: list[WeightFile], shards: SampleSet) -> SampleSet | None:
+    """Half of the chosen files (at least one, fewer than all), or None for one file."""
+    chosen = [f for f in files if f.path in shards]
+    if len(chosen) < 2:
+        return None
+    return {f.path: shards[f.path] for f in _spread(chosen, len(chosen) // 2)}
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A whole-model time from sampled trials: ``seconds = fixed_s + bytes / bytes_per_s``."""
+
+    seconds: float
+    fixed_s: float
+    bytes_per_s: float
+    #: Relative standard error of ``seconds`` (the fit's prediction error at the whole
+    #: model's size, from the scatter of the points around the line, plus how far a
+    #: constrained fit moved it); None where the points cannot measure it.
+    error: float | None
+    #: Distinct sizes and points the fit stands on.
+    sizes: int
+    points: int
+    note: str = ""
+
+
+def fit(points: list[tuple[int, float]], total_bytes: int) -> Fit | None:
+    """The fixed cost and rate that best explain ``(bytes, seconds)`` points, and the
+    time they predict for ``total_bytes`` with its error; None without a point.
+
+    Two or more sizes: least squares of seconds on bytes. A negative fixed cost (the
+    times grow faster than the bytes, e.g. readahead still ramping up on the small
+    size) is not physical: the line is then forced through zero and the distance
+    between the two predictions is added to the error. One size: the time scales
+    with the bytes (no fixed cost can be told apart); the error is then the
+    repeats' spread.
+    """
+    pts = [(x, y) for x, y in points if x > 0 and y > 0]
+    if not pts:
+        return None
+    n = len(pts)
+    sizes = len({x for x, _ in pts})
+    if sizes < 2:
+        x = pts[0][0]
+        ys = [y for _, y in pts]
+        med = statistics.median(ys)
+        err = statistics.stdev(ys) / med / math.sqrt(n) if n >= 2 else None
+        return Fit(
+            med * total_bytes / x,
+            0.0,
+            x / med,
+            err,
+            1,
+            n,
+            "one size: scaled with the bytes",
+        )
+    mx = statistics.fmean(x for x, _ in pts)
+    my = statistics.fmean(y for _, y in pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    intercept = my - slope * mx
+    if slope <= 0:
+        # The bigger loads were not slower: noise dominates; scale the biggest size.
+        big = max(x for x, _ in pts)
+        med = statistics.median(y for x, y in pts if x == big)
+        return Fit(
+            med * total_bytes / big,
+            0.0,
+            big / med,
+            None,
+            sizes,
+            n,
+            "the times did not grow with the bytes: scaled from the biggest size",
+        )
+    linear = intercept + slope * total_bytes
+    noise: float | None = None
+    if n > 2:
+        resid = sum((y - (intercept + slope * x)) ** 2 for x, y in pts) / (n - 2)
+        noise = math.sqrt(resid * (1 / n + (total_bytes - mx) ** 2 / sxx))
+    note = ""
+    fixed = intercept
+    if intercept < 0:
+        slope = sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+        fixed = 0.0
+        note = "the times grew faster than the bytes: no fixed cost fitted"
+    seconds = fixed + slope * total_bytes
+    moved = abs(linear - seconds)
+    error = None if noise is None else math.hypot(noise, moved) / seconds
+    return Fit(seconds, fixed, 1 / slope, error, sizes, n, note)
+
+
+def extrapolate(seconds: float, nbytes: int, total_bytes: int, fitted: Fit) -> float:
+    """One trial's whole-model time: the fitted fixed cost plus its own rate scaled."""
+    fixed = min(fitted.fixed_s, seconds)
+    return fixed + (seconds - fixed) * total_bytes / max(nbytes, 1)
