@@ -83,6 +83,10 @@ class Strategy:
     samples: bool = True
     #: Whether it loads only the files it is given (False: it loads the model's folder).
     sample_files: bool = True
+    #: False for a strategy whose parallelism is across files (one reader per file): a
+    #: subset of whole files would read with fewer readers than the model, so its
+    #: sample is always spans of every file.
+    sample_shards: bool = True
 
     def unavailable(self) -> str | None:
         """Why this strategy cannot run in this environment, or None."""
@@ -113,6 +117,7 @@ class Strategy:
             "package": r.package,
             "samples": self.samples,
             "sample_files": self.sample_files,
+            "sample_shards": self.sample_shards,
             "knobs": {k.name: {"default": k.default, "help": k.help} for k in self.knobs},
         }
 

@@ -117,6 +117,8 @@ class Facts:
     stalled: str | None = None
     #: The run's failed and skipped steps, in order (why nothing was measured, if so).
     failures: list[str] = field(default_factory=list)
+    #: Median cold 4 KiB read latency the probe measured (None: not measured).
+    latency_p50_us: float | None = None
 
     def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
         table = self.cold if cache == "cold" else self.warm
@@ -200,6 +202,7 @@ def facts_from(
         failures=list(failures),
         not_run=_not_run(bench),
         storage_class=mount.storage_class if mount else "unknown",
+        latency_p50_us=probe.latency.data.p50_us if probe.latency.data else None,
         stalled=probe.stalled,
         model_bytes=probe.target["total_bytes"],
         headroom_bytes=system.memory_headroom_bytes if system else None,
@@ -827,7 +830,11 @@ def advise_facts(f: Facts) -> Advice:
         and mmap.median_bytes_per_s
         and mmap.median_bytes_per_s >= HEALTHY_FRACTION * limit
     )
-    healthy = f.storage_class in ("local-block", "memory", "overlay") and near_limit
+    healthy = (
+        f.storage_class in ("local-block", "memory", "overlay")
+        and near_limit
+        and not network_like(f)
+    )
     if healthy:
         for r in recs:
             r.optional = True
@@ -850,8 +857,26 @@ def advise_facts(f: Facts) -> Advice:
     return Advice(Verdict("healthy", headline), recs, contradictions(f))
 
 
+#: A cold 4 KiB read slower than this is not a local disk's (NVMe answers in ~0.1 ms,
+#: SATA SSDs in ~0.2 ms); network volumes take 0.5-2 ms and more.
+NETWORK_LIKE_LATENCY_US = 500.0
+
+
+def network_like(f: Facts) -> bool:
+    """A disk named local whose measured latency is a network volume's."""
+    return (
+        f.storage_class == "local-block"
+        and f.latency_p50_us is not None
+        and f.latency_p50_us >= NETWORK_LIKE_LATENCY_US
+    )
+
+
 def _kind(f: Facts) -> str:
-    return {
+    p50 = f"cold 4 KiB reads p50 {f.latency_p50_us / 1000:.2g} ms" if f.latency_p50_us else ""
+    lat = f" ({p50})" if p50 else ""
+    if network_like(f):
+        return f"local disk behaving like a network volume ({p50}; a local disk answers in ~0.1 ms)"
+    name = {
         "fuse": "FUSE storage, latency-bound",
         "network-fs": "network filesystem, latency-bound",
         "network-block": "network block volume",
@@ -859,6 +884,7 @@ def _kind(f: Facts) -> str:
         "local-block": "local disk",
         "memory": "memory-backed storage",
     }.get(f.storage_class, f"{f.storage_class} storage")
+    return name + (lat if f.storage_class == "network-block" else "")
 
 
 def advice_dict(a: Advice) -> dict[str, Any]:

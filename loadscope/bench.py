@@ -50,6 +50,7 @@ from loadscope.sampling import (
     Scope,
     choose_sample,
     choose_shards,
+    error_text,
     extrapolate,
     fit,
     sample_size,
@@ -117,6 +118,9 @@ class BenchOptions:
     memory_headroom_bytes: int | None = None
     #: Force sampling with this many bytes; else chosen from the budget.
     sample_bytes: int | None = None
+    #: Per strategy, the bytes its sample may hold instead (a fast strategy affords more
+    #: in the same time; at least the model's size: it runs whole).
+    sample_bytes_for: dict[str, int] = field(default_factory=dict)
     sample_reason: str = "asked for"
     #: Strategies to run warm as well (None: all of them, when "warm" is asked for).
     warm_strategies: tuple[str, ...] | None = None
@@ -185,6 +189,8 @@ class Summary:
     fit_bytes_per_s: float | None = None
     error_estimate: float | None = None
     fit_note: str = ""
+    #: Bytes one steady trial loaded (the sample's, the shards' or the model's).
+    measured_bytes: int | None = None
 
 
 @dataclass(slots=True)
@@ -199,6 +205,8 @@ class Sample:
     reason: str = ""
     #: The second, smaller sample size the fit uses (None: one size only).
     small_bytes: int | None = None
+    #: "tensors": runs of tensors in every file; "shards": whole files of a subset.
+    kind: str = "tensors"
 
 
 @dataclass(slots=True)
@@ -751,6 +759,8 @@ def _summaries(
             statistics.median(heads) if heads else None,
             scopes.get(strategy),
         )
+        loaded = [t.bytes for t in steady if t.bytes]
+        summary.measured_bytes = int(statistics.median(loaded)) if loaded else None
         if fitted is not None and med is not None:
             summary.fixed_seconds = fitted.fixed_s
             summary.fit_bytes_per_s = fitted.bytes_per_s
@@ -786,32 +796,59 @@ def _scopes(
     files: list[WeightFile],
     names: list[str],
     available: dict[str, dict[str, Any]],
-    sample: SampleSet,
+    sizes: Mapping[str, int],
     repeats: int,
 ) -> tuple[dict[str, Scope], dict[str, tuple[SampleSet | None, SampleSet | None]], dict[str, str]]:
     """Per strategy: what it reads in a sampled run (and at the fit's smaller size), or
-    why it cannot run. A strategy that loads whole files runs whole when that costs no
-    more than its sampled trials would, else on whole shards near the sample's size."""
+    why it cannot run, given the bytes ``sizes`` allots each (a fast strategy affords a
+    bigger sample in the same time, and a whole load when its share covers the model).
+
+    Whole shards near the size where the model has such shards (a strategy then reads
+    files exactly as the whole load does), else a tensor sample; a strategy that loads
+    whole files runs whole when that costs no more than its sampled trials would, and
+    is skipped when neither fits."""
     total = sum(f.size_bytes for f in files)
-    sampled_bytes = sample_size(files, sample)[0]
-    small = smaller_sample(files, sample)
-    shards = choose_shards(files, sampled_bytes)
-    small_shards = smaller_shards(files, shards) if shards is not None else None
+    tensor_sets: dict[int, tuple[SampleSet, SampleSet | None]] = {}
+    shard_sets: dict[int, tuple[SampleSet, SampleSet | None] | None] = {}
     scopes: dict[str, Scope] = {}
     sets: dict[str, tuple[SampleSet | None, SampleSet | None]] = {}
     skipped: dict[str, str] = {}
     for name in names:
         info = available[name]
-        if info.get("samples") is not False:
-            scopes[name], sets[name] = "sampled", (sample, small)
-        elif total <= (max(1, repeats) + SMALL_FRACTION) * sampled_bytes:
+        want = sizes[name]
+        if want >= total or (
+            info.get("samples") is False and total <= (max(1, repeats) + SMALL_FRACTION) * want
+        ):
             scopes[name], sets[name] = "whole", (None, None)
-        elif shards is not None and info.get("sample_files") is not False:
-            scopes[name], sets[name] = "shards", (shards, small_shards)
+            continue
+        if want not in shard_sets:
+            shards = choose_shards(files, want)
+            shard_sets[want] = (shards, smaller_shards(files, shards)) if shards else None
+        if (
+            shard_sets[want] is not None
+            and info.get("sample_files") is not False
+            and (info.get("sample_shards") is not False or info.get("samples") is False)
+        ):
+            # Whole files, read the way the whole load reads each of its files: the most
+            # faithful sample there is, when the shards are small enough.
+            scopes[name], sets[name] = "shards", shard_sets[want]  # type: ignore[assignment]
+        elif info.get("samples") is not False:
+            if want not in tensor_sets:
+                tensors = choose_sample(files, want)
+                tensor_sets[want] = (tensors, smaller_sample(files, tensors))
+            scopes[name], sets[name] = "sampled", tensor_sets[want]
         else:
             smallest = min(f.size_bytes for f in files)
-            skipped[name] = _unsampled_reason(info, total, sampled_bytes, smallest)
+            skipped[name] = _unsampled_reason(info, total, want, smallest)
     return scopes, sets, skipped
+
+
+def _no_strategy_left(names: list[str], skipped: dict[str, str]) -> None:
+    if not names:
+        raise BenchError(
+            "no strategy can run on this target here: "
+            + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        )
 
 
 def run_bench(
@@ -825,57 +862,66 @@ def run_bench(
     files = list(target.files)
     total = target.total_bytes
     sampleable = target.formats == {"safetensors"}
-    sample: SampleSet | None = None
+    sampling = options.sample_bytes if sampleable else None
+    reason = options.sample_reason
     sample_info: Sample | None = None
-    if options.sample_bytes is not None and sampleable:
-        sample = choose_sample(files, options.sample_bytes)
     headroom = _headroom(options)
-    loaded = total if sample is None else sample_size(files, sample)[0]
-    for name in list(names):
-        why = memory_guard(name, available[name], loaded, headroom)
-        if why:
-            skipped[name] = why
-            names.remove(name)
-    if not names:
-        raise BenchError(
-            "no strategy can run on this target here: "
-            + "; ".join(f"{k}: {v}" for k, v in skipped.items())
-        )
+    if sampling is None:
+        for name in list(names):
+            if why := memory_guard(name, available[name], total, headroom):
+                skipped[name] = why
+                names.remove(name)
+    _no_strategy_left(names, skipped)
     block_stat = _block_stat_of(files[0].path)
     cold = ColdCache(allow_drop_caches=options.allow_drop_caches)
-    if options.budget_s is not None and sample is None and sampleable:
-        sample, sample_info = _fit_budget(target, names, available, options, block_stat, cold, say)
+    sizes: dict[str, int] = {}
+    if options.budget_s is not None and sampling is None and sampleable:
+        planned = _fit_budget(target, names, available, options, block_stat, cold, say)
+        if planned is not None:
+            sizes, reason = planned
+            sampling = min(sizes.values())
     scopes: dict[str, Scope] = {}
     sets: dict[str, tuple[SampleSet | None, SampleSet | None]] = {}
-    if sample is not None:
-        scopes, sets, unsampled = _scopes(files, names, available, sample, options.repeats)
+    once: set[str] = set()  # run whole, once, in place of their sampled rounds
+    if sampling is not None:
+        sizes = {n: sizes.get(n, options.sample_bytes_for.get(n, sampling)) for n in names}
+        scopes, sets, unsampled = _scopes(files, names, available, sizes, options.repeats)
         skipped.update(unsampled)
         names = [n for n in names if n not in unsampled]
         for name in names:
-            if scopes[name] != "sampled":
-                big = sets[name][0]
-                nbytes = total if big is None else sample_size(files, big)[0]
-                if why := memory_guard(name, available[name], nbytes, headroom):
-                    skipped[name] = why
+            big = sets[name][0]
+            nbytes = total if big is None else sample_size(files, big)[0]
+            if why := memory_guard(name, available[name], nbytes, headroom):
+                skipped[name] = why
         names = [n for n in names if n not in skipped]
-        if not names:
-            raise BenchError(
-                "no strategy can run on this target here: "
-                + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        _no_strategy_left(names, skipped)
+        once = {n for n in names if scopes[n] == "whole" and sizes[n] < total}
+        extrapolated = [n for n in names if scopes[n] != "whole"]
+        if not extrapolated:
+            sampling, scopes, sets, once = None, {}, {}, set()
+        else:
+            # The report's sample: the smallest any strategy read.
+            first = min(extrapolated, key=lambda n: sample_size(files, sets[n][0] or {})[0])
+            big, small = sets[first]
+            assert big is not None
+            nbytes, count = sample_size(files, big)
+            sample_info = Sample(
+                nbytes,
+                total,
+                count,
+                len(big),
+                None,
+                reason,
+                sample_size(files, small)[0] if small else None,
+                "shards" if scopes[first] == "shards" else "tensors",
             )
-    if sample is not None and sample_info is None:
-        nbytes, count = sample_size(files, sample)
-        sample_info = Sample(nbytes, total, count, len(sample), None, options.sample_reason)
-    smalls = [sets[n][1] for n in names if scopes.get(n) == "sampled" and sets[n][1] is not None]
-    if sample_info is not None and smalls and smalls[0] is not None:
-        sample_info.small_bytes = sample_size(files, smalls[0])[0]
-    if sample is not None and "pickle" in " ".join(names):
+    if sampling is not None and "pickle" in " ".join(names):
         notes.append("torch checkpoints are loaded whole even when sampling")
     # One reference read per distinct set of tensors a trial loads (None: every tensor).
     distinct = {id(s): s for pair in sets.values() for s in pair if s is not None}
     references: dict[int, dict[str, str]] = {}
     if sampleable:
-        if sample is None or any(scopes[n] == "whole" for n in names):
+        if sampling is None or any(scopes[n] == "whole" for n in names):
             references[0] = _bounded_reference(files, {}, options.trial_timeout_s)
         for key, subset in distinct.items():
             inside = [f for f in files if f.path in subset]
@@ -911,7 +957,7 @@ def run_bench(
             for cache in caches
             for name in names
             # A strategy run whole in a sampled run loads the model once, in round 1.
-            if wanted(name, cache) and (scopes.get(name) != "whole" or r == 1)
+            if wanted(name, cache) and (name not in once or r == 1)
         ]
     for i, trial in enumerate(plan):
         trial.id = i + 1
@@ -920,7 +966,7 @@ def run_bench(
         if options.deadline is not None and time.monotonic() >= options.deadline:
             trial.status, trial.reason = "skipped", "the time budget was spent"
             continue
-        chosen = sets[trial.strategy][1 if trial.fit else 0] if sample is not None else None
+        chosen = sets[trial.strategy][1 if trial.fit else 0] if sampling is not None else None
         reference = references[id(chosen) if chosen is not None else 0] if sampleable else learned
         say(TrialStarted(trial, i, len(plan)))
         _, digests = run_trial(
@@ -1010,26 +1056,28 @@ def _fit_budget(
     block_stat: str | None,
     cold: ColdCache,
     say: Listener,
-) -> tuple[SampleSet | None, Sample | None]:
-    """Pilot every strategy that reads a sample on a small one; sample the whole run if
-    full loads do not fit.
+) -> tuple[dict[str, int], str] | None:
+    """Pilot every strategy that reads a sample on a small one; when full loads do not
+    fit the budget, the bytes each strategy's sample may hold, and why (None: they fit).
 
     A trial's cost is its worker's fixed cost (measured around each pilot trial: fork,
     cache eviction and check, digests) plus its load, which scales with the bytes; only
-    the load is scaled. Strategies that load whole files are not piloted (they would
-    read the model) and are planned at the slowest piloted rate.
+    the load is scaled. Every trial's load is given the same share of the time, so a
+    fast strategy gets a bigger sample (or the whole model) than a slow one. Strategies
+    that load whole files are not piloted (they would read the model) and are planned
+    at the median piloted rate.
     """
     assert options.budget_s is not None
     files = list(target.files)
     total = target.total_bytes
     pilot_bytes = min(total // 4, 64 << 20)
     if pilot_bytes <= 0:
-        return None, None
+        return None
     pilot = choose_sample(files, pilot_bytes)
     pilot_actual, _ = sample_size(files, pilot)
     reference = reference_digests(files, pilot)
     overheads: list[float] = []
-    per_byte: list[float] = []
+    per_byte: dict[str, float] = {}  # the slowest cache state's seconds per byte
     whole_only = [n for n in names if available[n].get("samples") is False]
     for name in [n for n in names if n not in whole_only]:
         for cache in options.cache:
@@ -1047,28 +1095,25 @@ def _fit_budget(
                 total_bytes=pilot_actual,
             )
             overheads.append(max(0.0, time.monotonic() - began - (t.seconds or 0.0)))
-            per_byte.append((t.seconds or 0.0) / max(pilot_actual, 1))
+            rate = (t.seconds or 0.0) / max(pilot_actual, 1)
+            per_byte[name] = max(per_byte.get(name, 0.0), rate)
     if not per_byte:
-        return None, None
+        return None
+    typical = statistics.median(per_byte.values())
+    per_byte.update({n: typical for n in whole_only})
     overhead = statistics.median(overheads)
-    per_byte += [max(per_byte)] * (len(whole_only) * len(options.cache))
+    trials = len(per_byte) * len(options.cache)
     runs = options.repeats + (1 if options.warmup else 0)
-    full_estimate = runs * (len(per_byte) * overhead + sum(per_byte) * total)
+    full_estimate = runs * (trials * overhead + len(options.cache) * sum(per_byte.values()) * total)
     if full_estimate <= options.budget_s:
-        return None, None
-    # The sample that makes the plan fit: every round, plus the fit's round at a quarter
-    # of the size; never smaller than the pilot.
-    left = options.budget_s - (runs + 1) * len(per_byte) * overhead
-    sample_bytes = max(pilot_actual, int(left / ((runs + SMALL_FRACTION) * sum(per_byte))))
-    sample = choose_sample(files, min(sample_bytes, total))
-    nbytes, count = sample_size(files, sample)
-    return sample, Sample(
-        nbytes,
-        total,
-        count,
-        len(sample),
-        None,
-        f"full loads would take ~{full_estimate:.0f} s, over the {options.budget_s:g} s budget",
+        return None
+    # Every round, plus the fit's round at a quarter of the size, share what the fixed
+    # costs leave; never less than the pilot per strategy.
+    left = options.budget_s - (runs + 1) * trials * overhead
+    share = max(0.0, left) / ((runs + SMALL_FRACTION) * trials)
+    sizes = {n: max(pilot_actual, int(share / max(b, 1e-15))) for n, b in per_byte.items()}
+    return sizes, (
+        f"full loads would take ~{full_estimate:.0f} s, over the {options.budget_s:g} s budget"
     )
 
 
@@ -1093,10 +1138,6 @@ def _size(value: float | None) -> str:
     return format_bytes(value).replace(" ", "")
 
 
-def _error(value: float | None) -> str:
-    return "±?" if value is None else f"±{value:.0%}" if value >= 0.01 else "±<1%"
-
-
 def extrapolation_lines(report: BenchReport) -> list[str]:
     """What each strategy read in a sampled run and how its whole-model time was made."""
     smp = report.sample
@@ -1112,26 +1153,30 @@ def extrapolation_lines(report: BenchReport) -> list[str]:
             " extrapolated.",
             80,
         ),
-        f"{'strategy':<16}{'cache':<6}{'read':<10}{'time':>8}{'error':>7}{'fixed':>8}"
+        f"{'strategy':<16}{'cache':<6}{'read':<13}{'time':>8}{'error':>7}{'fixed':>8}"
         f"{'rate':>10}{'1st tensor':>11}",
     ]
-    reads = {"sampled": "sample", "shards": "shards", "whole": "whole"}
     for s in report.summary:
         if s.median_seconds is None:
             continue
+        read = (
+            "whole"
+            if s.scope in (None, "whole")
+            else f"{'shards' if s.scope == 'shards' else 'sample'} {_size(s.measured_bytes)}"
+        )
         head = _secs(s.median_first_tensor_s) if s.median_first_tensor_s is not None else "-"
         if s.extrapolated_median_seconds is None:
             rate = format_rate(s.median_bytes_per_s) if s.median_bytes_per_s else "-"
             lines.append(
-                f"{s.strategy:<16}{s.cache:<6}{reads.get(s.scope or '', 'whole'):<10}"
+                f"{s.strategy:<16}{s.cache:<6}{read:<13}"
                 f"{_secs(s.median_seconds):>8}{'-':>7}{'-':>8}{rate:>10}{head:>11}"
             )
             continue
         fixed = _secs(s.fixed_seconds) if s.fixed_seconds is not None else "-"
         rate = format_rate(s.fit_bytes_per_s) if s.fit_bytes_per_s else "-"
         lines.append(
-            f"{s.strategy:<16}{s.cache:<6}{reads.get(s.scope or '', '-'):<10}"
-            f"{'~' + _secs(s.extrapolated_median_seconds):>8}{_error(s.error_estimate):>7}"
+            f"{s.strategy:<16}{s.cache:<6}{read:<13}"
+            f"{'~' + _secs(s.extrapolated_median_seconds):>8}{error_text(s.error_estimate):>7}"
             f"{fixed:>8}{rate:>10}{head:>11}"
         )
     return lines
@@ -1142,10 +1187,14 @@ def to_text(report: BenchReport) -> str:
     lines = [f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"]
     if report.sample:
         smp = report.sample
+        what = (
+            f"{smp.files} of {t['files']} whole files"
+            if smp.kind == "shards"
+            else f"{smp.tensors} tensors in {smp.files} file(s)"
+        )
         lines.append(
             f"sample   {format_bytes(smp.bytes)} of {format_bytes(smp.total_bytes)}"
-            f" ({smp.tensors} tensors in"
-            f" {smp.files} file(s)); times extrapolated to the whole model: {smp.reason}"
+            f" ({what}); times extrapolated to the whole model: {smp.reason}"
         )
     header = (
         f"{'strategy':<16}{'cache':<5}{'median':>8}{'rate':>10}{'x mmap':>7}"

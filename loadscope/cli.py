@@ -493,6 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="diagnosis budget (default 40)",
     )
     p.add_argument("--work-dir", metavar="DIR", help="where to build it (default /var/tmp)")
+    p.add_argument(
+        "--block",
+        action="store_true",
+        help="serve it as a network block volume (ext4 on a loop device over the slow disk)",
+    )
     p.set_defaults(run=_cmd_demo)
 
     p = _target_command(
@@ -573,6 +578,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--unmount", metavar="MOUNTPOINT", help="unmount a (possibly stale) emulator mount and exit"
+    )
+    p.add_argument(
+        "--block",
+        action="store_true",
+        help="a network block volume instead: SRC's files in an ext4 image on the slow disk,"
+        " attached to a loop device and mounted read-only (findmnt shows ext4 on /dev/loopN;"
+        " the block layer's readahead, merging and queue apply; root, mkfs.ext4)",
     )
     # Internal: the FUSE server process itself, as the supervisor (emulated_disk) starts it.
     p.add_argument("--serve-here", action="store_true", help=argparse.SUPPRESS)
@@ -1087,7 +1099,11 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:
     )
     run_demo(
         DemoOptions(
-            size_bytes=args.size, settings=settings, budget_s=args.budget, work_dir=args.work_dir
+            size_bytes=args.size,
+            settings=settings,
+            budget_s=args.budget,
+            work_dir=args.work_dir,
+            block=args.block,
         ),
         out,
     )
@@ -1111,7 +1127,13 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.unmount:
         if args.source or args.mountpoint:
             raise UsageError("emulate --unmount takes only the MOUNTPOINT")
-        unmount_emulator(args.unmount)
+        from loadscope.blockemu import is_block_emulator_mount, unmount_block
+        from loadscope.emulator import mounts_at
+
+        if any(is_block_emulator_mount(m) for m in mounts_at(args.unmount)):
+            unmount_block(args.unmount)
+        else:
+            unmount_emulator(args.unmount)
         out.write(f"unmounted {args.unmount}\n")
         return ExitCode.OK
     if not args.source or not args.mountpoint:
@@ -1132,6 +1154,11 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
         stall_after_bytes=0 if args.stall else args.stall_after,
         eio_rate=args.eio_rate,
     )
+    if args.serve_here and args.block:
+        from loadscope.blockemu import serve_block
+
+        serve_block(args.source, args.mountpoint, settings)  # handles its own signals
+        return ExitCode.OK
     if args.serve_here:
         # The server itself (started by emulated_disk). libfuse installs its own
         # SIGINT/SIGTERM/SIGHUP handlers (leave the loop, unmount), but only over the
@@ -1150,6 +1177,22 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     # As the help says: when the shell or program that started us goes away, so do we
     # (SIGTERM, which unmounts below), also when it was started in the background.
     die_with_parent()
+    if args.block:
+        from loadscope.blockemu import emulated_block_disk
+
+        try:
+            with emulated_block_disk(args.source, args.mountpoint, settings) as volume:
+                if sys.stderr.isatty():
+                    sys.stderr.write(
+                        f"serving {args.source} at {args.mountpoint} as ext4 on {volume.loop}"
+                        f" over a disk answering in {args.latency * 1e3:g} ms per request;"
+                        " Ctrl-C takes it down\n"
+                    )
+                volume.process.wait()
+        except (KeyboardInterrupt, _Terminated):
+            out.write(f"unmounted {args.mountpoint}\n")
+            return ExitCode.OK
+        raise EmulatorError(f"the emulated block volume at {args.mountpoint} stopped on its own")
     try:
         with emulated_disk(args.source, args.mountpoint, settings) as disk:
             if sys.stderr.isatty():

@@ -1,7 +1,8 @@
 """``loadscope demo``: see the slow-network-disk pathology (and its fix) without owning a slow disk.
 
 It builds a synthetic checkpoint on local disk, serves it through the emulated
-slow disk when FUSE is available (else says why and uses the local disk), and
+slow disk when FUSE is available (else says why and uses the local disk) — or,
+with ``block``, as a network block volume (ext4 on a loop device over it) — and
 runs the full diagnosis on it (``doctor``: probes, trials, advice). Everything
 it creates is removed afterwards.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from loadscope.blockemu import block_unavailable_reason, emulated_block_disk
 from loadscope.doctor import DoctorReport, run_doctor
 from loadscope.doctor import to_text as doctor_text
 from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
@@ -33,6 +35,8 @@ class DemoOptions:
     #: For the whole diagnosis (probes, trials, advice); sampled to fit.
     budget_s: float = 40.0
     work_dir: str | None = None
+    #: Serve it as a network block volume (ext4 on a loop device over the slow disk).
+    block: bool = False
 
 
 @contextlib.contextmanager
@@ -46,7 +50,7 @@ def _model_dir(options: DemoOptions, out: TextIO) -> Iterator[Path]:
             f"building a {format_bytes(options.size_bytes)} synthetic checkpoint in {work} ...\n"
         )
         synthesize(work / "model", options.size_bytes)
-        reason = fuse_unavailable_reason()
+        reason = block_unavailable_reason() if options.block else fuse_unavailable_reason()
         if reason is not None:
             out.write(
                 f"no emulated slow disk here ({reason});\n"
@@ -55,6 +59,16 @@ def _model_dir(options: DemoOptions, out: TextIO) -> Iterator[Path]:
             yield work / "model"
             return
         s = options.settings
+        if options.block:
+            out.write(
+                f"serving it as an emulated network block volume: ext4 on a loop device whose"
+                f" image is on a disk answering in {s.latency_s * 1e3:g} ms per request,"
+                f" readahead {s.readahead_kb} KiB (findmnt shows a plain ext4, as for an EBS or"
+                " Persistent Disk volume).\n\n"
+            )
+            with emulated_block_disk(work / "model", work / "mnt", s) as volume:
+                yield volume.path
+            return
         out.write(
             f"serving it through an emulated network disk: {s.latency_s * 1e3:g} ms per read"
             f" request, readahead {s.readahead_kb} KiB, {s.max_background} background requests\n"

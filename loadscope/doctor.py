@@ -43,7 +43,7 @@ from loadscope.broadcast import to_text as ranks_text
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.probing import ProbeReport, run_probes
 from loadscope.probing import to_text as probe_text
-from loadscope.sampling import SMALL_FRACTION
+from loadscope.sampling import SMALL_FRACTION, whole_seconds_text
 from loadscope.snippets import short_label, snippet_heading, snippets_of
 from loadscope.targets import Target
 from loadscope.units import format_bytes, format_rate
@@ -210,32 +210,37 @@ def estimate_rates(probe: ProbeReport) -> tuple[float, float]:
 
 def plan_trials(
     probe: ProbeReport, trials: list[tuple[str, str]], budget_s: float
-) -> tuple[int, int | None]:
-    """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)`` trials.
+) -> tuple[int, int | None, dict[str, int]]:
+    """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)``
+    trials, with the bytes each strategy's sample may hold.
 
-    Each trial costs its fixed start-up plus the model at its estimated rate;
-    when one round does not fit, two rounds of a sample (and one of a quarter of it,
-    for the extrapolation's fit) that do.
+    Each trial costs its fixed start-up plus the model at its estimated rate; when one
+    round does not fit, two rounds of a sample and one of a quarter of it (the
+    extrapolation's second size) do, every trial's load given the same share of the
+    time: a strategy planned at a fast rate gets a bigger sample, or the whole model.
     """
     model: int = probe.target["total_bytes"]
     buffered, parallel = estimate_rates(probe)
 
-    def load_s(strategy: str, cache: str) -> float:
+    def rate(strategy: str, cache: str) -> float:
         if cache == "warm":
-            return model / WARM_RATE
-        return model / (buffered if strategy in BUFFERED_STRATEGIES else parallel)
+            return WARM_RATE
+        return buffered if strategy in BUFFERED_STRATEGIES else parallel
 
     fixed = len(trials) * TRIAL_OVERHEAD_S
-    loads = sum(load_s(s, c) for s, c in trials)
+    loads = sum(model / rate(s, c) for s, c in trials)
     for repeats in (2, 1):
         if SERVER_START_S + repeats * (fixed + loads) <= budget_s:
-            return repeats, None
-    # Sampled: two rounds at the sample's size and one at a quarter of it, so that each
-    # strategy's times at two sizes give its fixed cost and rate, and the scatter of
-    # three points the error of its whole-model time.
-    rounds = 2 + SMALL_FRACTION
-    fraction = max(0.0, budget_s - SERVER_START_S - 3 * fixed) / max(rounds * loads, 1e-9)
-    return 2, int(min(model, max(MIN_SAMPLE_BYTES, model * fraction)))
+            return repeats, None, {}
+    # Two rounds at the sample's size and one at a quarter of it: each strategy's times
+    # at two sizes give its fixed cost and rate, the scatter of three points the error.
+    left = max(0.0, budget_s - SERVER_START_S - 3 * fixed)
+    share = left / ((2 + SMALL_FRACTION) * len(trials))
+    sizes: dict[str, int] = {}
+    for strategy, cache in trials:
+        fits = int(min(model, max(MIN_SAMPLE_BYTES, share * rate(strategy, cache))))
+        sizes[strategy] = min(sizes.get(strategy, model), fits)
+    return 2, min(sizes.values()), sizes
 
 
 def gpu_count(probe: ProbeReport) -> int:
@@ -322,9 +327,9 @@ def run_doctor(
         ranks = gpu_count(probe)
     multi = ranks is not None and ranks >= 2 and formats == {"safetensors"}
     remaining = max(10.0, budget_s - probe.elapsed_s - 2.0) * (0.6 if multi else 1.0)
-    repeats, sample = plan_trials(probe, trials, remaining)
+    repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
     if formats != {"safetensors"}:
-        sample = None  # torch checkpoints load whole
+        sample, sample_sizes = None, {}  # torch checkpoints load whole
     hints = hints_from(probe)
     try:
         if probe.stalled:
@@ -340,6 +345,7 @@ def run_doctor(
                 repeats=repeats,
                 warmup=False,
                 sample_bytes=sample,
+                sample_bytes_for=sample_sizes,
                 sample_reason=f"full loads of every strategy would not fit {budget_s:g} s",
                 trial_timeout_s=max(30.0, remaining),
                 deadline=time.monotonic() + remaining,
@@ -635,7 +641,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
             rate = format_rate(s["median_bytes_per_s"]) if s["median_bytes_per_s"] else "-"
             x = f"{s['x_vs_mmap']:.2f}x" if s["x_vs_mmap"] else "-"
             out.append(
-                f"| `{s['strategy']}` | {s['cache']} | {s['median_seconds']:.3g} | {rate} | {x} |"
+                f"| `{s['strategy']}` | {s['cache']} | {whole_seconds_text(s)} | {rate} | {x} |"
             )
         out += ["", "</details>", ""]
     ranks = doc.get("ranks")

@@ -165,6 +165,29 @@ def _residency_dict(r: ProbeResult[Residency]) -> dict[str, Any]:
     return out
 
 
+#: Where a loop device's image lives decides what its reads wait on: these are remote.
+_REMOTE_CLASSES = ("network-fs", "fuse", "network-block", "wsl")
+
+
+def _loop_verdict(
+    device: blockdev.DeviceReport, table: list[mounts.Mount], wsl: bool
+) -> tuple[bool, str] | None:
+    """A loop device's verdict from the mount under its image file: an image on FUSE,
+    NFS or Lustre (container images on HPC clusters often are) is slow storage that
+    looks like a local disk. None when the image's mount cannot be found."""
+    for backing in device.backing_files:
+        try:
+            under = mounts.mount_of(backing, table)
+        except Unavailable:
+            continue
+        cls, why = mounts.classify(under, wsl=wsl)
+        where = f"{device.name}: a loop device over {backing!r}, which is on {under.mount_point}"
+        if cls in _REMOTE_CLASSES:
+            return True, f"{where} ({why}): every request the loop device sends goes there"
+        return False, f"{where} ({why})"
+    return None
+
+
 def _storage(path: Path, table: list[mounts.Mount], wsl: bool) -> StorageProbe:
     mount = mounts.mount_of(str(path), table)
     dev = mounts.block_device_of(mount)
@@ -179,6 +202,8 @@ def _storage(path: Path, table: list[mounts.Mount], wsl: bool) -> StorageProbe:
     if device.data is not None:
         is_network, evidence = blockdev.network_verdict(device.data)
         verdict = (bool(is_network), evidence) if is_network is not None else (False, evidence)
+        if device.data.backing_files and is_network is not True:
+            verdict = _loop_verdict(device.data, table, wsl) or verdict
     report = run_probe(
         "mount", lambda: mounts.describe_mount(mount, table, wsl=wsl, device_network=verdict)
     )

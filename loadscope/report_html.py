@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from loadscope.sampling import whole_seconds_text
 from loadscope.snippets import snippet_heading, snippets_of
 from loadscope.units import format_bytes, format_rate
 
@@ -144,7 +145,8 @@ def to_html(doc: dict[str, Any]) -> str:
             x = f"{s['x_vs_mmap']:.2f}x" if s.get("x_vs_mmap") else "-"
             out.append(
                 f"<tr><td>{_e(s['strategy'])}</td><td>{_e(s['cache'])}</td>"
-                f"<td>{s['median_seconds']:.3g}</td><td>{_e(format_rate(s['median_bytes_per_s']))}</td>"
+                f"<td>{_e(whole_seconds_text(s))}</td>"
+                f"<td>{_e(format_rate(s['median_bytes_per_s']))}</td>"
                 f"<td>{_e(x)}</td></tr>"
             )
         out.append("</table>")

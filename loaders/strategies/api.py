@@ -25,7 +25,7 @@ class PublicLoadFile(Strategy):
     name = "api"
     summary = "loadscope.load_file(path): the public API (auto's choices, safetensors' output)"
     requires = Requirements(ram_multiple=1.0)
-    knobs = Auto.knobs
+    knobs = tuple(k for k in Auto.knobs if k.name != "huge_pages")  # load_file: always on
 
     def load(
         self, files: list[FileRequest], ctx: LoadContext

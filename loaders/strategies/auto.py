@@ -45,6 +45,7 @@ class Auto(Strategy):
         Knob("threads", 12, "requests in flight per cold file (default: from the probes)"),
         Knob("block_bytes", 1 << 20, "bytes per request for cold files (default: from the probes)"),
         Knob("direct", "auto", "O_DIRECT for cold files: auto, yes or no"),
+        Knob("huge_pages", "yes", "MADV_HUGEPAGE on the read buffers: yes or no"),
     )
 
     def load(
@@ -87,4 +88,7 @@ class Auto(Strategy):
                     "block_bytes": block,
                 }
             )
-            yield from read_file_parallel(f, threads=threads, block_bytes=block, direct=direct)
+            huge = str(ctx.knob(self, "huge_pages")) != "no"
+            yield from read_file_parallel(
+                f, threads=threads, block_bytes=block, direct=direct, huge_pages=huge
+            )

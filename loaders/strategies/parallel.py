@@ -7,6 +7,7 @@ once and never copied again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     import torch
 
 
+#: The smallest request a span is split into so that every reader thread has one.
+MIN_SPLIT_BYTES = 1 << 20
+
+
 def parallel_read(
     path: str,
     view: memoryview,
@@ -45,6 +50,13 @@ def parallel_read(
     cannot be read directly is read with a plain pread.
     """
     jobs: list[tuple[int, int, int]] = []  # (file offset, length, view offset)
+    span = sum(end - start for start, end in ranges)
+    if threads > 1 and span < threads * block_bytes:
+        # Fewer bytes than the threads' blocks: smaller requests (not under 1 MiB), so
+        # that every thread has one and the requests in flight match a big file's (a
+        # 10 MiB span read as one 16 MiB job used one thread of eight: 3x slower).
+        per = -(-span // threads)
+        block_bytes = min(block_bytes, max(MIN_SPLIT_BYTES, -(-per // 4096) * 4096))
     at = 0
     for start, end in ranges:
         for off in range(start, end, block_bytes):
@@ -117,8 +129,29 @@ class Parallel(Strategy):
             yield from read_file_parallel(f, threads=threads, block_bytes=block)
 
 
+def fresh_buffer(nbytes: int, *, huge_pages: bool = True) -> Any:
+    """Anonymous, page-aligned memory for ``nbytes`` (O_DIRECT needs the alignment).
+
+    With ``huge_pages`` it is marked ``MADV_HUGEPAGE``: where transparent huge pages are
+    in ``madvise`` mode (the common default), the reads then fault it in 2 MiB at a
+    time instead of 4 KiB (~1.5-2 us per 4 KiB fault here, ~0.9 s of a 2 GiB load).
+    """
+    import mmap
+
+    buf = mmap.mmap(-1, nbytes)
+    if huge_pages and hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):
+            buf.madvise(mmap.MADV_HUGEPAGE)
+    return buf
+
+
 def read_file_parallel(
-    f: FileRequest, *, threads: int, block_bytes: int, direct: bool = False
+    f: FileRequest,
+    *,
+    threads: int,
+    block_bytes: int,
+    direct: bool = False,
+    huge_pages: bool = True,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     import mmap
 
@@ -135,8 +168,7 @@ def read_file_parallel(
     total = sum(end - start for start, end, _ in layout)
     if total == 0:
         return
-    # Page-aligned anonymous memory: O_DIRECT needs it; buffered reads do not mind.
-    buf: Any = mmap.mmap(-1, total + align)
+    buf = fresh_buffer(total + align, huge_pages=huge_pages)
     view = memoryview(buf)
     parallel_read(
         f.path,

@@ -34,6 +34,7 @@ class VllmPrefetch(Strategy):
     name = "vllm-prefetch"
     summary = "vLLM's prefetch: one reader per file (8 threads, 16 MiB reads) while mmap loads"
     requires = Requirements(ram_multiple=0.0)
+    sample_shards = False  # one reader per file: a sample must touch every file
     knobs = (
         Knob("threads", 8, "--safetensors-prefetch-num-threads: files read at once"),
         Knob("block_bytes", 16 << 20, "--safetensors-prefetch-block-size: bytes per read"),

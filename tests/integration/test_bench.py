@@ -438,7 +438,7 @@ def test_whole_file_strategies_read_whole_shards_or_the_whole_model(four_shards:
     """Issue 17: a strategy that loads whole files is given whole shards near the sample's
     size (extrapolated like the others), runs whole when that costs no more than its
     sampled trials, and is never scaled from a tensor sample."""
-    names = ("mmap", "fastsafetensors", "runai")
+    names = ("mmap", "vllm-prefetch", "fastsafetensors", "runai")
     if HAVE_TRANSFORMERS:
         names += ("hf-pretrained",)
     small = run_bench(
@@ -449,13 +449,14 @@ def test_whole_file_strategies_read_whole_shards_or_the_whole_model(four_shards:
     assert small.sample is not None
     for t in small.trials:
         assert t.status == "ok" and t.verified, (t.strategy, t.reason)
-        if t.strategy in peers:
+        if t.strategy == "vllm-prefetch":
+            # one reader per file: a subset of files would read with fewer readers
+            assert t.scope == "sampled" and t.sampled
+        else:
+            # every other strategy reads whole shards: files read as the whole load does
             assert t.scope == "shards" and t.sampled
-            # whole files: a sum of shard sizes (less their headers), fewer than all
             assert t.bytes is not None and t.bytes < small.sample.total_bytes
             assert t.extrapolated_seconds is not None
-        else:
-            assert t.scope == "sampled"
     for name in peers:
         main = {t.bytes for t in small.trials if t.strategy == name and not t.fit}
         fits = {t.bytes for t in small.trials if t.strategy == name and t.fit}
@@ -474,6 +475,6 @@ def test_whole_file_strategies_read_whole_shards_or_the_whole_model(four_shards:
         assert runs[0].extrapolated_seconds is None and runs[0].status == "ok"
         assert summary[name].scope == "whole"
         assert summary[name].extrapolated_median_seconds is None
-    assert summary["mmap"].scope == "sampled"
+    assert summary["mmap"].scope == "shards" and summary["vllm-prefetch"].scope == "sampled"
     text = bench_text(big)
     assert "whole-model times" in text and "whole" in text
