@@ -62,20 +62,38 @@ def measure(
 ) -> dict[str, dict[str, list[float] | str | None]]:
     target = resolve(str(model))
     out: dict[str, dict[str, list[float] | str | None]] = {}
-    for r in range(rounds):
+    budget: float | None = None
+
+    def whole_run() -> BenchReport:
+        nonlocal budget
         began = time.monotonic()
-        whole = run_bench(
+        report = run_bench(
             target, BenchOptions(strategies=strategies, repeats=whole_repeats, warmup=False)
         )
-        _ok(whole)
+        _ok(report)
         # The sampled run gets 1/fraction of the whole run's time: its planner pilots
         # each strategy and gives every trial the same share of it (the doctor's way).
         budget = (time.monotonic() - began) / fraction
-        sampled = run_bench(
+        return report
+
+    def sampled_run() -> BenchReport:
+        assert budget is not None
+        report = run_bench(
             target,
             BenchOptions(strategies=strategies, repeats=2, warmup=False, budget_s=budget),
         )
-        _ok(sampled)
+        _ok(report)
+        return report
+
+    for r in range(rounds):
+        # The order swaps every round (the first run of a round can be the slower one);
+        # a sampled run first uses the previous round's budget.
+        if r % 2 == 0:
+            whole = whole_run()
+            sampled = sampled_run()
+        else:
+            sampled = sampled_run()
+            whole = whole_run()
         w = {s.strategy: s for s in whole.summary}
         for name, why in sampled.skipped.items():
             out.setdefault(name, {"pred": [], "whole": [], "err": [], "scope": f"skipped: {why}"})

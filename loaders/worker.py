@@ -115,6 +115,11 @@ def run(spec: dict[str, Any], emitter: Emitter) -> int:
     ctx = LoadContext(
         knobs=dict(spec.get("knobs", {})), hints=dict(spec.get("hints", {})), device=device
     )
+    if scratch := spec.get("scratch_dir"):
+        # Libraries that write caches under the temp dir (torch's inductor, when
+        # transformers builds a model) write into the run's scratch dir, which the
+        # parent removes, whatever happens to this worker.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(str(scratch), "torchinductor")
     _prepare_device(strategy.name, strategy.requires.gpu, device)
     strategy.prepare(files, ctx)
     block_stat = spec.get("block_stat")

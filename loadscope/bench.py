@@ -22,10 +22,12 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -532,8 +534,10 @@ def run_trial(
     cold: ColdCache,
     listener: Listener,
     total_bytes: int,
+    scratch_dir: str | None = None,
 ) -> tuple[Trial, dict[str, str]]:
-    """Run one trial; returns it and its tensors' digests."""
+    """Run one trial; returns it and its tensors' digests. ``scratch_dir``: where the
+    worker's libraries may write caches (removed by the caller)."""
     verified, resident, note = _prepare_cache(files, trial.cache, cold)
     trial.cache_verified = verified
     trial.residency_before = resident
@@ -555,6 +559,7 @@ def run_trial(
         "hints": options.hints,
         "device": options.device,
         "block_stat": block_stat,
+        "scratch_dir": scratch_dir,
         "total_bytes": total_bytes,
         "total_tensors": 0,
     }
@@ -854,7 +859,20 @@ def _no_strategy_left(names: list[str], skipped: dict[str, str]) -> None:
 def run_bench(
     target: Target, options: BenchOptions, listener: Listener | None = None
 ) -> BenchReport:
-    """Plan, run and summarise the trials for ``target``."""
+    """Plan, run and summarise the trials for ``target``.
+
+    The workers get a scratch directory for what their libraries cache under the temp
+    dir; it is removed when the run ends, however it ends."""
+    scratch = tempfile.mkdtemp(prefix="loadscope-scratch-")
+    try:
+        return _run_bench(target, options, listener, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_bench(
+    target: Target, options: BenchOptions, listener: Listener | None, scratch: str
+) -> BenchReport:
     say = listener or (lambda _e: None)
     notes: list[str] = []
     available = describe_strategies()
@@ -979,6 +997,7 @@ def run_bench(
             cold=cold,
             listener=say,
             total_bytes=total if chosen is None else sample_size(files, chosen)[0],
+            scratch_dir=scratch,
         )
         trial.sampled = trial.scope in ("sampled", "shards") and trial.seconds is not None
         if not sampleable and not learned and trial.status == "ok" and digests:

@@ -43,7 +43,7 @@ from loadscope.broadcast import to_text as ranks_text
 from loadscope.errors import ExitCode, LoadscopeError
 from loadscope.probing import ProbeReport, run_probes
 from loadscope.probing import to_text as probe_text
-from loadscope.sampling import SMALL_FRACTION, whole_seconds_text
+from loadscope.sampling import SMALL_FRACTION, whole_rate, whole_seconds_text
 from loadscope.snippets import short_label, snippet_heading, snippets_of
 from loadscope.targets import Target
 from loadscope.units import format_bytes, format_rate
@@ -638,7 +638,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
         for s in bench["summary"]:
             if s["median_seconds"] is None:
                 continue
-            rate = format_rate(s["median_bytes_per_s"]) if s["median_bytes_per_s"] else "-"
+            per_s = whole_rate(s, int((bench.get("target") or {}).get("total_bytes") or 0))
+            rate = format_rate(per_s) if per_s else "-"
             x = f"{s['x_vs_mmap']:.2f}x" if s["x_vs_mmap"] else "-"
             out.append(
                 f"| `{s['strategy']}` | {s['cache']} | {whole_seconds_text(s)} | {rate} | {x} |"

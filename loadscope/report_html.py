@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from loadscope.sampling import whole_seconds_text
+from loadscope.sampling import whole_rate, whole_seconds_text
 from loadscope.snippets import snippet_heading, snippets_of
 from loadscope.units import format_bytes, format_rate
 
@@ -118,12 +118,17 @@ def to_html(doc: dict[str, Any]) -> str:
         out.append(f"<p><i>{_e(note)}</i></p>")
     bench = doc.get("bench") or {}
     summary = [s for s in bench.get("summary", []) if s.get("median_bytes_per_s")]
+    total = int((bench.get("target") or {}).get("total_bytes") or 0)
     if summary:
         out.append("<h2>Trials</h2>")
         out.append(
             bar_chart(
                 "median throughput per strategy (cold)",
-                [(s["strategy"], s["median_bytes_per_s"]) for s in summary if s["cache"] == "cold"],
+                [
+                    (s["strategy"], whole_rate(s, total) or 0.0)
+                    for s in summary
+                    if s["cache"] == "cold"
+                ],
                 format_rate,
             )
         )
@@ -146,7 +151,7 @@ def to_html(doc: dict[str, Any]) -> str:
             out.append(
                 f"<tr><td>{_e(s['strategy'])}</td><td>{_e(s['cache'])}</td>"
                 f"<td>{_e(whole_seconds_text(s))}</td>"
-                f"<td>{_e(format_rate(s['median_bytes_per_s']))}</td>"
+                f"<td>{_e(format_rate(whole_rate(s, total) or 0.0))}</td>"
                 f"<td>{_e(x)}</td></tr>"
             )
         out.append("</table>")

@@ -248,3 +248,12 @@ def whole_seconds_text(summary: Mapping[str, Any]) -> str:
     if extra is None:
         return f"{summary['median_seconds']:.3g}"
     return f"~{extra:.3g} {error_text(summary.get('error_estimate'))}"
+
+
+def whole_rate(summary: Mapping[str, Any], total_bytes: int) -> float | None:
+    """The whole model's bytes per second behind :func:`whole_seconds_text`."""
+    extra = summary.get("extrapolated_median_seconds")
+    if extra and total_bytes:
+        return total_bytes / extra
+    rate = summary.get("median_bytes_per_s")
+    return float(rate) if rate else None
