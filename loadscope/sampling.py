@@ -254,6 +254,6 @@ def whole_rate(summary: Mapping[str, Any], total_bytes: int) -> float | None:
     """The whole model's bytes per second behind :func:`whole_seconds_text`."""
     extra = summary.get("extrapolated_median_seconds")
     if extra and total_bytes:
-        return total_bytes / extra
+        return total_bytes / float(extra)
     rate = summary.get("median_bytes_per_s")
     return float(rate) if rate else None
