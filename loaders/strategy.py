@@ -83,6 +83,9 @@ class Strategy:
     samples: bool = True
     #: Whether it loads only the files it is given (False: it loads the model's folder).
     sample_files: bool = True
+    #: Libraries its :meth:`prepare` imports (the fork server imports them once for all
+    #: trials); ``"transformers-model"`` also names the model's modeling module.
+    preload: tuple[str, ...] = ()
     #: False for a strategy whose parallelism is across files (one reader per file): a
     #: subset of whole files would read with fewer readers than the model, so its
     #: sample is always spans of every file.
@@ -118,6 +121,7 @@ class Strategy:
             "samples": self.samples,
             "sample_files": self.sample_files,
             "sample_shards": self.sample_shards,
+            "preload": list(self.preload),
             "knobs": {k.name: {"default": k.default, "help": k.help} for k in self.knobs},
         }
 

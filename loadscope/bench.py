@@ -400,6 +400,23 @@ def _prepare_cache(
     return ok, mean, "; ".join(notes)
 
 
+def _preload_for(strategy: str, files: list[WeightFile]) -> list[str]:
+    """The modules ``strategy``'s worker imports before its clock, for the fork server to
+    import once (``transformers-model``: the modeling module of the model's config.json,
+    read here as JSON: the parent never imports transformers)."""
+    from loadscope.loaders.strategies import STRATEGIES
+
+    wanted = getattr(STRATEGIES.get(strategy), "preload", ())
+    out = [m for m in wanted if m != "transformers-model"]
+    if "transformers-model" in wanted and files:
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            config = json.loads((files[0].path.parent / "config.json").read_text())
+            kind = str(config["model_type"]).replace("-", "_")
+            if kind.isidentifier():
+                out.append(f"transformers.models.{kind}.modeling_{kind}")
+    return out
+
+
 def _kill_group(proc: subprocess.Popen[str] | ForkedProcess) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -424,9 +441,14 @@ class _Worker:
     the strategies instead (its answer is in ``lines``).
     """
 
-    def __init__(self, spec: dict[str, Any] | None, argv: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        spec: dict[str, Any] | None,
+        argv: tuple[str, ...] | None = None,
+        preload: list[str] | None = None,
+    ) -> None:
         args = ["--describe"] if spec is None else [json.dumps(spec)]
-        forked = self._forked(args) if argv is None else None
+        forked = self._forked(args, preload) if argv is None else None
         self.proc: subprocess.Popen[str] | ForkedProcess
         if forked is not None:
             self.proc = forked
@@ -457,11 +479,11 @@ class _Worker:
         self._out.join(timeout)
 
     @staticmethod
-    def _forked(args: list[str]) -> ForkedProcess | None:
+    def _forked(args: list[str], preload: list[str] | None = None) -> ForkedProcess | None:
         if not forkserver.enabled():
             return None
         try:
-            return forkserver.shared_server().spawn(args)
+            return forkserver.shared_server().spawn(args, preload=preload)
         except forkserver.ForkServerError:
             return None  # a fresh interpreter still works, only slower to start
 
@@ -564,7 +586,7 @@ def run_trial(
         "total_tensors": 0,
     }
     oom_before = oom_kills()
-    worker = _Worker(spec, options.worker_argv)
+    worker = _Worker(spec, options.worker_argv, _preload_for(trial.strategy, files))
     timeout_s = options.trial_timeout_s
     if options.deadline is not None:
         timeout_s = min(timeout_s, max(DEADLINE_GRACE_S, options.deadline - time.monotonic()))

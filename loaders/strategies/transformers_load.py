@@ -57,6 +57,7 @@ class FromPretrained(Strategy):
     requires = Requirements(ram_multiple=1.0, package="transformers", extra="transformers")
     samples = False
     sample_files = False  # from_pretrained loads the model's folder
+    preload = ("transformers", "transformers-model")
 
     def prepare(self, files: list[FileRequest], ctx: LoadContext) -> None:
         """Import transformers and the model's code before the clock: the first

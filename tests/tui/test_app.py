@@ -55,7 +55,7 @@ def test_onboarding_to_advice_on_a_synthetic_model() -> None:
     """Pick a small synthetic checkpoint, run the real diagnosis, end on the advice."""
 
     async def go() -> None:
-        app = _app(budget_s=25)
+        app = _app(budget_s=15)
         async with app.run_test(size=(100, 30)) as pilot:
             assert isinstance(app.screen, OnboardingScreen)
             size = app.screen.query_one("#synth-size")
