@@ -11,9 +11,13 @@ digests are compared with a reference read. Strategies that would hold the
 model in RAM are skipped, with the numbers, when they would not fit.
 
 Huge models: with ``--budget``, a pilot round on a sample estimates every
-trial's full cost; when the plan does not fit, every strategy runs on the same
-representative sample (windows of tensors spread across shards) and the full
-time is extrapolated, with the sample size and an error estimate.
+trial's fixed cost and load rate; when the plan does not fit, each strategy runs
+on a sample sized to an equal share of the budget (whole shards where they are
+small enough, else a span of tensors per file: :mod:`loadscope.sampling`), at that
+size and a quarter of it, and its whole-model time is the fitted fixed cost plus
+the model at the fitted rate, with the fit's error. A strategy that loads whole
+files runs on whole shards, runs whole, or is skipped with the reason: never
+scaled from a tensor sample.
 """
 
 from __future__ import annotations
