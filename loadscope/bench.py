@@ -888,12 +888,32 @@ def run_bench(
     """Plan, run and summarise the trials for ``target``.
 
     The workers get a scratch directory for what their libraries cache under the temp
-    dir; it is removed when the run ends, however it ends."""
-    scratch = tempfile.mkdtemp(prefix="loadscope-scratch-")
+    dir; it is removed when the run ends, and one left by a run that was killed
+    outright (its process gone) is removed by the next run."""
+    _reap_stale_scratch()
+    scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
     try:
         return _run_bench(target, options, listener, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+SCRATCH_PREFIX = "loadscope-scratch-"
+
+
+def _reap_stale_scratch() -> None:
+    """Remove scratch directories whose run (the pid in the name) no longer exists."""
+    with contextlib.suppress(OSError):
+        for entry in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+            pid = entry.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+            if not pid.isdigit():
+                continue
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry, ignore_errors=True)
+            except OSError:
+                continue
 
 
 def _run_bench(
@@ -1169,6 +1189,17 @@ def _secs(value: float) -> str:
     return f"{value:.3g}s" if value < 100 else f"{value:.0f}s"
 
 
+def _short(value: float | None) -> str:
+    """Seconds in at most 7 characters: ``24.3s``, ``152ms``, ``0.7ms``, ``0s``."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0s"
+    if value < 1:
+        return f"{value * 1e3:.3g}ms" if value >= 0.001 else f"{value * 1e3:.1f}ms"
+    return _secs(value)
+
+
 def _count(value: int | None) -> str:
     if value is None:
         return "-"
@@ -1198,8 +1229,8 @@ def extrapolation_lines(report: BenchReport) -> list[str]:
             " extrapolated.",
             80,
         ),
-        f"{'strategy':<16}{'cache':<6}{'read':<13}{'time':>8}{'error':>7}{'fixed':>8}"
-        f"{'rate':>10}{'1st tensor':>11}",
+        f"{'strategy':<16}{'cache':<6}{'read':<14}{'time':>8}{'error':>7}{'fixed':>8}"
+        f"{'rate':>10}{'1st':>8}",
     ]
     for s in report.summary:
         if s.median_seconds is None:
@@ -1209,20 +1240,19 @@ def extrapolation_lines(report: BenchReport) -> list[str]:
             if s.scope in (None, "whole")
             else f"{'shards' if s.scope == 'shards' else 'sample'} {_size(s.measured_bytes)}"
         )
-        head = _secs(s.median_first_tensor_s) if s.median_first_tensor_s is not None else "-"
+        head = _short(s.median_first_tensor_s)
         if s.extrapolated_median_seconds is None:
             rate = format_rate(s.median_bytes_per_s) if s.median_bytes_per_s else "-"
             lines.append(
-                f"{s.strategy:<16}{s.cache:<6}{read:<13}"
-                f"{_secs(s.median_seconds):>8}{'-':>7}{'-':>8}{rate:>10}{head:>11}"
+                f"{s.strategy:<16}{s.cache:<6}{read:<14}"
+                f"{_short(s.median_seconds):>8}{'-':>7}{'-':>8}{rate:>10}{head:>8}"
             )
             continue
-        fixed = _secs(s.fixed_seconds) if s.fixed_seconds is not None else "-"
         rate = format_rate(s.fit_bytes_per_s) if s.fit_bytes_per_s else "-"
         lines.append(
-            f"{s.strategy:<16}{s.cache:<6}{read:<13}"
-            f"{'~' + _secs(s.extrapolated_median_seconds):>8}{error_text(s.error_estimate):>7}"
-            f"{fixed:>8}{rate:>10}{head:>11}"
+            f"{s.strategy:<16}{s.cache:<6}{read:<14}"
+            f"{'~' + _short(s.extrapolated_median_seconds):>8}{error_text(s.error_estimate):>7}"
+            f"{_short(s.fixed_seconds):>8}{rate:>10}{head:>8}"
         )
     return lines
 
@@ -1264,7 +1294,7 @@ def to_text(report: BenchReport) -> str:
             lines.append(f"{s.strategy:<16}{s.cache:<5}failed: {why}"[:160])
             continue
         secs = s.extrapolated_median_seconds or s.median_seconds
-        shown = ("~" if s.extrapolated_median_seconds else "") + _secs(secs)
+        shown = "~" + _short(secs) if s.extrapolated_median_seconds else _secs(secs)
         # The rate of the time shown: the whole model's over its extrapolated time.
         per_s = t["total_bytes"] / secs if s.extrapolated_median_seconds else s.median_bytes_per_s
         rate = format_rate(per_s) if per_s else "-"

@@ -158,10 +158,13 @@ def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
 
 
 #: A trial's fixed cost beyond its load: the worker's fork, the cache put in the asked
-#: state and verified (eviction, mincore), the digest check, and libraries a strategy
-#: imports before its clock (transformers, the peers). Measured ~1.0 s per trial on
-#: this project's 2-core VM (an 8 MiB model: 27 trials in 27 s of wall time).
-TRIAL_OVERHEAD_S = 1.0
+#: state and verified (eviction, mincore), the digest check. Measured 0.2-0.5 s per
+#: trial on this project's 2-core VM (a doctor of an 8 MiB model without a config.json:
+#: 14 trials and the probes in 3.0 s of wall time).
+TRIAL_OVERHEAD_S = 0.4
+#: More for the trials that build a transformers model before their clock (the model's
+#: code, on the meta device; the fork server imports transformers once, ~3.3 s here).
+HF_TRIAL_OVERHEAD_S = 2.0
 #: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
 SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
@@ -227,20 +230,27 @@ def plan_trials(
             return WARM_RATE
         return buffered if strategy in BUFFERED_STRATEGIES else parallel
 
-    fixed = len(trials) * TRIAL_OVERHEAD_S
+    fixed = sum(
+        HF_TRIAL_OVERHEAD_S if s in TRANSFORMERS_STRATEGIES else TRIAL_OVERHEAD_S for s, _ in trials
+    )
     loads = sum(model / rate(s, c) for s, c in trials)
     for repeats in (2, 1):
         if SERVER_START_S + repeats * (fixed + loads) <= budget_s:
             return repeats, None, {}
     # Two rounds at the sample's size and one at a quarter of it: each strategy's times
     # at two sizes give its fixed cost and rate, the scatter of three points the error.
-    left = max(0.0, budget_s - SERVER_START_S - 3 * fixed)
-    share = left / ((2 + SMALL_FRACTION) * len(trials))
+    # When the trials' fixed costs would leave the loads under a third of the time, one
+    # round and the quarter-size one (the fit, without its error) so that every
+    # strategy is still measured.
+    usable = budget_s - SERVER_START_S
+    repeats = 2 if usable - 3 * fixed >= usable / 3 else 1
+    left = max(0.0, usable - (repeats + 1) * fixed)
+    share = left / ((repeats + SMALL_FRACTION) * len(trials))
     sizes: dict[str, int] = {}
     for strategy, cache in trials:
         fits = int(min(model, max(MIN_SAMPLE_BYTES, share * rate(strategy, cache))))
         sizes[strategy] = min(sizes.get(strategy, model), fits)
-    return 2, min(sizes.values()), sizes
+    return repeats, min(sizes.values()), sizes
 
 
 def gpu_count(probe: ProbeReport) -> int:

@@ -36,6 +36,9 @@ SampleSet = dict[Path, tuple[str, ...]]
 #: The second size is this fraction of the first (bytes): far enough apart that the
 #: fixed cost and the rate separate, small enough to cost a quarter of a trial.
 SMALL_FRACTION = 0.25
+#: With only two points (nothing to check the line against), a fitted fixed cost above
+#: this fraction of the smaller trial is not believed.
+MAX_UNCHECKED_FIXED = 0.5
 #: A whole-file sample may overshoot the asked bytes by this much.
 SHARD_OVERSHOOT = 1.5
 
@@ -212,6 +215,22 @@ def fit(points: list[tuple[int, float]], total_bytes: int) -> Fit | None:
             sizes,
             n,
             "the times did not grow with the bytes: scaled from the biggest size",
+        )
+    small = min(x for x, _ in pts)
+    if n == 2 and intercept > MAX_UNCHECKED_FIXED * min(y for x, y in pts if x == small):
+        # Two points always fit a line exactly: a fixed cost that is most of the smaller
+        # trial cannot be told from noise there (a 2x slow small trial made a 5.8 s load
+        # look like 1.0 s). Scale from the bigger size instead, and say so.
+        big = max(x for x, _ in pts)
+        med = statistics.median(y for x, y in pts if x == big)
+        return Fit(
+            med * total_bytes / big,
+            0.0,
+            big / med,
+            None,
+            sizes,
+            n,
+            "two points with a fixed cost over half the smaller trial: scaled from the bigger size",
         )
     linear = intercept + slope * total_bytes
     noise: float | None = None

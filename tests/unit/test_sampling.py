@@ -152,3 +152,14 @@ def test_whole_shards_for_whole_file_strategies(
     assert choose_shards(one_file, 4 << 20) is None
     one = choose_shards(sharded, size)
     assert one is not None and smaller_shards(sharded, one) is None
+
+
+def test_two_points_do_not_make_a_fixed_cost_out_of_noise() -> None:
+    """A slow small trial (2x its share) with one point per size: a line through both
+    would say most of the time is fixed; the bigger size is scaled instead."""
+    f = fit([(3_000_000, 0.30), (10_000_000, 0.33)], 256_000_000)
+    assert f is not None and f.fixed_s == 0.0 and "scaled from the bigger size" in f.note
+    assert f.seconds == pytest.approx(0.33 * 25.6)
+    # a modest fixed cost with two points is still fitted
+    ok = fit([(3_000_000, 0.13), (10_000_000, 0.40)], 256_000_000)
+    assert ok is not None and 0 < ok.fixed_s < 0.065
