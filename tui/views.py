@@ -248,11 +248,16 @@ def _trial_row(d: dict[str, Any], x_mmap: str) -> tuple[str, ...]:
             "",
         )
     rate = d.get("bytes_per_s")
+    if d.get("fit") and d.get("seconds"):
+        # The extrapolation's second, smaller size: its own time, not a whole-model one.
+        when = f"{d['seconds']:.3g} s fit"
+    else:
+        when = f"{secs:.3g} s" + ("*" if d.get("sampled") else "") if secs else "-"
     return (
         str(d["id"]),
         d["strategy"],
         d["cache"],
-        f"{secs:.3g} s" + ("*" if d.get("sampled") else "") if secs else "-",
+        when,
         format_rate(rate) if rate else "-",
         x_mmap,
         _or_dash(d.get("major_faults")),
@@ -460,7 +465,8 @@ class BenchView(Vertical):
             note = (
                 f" · sampled {format_bytes(sample['bytes'])}"
                 f" of {format_bytes(sample['total_bytes'])},"
-                " times (*) extrapolated to the whole model"
+                " times (*) extrapolated to the whole model; 'fit': a trial at a quarter"
+                " of the sample, measured, for the fit"
             )
         self.query_one("#bench-status", Static).update(
             Text(
