@@ -176,7 +176,7 @@ def _detach(loop: str) -> None:
 def serve_block(source: str, mountpoint: str, settings: EmulatorSettings) -> None:
     """Build, serve, attach and mount; block until signalled; then take it all down."""
     src = check_source(source)
-    mnt = os.path.abspath(mountpoint)
+    mnt = os.path.realpath(mountpoint)  # as the mount table will show it
     if why := block_unavailable_reason():
         raise EmulatorError(f"cannot emulate a block volume here: {why}")
     stop = threading.Event()

@@ -74,7 +74,8 @@ def test_doctor_on_the_emulated_disk_recommends_what_the_trials_show(slow_model:
         key=lambda s: s.extrapolated_median_seconds or s.median_seconds or 0,
     )
     assert top.strategy in ("auto", "direct")
-    assert fastest.strategy in ("auto", "direct")
+    # api is loadscope.load_file: auto's own choice per file, so noise may put it first
+    assert fastest.strategy in ("auto", "direct", "api")
     assert top.expected_speedup is not None and top.expected_speedup >= 3
     # mmap beat the full read on this mount: the advice says so instead of repeating folklore
     assert "read-whole-files" not in [r.id for r in advice.recommendations]
