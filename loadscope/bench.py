@@ -1218,15 +1218,12 @@ def extrapolation_lines(report: BenchReport) -> list[str]:
     """What each strategy read in a sampled run and how its whole-model time was made."""
     smp = report.sample
     assert smp is not None
-    sizes = format_bytes(smp.bytes) + (
-        f" and {format_bytes(smp.small_bytes)}" if smp.small_bytes else ""
-    )
     lines = [
         *textwrap.wrap(
             f"whole-model times ({format_bytes(smp.total_bytes)}): fixed cost + bytes / rate,"
-            f" fitted to each strategy's trials at {sizes} (± one standard error; ±? where"
-            " the trials cannot measure it); 'whole': loaded whole, measured, not"
-            " extrapolated.",
+            " fitted to each strategy's trials at two sizes: what 'read' says and a quarter"
+            " of it (± one standard error; ±? where the trials cannot measure it); 'whole':"
+            " loaded whole, measured, not extrapolated.",
             80,
         ),
         f"{'strategy':<16}{'cache':<6}{'read':<14}{'time':>8}{'error':>7}{'fixed':>8}"

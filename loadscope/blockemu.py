@@ -30,7 +30,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -47,6 +46,8 @@ from loadscope.emulator import (
     emulated_disk,
     fuse_unavailable_reason,
     mounts_at,
+    read_ready,
+    start_server,
     unmount,
 )
 from loadscope.probes.mounts import Mount, read_mountinfo
@@ -246,42 +247,12 @@ def emulated_block_disk(
     check_mountpoint(mountpoint)
     mnt = Path(os.path.abspath(mountpoint))
     mnt.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "loadscope",
-        "emulate",
-        "--block",
-        "--serve-here",
-        str(src),
-        str(mnt),
-        *settings.cli_args(),
-    ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    proc = start_server(src, mnt, settings, "--block")
     try:
-        loop = _wait_ready(proc)
+        loop = read_ready(proc, READY_LINE, _READY_TIMEOUT_S, "the emulated block volume")[0]
         yield BlockDisk(mnt, src, loop, settings, proc)
     finally:
         _stop(proc, mnt)
-
-
-def _wait_ready(proc: subprocess.Popen[str]) -> str:
-    assert proc.stdout is not None
-    timer = threading.Timer(_READY_TIMEOUT_S, proc.kill)
-    timer.start()
-    try:
-        line = proc.stdout.readline()
-    finally:
-        timer.cancel()
-    if line.startswith(READY_LINE):
-        return line.split()[2]
-    proc.kill()
-    _, err = proc.communicate(timeout=30)
-    lines = [x for x in err.strip().splitlines() if x.strip()]
-    detail = lines[-1] if lines else f"exit code {proc.returncode}"
-    raise EmulatorError(f"the emulated block volume did not come up: {detail}")
 
 
 def _stop(proc: subprocess.Popen[str], mnt: Path) -> None:

@@ -1180,31 +1180,24 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.block:
         from loadscope.blockemu import emulated_block_disk
 
-        try:
-            with emulated_block_disk(args.source, args.mountpoint, settings) as volume:
-                if sys.stderr.isatty():
-                    sys.stderr.write(
-                        f"serving {args.source} at {args.mountpoint} as ext4 on {volume.loop}"
-                        f" over a disk answering in {args.latency * 1e3:g} ms per request;"
-                        " Ctrl-C takes it down\n"
-                    )
-                volume.process.wait()
-        except (KeyboardInterrupt, _Terminated):
-            out.write(f"unmounted {args.mountpoint}\n")
-            return ExitCode.OK
-        raise EmulatorError(f"the emulated block volume at {args.mountpoint} stopped on its own")
+        served: Any = emulated_block_disk(args.source, args.mountpoint, settings)
+        what = "the emulated block volume"
+    else:
+        served = emulated_disk(args.source, args.mountpoint, settings)
+        what = "the emulated disk"
     try:
-        with emulated_disk(args.source, args.mountpoint, settings) as disk:
+        with served as disk:
             if sys.stderr.isatty():
+                how = f"ext4 on {disk.loop} over a disk answering in " if args.block else ""
                 sys.stderr.write(
-                    f"serving {args.source} at {args.mountpoint}: {args.latency * 1e3:g} ms per"
-                    f" request, readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
+                    f"serving {args.source} at {args.mountpoint}: {how}{args.latency * 1e3:g}"
+                    f" ms per request, readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
                 )
             disk.process.wait()
     except (KeyboardInterrupt, _Terminated):
         out.write(f"unmounted {args.mountpoint}\n")  # the way to stop it: not an error
         return ExitCode.OK
-    raise EmulatorError(f"the emulated disk at {args.mountpoint} stopped on its own")
+    raise EmulatorError(f"{what} at {args.mountpoint} stopped on its own")
 
 
 def _check_emulator_options(args: argparse.Namespace) -> None:

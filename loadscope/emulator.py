@@ -613,22 +613,12 @@ def emulated_disk(
         log_path.write_text("")
         log = RequestLog(log_path)
         settings = _replace(settings, log_requests=str(log_path))
-    cmd = [
-        sys.executable,
-        "-m",
-        "loadscope",
-        "emulate",
-        "--serve-here",
-        str(src),
-        str(mnt),
-        *settings.cli_args(),
-    ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    proc = start_server(src, mnt, settings)
     try:
-        device = _wait_ready(proc)
-        yield EmulatedDisk(mnt, src, settings, device, log, proc)
+        major, minor = read_ready(proc, READY_LINE, _MOUNT_TIMEOUT_S, "the emulated disk")[0].split(
+            ":"
+        )
+        yield EmulatedDisk(mnt, src, settings, (int(major), int(minor)), log, proc)
     finally:
         # A server with stalled reads cannot finish its loop (they wait for the unmount
         # it would do after): do not wait long for it before the kill.
@@ -641,24 +631,46 @@ def _replace(settings: EmulatorSettings, **changes: Any) -> EmulatorSettings:
     return dataclasses.replace(settings, **changes)
 
 
-def _wait_ready(proc: subprocess.Popen[str]) -> tuple[int, int]:
+def start_server(
+    src: Path, mnt: Path, settings: EmulatorSettings, *mode: str
+) -> subprocess.Popen[str]:
+    """``loadscope emulate [MODE] --serve-here SRC MNT`` in its own session, with pipes."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadscope",
+        "emulate",
+        *mode,
+        "--serve-here",
+        str(src),
+        str(mnt),
+        *settings.cli_args(),
+    ]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def read_ready(proc: subprocess.Popen[str], ready: str, timeout_s: float, what: str) -> list[str]:
+    """The words after ``ready`` on the server's first line; else it is killed and the
+    last line of its stderr is the error (``what`` "did not come up")."""
     assert proc.stdout is not None
-    deadline = time.monotonic() + _MOUNT_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     # readline blocks; the child prints the ready line or exits, both within the timeout.
-    timer = threading.Timer(_MOUNT_TIMEOUT_S, proc.kill)
+    timer = threading.Timer(timeout_s, proc.kill)
     timer.start()
     try:
         line = proc.stdout.readline()
     finally:
         timer.cancel()
-    if line.startswith(READY_LINE):
-        major, minor = line.split()[-1].split(":")
-        return int(major), int(minor)
+    if line.startswith(ready):
+        return line[len(ready) :].split()
     proc.kill()
-    _, err = proc.communicate(timeout=10)
+    _, err = proc.communicate(timeout=30)
     late = time.monotonic() > deadline
-    detail = err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}"
-    raise EmulatorError(f"the emulated disk did not come up{' in time' if late else ''}: {detail}")
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    detail = lines[-1] if lines else f"exit code {proc.returncode}"
+    raise EmulatorError(f"{what} did not come up{' in time' if late else ''}: {detail}")
 
 
 def _stop(proc: subprocess.Popen[str], mnt: Path, grace_s: float = 10.0) -> None:

@@ -185,19 +185,9 @@ def fit(points: list[tuple[int, float]], total_bytes: int) -> Fit | None:
     n = len(pts)
     sizes = len({x for x, _ in pts})
     if sizes < 2:
-        x = pts[0][0]
         ys = [y for _, y in pts]
-        med = statistics.median(ys)
-        err = statistics.stdev(ys) / med / math.sqrt(n) if n >= 2 else None
-        return Fit(
-            med * total_bytes / x,
-            0.0,
-            x / med,
-            err,
-            1,
-            n,
-            "one size: scaled with the bytes",
-        )
+        err = statistics.stdev(ys) / statistics.median(ys) / math.sqrt(n) if n >= 2 else None
+        return _scaled(pts, total_bytes, 1, "one size: scaled with the bytes", err)
     mx = statistics.fmean(x for x, _ in pts)
     my = statistics.fmean(y for _, y in pts)
     sxx = sum((x - mx) ** 2 for x, _ in pts)
@@ -205,15 +195,10 @@ def fit(points: list[tuple[int, float]], total_bytes: int) -> Fit | None:
     intercept = my - slope * mx
     if slope <= 0:
         # The bigger loads were not slower: noise dominates; scale the biggest size.
-        big = max(x for x, _ in pts)
-        med = statistics.median(y for x, y in pts if x == big)
-        return Fit(
-            med * total_bytes / big,
-            0.0,
-            big / med,
-            None,
+        return _scaled(
+            pts,
+            total_bytes,
             sizes,
-            n,
             "the times did not grow with the bytes: scaled from the biggest size",
         )
     small = min(x for x, _ in pts)
@@ -221,15 +206,10 @@ def fit(points: list[tuple[int, float]], total_bytes: int) -> Fit | None:
         # Two points always fit a line exactly: a fixed cost that is most of the smaller
         # trial cannot be told from noise there (a 2x slow small trial made a 5.8 s load
         # look like 1.0 s). Scale from the bigger size instead, and say so.
-        big = max(x for x, _ in pts)
-        med = statistics.median(y for x, y in pts if x == big)
-        return Fit(
-            med * total_bytes / big,
-            0.0,
-            big / med,
-            None,
+        return _scaled(
+            pts,
+            total_bytes,
             sizes,
-            n,
             "two points with a fixed cost over half the smaller trial: scaled from the bigger size",
         )
     linear = intercept + slope * total_bytes
@@ -247,6 +227,19 @@ def fit(points: list[tuple[int, float]], total_bytes: int) -> Fit | None:
     moved = abs(linear - seconds)
     error = None if noise is None else math.hypot(noise, moved) / seconds
     return Fit(seconds, fixed, 1 / slope, error, sizes, n, note)
+
+
+def _scaled(
+    pts: list[tuple[int, float]],
+    total_bytes: int,
+    sizes: int,
+    note: str,
+    error: float | None = None,
+) -> Fit:
+    """No fixed cost: the biggest size's median time scaled with the bytes."""
+    big = max(x for x, _ in pts)
+    med = statistics.median(y for x, y in pts if x == big)
+    return Fit(med * total_bytes / big, 0.0, big / med, error, sizes, len(pts), note)
 
 
 def extrapolate(seconds: float, nbytes: int, total_bytes: int, fitted: Fit) -> float:
