@@ -669,7 +669,8 @@ def read_ready(proc: subprocess.Popen[str], ready: str, timeout_s: float, what: 
     _, err = proc.communicate(timeout=30)
     late = time.monotonic() > deadline
     lines = [x for x in err.strip().splitlines() if x.strip()]
-    detail = lines[-1] if lines else f"exit code {proc.returncode}"
+    # The server's own one-line error, without its program-name prefix.
+    detail = lines[-1].removeprefix("loadscope: ") if lines else f"exit code {proc.returncode}"
     raise EmulatorError(f"{what} did not come up{' in time' if late else ''}: {detail}")
 
 
