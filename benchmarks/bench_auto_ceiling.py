@@ -4,7 +4,9 @@ Per storage regime — the emulated FUSE disk (5 ms, readahead 128 KiB), the emu
 network block volume (ext4 on a loop device over that disk, ``emulate --block``) and
 the local disk — on one synthetic model (default 2 GiB, 4 shards):
 
-1. the probe's best parallel-reader throughput on the mount (its ceiling);
+1. the probe's best parallel-reader throughput on the mount (its ceiling), and the
+   same reads (its best readers x block size) landing in a fresh buffer the size of
+   the largest shard, cold: the ceiling for any loader that must hold the bytes in RAM;
 2. rounds of cold trials, interleaved in one bench run: ``auto`` (its read buffers
    ``MADV_HUGEPAGE``), ``auto`` with ``huge_pages=no`` is a second run in the same
    round (order swapped every round), and the installed peers;
@@ -23,16 +25,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
 import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from loadscope.bench import BenchOptions, BenchReport, run_bench
 from loadscope.blockemu import block_unavailable_reason, emulated_block_disk
 from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.loaders.strategies.parallel import fresh_buffer, parallel_read
+from loadscope.loaders.strategy import o_direct_ok
+from loadscope.probes.pagecache import ColdCache
 from loadscope.probing import run_probes
 from loadscope.synth import synthesize
 from loadscope.targets import resolve
@@ -55,6 +62,30 @@ def _cold(report: BenchReport) -> dict[str, list[float]]:
     return out
 
 
+def into_ram(path: str, size: int, threads: int, block: int) -> float:
+    """Bytes/s of one cold parallel read of ``path`` into a fresh ``size``-byte buffer."""
+    ev = ColdCache().evict(path)
+    if not ev.verified:
+        sys.exit(f"{path}: not verified cold ({ev.note})")
+    direct = o_direct_ok(path)
+    buf = fresh_buffer(size + 4096)
+    view = memoryview(buf)
+    t0 = time.perf_counter()
+    parallel_read(
+        path,
+        view,
+        [(0, size)],
+        threads=threads,
+        block_bytes=block,
+        flags=os.O_DIRECT if direct else 0,
+        align=4096 if direct else 1,
+    )
+    secs = time.perf_counter() - t0
+    view.release()
+    buf.close()
+    return size / secs
+
+
 def measure(model: Path, rounds: int, slow: bool) -> dict[str, float]:
     target = resolve(str(model))
     probe = run_probes(target, budget_s=30)
@@ -65,7 +96,17 @@ def measure(model: Path, rounds: int, slow: bool) -> dict[str, float]:
         best = max(thr.parallel, key=lambda p: p.bytes_per_s)
         hints = {"threads": max(4, best.readers), "block_bytes": best.block_bytes}
     times: dict[str, list[float]] = {}
+    biggest = max(target.files, key=lambda f: f.size_bytes)
+    ram_rates: list[float] = []
     for r in range(rounds):
+        ram_rates.append(
+            into_ram(
+                str(biggest.path),
+                biggest.size_bytes,
+                hints.get("threads", 16),
+                hints.get("block_bytes", 1 << 20),
+            )
+        )
         runs = [("auto", {}), ("auto-4k", {"auto": {"huge_pages": "no"}})]
         for label, knobs in runs if r % 2 == 0 else runs[::-1]:
             names = ("auto", *PEERS) if label == "auto" and slow else ("auto",)
@@ -93,6 +134,7 @@ def measure(model: Path, rounds: int, slow: bool) -> dict[str, float]:
     total = target.total_bytes
     out = {
         "ceiling": ceiling,
+        "into_ram": statistics.median(ram_rates),
         "auto": total / med["auto cold"],
         "auto_4k": total / med["auto-4k cold"],
         "warm_x": med["mmap warm (vs mmap)"] / med["auto warm (vs mmap)"],
@@ -121,9 +163,10 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated regime prefixes to run")
     args = ap.parse_args()
     lines = [
-        "| storage | model | probe ceiling | `auto` cold | auto / ceiling | 4 KiB pages"
+        "| storage | model | probe ceiling | into RAM | `auto` cold | auto / ceiling"
+        " | auto / into RAM | 4 KiB pages"
         " | huge-page gain | best peer | auto / peer | warm auto vs mmap |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     missed = False
     # The model on the local disk (its own regime), served from there by the emulators.
@@ -140,7 +183,9 @@ def main() -> int:
                 missed |= vs_ceiling < 0.9 or m["warm_x"] < 1.0 or (slow and 0 < vs_peer < 1.5)
                 lines.append(
                     f"| {name} | {format_bytes(args.size)} | {format_rate(m['ceiling'])}"
-                    f" | {format_rate(m['auto'])} | {vs_ceiling:.2f}x | {format_rate(m['auto_4k'])}"
+                    f" | {format_rate(m['into_ram'])} | {format_rate(m['auto'])}"
+                    f" | {vs_ceiling:.2f}x"
+                    f" | {m['auto'] / m['into_ram']:.2f}x | {format_rate(m['auto_4k'])}"
                     f" | {m['auto'] / m['auto_4k']:.2f}x"
                     f" | {format_rate(m['peer']) if m['peer'] else '-'}"
                     f" | {f'{vs_peer:.2f}x' if vs_peer else '-'} | {m['warm_x']:.2f}x |"

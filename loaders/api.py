@@ -36,9 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("loadscope")
 
-#: The direct= values (O_DIRECT for cold files): as the ``auto`` strategy's knob.
-DIRECT_CHOICES = ("auto", "yes", "no")
-
 
 @dataclass(frozen=True, slots=True)
 class FileChoice:
@@ -178,18 +175,20 @@ def as_api_error(exc: LoadscopeError) -> LoadscopeError:
 
 
 def check_knobs(threads: int | None, block_bytes: int | None, direct: str) -> dict[str, Any]:
-    """The API's knobs checked (ValueError naming the bad one) and as a strategy's knobs."""
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive integer, not {threads!r}")
-    if block_bytes is not None and (not isinstance(block_bytes, int) or block_bytes < 4096):
-        raise ValueError(f"block_bytes must be an integer of at least 4096, not {block_bytes!r}")
-    if direct not in DIRECT_CHOICES:
-        raise ValueError(f"direct must be one of {', '.join(DIRECT_CHOICES)}, not {direct!r}")
-    knobs: dict[str, Any] = {"direct": direct}
-    if threads is not None:
-        knobs["threads"] = threads
-    if block_bytes is not None:
-        knobs["block_bytes"] = block_bytes
+    """The API's knobs checked (ValueError naming the bad one) and as a strategy's knobs.
+
+    The same declaration as the ``auto`` strategy's knobs (and ``bench --knob``) checks them.
+    """
+    from loadscope.loaders.strategies.auto import Auto
+
+    declared = {k.name: k for k in Auto.knobs}
+    knobs: dict[str, Any] = {}
+    for name, value in (("threads", threads), ("block_bytes", block_bytes), ("direct", direct)):
+        if value is None:
+            continue
+        if name != "direct" and not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer, not {value!r}")
+        knobs[name] = declared[name].parse(value)
     return knobs
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,11 +27,74 @@ if TYPE_CHECKING:
 WeightFormat = Literal["safetensors", "torch"]
 
 
+#: Size suffixes a byte-count knob takes (``block_bytes=16MiB``).
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30}
+_SIZE_UNITS["gib"] = 1 << 30
+
+
 @dataclass(frozen=True, slots=True)
 class Knob:
+    """One tunable of a strategy: its name, default and help, and the values it takes.
+
+    A text knob takes one of ``choices``; a number is an integer within ``minimum`` ..
+    ``maximum`` (a ``*_bytes`` knob: 4 KiB .. 1 GiB, sizes like ``16MiB`` accepted;
+    otherwise 1 .. 256), a multiple of ``multiple``. :meth:`parse` is the one check
+    the CLI, the API and the worker all use.
+    """
+
     name: str
     default: int | float | str
     help: str
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    multiple: int = 1
+
+    def bounds(self) -> tuple[int, int]:
+        """The inclusive range of a number knob."""
+        lo, hi = (4096, 1 << 30) if self.name.endswith("_bytes") else (1, 256)
+        return (
+            lo if self.minimum is None else self.minimum,
+            hi if self.maximum is None else self.maximum,
+        )
+
+    def takes(self) -> str:
+        """What the knob takes, in words (for errors and ``--list-strategies``)."""
+        if isinstance(self.default, str):
+            return " | ".join(self.choices) if self.choices else "text"
+        lo, hi = self.bounds()
+        unit = "bytes" if self.name.endswith("_bytes") else "integer"
+        text = f"{unit} {lo}..{hi}"
+        return text + (f", a multiple of {self.multiple}" if self.multiple > 1 else "")
+
+    def parse(self, value: object) -> int | float | str:
+        """``value`` (a string from the command line, or a number) checked and converted.
+
+        Raises ValueError naming the knob and what it takes.
+        """
+        if isinstance(self.default, str):
+            text = str(value).strip().lower()
+            if self.choices and text not in self.choices:
+                raise ValueError(f"{self.name}={value!r}: expected {self.takes()}")
+            return text
+        number = _knob_int(value)
+        lo, hi = self.bounds()
+        if number is None or not lo <= number <= hi or number % self.multiple:
+            raise ValueError(f"{self.name}={value!r}: expected {self.takes()}")
+        return number
+
+
+def _knob_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(value).lower())
+    if m is None or m.group(2) not in _SIZE_UNITS:
+        return None
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +129,8 @@ class LoadContext:
     device: str = "cpu"
 
     def knob(self, strategy: Strategy, name: str) -> Any:
-        default = next(k.default for k in strategy.knobs if k.name == name)
-        value = self.knobs.get(name, self.hints.get(name, default))
-        return type(default)(value)
+        knob = next(k for k in strategy.knobs if k.name == name)
+        return knob.parse(self.knobs.get(name, self.hints.get(name, knob.default)))
 
 
 class Strategy:
@@ -122,7 +185,10 @@ class Strategy:
             "sample_files": self.sample_files,
             "sample_shards": self.sample_shards,
             "preload": list(self.preload),
-            "knobs": {k.name: {"default": k.default, "help": k.help} for k in self.knobs},
+            "knobs": {
+                k.name: {"default": k.default, "help": k.help, "takes": k.takes()}
+                for k in self.knobs
+            },
         }
 
 

@@ -369,7 +369,7 @@ def rule_readahead(f: Facts) -> list[Recommendation]:
     mmap_bps = f.rate("mmap")
     if f.limit_bytes_per_s and mmap_bps and mmap_bps >= HEALTHY_FRACTION * f.limit_bytes_per_s:
         return []
-    cmd = f"echo 8192 | sudo tee {f.bdi_path}/read_ahead_kb" if f.bdi_path else ""
+    cmd = f"echo 8192 | sudo tee {shlex.quote(f.bdi_path + '/read_ahead_kb')}" if f.bdi_path else ""
     if f.fuse:
         cmd += "\n# and for FUSE: echo 64 | sudo tee /sys/fs/fuse/connections/<N>/max_background"
     return [

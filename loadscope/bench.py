@@ -23,6 +23,7 @@ scaled from a tensor sample.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -921,6 +922,12 @@ def _run_bench(
 ) -> BenchReport:
     say = listener or (lambda _e: None)
     notes: list[str] = []
+    from loadscope.loaders.strategies import check_knobs
+
+    try:
+        options = dataclasses.replace(options, knobs=check_knobs(options.knobs))
+    except ValueError as exc:
+        raise BenchError(f"knob {exc}") from None
     available = describe_strategies()
     names, skipped = _applicable(target, available, options.strategies, options.device)
     files = list(target.files)

@@ -24,12 +24,15 @@ torch is imported only here, at the exchange, never before a node's trials
 from __future__ import annotations
 
 import html
+import ipaddress
 import json
 import os
 import platform
+import re
+import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -83,6 +86,19 @@ class ClusterEnv:
             raise ClusterError(f"bad torchrun environment: {exc}") from None
 
 
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def valid_host(text: str) -> bool:
+    """A host name (RFC 1123 labels) or an IPv4/IPv6 address: what --master-addr may be."""
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    return 0 < len(text) <= 253 and all(_HOST_LABEL.fullmatch(p) for p in text.split("."))
+
+
 def torchrun_lines(
     hosts: list[str],
     target: str,
@@ -90,13 +106,33 @@ def torchrun_lines(
     out: str = "loadscope-fleet",
     port: int = DEFAULT_PORT,
     budget_s: float | None = None,
+    options: Sequence[str] = (),
 ) -> list[str]:
-    """The command to run on each host (the first one is the master and writes the fleet)."""
-    extra = f" --budget {budget_s:g}" if budget_s else ""
+    """The command to run on each host (the first one is the master and writes the fleet).
+
+    ``options`` are further ``loadscope cluster`` arguments every node must get; every
+    word is shell-quoted, so a path with spaces or a hostile name pastes as one argument.
+    """
+    extra = ["--budget", f"{budget_s:g}"] if budget_s else []
     return [
-        f"torchrun --nnodes={len(hosts)} --nproc-per-node=1 --node-rank={i}"
-        f" --master-addr={hosts[0]} --master-port={port}"
-        f" -m loadscope cluster {target} --out {out}{extra}"
+        shlex.join(
+            [
+                "torchrun",
+                f"--nnodes={len(hosts)}",
+                "--nproc-per-node=1",
+                f"--node-rank={i}",
+                f"--master-addr={hosts[0]}",
+                f"--master-port={port}",
+                "-m",
+                "loadscope",
+                "cluster",
+                target,
+                "--out",
+                out,
+                *extra,
+                *options,
+            ]
+        )
         for i in range(len(hosts))
     ]
 

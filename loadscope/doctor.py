@@ -69,6 +69,8 @@ def load_report(path: str) -> dict[str, Any]:
         os.close(fd)
     try:
         doc = json.loads(raw)
+    except RecursionError:
+        raise ReportError("not a loadscope report: JSON nested too deeply", path=path) from None
     except ValueError as exc:
         raise ReportError(f"not a JSON report ({exc})", path=path) from None
     if (
@@ -77,7 +79,30 @@ def load_report(path: str) -> dict[str, Any]:
         or "verdict" not in doc
     ):
         raise ReportError("not a loadscope doctor report (schema_version 1)", path=path)
+    for key, kinds in _REPORT_SHAPE.items():
+        if key in doc and not isinstance(doc[key], kinds):
+            want = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            got = "null" if doc[key] is None else type(doc[key]).__name__
+            raise ReportError(
+                f"not a loadscope doctor report: {key!r} is {got}, not {want}", path=path
+            )
     return doc
+
+
+#: The top-level fields the renderers read, and the JSON types they must have.
+_REPORT_SHAPE: dict[str, tuple[type, ...]] = {
+    "tool": (dict,),
+    "host": (dict,),
+    "target": (dict, type(None)),
+    "verdict": (dict,),
+    "recommendations": (list,),
+    "notes": (list,),
+    "probe": (dict, type(None)),
+    "bench": (dict, type(None)),
+    "ranks": (dict, type(None)),
+    "failures": (list,),
+    "created": (str,),
+}
 
 
 @dataclass(slots=True)

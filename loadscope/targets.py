@@ -379,7 +379,10 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
     if spec.startswith("synthetic:"):
         syn = parse_synthetic(spec)
         parent = Path(synth_dir) if synth_dir is not None else Path(tempfile.gettempdir())
-        free = shutil.disk_usage(parent).free
+        try:
+            free = shutil.disk_usage(parent).free
+        except OSError as exc:
+            raise _synth_dir_error(exc, parent) from None
         need = int(syn.size_bytes * (2 if syn.format == "both" else 1) * 1.02) + (16 << 20)
         if free < need:
             raise NotEnoughSpace(
@@ -387,7 +390,10 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
                 f" free in {parent}, which has {format_bytes(free)}"
                 " (use a smaller size or --synth-dir)"
             )
-        tmp = Path(tempfile.mkdtemp(prefix="loadscope-synthetic-", dir=parent))
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix="loadscope-synthetic-", dir=parent))
+        except OSError as exc:
+            raise _synth_dir_error(exc, parent) from None
         try:
             synthesize(tmp, syn.size_bytes, shards=syn.shards, fmt=syn.format, seed=syn.seed)
             target = resolve_path(tmp, spec=spec)
@@ -404,6 +410,16 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
             shutil.rmtree(tmp, ignore_errors=True)
         return
     yield resolve(spec)
+
+
+def _synth_dir_error(exc: OSError, parent: Path) -> LoadscopeError:
+    """Why a synthetic checkpoint cannot be built under ``parent``, as a user error."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return PathNotFound("no such directory for the synthetic checkpoint", path=parent)
+    err = error_from_oserror(exc, parent)
+    if not isinstance(err, PathNotFound | NotARegularFile) and exc.strerror:
+        err = type(err)(f"cannot build the synthetic checkpoint here: {exc.strerror}", path=parent)
+    return err
 
 
 def resolve(spec: str) -> Target:

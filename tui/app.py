@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -66,25 +67,50 @@ STOP_GRACE_S = 3.0
 REDRAW_HZ = 5
 
 
+@dataclass(frozen=True, slots=True)
+class AppAction:
+    """One of the app's actions: its key and footer label, and its command-palette entry."""
+
+    key: str
+    action: str
+    label: str
+    title: str
+    help: str
+
+
+#: The one declaration of the app's actions: the bindings, the palette and the
+#: "why not" feedback all come from it.
+ACTIONS = (
+    AppAction("n", "new", "New", "New diagnosis", "pick a model and run probes, trials, advice"),
+    AppAction("s", "stop", "Stop", "Stop the run", "kill the running worker"),
+    AppAction("r", "rerun", "Re-run", "Re-run", "the same diagnosis again"),
+    AppAction("f", "profile", "Profile", "Profile the running trial", "py-spy dump and record"),
+    AppAction("c", "copy", "Copy", "Copy the snippets", "of the highlighted recommendation"),
+    AppAction(
+        "a",
+        "apply",
+        "Apply",
+        "Apply the fix",
+        "warm the page cache or copy to a local disk, after a confirmation",
+    ),
+    AppAction("e", "export", "Export", "Export the report", "JSON, Markdown or HTML"),
+    AppAction("o", "open_report", "Open", "Open a saved report", "a doctor JSON report"),
+    AppAction("m", "compare", "Compare", "Compare reports", "side by side, outliers marked"),
+)
+
+
 class LoadscopeApp(App[int]):
     """Why does my model load slowly here, and what do I change?"""
 
     TITLE = "loadscope"
     CSS_PATH = "app.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "new", "New"),
-        Binding("s", "stop", "Stop"),
-        Binding("r", "rerun", "Re-run"),
-        Binding("f", "profile", "Profile"),
-        Binding("c", "copy", "Copy"),
-        Binding("a", "apply", "Apply"),
-        Binding("e", "export", "Export"),
-        Binding("o", "open_report", "Open"),
-        Binding("m", "compare", "Compare"),
+        *(Binding(a.key, a.action, a.label) for a in ACTIONS),
         Binding("1", "tab('probes')", "Probes", show=False),
         Binding("2", "tab('bench')", "Bench", show=False),
         Binding("3", "tab('advice')", "Advice", show=False),
-        Binding("question_mark", "show_help_panel", "Keys"),
+        Binding("question_mark", "toggle_keys", "Keys"),
+        Binding("escape", "hide_keys", "Close keys", show=False),
     ]
 
     def __init__(
@@ -170,47 +196,58 @@ class LoadscopeApp(App[int]):
 
     # -- actions ----------------------------------------------------------------------------------
 
+    def why_not(self, action: str) -> str | None:
+        """Why ``action`` cannot run now (None: it can). Greys its key in the footer, and
+        pressing the key anyway says this instead of doing nothing."""
+        busy = "a run is in progress: stop it first (s)"
+        if action == "stop":
+            return None if self.running else "nothing is running"
+        if action == "profile":
+            if not self.running:
+                return "no trial is running: f profiles the running trial's worker"
+            return None if self._can_profile() else "between two trials: press f again soon"
+        if action == "export":
+            return None if self.report is not None else "no report yet: n diagnoses, o opens one"
+        if action == "rerun":
+            if self.running:
+                return busy
+            return None if self.last_request is not None else "nothing to re-run yet (n)"
+        if action == "copy":
+            if self.query_one(AdviceView).highlighted() is None:
+                return "no recommendation is highlighted (tab 3, Advice)"
+            return None
+        if action == "apply":
+            if self.running:
+                return busy
+            kind, why = self._apply_plan()
+            return why if kind is None else None
+        if action in ("new", "open_report", "compare"):
+            return busy if self.running else None
+        return None
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Greyed out (None), not hidden, when an action cannot run now."""
-        if action == "stop":
-            ok = self.running
-        elif action == "profile":
-            ok = self._can_profile()
-        elif action == "export":
-            ok = self.report is not None
-        elif action == "rerun":
-            ok = not self.running and self.last_request is not None
-        elif action == "copy":
-            ok = self.query_one(AdviceView).highlighted() is not None
-        elif action == "apply":
-            ok = not self.running and self._apply_plan()[0] is not None
-        elif action in ("new", "open_report", "compare"):
-            ok = not self.running
+        return None if self.why_not(action) else True
+
+    def explain(self, action: str) -> None:
+        """A greyed key was pressed: say why it cannot run (Textual sends it here)."""
+        if reason := self.why_not(action):
+            self.notify(reason, severity="warning")
+
+    def action_toggle_keys(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
         else:
-            return True
-        return True if ok else None
+            self.action_show_help_panel()
+
+    def action_hide_keys(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
 
     def get_system_commands(self, screen: Screen[Any]) -> Any:
         yield from super().get_system_commands(screen)
-        yield SystemCommand(
-            "New diagnosis", "pick a model and run probes, trials, advice", self.action_new
-        )
-        yield SystemCommand("Stop the run", "kill the running worker", self.action_stop)
-        yield SystemCommand("Re-run", "the same diagnosis again", self.action_rerun)
-        yield SystemCommand(
-            "Profile the running trial", "py-spy dump and record", self.action_profile
-        )
-        yield SystemCommand("Export the report", "JSON, Markdown or HTML", self.action_export)
-        yield SystemCommand("Open a saved report", "a doctor JSON report", self.action_open_report)
-        yield SystemCommand("Compare reports", "side by side, outliers marked", self.action_compare)
-        yield SystemCommand(
-            "Copy the snippets", "of the highlighted recommendation", self.action_copy
-        )
-        yield SystemCommand(
-            "Apply the fix",
-            "warm the page cache or copy to a local disk, after a confirmation",
-            self.action_apply,
-        )
+        for a in ACTIONS:
+            yield SystemCommand(a.title, a.help, getattr(self, f"action_{a.action}"))
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
@@ -629,3 +666,15 @@ def run_app(
     )
     code = app.run()
     return int(code if code is not None else ExitCode.OK)
+
+
+def _explainer(action: str) -> Any:
+    def key_handler(self: LoadscopeApp) -> None:
+        self.explain(action)
+
+    return key_handler
+
+
+# Textual calls ``key_<name>`` when no enabled binding took the key: a greyed action's key.
+for _a in ACTIONS:
+    setattr(LoadscopeApp, f"key_{_a.key}", _explainer(_a.action))

@@ -230,7 +230,13 @@ class OnboardingScreen(Screen[Any]):
         self._check(choice, self._attempt)
 
     def _say(self, text: str, style: str = "bold red") -> None:
-        self.query_one("#onboarding-error", Static).update(Text(text, style=style))
+        line = self.query_one("#onboarding-error", Static)
+        line.update(Text(text, style=style))
+        # At 80x24 the line sits below the fold: bring it into view, and say a problem
+        # where the eye is too (a toast), so ctrl+r never seems to do nothing.
+        line.scroll_visible(animate=False)
+        if style != "dim":
+            self.notify(text, title="cannot start", severity="error")
 
     @work(thread=True, group="check", exit_on_error=False)
     def _check(self, choice: dict[str, Any], attempt: int) -> None:

@@ -10,6 +10,8 @@ here too when they arrive.
 
 from __future__ import annotations
 
+from typing import Any
+
 from loadscope.loaders.strategies.api import PublicLoadFile
 from loadscope.loaders.strategies.auto import Auto
 from loadscope.loaders.strategies.direct import Direct
@@ -69,3 +71,27 @@ def get(name: str) -> Strategy:
         return STRATEGIES[name]
     except KeyError:
         raise KeyError(f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})") from None
+
+
+def check_knobs(knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{strategy: {knob: value}}`` checked against the strategies' declared knobs.
+
+    Returns the values converted (``"16MiB"`` -> 16777216); raises ValueError naming an
+    unknown strategy, a knob the strategy does not have (with the ones it has), or a
+    value outside what the knob takes.
+    """
+    checked: dict[str, dict[str, Any]] = {}
+    for strategy, values in knobs.items():
+        declared = {k.name: k for k in get(strategy).knobs} if strategy in STRATEGIES else None
+        if declared is None:
+            raise ValueError(f"unknown strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
+        for name, value in values.items():
+            knob = declared.get(name)
+            if knob is None:
+                has = ", ".join(declared) or "none"
+                raise ValueError(f"{strategy} has no knob {name!r} (its knobs: {has})")
+            try:
+                checked.setdefault(strategy, {})[name] = knob.parse(value)
+            except ValueError as exc:
+                raise ValueError(f"{strategy}.{exc}") from None
+    return checked

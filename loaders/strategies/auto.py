@@ -44,8 +44,8 @@ class Auto(Strategy):
     knobs = (
         Knob("threads", 12, "requests in flight per cold file (default: from the probes)"),
         Knob("block_bytes", 1 << 20, "bytes per request for cold files (default: from the probes)"),
-        Knob("direct", "auto", "O_DIRECT for cold files: auto, yes or no"),
-        Knob("huge_pages", "yes", "MADV_HUGEPAGE on the read buffers: yes or no"),
+        Knob("direct", "auto", "O_DIRECT for cold files", choices=("auto", "yes", "no")),
+        Knob("huge_pages", "yes", "MADV_HUGEPAGE on the read buffers", choices=("yes", "no")),
     )
 
     def load(

@@ -31,7 +31,7 @@ class Direct(Strategy):
     requires = Requirements(ram_multiple=1.0)
     knobs = (
         Knob("threads", 12, "requests in flight per file"),
-        Knob("block_bytes", 1 << 20, "bytes per read request (a multiple of 4 KiB)"),
+        Knob("block_bytes", 1 << 20, "bytes per read request", multiple=4096),
     )
 
     def load(

@@ -220,7 +220,9 @@ def test_a_failing_strategy_does_not_stop_the_others(st_dir: Path) -> None:
             strategies=("mmap", "parallel"),
             repeats=1,
             warmup=False,
-            knobs={"parallel": {"threads": "many"}},
+            # A hint the worker cannot use (knobs are refused before any trial; hints,
+            # measured by the probes, reach the strategy as they are).
+            hints={"threads": "many"},
         ),
     )
     status = {t.strategy: t for t in report.trials}

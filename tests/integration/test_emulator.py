@@ -351,12 +351,12 @@ def test_mountpoint_must_be_an_empty_directory_and_not_a_mount(
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("--threads=0", "--threads must be at least 1"),
-        ("--max-read-kb=0", "--max-read-kb must be between 4 and 1024"),
-        ("--max-read-kb=4096", "--max-read-kb must be between 4 and 1024"),
-        ("--max-background=0", "--max-background must be at least 1"),
-        ("--readahead-kb=-1", "--readahead-kb cannot be negative"),
-        ("--eio-rate=2", "--eio-rate is a probability"),
+        ("--threads=0", "--threads: must be between 1 and 1024"),
+        ("--max-read-kb=0", "--max-read-kb: must be between 4 and 1024"),
+        ("--max-read-kb=4096", "--max-read-kb: must be between 4 and 1024"),
+        ("--max-background=0", "--max-background: must be between 1 and 65535"),
+        ("--readahead-kb=-1", "--readahead-kb: must be between 0 and 1048576"),
+        ("--eio-rate=2", "--eio-rate: must be between 0 and 1"),
     ],
 )
 def test_emulator_numbers_are_checked_before_mounting(

@@ -364,3 +364,74 @@ def test_apply_is_greyed_for_a_synthetic_model() -> None:
             assert not app.running
 
     asyncio.run(go())
+
+
+def _toasts(app: LoadscopeApp) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def test_a_greyed_key_says_why_it_cannot_run() -> None:
+    """Issue 21: a, f, s when they cannot run gave no feedback at all."""
+
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            for key, says in (
+                ("s", "nothing is running"),
+                ("f", "no trial is running"),
+                ("a", "not one loadscope applies"),
+            ):
+                assert (
+                    app.check_action({"s": "stop", "f": "profile", "a": "apply"}[key], ()) is None
+                )
+                await pilot.press(key)
+                await pilot.pause()
+                assert any(says in t for t in _toasts(app)), (key, _toasts(app))
+            assert not app.running
+
+    asyncio.run(go())
+
+
+def test_question_mark_and_escape_close_the_keys_panel() -> None:
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert app.screen.query("HelpPanel")
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert not app.screen.query("HelpPanel")
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert app.screen.query("HelpPanel")
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not app.screen.query("HelpPanel")
+
+    asyncio.run(go())
+
+
+def test_an_onboarding_error_is_in_view_at_80x24() -> None:
+    """An invalid size showed its error below the fold: ctrl+r seemed to do nothing."""
+
+    async def go() -> None:
+        app = _app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, OnboardingScreen)
+            size = screen.query_one("#synth-size")
+            size.value = "lots"  # type: ignore[attr-defined]
+            await pilot.press("ctrl+r")
+            await pilot.pause(0.3)
+            error = screen.query_one("#onboarding-error")
+            assert "lots" in str(error.render()) or "size" in str(error.render()).lower()
+            region = error.region
+            assert region.height > 0 and 0 <= region.y < 24, region
+            assert _toasts(app), "the problem is also a toast"
+            assert isinstance(app.screen, OnboardingScreen)
+
+    asyncio.run(go())
