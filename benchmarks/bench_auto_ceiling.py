@@ -34,16 +34,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from loadscope.bench import BenchOptions, BenchReport, run_bench
-from loadscope.blockemu import block_unavailable_reason, emulated_block_disk
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.base.units import format_bytes, format_rate, parse_size
+from loadscope.engine.bench import BenchOptions, BenchReport, run_bench
+from loadscope.engine.probing import run_probes
 from loadscope.loaders.strategies.parallel import fresh_buffer, parallel_read
 from loadscope.loaders.strategy import o_direct_ok
+from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache
-from loadscope.probing import run_probes
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
-from loadscope.units import format_bytes, format_rate, parse_size
+from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 
 PEERS = [
     n

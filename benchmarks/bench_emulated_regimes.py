@@ -25,10 +25,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.base.units import format_bytes
 from loadscope.probes.pagecache import ColdCache
-from loadscope.synth import synthesize
-from loadscope.units import format_bytes
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 
 # Each strategy runs in a fresh interpreter and prints the seconds of the load itself
 # (imports excluded), touching every tensor so that lazy mmap pages are really read.

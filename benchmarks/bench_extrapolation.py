@@ -30,11 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadscope.bench import BenchOptions, BenchReport, run_bench
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
-from loadscope.units import format_bytes, parse_size
+from loadscope.base.units import format_bytes, parse_size
+from loadscope.engine.bench import BenchOptions, BenchReport, run_bench
+from loadscope.model.targets import resolve
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 
 TARGET = 0.15
 STRATEGIES = (

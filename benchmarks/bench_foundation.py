@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.synth import synthesize
+from loadscope.tools.synth import synthesize
 
 #: A large MoE checkpoint shard can list ~100k tensors; parsing must stay interactive.
 HEADER_TENSORS = 100_000

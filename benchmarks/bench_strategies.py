@@ -26,12 +26,12 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from loadscope.bench import BenchOptions, Trial, run_bench
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.base.units import format_rate, parse_size
+from loadscope.engine.bench import BenchOptions, Trial, run_bench
+from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
-from loadscope.units import format_rate, parse_size
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 
 PEERS = ("fastsafetensors", "runai")
 

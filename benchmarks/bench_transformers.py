@@ -21,11 +21,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from loadscope.bench import BenchOptions, run_bench
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
-from loadscope.units import format_bytes, parse_size
+from loadscope.base.units import format_bytes, parse_size
+from loadscope.engine.bench import BenchOptions, run_bench
+from loadscope.model.targets import resolve
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 
 STRATEGIES = ("hf-pretrained", "hf-prewarm", "hf-load-model")
 

@@ -3,7 +3,7 @@
 Interleaved rounds on one synthetic checkpoint (local disk): each round runs
 the same cold+warm trials (mmap, auto) once headless (``run_bench``, no UI) and
 once with the app attached the way the app runs its engine (a child
-``loadscope.engine_process`` whose JSON-line events a thread posts to a
+``loadscope.diagnosis.engine_process`` whose JSON-line events a thread posts to a
 headless ``LoadscopeApp`` drawing the live charts at 5 Hz), while a key
 switching tabs is pressed every 50 ms. Measured:
 
@@ -36,13 +36,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadscope.bench import BenchOptions, run_bench
-from loadscope.engine_process import EngineProcess, bench_job
-from loadscope.synth import synthesize
-from loadscope.targets import Target, resolve
+from loadscope.base.units import format_rate, parse_size
+from loadscope.diagnosis.engine_process import EngineProcess, bench_job
+from loadscope.engine.bench import BenchOptions, run_bench
+from loadscope.model.targets import Target, resolve
+from loadscope.tools.synth import synthesize
 from loadscope.tui.app import LoadscopeApp
 from loadscope.tui.messages import message_from_wire
-from loadscope.units import format_rate, parse_size
 
 OPTIONS = BenchOptions(strategies=("mmap", "auto"), cache=("cold", "warm"), repeats=2, warmup=False)
 

@@ -32,7 +32,8 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from loadscope.bench import (
+from loadscope.base.units import format_bytes, parse_size
+from loadscope.engine.bench import (
     BenchError,
     BenchEvent,
     BenchOptions,
@@ -40,10 +41,9 @@ from loadscope.bench import (
     TrialFinished,
     run_bench,
 )
+from loadscope.model.targets import resolve
 from loadscope.probes.gpu import probe_gpus
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
-from loadscope.units import format_bytes, parse_size
+from loadscope.tools.synth import synthesize
 
 GPU_STRATEGIES = ("mmap-cuda", "read-to-cuda", "staged", "gds")
 STAGED_SHARE_OF_PINNED = 0.80

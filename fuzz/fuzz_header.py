@@ -3,7 +3,7 @@
 Each input is a whole file: it is parsed in memory (the bytes after the 8-byte length
 as the header) and then read from disk through ``read_header`` and ``inspect``, so the
 length prefix, the size checks and the impostor sniffer are fuzzed too. A
-:class:`~loadscope.errors.LoadscopeError` is an expected refusal; any other exception,
+:class:`~loadscope.base.errors.LoadscopeError` is an expected refusal; any other exception,
 or a successful parse that contradicts itself, is a crash.
 
 ``TestOneInput`` imports without atheris, so the test suite replays inputs through it.
@@ -21,21 +21,21 @@ if __name__ == "__main__":
     import atheris
 
     with atheris.instrument_imports():
-        from loadscope.errors import LoadscopeError
-        from loadscope.inspection import inspect_target
+        from loadscope.base.errors import LoadscopeError
         from loadscope.loaders.dtypes import DTYPE_BITS
         from loadscope.loaders.safetensors_format import (
             SafetensorsHeader,
             parse_header,
             read_header,
         )
-        from loadscope.targets import resolve
+        from loadscope.model.inspection import inspect_target
+        from loadscope.model.targets import resolve
 else:
-    from loadscope.errors import LoadscopeError
-    from loadscope.inspection import inspect_target
+    from loadscope.base.errors import LoadscopeError
     from loadscope.loaders.dtypes import DTYPE_BITS
     from loadscope.loaders.safetensors_format import SafetensorsHeader, parse_header, read_header
-    from loadscope.targets import resolve
+    from loadscope.model.inspection import inspect_target
+    from loadscope.model.targets import resolve
 
 #: One file, overwritten by every input (the harness is single-threaded).
 _PATH = os.path.join(tempfile.mkdtemp(prefix="loadscope-fuzz-header-"), "model.safetensors")

@@ -5,7 +5,7 @@ dangling link, a link out of the model, a FIFO, a directory named like a shard, 
 link whose target name is too long); each input becomes its index JSON (the first
 byte picks ``model.safetensors.index.json`` or ``pytorch_model.bin.index.json``),
 and ``resolve`` + ``inspect`` run on the directory. A
-:class:`~loadscope.errors.LoadscopeError` is an expected refusal; any other
+:class:`~loadscope.base.errors.LoadscopeError` is an expected refusal; any other
 exception, a hang, or a resolved file outside the model directory is a crash.
 Good seeds are index files naming those entries (``make_corpus.py`` writes some).
 
@@ -26,13 +26,13 @@ if __name__ == "__main__":
     import atheris
 
     with atheris.instrument_imports():
-        from loadscope.errors import LoadscopeError
-        from loadscope.inspection import inspect_target
-        from loadscope.targets import INDEX_NAMES, parse_index, resolve
+        from loadscope.base.errors import LoadscopeError
+        from loadscope.model.inspection import inspect_target
+        from loadscope.model.targets import INDEX_NAMES, parse_index, resolve
 else:
-    from loadscope.errors import LoadscopeError
-    from loadscope.inspection import inspect_target
-    from loadscope.targets import INDEX_NAMES, parse_index, resolve
+    from loadscope.base.errors import LoadscopeError
+    from loadscope.model.inspection import inspect_target
+    from loadscope.model.targets import INDEX_NAMES, parse_index, resolve
 
 #: The entries of the model directory (name -> what it is), for seeds and the README.
 ENTRIES = (

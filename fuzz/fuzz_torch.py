@@ -2,7 +2,7 @@
 
 Each input is written as ``pytorch_model.bin`` and read by ``read_torch_info`` (the zip
 directory, ``data.pkl`` and legacy pickles, walked opcode by opcode) and ``inspect``.
-A :class:`~loadscope.errors.LoadscopeError` is an expected refusal; any other exception
+A :class:`~loadscope.base.errors.LoadscopeError` is an expected refusal; any other exception
 is a crash, and so is any pickle being executed (the canary below counts calls).
 Seed the corpus with real ``torch.save`` files (``make_corpus.py`` writes some).
 
@@ -20,15 +20,15 @@ if __name__ == "__main__":
     import atheris
 
     with atheris.instrument_imports():
-        from loadscope.errors import LoadscopeError
-        from loadscope.inspection import inspect_target
+        from loadscope.base.errors import LoadscopeError
         from loadscope.loaders.torch_format import read_torch_info
-        from loadscope.targets import resolve
+        from loadscope.model.inspection import inspect_target
+        from loadscope.model.targets import resolve
 else:
-    from loadscope.errors import LoadscopeError
-    from loadscope.inspection import inspect_target
+    from loadscope.base.errors import LoadscopeError
     from loadscope.loaders.torch_format import read_torch_info
-    from loadscope.targets import resolve
+    from loadscope.model.inspection import inspect_target
+    from loadscope.model.targets import resolve
 
 _PATH = os.path.join(tempfile.mkdtemp(prefix="loadscope-fuzz-torch-"), "pytorch_model.bin")
 #: Calls of :func:`canary`: a pickle that names it (``fuzz_torch canary``) ran if non-empty.

@@ -1,5 +1,9 @@
 """Loader strategies and the checkpoint formats they read (``loadscope.loaders``).
 
-Nothing here imports Textual or the core above it; the safetensors header parser
-and torch archive reader import neither torch nor safetensors.
+Owns: the safetensors header parser and torch archive reader (neither imports torch
+nor safetensors), each strategy as one module with its declared knobs
+(``strategies/``), the worker and fork server that run a trial in isolation, and the
+public loader API's engine (``api.py``).
+May import: ``loadscope.probes`` (residency, memory headroom) and ``loadscope.base``;
+never the core above it or Textual.
 """

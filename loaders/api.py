@@ -15,7 +15,7 @@ runs, so the advice's number for it is a number for this function. Per file:
 Every choice and its reason go into a :class:`LoadRecord` (pass ``record=``) and to
 the ``loadscope`` logger at INFO. Errors keep safetensors' exception family (a
 missing file is a ``FileNotFoundError``, a bad header a ``SafetensorError``) and are
-also :class:`~loadscope.errors.LoadscopeError`, with loadscope's one-line message.
+also :class:`~loadscope.base.errors.LoadscopeError`, with loadscope's one-line message.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategy import FileRequest, LoadContext, Strategy
 

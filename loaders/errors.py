@@ -1,13 +1,13 @@
 """Errors for checkpoint files that are malformed or not what their name says.
 
 One class per rule, so tests (and users grepping logs) can tell exactly which
-check failed; all are :class:`~loadscope.errors.LoadscopeError` with exit code
+check failed; all are :class:`~loadscope.base.errors.LoadscopeError` with exit code
 ``CORRUPT`` unless they say otherwise.
 """
 
 from __future__ import annotations
 
-from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.base.errors import ExitCode, LoadscopeError
 
 
 class CheckpointError(LoadscopeError):

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loadscope.safeio import open_regular, pread_exactly
+from loadscope.base.safeio import open_regular, pread_exactly
 
 #: ``loadscope warm``'s and ``loadscope.prewarm``'s defaults (--threads, --block).
 WARM_THREADS = 8

@@ -1,6 +1,6 @@
 """One rank of a multi-rank load: ``python -m loadscope.loaders.rank PLAN_JSON``.
 
-The parent (``loadscope.broadcast``) starts N of these with ``RANK``,
+The parent (``loadscope.engine.broadcast``) starts N of these with ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set; they join one
 ``torch.distributed`` process group (gloo on CPU, NCCL on CUDA) and run the
 whole plan of trials together, so torch's import and the group's set-up are
@@ -199,7 +199,7 @@ def _read_file(path: str, size: int, reads: _Reads, chunk: int) -> torch.Tensor:
     """The whole file in a fresh uint8 CPU tensor, read in ``chunk``-byte preads."""
     import torch
 
-    from loadscope.safeio import open_regular
+    from loadscope.base.safeio import open_regular
 
     fd = open_regular(path)
     try:

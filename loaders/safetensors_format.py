@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadscope.base.safeio import open_regular, pread_exact
 from loadscope.loaders.dtypes import DTYPE_BITS, alignment_of
 from loadscope.loaders.errors import (
     DataSizeMismatch,
@@ -38,7 +39,6 @@ from loadscope.loaders.errors import (
     UnknownDtype,
 )
 from loadscope.loaders.sniff import SNIFF_BYTES, reject_impostor
-from loadscope.safeio import open_regular, pread_exact
 
 #: The format's own limit on the JSON header (safetensors ``MAX_HEADER_SIZE``).
 MAX_HEADER_BYTES = 100_000_000

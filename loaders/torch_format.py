@@ -25,9 +25,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loadscope.base.safeio import open_regular, pread_exact
 from loadscope.loaders.errors import EmptyFile, TorchCheckpointError
 from loadscope.loaders.sniff import SNIFF_BYTES, reject_impostor
-from loadscope.safeio import open_regular, pread_exact
 
 TorchFormat = Literal["zip", "legacy"]
 

@@ -10,10 +10,12 @@ The public loader API is here, at the package root::
 (see ``loadscope/api.py``). They are imported on first use, so ``import loadscope``
 stays light for the CLI (no torch until a load).
 
-The core (target resolution, inspection, synthetic checkpoints, CLI) lives in this
-package; ``loadscope.probes``, ``loadscope.loaders`` and ``loadscope.tui`` are the
-``probes/``, ``loaders/`` and ``tui/`` folders at the repository root, mapped under
-this namespace by setuptools' ``package-dir``.
+The core lives in this package: the entry points (``launch``, ``cli``, ``api``) at its
+top and its parts as subpackages, each layer importing only from those below it:
+``diagnosis`` -> ``report`` -> ``advice`` -> ``engine`` | ``actions`` -> ``model`` ->
+``tools``. ``loadscope.tui``, ``loadscope.loaders``, ``loadscope.probes`` and
+``loadscope.base`` are the ``tui/``, ``loaders/``, ``probes/`` and ``base/`` folders at
+the repository root, mapped under this namespace by setuptools' ``package-dir``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from importlib.abc import MetaPathFinder as _MetaPathFinder
 from importlib.machinery import ModuleSpec as _ModuleSpec
 from importlib.util import spec_from_file_location as _spec_from_file_location
 from typing import TYPE_CHECKING
-
-from loadscope._version import __version__
 
 __all__ = ["FileChoice", "LoadRecord", "__version__", "load_file", "load_model", "prewarm"]
 
@@ -48,7 +48,7 @@ def __getattr__(name: str) -> object:
 
 #: Subpackage -> folder at the repository root; mirrors ``package-dir`` in pyproject.toml
 #: (a test keeps the two equal).
-_MAPPED_FOLDERS = {"probes": "probes", "loaders": "loaders", "tui": "tui"}
+_MAPPED_FOLDERS = {"base": "base", "probes": "probes", "loaders": "loaders", "tui": "tui"}
 
 
 class _SourceCheckoutFinder(_MetaPathFinder):
@@ -89,3 +89,6 @@ def _register_source_checkout() -> None:
 
 
 _register_source_checkout()
+
+# After the finder: from a source checkout, loadscope.base is the root's base/ folder.
+from loadscope.base._version import __version__  # noqa: E402

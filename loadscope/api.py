@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from loadscope.errors import LoadscopeError
+from loadscope.base.errors import LoadscopeError
 from loadscope.loaders.api import (
     FileChoice,
     LoadRecord,
@@ -36,15 +36,15 @@ from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS
 if TYPE_CHECKING:
     import torch
 
-    from loadscope.targets import Target
-    from loadscope.warm import WarmReport
+    from loadscope.actions.warm import WarmReport
+    from loadscope.model.targets import Target
 
 __all__ = ["FileChoice", "LoadRecord", "load_file", "load_model", "prewarm"]
 
 
 def _checked_target(target: str | os.PathLike[str]) -> Target:
-    from loadscope.inspection import check_target
-    from loadscope.targets import BadTargetSpec, resolve
+    from loadscope.model.inspection import check_target
+    from loadscope.model.targets import BadTargetSpec, resolve
 
     spec = os.fspath(target)
     if spec.startswith("synthetic:"):
@@ -109,7 +109,7 @@ def prewarm(
     in available memory or the cgroup limit. Returns each file's residency before and
     after, the bytes read and the time taken.
     """
-    from loadscope.warm import warm
+    from loadscope.actions.warm import warm
 
     check_knobs(threads, block_bytes, "auto")
     resolved = _checked_target(target)

@@ -1,7 +1,7 @@
 """The ``loadscope`` command line: one error funnel, one line per problem, documented exit codes.
 
 Subcommands parse their arguments here and call the engine; they print either a
-human report or ``--json``. Every :class:`~loadscope.errors.LoadscopeError` becomes
+human report or ``--json``. Every :class:`~loadscope.base.errors.LoadscopeError` becomes
 ``loadscope: <message>`` on stderr and its exit code; anything else is a bug,
 reported in one line too (``LOADSCOPE_DEBUG=1`` shows the traceback).
 """
@@ -19,16 +19,16 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from loadscope._version import __version__
-from loadscope.doctor import load_report as _load_report
-from loadscope.errors import ExitCode, LoadscopeError, PathNotFound, PermissionDenied
-from loadscope.safeio import STALL_TIMEOUT_S, stuck_reads
-from loadscope.units import format_bytes, parse_duration, parse_rate, parse_size
+from loadscope.base._version import __version__
+from loadscope.base.errors import ExitCode, LoadscopeError, PathNotFound, PermissionDenied
+from loadscope.base.safeio import STALL_TIMEOUT_S, stuck_reads
+from loadscope.base.units import format_bytes, parse_duration, parse_rate, parse_size
+from loadscope.diagnosis.doctor import load_report as _load_report
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from loadscope.bench import CacheMode
+    from loadscope.engine.bench import CacheMode
 
 PROG = "loadscope"
 
@@ -220,7 +220,7 @@ def _check_device_usable(device: str) -> None:
     """
     if not device.startswith("cuda"):
         return
-    from loadscope.bench import BenchError, describe_strategies
+    from loadscope.engine.bench import BenchError, describe_strategies
 
     try:
         info = describe_strategies().get("mmap-cuda") or {}
@@ -720,8 +720,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.inspection import inspect_target, to_json, to_text
-    from loadscope.targets import open_target
+    from loadscope.model.inspection import inspect_target, to_json, to_text
+    from loadscope.model.targets import open_target
 
     with open_target(args.target, synth_dir=args.synth_dir) as target:
         report = inspect_target(target)
@@ -730,8 +730,8 @@ def _cmd_inspect(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _cmd_probe(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.inspection import open_checked
-    from loadscope.probing import run_probes, to_text
+    from loadscope.engine.probing import run_probes, to_text
+    from loadscope.model.inspection import open_checked
 
     live = sys.stderr.isatty()
 
@@ -834,7 +834,7 @@ def _parse_knobs(items: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.bench import (
+    from loadscope.engine.bench import (
         BenchOptions,
         TrialFinished,
         TrialProgress,
@@ -843,7 +843,7 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
         run_bench,
         to_text,
     )
-    from loadscope.inspection import open_checked
+    from loadscope.model.inspection import open_checked
 
     if args.list_strategies:
         for name, info in describe_strategies().items():
@@ -909,8 +909,8 @@ def _cmd_bench(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
-    from loadscope.doctor import redact, run_doctor, to_markdown, to_text
-    from loadscope.inspection import open_checked
+    from loadscope.diagnosis.doctor import redact, run_doctor, to_markdown, to_text
+    from loadscope.model.inspection import open_checked
 
     to_stdout = [f"--{o}" for o in ("json", "md", "html") if getattr(args, o) == "-"]
     if len(to_stdout) > 1:
@@ -927,7 +927,7 @@ def _cmd_doctor(args: argparse.Namespace, out: TextIO) -> ExitCode:
             device=args.device,
             ranks=args.ranks,
         )
-    from loadscope.report_html import to_html
+    from loadscope.report.html import to_html
 
     doc = redact(report.to_dict()) if args.redact_hosts else report.to_dict()
     # '-' is stdout for every report format, as for --json: that report alone goes there.
@@ -956,8 +956,8 @@ def doctor_exit_code(status: str) -> ExitCode:
 
 
 def _cmd_report(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.doctor import to_markdown
-    from loadscope.report_html import to_html
+    from loadscope.diagnosis.doctor import to_markdown
+    from loadscope.report.html import to_html
 
     doc = _load_report(args.file)
     out.write((to_html(doc) if args.html else to_markdown(doc)) + "\n")
@@ -965,7 +965,7 @@ def _cmd_report(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _cmd_compare(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.compare import compare, row_of, to_text
+    from loadscope.report.compare import compare, row_of, to_text
 
     rows = compare([row_of(path, _load_report(path)) for path in args.files])
     out.write(to_text(rows) + "\n")
@@ -973,9 +973,9 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, ...]) -> ExitCode:
-    from loadscope.broadcast import MODES, BroadcastOptions, run_broadcast
-    from loadscope.broadcast import to_text as ranks_text
-    from loadscope.inspection import open_checked
+    from loadscope.engine.broadcast import MODES, BroadcastOptions, run_broadcast
+    from loadscope.engine.broadcast import to_text as ranks_text
+    from loadscope.model.inspection import open_checked
 
     modes = tuple(m.strip() for m in (args.modes or "").split(",") if m.strip()) or MODES
     unknown = [m for m in modes if m not in MODES]
@@ -1025,8 +1025,8 @@ def _clear_progress() -> None:
 def _cmd_warm(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
-    from loadscope.inspection import open_checked
-    from loadscope.warm import Locked, evict, warm
+    from loadscope.actions.warm import Locked, evict, warm
+    from loadscope.model.inspection import open_checked
 
     if args.evict and args.lock:
         raise UsageError("--evict and --lock are opposites: pick one")
@@ -1084,8 +1084,8 @@ def _cmd_warm(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def _cmd_copy(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
-    from loadscope.inspection import open_checked
-    from loadscope.localcopy import break_even, copy_model, pointer_lines
+    from loadscope.actions.localcopy import break_even, copy_model, pointer_lines
+    from loadscope.model.inspection import open_checked
 
     with open_checked(args.target, synth_dir=args.synth_dir) as target:
         if args.dest is None:
@@ -1146,8 +1146,8 @@ def _cmd_copy(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _suggest_destinations(target: Any, out: TextIO) -> ExitCode:
+    from loadscope.engine.probing import local_candidates
     from loadscope.probes import mounts
-    from loadscope.probing import local_candidates
 
     table = mounts.read_mountinfo()
     disks = local_candidates(table, False, target.total_bytes, os.stat(target.files[0].path).st_dev)
@@ -1172,7 +1172,7 @@ def _suggest_destinations(target: Any, out: TextIO) -> ExitCode:
 def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from pathlib import Path
 
-    from loadscope.cluster import (
+    from loadscope.diagnosis.cluster import (
         ClusterEnv,
         exit_code,
         fleet_text,
@@ -1227,8 +1227,8 @@ def _cmd_cluster(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.demo import DemoOptions, run_demo
-    from loadscope.emulator import EmulatorSettings
+    from loadscope.diagnosis.demo import DemoOptions, run_demo
+    from loadscope.tools.emulator import EmulatorSettings
 
     settings = EmulatorSettings(
         latency_s=args.latency, readahead_kb=args.readahead_kb, max_background=args.max_background
@@ -1249,7 +1249,7 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> ExitCode:
 def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from pathlib import Path
 
-    from loadscope.emulator import (
+    from loadscope.tools.emulator import (
         EmulatorError,
         EmulatorSettings,
         check_mountpoint,
@@ -1263,8 +1263,8 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.unmount:
         if args.source or args.mountpoint:
             raise UsageError("emulate --unmount takes only the MOUNTPOINT")
-        from loadscope.blockemu import is_block_emulator_mount, unmount_block
-        from loadscope.emulator import mounts_at
+        from loadscope.tools.blockemu import is_block_emulator_mount, unmount_block
+        from loadscope.tools.emulator import mounts_at
 
         if any(is_block_emulator_mount(m) for m in mounts_at(args.unmount)):
             unmount_block(args.unmount)
@@ -1290,7 +1290,7 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
         eio_rate=args.eio_rate,
     )
     if args.serve_here and args.block:
-        from loadscope.blockemu import serve_block
+        from loadscope.tools.blockemu import serve_block
 
         serve_block(args.source, args.mountpoint, settings)  # handles its own signals
         return ExitCode.OK
@@ -1313,7 +1313,7 @@ def _cmd_emulate(args: argparse.Namespace, out: TextIO) -> ExitCode:
     # (SIGTERM, which unmounts below), also when it was started in the background.
     die_with_parent()
     if args.block:
-        from loadscope.blockemu import emulated_block_disk
+        from loadscope.tools.blockemu import emulated_block_disk
 
         served: Any = emulated_block_disk(args.source, args.mountpoint, settings)
         what = "the emulated block volume"
@@ -1361,7 +1361,7 @@ class _Progress:
 
 
 def _cmd_synth(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.synth import synthesize
+    from loadscope.tools.synth import synthesize
 
     total = args.size * (2 if args.format == "both" else 1)
     progress = _Progress(total, sys.stderr)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from loadscope.errors import ExitCode
+from loadscope.base.errors import ExitCode
 
 PROG = "loadscope"
 NOT_A_TERMINAL = (
@@ -82,7 +82,7 @@ def _report_early_exit(code: int, fd: int | None) -> None:
     """In the supervised child: let the parent exit now if stuck reads will hold us."""
     if fd is None:
         return
-    from loadscope.safeio import stuck_reads
+    from loadscope.base.safeio import stuck_reads
 
     if stuck_reads():
         sys.stdout.flush()

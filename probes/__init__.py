@@ -1,5 +1,9 @@
 """Storage and system probes (``loadscope.probes``): each one job, a time budget, a typed result.
 
-The probes arrive with the storage-probe issue; this package is the bottom of the
-layer stack and never imports from the core, the loaders or Textual.
+Owns: what the machine is and how its storage behaves (mounts and filesystem types,
+the block-device chain, readahead, cold latency, throughput by block size and
+parallelism, the I/O sizes the kernel issues, page-cache residency and eviction, RAM
+and the cgroup limit, GPUs, the Hugging Face cache). A probe that cannot measure says
+*unavailable* and why.
+May import: ``loadscope.base`` only; never the loaders, the core or Textual.
 """

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from loadscope.base.safeio import open_regular
 from loadscope.probes.iosampler import IoDelta, IoSampler, delta
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.result import Unavailable
-from loadscope.safeio import open_regular
 
 Method = Literal["o_direct", "evict-then-read"]
 ALIGN = 4096

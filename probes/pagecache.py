@@ -25,8 +25,8 @@ import mmap
 import os
 from dataclasses import dataclass
 
+from loadscope.base.safeio import open_regular
 from loadscope.probes.result import Unavailable
-from loadscope.safeio import open_regular
 
 PAGE_BYTES = mmap.PAGESIZE
 #: mincore is asked about this many bytes per call, so a 100 GB file needs no 25 MB vector.

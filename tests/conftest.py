@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from loadscope.cli import main
-from loadscope.synth import SyntheticCheckpoint, synthesize
+from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

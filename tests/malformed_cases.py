@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadscope.errors import LoadscopeError, NotARegularFile, PathNotFound
+from loadscope.base.errors import LoadscopeError, NotARegularFile, PathNotFound
 from loadscope.loaders import errors as ce
 from loadscope.loaders.safetensors_format import MAX_HEADER_BYTES
-from loadscope.targets import (
+from loadscope.model.targets import (
     HubCacheMiss,
     InvalidIndex,
     NoWeightFiles,

@@ -77,6 +77,29 @@ def test_every_core_module_has_a_layer() -> None:
     contracts = _CONFIG["tool"]["importlinter"]["contracts"]
     layers = next(c for c in contracts if c["type"] == "layers")["layers"]
     named = {part.strip() for layer in layers for part in layer.replace(":", "|").split("|")}
-    modules = {p.stem for p in (REPO_ROOT / "loadscope").glob("*.py") if p.stem != "__init__"}
+    core = REPO_ROOT / "loadscope"
+    modules = {p.stem for p in core.glob("*.py") if p.stem != "__init__"}
+    modules |= {p.parent.name for p in core.glob("*/__init__.py")}
     modules |= {k.split(".")[1] for k in _PACKAGE_DIRS if k != "loadscope"}
     assert modules - named == set()
+
+
+def test_the_layers_are_folders() -> None:
+    """Issue 18: every layer below the entry points is a package (a folder), none a module
+    listed as an exception, and every package says what it owns and may import."""
+    contracts = _CONFIG["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    entry = {"__main__", "launch", "cli", "api"}
+    core = REPO_ROOT / "loadscope"
+    mapped = {k.split(".")[1]: REPO_ROOT / v for k, v in _PACKAGE_DIRS.items() if k != "loadscope"}
+    for layer in layers:
+        for part in (p.strip() for p in layer.split("|")):
+            if part in entry:
+                continue
+            folder = mapped.get(part, core / part)
+            init = folder / "__init__.py"
+            assert init.is_file(), f"layer {part!r} is not a package folder"
+            doc = init.read_text(encoding="utf-8").split('"""')
+            assert len(doc) >= 3 and "May import" in doc[1], f"{init}: no 'May import' docstring"
+    # Nothing but the entry points (and the package's own __init__) at the core's top.
+    assert {p.stem for p in core.glob("*.py")} == entry | {"__init__"}

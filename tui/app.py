@@ -1,6 +1,6 @@
 """The loadscope app: onboarding, probes, live benchmark and advice over the same engine.
 
-The engine runs in a child process (``loadscope.engine_process``: no GIL shared
+The engine runs in a child process (``loadscope.diagnosis.engine_process``: no GIL shared
 with the UI); one thread worker reads its JSON-line events and posts them as
 typed messages. Stopping closes the child's stdin, which sets the engine's
 cancel event and kills the running trial worker's process group within ~0.1 s.
@@ -28,14 +28,15 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from loadscope.compare import compare, row_of
-from loadscope.doctor import DEFAULT_BUDGET_S, load_report, to_markdown
-from loadscope.emulator import EmulatorSettings, fuse_unavailable_reason
-from loadscope.engine_process import EngineProcess, copy_job, job_for, warm_job
-from loadscope.errors import ExitCode, LoadscopeError
-from loadscope.report_html import to_html
-from loadscope.session import SessionRequest
-from loadscope.snippets import snippet_heading, snippets_of
+from loadscope.advice.snippets import snippet_heading, snippets_of
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.units import format_bytes
+from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, load_report, to_markdown
+from loadscope.diagnosis.engine_process import EngineProcess, copy_job, job_for, warm_job
+from loadscope.diagnosis.session import SessionRequest
+from loadscope.report.compare import compare, row_of
+from loadscope.report.html import to_html
+from loadscope.tools.emulator import EmulatorSettings, fuse_unavailable_reason
 from loadscope.tui.messages import (
     ApplyFinished,
     ApplyProgress,
@@ -58,7 +59,6 @@ from loadscope.tui.screens import (
     SnippetPickScreen,
 )
 from loadscope.tui.views import APPLICABLE, AdviceView, BenchView, ProbesView
-from loadscope.units import format_bytes
 
 #: After SIGTERM or SIGHUP, how long the graceful stop may take before the app exits anyway.
 STOP_GRACE_S = 3.0

@@ -16,7 +16,7 @@ from textual._context import NoActiveAppError
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from loadscope.units import format_rate
+from loadscope.base.units import format_rate
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 

@@ -1,6 +1,6 @@
 """Typed messages from the engine to the app: one dataclass per event.
 
-The app's engine runs in a child process (``loadscope.engine_process``) whose
+The app's engine runs in a child process (``loadscope.diagnosis.engine_process``) whose
 JSON-line events ``message_from_wire`` turns into these.
 
 Progress samples are cumulative (bytes done so far), so a newer one of the same
@@ -15,7 +15,7 @@ from typing import Any
 
 from textual.message import Message
 
-from loadscope.bench import Trial
+from loadscope.engine.bench import Trial
 
 
 @dataclass

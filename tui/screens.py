@@ -31,10 +31,10 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
-from loadscope.compare import Row
-from loadscope.errors import LoadscopeError
-from loadscope.profiler import Profile
-from loadscope.units import format_bytes, format_rate, format_us, parse_size
+from loadscope.base.errors import LoadscopeError
+from loadscope.base.units import format_bytes, format_rate, format_us, parse_size
+from loadscope.engine.profiler import Profile
+from loadscope.report.compare import Row
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json")
 
@@ -243,8 +243,8 @@ class OnboardingScreen(Screen[Any]):
         """The engine's own checks, off the UI thread: the path resolves (a FIFO or a device
         is refused by stat, never opened), every header is sound and no pickle would run
         code. A problem is one line here; the diagnosis only starts on a sound model."""
-        from loadscope.inspection import check_target
-        from loadscope.targets import resolve
+        from loadscope.model.inspection import check_target
+        from loadscope.model.targets import resolve
 
         try:
             check_target(resolve(choice["spec"]), loads=True)
@@ -425,7 +425,7 @@ class ProfileScreen(ModalScreen[None]):
 
     @work(thread=True, exclusive=True, group="profile", exit_on_error=False)
     def _run(self) -> None:
-        from loadscope.profiler import profile
+        from loadscope.engine.profiler import profile
 
         result = profile(self.pid, duration_s=2.0)
         self.app.call_from_thread(self.show, result)

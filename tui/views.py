@@ -19,8 +19,9 @@ from textual.widget import Widget
 from textual.widgets import DataTable, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
-from loadscope.bench import Trial
-from loadscope.snippets import snippet_heading, snippets_of
+from loadscope.advice.snippets import snippet_heading, snippets_of
+from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.engine.bench import Trial
 from loadscope.tui.charts import (
     Bar,
     RateChart,
@@ -30,7 +31,6 @@ from loadscope.tui.charts import (
     rates_from_progress,
     theme_color,
 )
-from loadscope.units import format_bytes, format_rate, format_us
 
 # -- probes -------------------------------------------------------------------------------------
 

@@ -20,10 +20,10 @@ from safetensors.torch import load_file as st_load_file
 from safetensors.torch import save_file
 
 import loadscope
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
-from loadscope.errors import LoadscopeError
+from loadscope.base.errors import LoadscopeError
 from loadscope.probes.pagecache import ColdCache
-from loadscope.synth import synthesize
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT
 from tests.malformed_cases import MARKER, RunsCode, torch_zip
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.bench import BenchOptions, run_bench
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
-from loadscope.localcopy import PARTIAL_SUFFIX, CopyRefused, NotEnoughSpace, copy_model
+from loadscope.actions.localcopy import PARTIAL_SUFFIX, CopyRefused, NotEnoughSpace, copy_model
+from loadscope.actions.warm import NotEnoughMemory, evict, warm
+from loadscope.engine.bench import BenchOptions, run_bench
+from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import residency
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
-from loadscope.warm import NotEnoughMemory, evict, warm
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 from tests.conftest import run_loadscope
 
 

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.bench import (
+from loadscope.engine.bench import (
     BenchOptions,
     Trial,
     reference_digests,
     run_bench,
     run_trial,
 )
-from loadscope.bench import to_text as bench_text
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.engine.bench import to_text as bench_text
+from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache
-from loadscope.synth import SyntheticCheckpoint, synthesize
-from loadscope.targets import resolve
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 from tests.conftest import run_loadscope
 
 pytestmark = pytest.mark.integration

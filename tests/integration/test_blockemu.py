@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.blockemu import (
+from loadscope.tools.blockemu import (
     WORK_PREFIX,
     block_unavailable_reason,
     emulated_block_disk,
     is_block_emulator_mount,
 )
-from loadscope.emulator import EmulatorSettings, mounts_at
-from loadscope.synth import SyntheticCheckpoint, synthesize
+from loadscope.tools.emulator import EmulatorSettings, mounts_at
+from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 from tests.conftest import REPO_ROOT
 
 pytestmark = [
@@ -148,8 +148,8 @@ def test_unmount_takes_down_a_volume_whose_server_was_killed(
 
 
 def test_the_doctor_names_the_regime_with_its_latency(tmp_path: Path) -> None:
-    from loadscope.doctor import run_doctor
-    from loadscope.targets import resolve
+    from loadscope.diagnosis.doctor import run_doctor
+    from loadscope.model.targets import resolve
 
     src = synthesize(tmp_path / "src", 32 << 20, seed=9)
     slow = EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=128)

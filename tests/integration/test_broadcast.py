@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadscope.broadcast import (
+from loadscope.engine.broadcast import (
     MODES,
     BroadcastCancelled,
     BroadcastEvent,
@@ -29,8 +29,8 @@ from loadscope.broadcast import (
 )
 from loadscope.loaders.forkserver import WORKER_NAME
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.synth import synthesize
-from loadscope.targets import Target, resolve
+from loadscope.model.targets import Target, resolve
+from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.integration
@@ -323,7 +323,7 @@ def test_the_memory_guard_on_gpus_counts_host_staging_per_reading_rank(target: T
 
 def test_the_parent_never_imports_torch() -> None:
     code = (
-        "import sys, loadscope.broadcast, loadscope.loaders.rank\n"
+        "import sys, loadscope.engine.broadcast, loadscope.loaders.rank\n"
         "raise SystemExit('torch' in sys.modules)\n"
     )
     proc = subprocess.run(

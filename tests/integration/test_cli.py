@@ -15,7 +15,7 @@ import pytest
 from safetensors import safe_open
 
 from loadscope import __version__
-from loadscope.synth import SyntheticCheckpoint
+from loadscope.tools.synth import SyntheticCheckpoint
 from tests.conftest import REPO_ROOT, CliRunner, run_loadscope
 
 pytestmark = pytest.mark.integration

@@ -32,9 +32,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loadscope.base.errors import ExitCode
 from loadscope.cli import main
-from loadscope.errors import ExitCode
-from loadscope.synth import synthesize
+from loadscope.tools.synth import synthesize
 
 EXAMPLES = int(os.environ.get("LOADSCOPE_HYPOTHESIS_EXAMPLES", "150"))
 DOCUMENTED = {int(c) for c in ExitCode}
@@ -277,30 +277,30 @@ def _check(argv: list[str], code: int, err: str) -> None:
 @pytest.fixture
 def sandboxed(monkeypatch: pytest.MonkeyPatch) -> None:
     """The long work replaced by a sentinel; nothing mounts, no worker starts."""
-    import loadscope.bench
-    import loadscope.blockemu
-    import loadscope.broadcast
-    import loadscope.demo
-    import loadscope.doctor
-    import loadscope.emulator
-    import loadscope.probing
+    import loadscope.diagnosis.demo
+    import loadscope.diagnosis.doctor
+    import loadscope.engine.bench
+    import loadscope.engine.broadcast
+    import loadscope.engine.probing
+    import loadscope.tools.blockemu
+    import loadscope.tools.emulator
     from loadscope.loaders.strategies import STRATEGIES
 
     described = {name: s.describe() for name, s in STRATEGIES.items()}
-    monkeypatch.setattr(loadscope.bench, "describe_strategies", lambda: described)
+    monkeypatch.setattr(loadscope.engine.bench, "describe_strategies", lambda: described)
     for module, name in [
-        (loadscope.probing, "run_probes"),
-        (loadscope.bench, "run_bench"),
-        (loadscope.broadcast, "run_broadcast"),
-        (loadscope.doctor, "run_doctor"),
-        (loadscope.demo, "run_demo"),
-        (loadscope.emulator, "emulated_disk"),
-        (loadscope.emulator, "serve"),
-        (loadscope.blockemu, "emulated_block_disk"),
-        (loadscope.blockemu, "serve_block"),
+        (loadscope.engine.probing, "run_probes"),
+        (loadscope.engine.bench, "run_bench"),
+        (loadscope.engine.broadcast, "run_broadcast"),
+        (loadscope.diagnosis.doctor, "run_doctor"),
+        (loadscope.diagnosis.demo, "run_demo"),
+        (loadscope.tools.emulator, "emulated_disk"),
+        (loadscope.tools.emulator, "serve"),
+        (loadscope.tools.blockemu, "emulated_block_disk"),
+        (loadscope.tools.blockemu, "serve_block"),
     ]:
         monkeypatch.setattr(module, name, _reached)
-    monkeypatch.setattr(loadscope.emulator, "die_with_parent", lambda: None)
+    monkeypatch.setattr(loadscope.tools.emulator, "die_with_parent", lambda: None)
 
 
 def test_generated_command_lines_end_in_a_documented_code(

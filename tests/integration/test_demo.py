@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from loadscope import demo
-from loadscope.demo import DemoOptions, run_demo
-from loadscope.emulator import EmulatorSettings, fuse_unavailable_reason, is_mounted
+from loadscope.diagnosis import demo
+from loadscope.diagnosis.demo import DemoOptions, run_demo
+from loadscope.tools.emulator import EmulatorSettings, fuse_unavailable_reason, is_mounted
 
 pytestmark = pytest.mark.integration
 

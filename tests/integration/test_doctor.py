@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.doctor import run_doctor, to_markdown
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
+from loadscope.diagnosis.doctor import run_doctor, to_markdown
+from loadscope.model.targets import resolve
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT, run_loadscope
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ def test_doctor_on_the_emulated_disk_recommends_what_the_trials_show(slow_model:
 
 
 def test_try_readahead_measures_the_gain_and_restores_the_setting(slow_model: Path) -> None:
-    from loadscope.emulator import fuse_connection_settings
+    from loadscope.tools.emulator import fuse_connection_settings
 
     dev = os.stat(slow_model).st_dev
     device = (os.major(dev), os.minor(dev))
@@ -107,7 +107,7 @@ REGIMES = {
 @pytest.mark.parametrize("regime", sorted(REGIMES))
 def test_doctor_follows_the_trials_in_each_regime(tmp_path: Path, regime: str) -> None:
     """Whatever the regime, the top advice is what the trials measured fastest, with its gain."""
-    from loadscope.advice import WORTH_IT
+    from loadscope.advice.rules import WORTH_IT
 
     if (why := fuse_unavailable_reason()) is not None:
         pytest.skip(f"emulated slow disk unavailable: {why}")
@@ -173,7 +173,7 @@ def test_doctor_on_local_disk_says_nothing_to_fix(tmp_path: Path) -> None:
 
 
 def test_markdown_and_html_of_a_real_run_match_golden() -> None:
-    from loadscope.report_html import to_html
+    from loadscope.report.html import to_html
 
     doc = json.loads((GOLDEN / "doctor_emulated.json").read_text())
     assert to_markdown(doc) + "\n" == (GOLDEN / "doctor_emulated.md").read_text()
@@ -185,7 +185,7 @@ def test_markdown_and_html_of_a_real_run_match_golden() -> None:
 
 
 def test_redaction_hides_host_and_paths() -> None:
-    from loadscope.doctor import redact
+    from loadscope.diagnosis.doctor import redact
 
     doc = {
         "host": {"hostname": "gpu-node-17"},

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.emulator import (
+from loadscope.probes.iobench import IoBench, sequential_read
+from loadscope.probes.pagecache import ColdCache
+from loadscope.tools.emulator import (
     EmulatedDisk,
     EmulatorError,
     EmulatorSettings,
@@ -28,9 +30,7 @@ from loadscope.emulator import (
     is_mounted,
     unmount,
 )
-from loadscope.probes.iobench import IoBench, sequential_read
-from loadscope.probes.pagecache import ColdCache
-from loadscope.synth import SyntheticCheckpoint, synthesize
+from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 from tests.conftest import REPO_ROOT
 
 pytestmark = [
@@ -194,8 +194,8 @@ def _probe_latency_us(disk: EmulatedDisk) -> float:
 def test_probe_classifies_fuse_and_measures_configured_latency(
     source: SyntheticCheckpoint, tmp_path: Path
 ) -> None:
-    from loadscope.probing import run_probes
-    from loadscope.targets import resolve
+    from loadscope.engine.probing import run_probes
+    from loadscope.model.targets import resolve
 
     base = EmulatorSettings(latency_s=0, jitter_s=0)
     with emulated_disk(source.root, tmp_path / "m0", base) as d0:
@@ -235,7 +235,7 @@ def test_emulator_dies_with_its_parent(source: SyntheticCheckpoint, tmp_path: Pa
     script = textwrap.dedent(
         f"""
         import os, signal
-        from loadscope.emulator import emulated_disk
+        from loadscope.tools.emulator import emulated_disk
         with emulated_disk({str(source.root)!r}, {str(mnt)!r}):
             print("up", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)  # die without running any cleanup

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import psutil
 
-from loadscope.bench import BenchOptions
-from loadscope.engine_process import EngineProcess, bench_job, copy_job
+from loadscope.actions.localcopy import PARTIAL_SUFFIX
+from loadscope.diagnosis.engine_process import EngineProcess, bench_job, copy_job
+from loadscope.engine.bench import BenchOptions
 from loadscope.loaders.forkserver import WORKER_NAME
-from loadscope.localcopy import PARTIAL_SUFFIX
-from loadscope.synth import synthesize
+from loadscope.tools.synth import synthesize
 
 
 def _descendants(proc: EngineProcess) -> list[psutil.Process]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from loadscope import cli as cli_module
-from loadscope.errors import ExitCode
-from loadscope.synth import synthesize
+from loadscope.base.errors import ExitCode
+from loadscope.tools.synth import synthesize
 from tests.conftest import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,16 +20,21 @@ from typing import Any
 import psutil
 import pytest
 
-from loadscope.bench import BenchError, BenchOptions, run_bench
-from loadscope.doctor import run_doctor
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason, is_mounted
-from loadscope.errors import ReadFailed
-from loadscope.inspection import inspect_target
-from loadscope.localcopy import PARTIAL_SUFFIX, copy_model
-from loadscope.probing import run_probes
-from loadscope.synth import synthesize
-from loadscope.targets import Target, resolve
-from loadscope.warm import evict, warm
+from loadscope.actions.localcopy import PARTIAL_SUFFIX, copy_model
+from loadscope.actions.warm import evict, warm
+from loadscope.base.errors import ReadFailed
+from loadscope.diagnosis.doctor import run_doctor
+from loadscope.engine.bench import BenchError, BenchOptions, run_bench
+from loadscope.engine.probing import run_probes
+from loadscope.model.inspection import inspect_target
+from loadscope.model.targets import Target, resolve
+from loadscope.tools.emulator import (
+    EmulatorSettings,
+    emulated_disk,
+    fuse_unavailable_reason,
+    is_mounted,
+)
+from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT, no_workers, tagged_processes
 
 pytestmark = [

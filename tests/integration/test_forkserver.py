@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadscope.bench import BenchOptions, run_bench
+from loadscope.engine.bench import BenchOptions, run_bench
 from loadscope.loaders.forkserver import WORKER_NAME, ForkServer
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
+from loadscope.model.targets import resolve
+from loadscope.tools.synth import synthesize
 
 
 def _wait_gone(pid: int, timeout: float = 10) -> bool:

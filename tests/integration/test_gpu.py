@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from loadscope.bench import (
+from loadscope.engine.bench import (
     BenchError,
     BenchOptions,
     Trial,
@@ -34,6 +34,7 @@ from loadscope.loaders import h2d
 from loadscope.loaders.cuda import cuda_unavailable
 from loadscope.loaders.strategy import FileRequest
 from loadscope.loaders.worker import _prepare_device
+from loadscope.model.targets import Target, resolve
 from loadscope.probes.gpu import (
     link,
     parse_link_speed,
@@ -44,8 +45,7 @@ from loadscope.probes.gpu import (
 )
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.result import Status, to_jsonable
-from loadscope.synth import SyntheticCheckpoint, synthesize
-from loadscope.targets import Target, resolve
+from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 
 pytestmark = pytest.mark.integration
 

@@ -166,8 +166,8 @@ def test_torch_refuses_the_pickle_too_and_nothing_runs(built: tuple[Path, Path])
 
     import torch
 
-    from loadscope.bench import BenchOptions, run_bench
-    from loadscope.targets import resolve
+    from loadscope.engine.bench import BenchOptions, run_bench
+    from loadscope.model.targets import resolve
 
     home, _ = built
     path = torch_zip(
@@ -189,7 +189,7 @@ def test_torch_refuses_the_pickle_too_and_nothing_runs(built: tuple[Path, Path])
 
 @pytest.fixture(scope="module")
 def torch_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from loadscope.synth import synthesize
+    from loadscope.tools.synth import synthesize
 
     root = tmp_path_factory.mktemp("torch-model")
     synthesize(root, 1 << 20, fmt="torch", seed=5)

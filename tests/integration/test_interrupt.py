@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.emulator import fuse_unavailable_reason
-from loadscope.localcopy import PARTIAL_SUFFIX
-from loadscope.synth import synthesize
+from loadscope.actions.localcopy import PARTIAL_SUFFIX
+from loadscope.tools.emulator import fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT, tagged_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("interruption")]

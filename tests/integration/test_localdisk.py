@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from loadscope.engine.probing import local_candidates
 from loadscope.probes import mounts
 from loadscope.probes.localdisk import measure_dir
 from loadscope.probes.result import Unavailable
-from loadscope.probing import local_candidates
 
 pytestmark = pytest.mark.integration
 

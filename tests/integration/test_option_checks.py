@@ -160,9 +160,9 @@ def test_printed_cluster_lines_paste_as_the_same_arguments(cli: CliRunner) -> No
 
 
 def test_run_bench_refuses_a_bad_knob_before_any_trial(tmp_path: Path) -> None:
-    from loadscope.bench import BenchError, BenchOptions, run_bench
-    from loadscope.synth import synthesize
-    from loadscope.targets import resolve
+    from loadscope.engine.bench import BenchError, BenchOptions, run_bench
+    from loadscope.model.targets import resolve
+    from loadscope.tools.synth import synthesize
 
     target = resolve(str(synthesize(tmp_path / "m", 1 << 20, seed=1).root))
     with pytest.raises(BenchError, match=r"knob parallel\.threads='many': expected integer"):
@@ -183,7 +183,7 @@ def test_run_bench_refuses_a_bad_knob_before_any_trial(tmp_path: Path) -> None:
 def test_a_report_path_that_cannot_be_written_is_refused_before_any_work(
     cli: CliRunner, tmp_path: Path, path: str, codes: set[int], says: str
 ) -> None:
-    from loadscope.synth import synthesize
+    from loadscope.tools.synth import synthesize
 
     model = synthesize(tmp_path / "m", 1 << 20, seed=2).root
     for argv in (["warm", str(model), "--json", path], ["doctor", str(model), "--md", path]):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.errors import ExitCode
+from loadscope.base.errors import ExitCode
 from tests.conftest import REPO_ROOT
 from tests.malformed_cases import good_st
 

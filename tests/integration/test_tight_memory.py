@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from loadscope.probes.system import oom_kills
-from loadscope.synth import synthesize
+from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("tight-memory")]
@@ -168,8 +168,8 @@ def test_doctor_finishes_with_what_fits_and_says_why(
 def test_an_oom_kill_is_reported_as_one(cgroup: Cgroup, big_model: Path) -> None:
     # Force the guard open: a full read of 384 MiB in 320 MiB must be OOM-killed, and said so.
     script = (
-        "from loadscope.bench import BenchOptions, run_bench\n"
-        "from loadscope.targets import resolve\n"
+        "from loadscope.engine.bench import BenchOptions, run_bench\n"
+        "from loadscope.model.targets import resolve\n"
         f"r = run_bench(resolve({str(big_model)!r}), BenchOptions(strategies=('fullread',),"
         " cache=('cold',), repeats=1, warmup=False, memory_headroom_bytes=1 << 40))\n"
         "for t in r.trials: print(t.status, t.reason)\n"

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.bench import BenchOptions, WorkerStartFailed, run_bench
-from loadscope.errors import ExitCode
+from loadscope.base.errors import ExitCode
+from loadscope.engine.bench import BenchOptions, WorkerStartFailed, run_bench
 from loadscope.loaders import forkserver
+from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache, nowait_residency, residency
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
+from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("no-privileges")]

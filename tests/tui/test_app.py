@@ -11,8 +11,8 @@ from typing import Any
 import psutil
 import pytest
 
+from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.loaders.forkserver import WORKER_NAME
-from loadscope.snippets import snippet_heading, snippets_of
 from loadscope.tui.app import LoadscopeApp
 from loadscope.tui.screens import OnboardingScreen, SnippetPickScreen
 from loadscope.tui.views import AdviceView, BenchView
@@ -289,10 +289,10 @@ def test_brackets_in_paths_and_reasons_are_text_not_markup(tmp_path: Path) -> No
 def _report_with_fixes(model: Path, total: int) -> Path:
     """The golden report, pointed at a real model, with the two fixes the app applies
     (as the advice engine words them for facts where they fire)."""
-    from loadscope.advice import LocalDiskFacts, advice_dict, advise_facts
+    from loadscope.advice.rules import LocalDiskFacts, advice_dict, advise_facts
+    from loadscope.engine.probing import LocalDisk
     from loadscope.probes.localdisk import DiskSpeed
     from loadscope.probes.result import to_jsonable
-    from loadscope.probing import LocalDisk
     from tests.unit.test_advice import facts
 
     f = facts({"mmap": 10.0}, {"mmap": 0.5}, read_ahead_kb=8192)
@@ -310,7 +310,7 @@ def _report_with_fixes(model: Path, total: int) -> Path:
 
 
 def test_the_advice_view_applies_warm_and_copy_after_a_confirmation(tmp_path: Path) -> None:
-    from loadscope.synth import synthesize
+    from loadscope.tools.synth import synthesize
     from loadscope.tui.screens import ConfirmScreen
 
     model = tmp_path / "model"

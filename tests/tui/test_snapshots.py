@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from textual.widgets import Input
 
-from loadscope.bench import Trial
-from loadscope.profiler import Frame, Profile
+from loadscope.engine.bench import Trial
+from loadscope.engine.profiler import Frame, Profile
 from loadscope.tui.app import LoadscopeApp
 from loadscope.tui.screens import ProfileScreen
 from loadscope.tui.views import BenchView

@@ -106,7 +106,7 @@ def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path) -> None:
     Textual's shutdown; now it exits after a bounded grace and its engine follows."""
     import uuid
 
-    from loadscope.emulator import fuse_unavailable_reason
+    from loadscope.tools.emulator import fuse_unavailable_reason
 
     session = f"loadscope-drop-{os.getpid()}"
     exe = Path(sys.executable).parent / "loadscope"

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from loadscope.advice import Facts, advise_facts
-from loadscope.bench import Summary
-from loadscope.broadcast import BroadcastSummary
+from loadscope.advice.rules import Facts, advise_facts
+from loadscope.engine.bench import Summary
+from loadscope.engine.broadcast import BroadcastSummary
 
 GiB = 1 << 30
 
@@ -179,7 +179,7 @@ def test_no_trials_no_invented_gain() -> None:
 
 
 def _disk(read: float = 2e9, write: float = 1e9, free: int = 100 * GiB) -> Any:
-    from loadscope.advice import LocalDiskFacts
+    from loadscope.advice.rules import LocalDiskFacts
 
     return LocalDiskFacts("/local", free, write, read, True)
 
@@ -336,7 +336,7 @@ def test_no_memory_problem_when_it_fits_or_loads_to_a_gpu() -> None:
 
 def test_every_stack_gets_a_snippet_with_its_own_trial_number() -> None:
     """Issue 16: the vLLM line carried auto's 10.5x, a number its flag never earned."""
-    from loadscope.snippets import STACKS
+    from loadscope.advice.snippets import STACKS
 
     f = facts({"mmap": 10.0, "auto": 1.0, "api": 1.25, "prewarm": 4.0, "vllm-prefetch": 20.0})
     f.model_path = "/models/my model"
@@ -372,7 +372,7 @@ def test_every_stack_gets_a_snippet_with_its_own_trial_number() -> None:
 
 
 def test_a_snippet_read_back_from_an_older_report_says_it_was_not_measured() -> None:
-    from loadscope.snippets import label_of, snippets_of
+    from loadscope.advice.snippets import label_of, snippets_of
 
     old = {"snippets": {"vllm": "vllm serve MODEL --safetensors-load-strategy prefetch"}}
     (snip,) = snippets_of(old)

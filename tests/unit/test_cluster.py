@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from loadscope.cluster import (
+from loadscope.diagnosis.cluster import (
     PREFIX,
     ClusterEnv,
     ClusterError,
@@ -72,7 +72,7 @@ def _ok(rank: int, p50_us: float = 500.0, rate: float = 1e9) -> str:
 def test_collect_waits_for_every_node_and_names_the_silent_ones(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("loadscope.cluster.time.sleep", lambda _s: None)
+    monkeypatch.setattr("loadscope.diagnosis.cluster.time.sleep", lambda _s: None)
     store = FakeStore()
     store.set(f"{PREFIX}/result/0", _ok(0))
     store.add(f"{PREFIX}/beat/1", 1)  # node 1 joins, beats twice, then dies

@@ -3,7 +3,7 @@
 The safetensors header parser, the torch checkpoint sniffer (zip directory and pickle
 opcodes), the index resolver and the target-spec parser all read bytes or directory
 layouts that users download from strangers. Whatever they get, the contract is the same:
-return a self-consistent result, or raise a :class:`~loadscope.errors.LoadscopeError`
+return a self-consistent result, or raise a :class:`~loadscope.base.errors.LoadscopeError`
 with a one-line message. Never another exception type, never a hang, never an
 allocation sized by a number the file claims, and never a pickle executed.
 
@@ -40,8 +40,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from loadscope.errors import LoadscopeError, PathNotFound, ReadFailed
-from loadscope.inspection import inspect_target
+from loadscope.base.errors import LoadscopeError, PathNotFound, ReadFailed
 from loadscope.loaders.dtypes import DTYPE_BITS
 from loadscope.loaders.errors import DuplicateTensor, TorchCheckpointError
 from loadscope.loaders.safetensors_format import (
@@ -51,7 +50,8 @@ from loadscope.loaders.safetensors_format import (
     read_header,
 )
 from loadscope.loaders.torch_format import read_torch_info
-from loadscope.targets import (
+from loadscope.model.inspection import inspect_target
+from loadscope.model.targets import (
     INDEX_NAMES,
     BadTargetSpec,
     InvalidIndex,

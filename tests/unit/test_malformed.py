@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.inspection import inspect_target
-from loadscope.targets import resolve
+from loadscope.model.inspection import inspect_target
+from loadscope.model.targets import resolve
 from tests.conftest import CliRunner, run_loadscope
 from tests.malformed_cases import CASES, Case
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.loaders.safetensors_format import read_header
-from loadscope.sampling import (
+from loadscope.engine.sampling import (
     choose_sample,
     choose_shards,
     extrapolate,
@@ -18,8 +17,9 @@ from loadscope.sampling import (
     smaller_sample,
     smaller_shards,
 )
-from loadscope.synth import synthesize
-from loadscope.targets import WeightFile, resolve
+from loadscope.loaders.safetensors_format import read_header
+from loadscope.model.targets import WeightFile, resolve
+from loadscope.tools.synth import synthesize
 
 GB = 1 << 30
 

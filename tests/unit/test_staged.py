@@ -36,7 +36,7 @@ from loadscope.loaders.staged import (
     staged_load,
 )
 from loadscope.loaders.strategy import FileRequest
-from loadscope.synth import SyntheticCheckpoint, synthesize
+from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 
 
 class FakeDevice:

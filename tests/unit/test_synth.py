@@ -9,8 +9,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from loadscope.inspection import SIZE_BUCKET_LABELS, inspect_target
-from loadscope.synth import (
+from loadscope.model.inspection import SIZE_BUCKET_LABELS, inspect_target
+from loadscope.model.targets import resolve
+from loadscope.tools.synth import (
     MIN_SYNTH_BYTES,
     SynthError,
     SyntheticCheckpoint,
@@ -18,7 +19,6 @@ from loadscope.synth import (
     layout,
     synthesize,
 )
-from loadscope.targets import resolve
 
 
 @pytest.mark.parametrize("size", [MIN_SYNTH_BYTES, 1 << 20, 7 << 20, 100 << 20, 1 << 30, 70 << 30])
@@ -116,7 +116,7 @@ def test_inspection_matches_layout(synth_sharded: SyntheticCheckpoint) -> None:
 
 def test_no_room_is_refused_before_writing(tmp_path: Path) -> None:
     """Issue 21: synth --size 10TiB wrote until the disk was full, then left the file."""
-    from loadscope.synth import SynthNoSpace
+    from loadscope.tools.synth import SynthNoSpace
 
     out = tmp_path / "huge"
     with pytest.raises(SynthNoSpace, match=r"needs .* free in"):
@@ -127,7 +127,7 @@ def test_no_room_is_refused_before_writing(tmp_path: Path) -> None:
 def test_a_failed_write_leaves_no_file_under_either_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import loadscope.synth as synth_module
+    import loadscope.tools.synth as synth_module
 
     calls = {"n": 0}
     real = synth_module._write_safetensors

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.synth import SyntheticCheckpoint, synthesize
-from loadscope.targets import (
+from loadscope.model.targets import (
     BadTargetSpec,
     NoWeightFiles,
     SyntheticSpec,
@@ -17,6 +16,7 @@ from loadscope.targets import (
     parse_synthetic,
     resolve,
 )
+from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 from tests.malformed_cases import good_st
 
 
@@ -190,8 +190,8 @@ def test_index_names_a_shard_two_ways_or_in_a_subfolder(tmp_path: Path) -> None:
     """'./a' and 'a' are one shard; a tensor swapped between sub/m and m is caught."""
     import json
 
-    from loadscope.inspection import inspect_target
-    from loadscope.targets import InvalidIndex
+    from loadscope.model.inspection import inspect_target
+    from loadscope.model.targets import InvalidIndex
     from tests.malformed_cases import good_st
 
     d = tmp_path / "two-ways"
@@ -216,7 +216,7 @@ def test_index_names_a_shard_two_ways_or_in_a_subfolder(tmp_path: Path) -> None:
 
 
 def test_a_revision_is_not_a_path() -> None:
-    from loadscope.targets import BadTargetSpec
+    from loadscope.model.targets import BadTargetSpec
 
     with pytest.raises(BadTargetSpec, match="not a path"):
         resolve("org/name@../../etc")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadscope.units import format_bytes, parse_size
+from loadscope.base.units import format_bytes, parse_size
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 Run in a thread of the app's own process, the engine (reference digests, cache
 eviction and verification, event decoding, /proc sampling) held the app's GIL
 often enough to push input-to-screen latency past 200 ms on two cores. Here it
-runs in a child, ``python -m loadscope.engine_process JOB_JSON``, which prints
+runs in a child, ``python -m loadscope.diagnosis.engine_process JOB_JSON``, which prints
 one JSON event per line (``step``, ``probes``, ``trial_started``, ``progress``,
 ``trial_finished``, then exactly one of ``finished``, ``cancelled``,
 ``failed``); the parent only reads lines.
@@ -37,7 +37,11 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from typing import IO, Any
 
-from loadscope.bench import (
+from loadscope.actions.localcopy import CopyCancelled, copy_model
+from loadscope.actions.warm import WarmCancelled, warm
+from loadscope.base.errors import LoadscopeError
+from loadscope.diagnosis.session import SessionRequest, diagnose
+from loadscope.engine.bench import (
     BenchCancelled,
     BenchEvent,
     BenchOptions,
@@ -45,13 +49,9 @@ from loadscope.bench import (
     TrialStarted,
     run_bench,
 )
-from loadscope.emulator import EmulatorSettings
-from loadscope.errors import LoadscopeError
-from loadscope.inspection import open_checked
-from loadscope.localcopy import CopyCancelled, copy_model
-from loadscope.probing import ProbeReport
-from loadscope.session import SessionRequest, diagnose
-from loadscope.warm import WarmCancelled, warm
+from loadscope.engine.probing import ProbeReport
+from loadscope.model.inspection import open_checked
+from loadscope.tools.emulator import EmulatorSettings
 
 #: The most progress events per trial per second passed on (the app draws at 5 Hz).
 PROGRESS_HZ = 20
@@ -231,7 +231,7 @@ class EngineProcess:
 
     def __init__(self, job: dict[str, Any]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loadscope.engine_process", json.dumps(job)],
+            [sys.executable, "-m", "loadscope.diagnosis.engine_process", json.dumps(job)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loadscope.errors import ExitCode, LoadscopeError, NotEnoughMemory, ReadFailed
+from loadscope.base.errors import ExitCode, LoadscopeError, NotEnoughMemory, ReadFailed
+from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular
+from loadscope.base.units import format_bytes
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
+from loadscope.model.targets import Target
 from loadscope.probes.pagecache import LIBC, MAP_FAILED, ColdCache, residency
 from loadscope.probes.system import memory_headroom
-from loadscope.safeio import STALL_TIMEOUT_S, note_stuck, open_regular
-from loadscope.targets import Target
-from loadscope.units import format_bytes
 
 DEFAULT_BLOCK = WARM_BLOCK_BYTES
 DEFAULT_THREADS = WARM_THREADS

@@ -23,13 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadscope.base.safeio import bounded, stall_timeout_s
+from loadscope.base.units import format_bytes
 from loadscope.loaders.errors import DuplicateTensor, UnsafePickle
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategies.pickle_load import refuse_unsafe_torch
 from loadscope.loaders.torch_format import read_torch_info
-from loadscope.safeio import bounded, stall_timeout_s
-from loadscope.targets import InvalidIndex, Target, open_target
-from loadscope.units import format_bytes
+from loadscope.model.targets import InvalidIndex, Target, open_target
 
 SCHEMA_VERSION = 1
 
@@ -222,7 +222,7 @@ def check_target(target: Target, *, loads: bool = False) -> Inspection:
 def open_checked(
     spec: str, *, synth_dir: str | os.PathLike[str] | None = None, loads: bool = False
 ) -> Iterator[Target]:
-    """:func:`~loadscope.targets.open_target`, then :func:`check_target`."""
+    """:func:`~loadscope.model.targets.open_target`, then :func:`check_target`."""
     with open_target(spec, synth_dir=synth_dir) as target:
         check_target(target, loads=loads)
         yield target

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from loadscope.errors import LoadscopeError, NotARegularFile, ReadFailed, error_from_oserror
+from loadscope.base.errors import LoadscopeError, NotARegularFile, ReadFailed, error_from_oserror
 
 T = TypeVar("T")
 

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loadscope.base.safeio import StorageStalled, bounded, stall_timeout_s
+from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.model.targets import Target
 from loadscope.probes import blockdev, mounts
 from loadscope.probes.gpu import GpuFacts, probe_gpus
 from loadscope.probes.hfcache import HubCacheLocation, hub_cache_location
@@ -35,9 +38,6 @@ from loadscope.probes.localdisk import DiskSpeed, free_bytes, measure_dir
 from loadscope.probes.pagecache import ColdCache, Residency, residency
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe, to_jsonable
 from loadscope.probes.system import SystemInfo, probe_system
-from loadscope.safeio import StorageStalled, bounded, stall_timeout_s
-from loadscope.targets import Target
-from loadscope.units import format_bytes, format_rate, format_us
 
 SCHEMA_VERSION = 1
 DEFAULT_BUDGET_S = 15.0

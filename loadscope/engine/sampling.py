@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.targets import WeightFile
+from loadscope.model.targets import WeightFile
 
 Scope = Literal["sampled", "shards", "whole"]
 SampleSet = dict[Path, tuple[str, ...]]

@@ -19,9 +19,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from loadscope._version import __version__
-from loadscope.advice import Advice, Evidence, Recommendation, advice_dict, advise
-from loadscope.bench import (
+from loadscope.advice.rules import Advice, Evidence, Recommendation, advice_dict, advise
+from loadscope.advice.snippets import short_label, snippet_heading, snippets_of
+from loadscope.base._version import __version__
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.units import format_bytes, format_rate
+from loadscope.engine.bench import (
     GPU_STRATEGIES,
     BenchCancelled,
     BenchError,
@@ -31,22 +34,19 @@ from loadscope.bench import (
     describe_strategies,
     run_bench,
 )
-from loadscope.bench import to_text as bench_text
-from loadscope.broadcast import (
+from loadscope.engine.bench import to_text as bench_text
+from loadscope.engine.broadcast import (
     BroadcastCancelled,
     BroadcastOptions,
     BroadcastReport,
     Mode,
     run_broadcast,
 )
-from loadscope.broadcast import to_text as ranks_text
-from loadscope.errors import ExitCode, LoadscopeError
-from loadscope.probing import ProbeReport, run_probes
-from loadscope.probing import to_text as probe_text
-from loadscope.sampling import SMALL_FRACTION, whole_rate, whole_seconds_text
-from loadscope.snippets import short_label, snippet_heading, snippets_of
-from loadscope.targets import Target
-from loadscope.units import format_bytes, format_rate
+from loadscope.engine.broadcast import to_text as ranks_text
+from loadscope.engine.probing import ProbeReport, run_probes
+from loadscope.engine.probing import to_text as probe_text
+from loadscope.engine.sampling import SMALL_FRACTION, whole_rate, whole_seconds_text
+from loadscope.model.targets import Target
 
 SCHEMA_VERSION = 1
 DEFAULT_BUDGET_S = 120.0
@@ -60,7 +60,7 @@ class ReportError(LoadscopeError):
 
 def load_report(path: str) -> dict[str, Any]:
     """A saved doctor report (JSON), checked to be one; never follows its contents further."""
-    from loadscope.safeio import open_regular, pread_exact
+    from loadscope.base.safeio import open_regular, pread_exact
 
     fd = open_regular(path)
     try:

@@ -13,7 +13,7 @@ model in RAM are skipped, with the numbers, when they would not fit.
 Huge models: with ``--budget``, a pilot round on a sample estimates every
 trial's fixed cost and load rate; when the plan does not fit, each strategy runs
 on a sample sized to an equal share of the budget (whole shards where they are
-small enough, else a span of tensors per file: :mod:`loadscope.sampling`), at that
+small enough, else a span of tensors per file: :mod:`loadscope.engine.sampling`), at that
 size and a quarter of it, and its whole-model time is the fitted fixed cost plus
 the model at the fitted rate, with the fit's error. A strategy that loads whole
 files runs on whole shards, runs whole, or is skipped with the reason: never
@@ -42,14 +42,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from loadscope.errors import ExitCode, LoadscopeError
-from loadscope.loaders import forkserver
-from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
-from loadscope.loaders.forkserver import ForkedProcess
-from loadscope.loaders.safetensors_format import read_header
-from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, checked_fraction
-from loadscope.probes.system import describe_death, memory_headroom, oom_kills, page_cache_room
-from loadscope.sampling import (
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.units import format_bytes, format_rate
+from loadscope.engine.sampling import (
     SHARD_OVERSHOOT,
     SMALL_FRACTION,
     Fit,
@@ -64,8 +59,13 @@ from loadscope.sampling import (
     smaller_sample,
     smaller_shards,
 )
-from loadscope.targets import Target, WeightFile
-from loadscope.units import format_bytes, format_rate
+from loadscope.loaders import forkserver
+from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
+from loadscope.loaders.forkserver import ForkedProcess
+from loadscope.loaders.safetensors_format import read_header
+from loadscope.model.targets import Target, WeightFile
+from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, checked_fraction
+from loadscope.probes.system import describe_death, memory_headroom, oom_kills, page_cache_room
 
 SCHEMA_VERSION = 1
 CacheMode = Literal["cold", "warm"]

@@ -45,9 +45,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
-from loadscope import errors
-from loadscope.bench import CacheMode, TrialStatus, _kill_group, reference_digests
-from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.base import errors
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.units import format_bytes, format_rate
+from loadscope.engine.bench import CacheMode, TrialStatus, _kill_group, reference_digests
 from loadscope.loaders import forkserver
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.rank import (
@@ -60,9 +61,8 @@ from loadscope.loaders.rank import (
     RankTrial,
     decode,
 )
+from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.system import describe_death, memory_headroom, oom_kills
-from loadscope.targets import Target, WeightFile
-from loadscope.units import format_bytes, format_rate
 
 SCHEMA_VERSION = 1
 Mode = Literal["independent", "broadcast", "broadcast-async", "sharded"]

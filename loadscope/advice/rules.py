@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from loadscope.bench import GPU_STRATEGIES, BenchReport, Summary
-from loadscope.broadcast import BroadcastReport, BroadcastSummary
-from loadscope.probing import ProbeReport
-from loadscope.snippets import Snippet, command, commands, load_snippets
-from loadscope.units import format_bytes, format_rate
+from loadscope.advice.snippets import Snippet, command, commands, load_snippets
+from loadscope.base.units import format_bytes, format_rate
+from loadscope.engine.bench import GPU_STRATEGIES, BenchReport, Summary
+from loadscope.engine.broadcast import BroadcastReport, BroadcastSummary
+from loadscope.engine.probing import ProbeReport
 
 Confidence = Literal["high", "medium", "low"]
 #: A strategy must beat mmap by this much before it is worth a change of code.

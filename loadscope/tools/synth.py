@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from loadscope.errors import ExitCode, LoadscopeError
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.units import format_bytes
 from loadscope.loaders.dtypes import DTYPE_BITS
-from loadscope.units import format_bytes
 
 SynthFormat = Literal["safetensors", "torch", "both"]
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadscope.errors import ExitCode, LoadscopeError, PathNotFound
+from loadscope.base.errors import ExitCode, LoadscopeError, PathNotFound
 from loadscope.probes.blockdev import fuse_connection_id
 from loadscope.probes.mounts import Mount, mount_of, read_mountinfo
 from loadscope.probes.sysfs import read_int

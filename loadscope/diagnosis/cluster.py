@@ -38,10 +38,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from loadscope.compare import Row, compare, row_of, to_text
-from loadscope.doctor import DEFAULT_BUDGET_S, run_doctor
-from loadscope.errors import ExitCode, LoadscopeError
-from loadscope.inspection import open_checked
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, run_doctor
+from loadscope.model.inspection import open_checked
+from loadscope.report.compare import Row, compare, row_of, to_text
 
 PREFIX = "loadscope/cluster"
 HEARTBEAT_S = 1.0

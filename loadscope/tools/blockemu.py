@@ -5,7 +5,7 @@ ext4 on a block device in ``findmnt``, with the kernel's block-layer readahead,
 request merging and queue in front of them, while every request crosses a network.
 This reproduces that on one machine: the model's files are put into an ext4 image
 (``mkfs.ext4 -d``, never touching the source), the image is served through the
-FUSE slow disk (:mod:`loadscope.emulator`, with ``direct_io`` so the image itself is
+FUSE slow disk (:mod:`loadscope.tools.emulator`, with ``direct_io`` so the image itself is
 never cached and every request the loop device sends waits its latency), the image
 is attached to a read-only loop device, and the ext4 is mounted read-only at the
 mount point. The loop device's readahead is the setting's ``readahead_kb``.
@@ -37,7 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadscope.emulator import (
+from loadscope.probes.mounts import Mount, read_mountinfo
+from loadscope.tools.emulator import (
     EmulatorError,
     EmulatorSettings,
     check_mountpoint,
@@ -50,7 +51,6 @@ from loadscope.emulator import (
     start_server,
     unmount,
 )
-from loadscope.probes.mounts import Mount, read_mountinfo
 
 READY_LINE = "loadscope-emulate-block: ready"
 #: The work directory's prefix: a loop device whose image lies under one is ours.

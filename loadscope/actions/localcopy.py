@@ -32,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadscope.errors import ExitCode, LoadscopeError, ReadFailed
-from loadscope.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
-from loadscope.targets import Target
-from loadscope.units import format_bytes
+from loadscope.base.errors import ExitCode, LoadscopeError, ReadFailed
+from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
+from loadscope.base.units import format_bytes
+from loadscope.model.targets import Target
 
 PARTIAL_SUFFIX = ".loadscope-partial"
 DEFAULT_BLOCK = 16 << 20

@@ -28,17 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from loadscope.errors import (
+from loadscope.base.errors import (
     ExitCode,
     LoadscopeError,
     NotARegularFile,
     PathNotFound,
     error_from_oserror,
 )
+from loadscope.base.safeio import open_regular, pread_exact, stat_regular
+from loadscope.base.units import format_bytes, parse_size
 from loadscope.probes.hfcache import hub_cache_location
-from loadscope.safeio import open_regular, pread_exact, stat_regular
-from loadscope.synth import SynthFormat, synthesize
-from loadscope.units import format_bytes, parse_size
+from loadscope.tools.synth import SynthFormat, synthesize
 
 WeightFormat = Literal["safetensors", "torch"]
 TargetKind = Literal["file", "directory", "hf-cache", "synthetic"]

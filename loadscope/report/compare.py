@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from loadscope.units import format_rate, format_us
+from loadscope.base.units import format_rate, format_us
 
 
 @dataclass(slots=True)

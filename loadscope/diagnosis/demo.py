@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from loadscope.blockemu import block_unavailable_reason, emulated_block_disk
-from loadscope.doctor import DoctorReport, run_doctor
-from loadscope.doctor import to_text as doctor_text
-from loadscope.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
-from loadscope.synth import synthesize
-from loadscope.targets import resolve
-from loadscope.units import format_bytes
+from loadscope.base.units import format_bytes
+from loadscope.diagnosis.doctor import DoctorReport, run_doctor
+from loadscope.diagnosis.doctor import to_text as doctor_text
+from loadscope.model.targets import resolve
+from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadscope.bench import Listener
-from loadscope.doctor import DEFAULT_BUDGET_S, DoctorReport, run_doctor
-from loadscope.emulator import EmulatorSettings, emulated_disk
-from loadscope.inspection import open_checked
-from loadscope.probing import ProbeReport
-from loadscope.targets import Target, resolve
+from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, DoctorReport, run_doctor
+from loadscope.engine.bench import Listener
+from loadscope.engine.probing import ProbeReport
+from loadscope.model.inspection import open_checked
+from loadscope.model.targets import Target, resolve
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from loadscope.sampling import whole_rate, whole_seconds_text
-from loadscope.snippets import snippet_heading, snippets_of
-from loadscope.units import format_bytes, format_rate
+from loadscope.advice.snippets import snippet_heading, snippets_of
+from loadscope.base.units import format_bytes, format_rate
+from loadscope.engine.sampling import whole_rate, whole_seconds_text
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;color:#1b1f24;padding:0 1em}

@@ -1,0 +1,6 @@
+"""The outputs a report becomes beyond the terminal text: HTML and the cross-node table.
+
+Owns: :mod:`html` (the self-contained HTML report, charts as inline SVG), :mod:`compare`
+(one row per node's report, outliers marked).
+May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``.
+"""
