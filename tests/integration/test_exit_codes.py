@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from loadscope import cli as cli_module
+import loadscope.model.inspection
 from loadscope.base.errors import ExitCode
+from loadscope.cli.common import Terminated
 from loadscope.tools.synth import synthesize
 from tests.conftest import CliRunner
 
@@ -71,7 +72,7 @@ CASES: dict[int, Case] = {
     8: (lambda t: ["synth", str(t / "huge"), "--size", "1000TiB"], None, "free in"),
     70: (lambda t: ["inspect", str(_model(t))], RuntimeError("boom"), "internal error"),
     130: (lambda t: ["inspect", str(_model(t))], KeyboardInterrupt(), "interrupted"),
-    143: (lambda t: ["inspect", str(_model(t))], cli_module._Terminated(), "terminated"),
+    143: (lambda t: ["inspect", str(_model(t))], Terminated(), "terminated"),
 }
 #: Codes whose case lives in a test with the setup it needs (file, test name).
 ELSEWHERE = {
@@ -95,7 +96,7 @@ def test_each_documented_code_is_what_the_command_returns(
     argv_of, raises, says = CASES[code]
     argv = argv_of(tmp_path)
     if raises is not None:
-        monkeypatch.setattr(cli_module, "_cmd_inspect", _raise(raises))
+        monkeypatch.setattr(loadscope.model.inspection, "inspect_target", _raise(raises))
     result = cli(*argv)
     assert result.code == code, result
     assert says in result.err, result.err

@@ -1,0 +1,208 @@
+"""The command line: one module per command, each declaring its arguments as data.
+
+Each ``loadscope/cli/<command>.py`` holds a ``COMMAND`` (its help, its arguments —
+the shared ones declared once in :mod:`loadscope.cli.common` — and the function that
+runs it); :func:`build_parser` assembles them and :func:`main` runs one, turning every
+:class:`~loadscope.base.errors.LoadscopeError` into its one line and exit code.
+May import: everything in the core below it (the commands import their engine lazily,
+so ``loadscope --help`` stays light); never Textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from loadscope.base._version import __version__
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.safeio import stuck_reads
+from loadscope.cli import (
+    bench,
+    cluster,
+    compare,
+    copy,
+    demo,
+    doctor,
+    emulate,
+    inspect,
+    probe,
+    report,
+    synth,
+    warm,
+)
+from loadscope.cli.common import (
+    PROG,
+    SECONDS,
+    SYNTH_DIR,
+    Command,
+    Terminated,
+    UsageError,
+    check_outputs,
+    on_sigterm,
+    opt,
+)
+from loadscope.cli.doctor import doctor_exit_code
+
+__all__ = ["PROG", "UsageError", "build_parser", "doctor_exit_code", "main"]
+
+_DESCRIPTION = """\
+Why does this model load slowly here, and what should change?
+loadscope inspects checkpoints, probes the storage under them, benchmarks the
+ways to load them and recommends the fix the numbers support.
+
+TARGET is any of:
+  path/to/model.safetensors        one safetensors file
+  path/to/pytorch_model.bin        a torch checkpoint (.bin, .pt, .pth; never unpickled)
+  path/to/model-dir                all shards (follows model.safetensors.index.json)
+  org/name[@revision]              a Hugging Face repo from the LOCAL cache only
+  synthetic:SIZE[,shards=N][,format=safetensors|torch|both][,seed=S]
+                                   a synthetic checkpoint, removed afterwards
+"""
+
+_EXIT_CODES = "\n".join(
+    f"  {code.value:>3}  {code.name.lower().replace('_', '-')}" for code in ExitCode
+)
+_EPILOG = f"""\
+examples:
+  loadscope doctor ~/models/llama --md report.md
+  loadscope inspect synthetic:1GiB
+  loadscope probe ~/models/llama --json probe.json
+  loadscope inspect ~/models/llama --json
+  loadscope synth /tmp/model --size 2GiB --shards 4 --format both
+
+exit codes:
+{_EXIT_CODES}
+"""
+
+TUI = Command(
+    name="tui",
+    help="the terminal app: onboarding, live throughput charts, advice, export",
+    description="Open the Textual app (also: loadscope with no arguments). With TARGET it"
+    " starts the diagnosis at once; without, a guided onboarding picks the model. Needs a"
+    " terminal; headless, use 'loadscope doctor'.",
+    arguments=(
+        SYNTH_DIR,
+        opt(
+            "--budget",
+            type=SECONDS,
+            default=None,
+            metavar="SECONDS",
+            help="time budget of the diagnosis (default 120 s)",
+        ),
+        opt(
+            "--emulate",
+            action="store_true",
+            help="serve the model through the emulated slow network disk (FUSE, root)",
+        ),
+        opt("--report", metavar="FILE.json", help="open a saved doctor report instead"),
+    ),
+    run=None,
+    target="optional",
+    defaults={"tui": True},
+)
+
+#: Every subcommand, in the order ``--help`` lists them.
+COMMANDS = (
+    inspect.COMMAND,
+    probe.COMMAND,
+    bench.COMMAND,
+    doctor.COMMAND,
+    report.COMMAND,
+    compare.COMMAND,
+    warm.COMMAND,
+    copy.COMMAND,
+    cluster.COMMAND,
+    demo.COMMAND,
+    TUI,
+    emulate.COMMAND,
+    synth.COMMAND,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        extra: dict[str, Any] = {}
+        if command.target is not None:
+            extra = {
+                "formatter_class": argparse.RawDescriptionHelpFormatter,
+                "epilog": _DESCRIPTION.split("\n\n", 1)[1],
+            }
+        p = sub.add_parser(
+            command.name, help=command.help, description=command.description, **extra
+        )
+        if command.target is not None:
+            p.add_argument(
+                "target",
+                metavar="TARGET",
+                nargs="?" if command.target == "optional" else None,
+                help="file, directory, org/name or synthetic:SIZE",
+            )
+        for argument in command.arguments:
+            argument.add_to(p)
+        if command.run is not None:
+            p.set_defaults(run=command.run)
+        p.set_defaults(**command.defaults)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``loadscope`` console script and ``python -m loadscope``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Callable[[argparse.Namespace, TextIO], ExitCode] | None = getattr(args, "run", None)
+    if getattr(args, "tui", False):
+        print(f"{PROG}: the app starts from the '{PROG}' command", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    if run is None:
+        parser.print_help()
+        return ExitCode.OK
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        check_outputs(args)
+        return int(run(args, sys.stdout))
+    except LoadscopeError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Terminated:
+        print(f"{PROG}: terminated", file=sys.stderr)
+        return int(ExitCode.TERMINATED)
+    except BrokenPipeError:
+        # stdout closed early (| head): not an error worth a message.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return int(ExitCode.OK)
+    except Exception as exc:
+        if os.environ.get("LOADSCOPE_DEBUG"):
+            raise
+        print(
+            f"{PROG}: internal error: {type(exc).__name__}: {exc}"
+            " (a bug: please report it; LOADSCOPE_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return int(ExitCode.INTERNAL)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+        if stuck := stuck_reads():
+            print(
+                f"{PROG}: {len(stuck)} read(s) still wait in the kernel (first: {stuck[0]}),"
+                " unkillable: they end when the storage answers, or at once when it is"
+                " unmounted (umount -f; FUSE: echo 1 > /sys/fs/fuse/connections/N/abort)",
+                file=sys.stderr,
+            )

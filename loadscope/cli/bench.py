@@ -1,0 +1,215 @@
+"""``loadscope bench``: its arguments and what runs it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from loadscope.base.errors import ExitCode
+from loadscope.base.units import format_bytes
+from loadscope.cli.common import (
+    COUNT,
+    RANKS,
+    REPORT,
+    SECONDS,
+    SYNTH_DIR,
+    Command,
+    UsageError,
+    check_device_usable,
+    device_arg,
+    emit,
+    opt,
+)
+
+if TYPE_CHECKING:
+    from loadscope.engine.bench import CacheMode
+
+
+def _parse_knobs(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``--knob STRATEGY.NAME=VALUE`` items, checked against the strategies' declarations."""
+    from loadscope.loaders.strategies import check_knobs
+
+    knobs: dict[str, dict[str, str]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        strategy, dot, name = key.partition(".")
+        if not sep or not dot or not strategy or not name:
+            raise UsageError(
+                f"--knob {item!r}: expected STRATEGY.NAME=VALUE, e.g. parallel.threads=16"
+            )
+        knobs.setdefault(strategy.strip(), {})[name.strip()] = value
+    try:
+        return check_knobs(knobs)
+    except ValueError as exc:
+        raise UsageError(f"--knob {exc}") from None
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.engine.bench import (
+        BenchOptions,
+        TrialFinished,
+        TrialProgress,
+        TrialStarted,
+        describe_strategies,
+        run_bench,
+        to_text,
+    )
+    from loadscope.model.inspection import open_checked
+
+    if args.list_strategies:
+        for name, info in describe_strategies().items():
+            status = (
+                f"unavailable: {info['unavailable']}" if info.get("unavailable") else "available"
+            )
+            out.write(f"{name:<16} {info['summary']}\n{'':<16} [{status}]\n")
+            for knob, k in info.get("knobs", {}).items():
+                out.write(
+                    f"{'':<16} --knob {name}.{knob}={k['default']}  ({k.get('takes', '')};"
+                    f" {k['help']})\n"
+                )
+        return ExitCode.OK
+    if args.target is None:
+        raise UsageError("bench needs a TARGET")
+    cache: tuple[CacheMode, ...] = ("cold", "warm") if args.cache == "both" else (args.cache,)
+    strategies = None
+    if args.strategies is not None:
+        strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+        if not strategies:
+            raise UsageError("--strategies is empty (see --list-strategies)")
+    options = BenchOptions(
+        strategies=strategies,
+        cache=cache,
+        repeats=args.repeats,
+        warmup=not args.no_warmup,
+        budget_s=args.budget,
+        knobs=_parse_knobs(args.knob),
+        trial_timeout_s=args.trial_timeout,
+        allow_drop_caches=args.allow_drop_caches,
+    )
+    check_device_usable(args.device)
+    if args.ranks is not None:
+        return _bench_ranks(args, out, cache)
+    options = dataclasses.replace(options, device=args.device)
+    live = sys.stderr.isatty()
+    current: dict[str, str] = {}
+
+    def listen(event: object) -> None:
+        if not live:
+            return
+        if isinstance(event, TrialStarted):
+            t = event.trial
+            warmup = " (warm-up)" if t.warmup else ""
+            current["label"] = f"[{event.index + 1}/{event.total}] {t.strategy} {t.cache}{warmup}"
+            sys.stderr.write(f"\r{current['label']:<60}")
+        elif isinstance(event, TrialProgress) and event.total_bytes:
+            pct = 100 * event.bytes_done / event.total_bytes
+            rate = event.bytes_done / event.seconds if event.seconds > 0 else 0
+            sys.stderr.write(
+                f"\r{current.get('label', ''):<44} {pct:5.1f}% {format_bytes(rate)}/s   "
+            )
+        elif isinstance(event, TrialFinished):
+            sys.stderr.write("\r" + " " * 78 + "\r")
+        sys.stderr.flush()
+
+    # Every header first: a hostile or broken file fails here, before any worker starts.
+    with open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target:
+        report = run_bench(target, options, listen)
+    return emit(out, args.json, report.to_json(), to_text(report))
+
+
+def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, ...]) -> ExitCode:
+    from loadscope.engine.broadcast import MODES, BroadcastOptions, run_broadcast
+    from loadscope.engine.broadcast import to_text as ranks_text
+    from loadscope.model.inspection import open_checked
+
+    modes = tuple(m.strip() for m in (args.modes or "").split(",") if m.strip()) or MODES
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise UsageError(f"unknown mode {unknown[0]!r} (known: {', '.join(MODES)})")
+    if args.device not in ("cpu", "cuda"):
+        raise UsageError("--ranks takes --device cpu or cuda (each rank uses its own GPU)")
+    options = BroadcastOptions(
+        ranks=args.ranks,
+        modes=modes,  # type: ignore[arg-type]
+        cache=cache,
+        repeats=args.repeats,
+        warmup=not args.no_warmup,
+        device=args.device,
+        allow_drop_caches=args.allow_drop_caches,
+    )
+    with open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target:
+        report = run_broadcast(target, options)
+    return emit(out, args.json, report.to_json(), ranks_text(report))
+
+
+COMMAND = Command(
+    name="bench",
+    help="run loader strategies side by side, cold and warm, in isolated workers",
+    description="Load TARGET with each strategy in a fresh worker process, interleaved"
+    " (A B C A B C ...), from a verified cold and/or warm page cache; report median time,"
+    " throughput, x vs mmap load_file, faults, I/O sizes and peak RSS, and check every"
+    " strategy returns the same tensors. One warm-up round is reported as first-run cost.",
+    arguments=(
+        SYNTH_DIR,
+        *REPORT,
+        opt(
+            "--strategies",
+            metavar="A,B,...",
+            help="comma-separated (default: every one that applies; see --list-strategies)",
+        ),
+        opt(
+            "--cache",
+            choices=("cold", "warm", "both"),
+            default="cold",
+            help="page-cache state (default cold)",
+        ),
+        opt("--repeats", type=COUNT, default=3, help="timed rounds after the warm-up (default 3)"),
+        opt("--no-warmup", action="store_true", help="skip the warm-up round"),
+        opt(
+            "--budget",
+            type=SECONDS,
+            metavar="SECONDS",
+            help="fit the run in SECONDS: sample the model and extrapolate when full loads do"
+            " not fit",
+        ),
+        opt(
+            "--device",
+            default="cpu",
+            type=device_arg,
+            metavar="cpu|cuda[:N]",
+            help="where tensors land: cpu runs the CPU strategies, cuda[:N] the GPU ones"
+            " (mmap-cuda, read-to-cuda, staged, gds)",
+        ),
+        opt(
+            "--ranks",
+            type=RANKS,
+            metavar="N",
+            help="N local ranks through torch.distributed (gloo on CPU, NCCL on GPU): independent"
+            " reads vs rank-0 read + broadcast (sync, async) vs sharded read + broadcast",
+        ),
+        opt(
+            "--modes",
+            metavar="A,B,...",
+            help="with --ranks: independent,broadcast,broadcast-async,sharded (default all)",
+        ),
+        opt(
+            "--knob",
+            action="append",
+            default=[],
+            metavar="STRATEGY.NAME=VALUE",
+            help="override a strategy knob, e.g. parallel.threads=16 (repeatable)",
+        ),
+        opt(
+            "--trial-timeout",
+            type=SECONDS,
+            default=600.0,
+            metavar="SECONDS",
+            help="kill a trial after this",
+        ),
+        opt("--list-strategies", action="store_true", help="list strategies and exit"),
+    ),
+    run=run,
+    target="optional",
+)

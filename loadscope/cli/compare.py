@@ -1,0 +1,32 @@
+"""``loadscope compare``: its arguments and what runs it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, TextIO
+
+from loadscope.base.errors import ExitCode
+from loadscope.cli.common import Command, opt
+
+if TYPE_CHECKING:
+    pass
+
+from loadscope.diagnosis.doctor import load_report
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.report.compare import compare, row_of, to_text
+
+    rows = compare([row_of(path, load_report(path)) for path in args.files])
+    out.write(to_text(rows) + "\n")
+    return ExitCode.OK
+
+
+COMMAND = Command(
+    name="compare",
+    help="one row per doctor report (one per node), outliers marked",
+    description="Compare doctor reports from several nodes: storage class, cold latency,"
+    " best strategy and its throughput, verdict; nodes far from the median are marked.",
+    arguments=(opt("files", metavar="REPORT.json", nargs="+"),),
+    run=run,
+)

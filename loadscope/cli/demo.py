@@ -1,0 +1,72 @@
+"""``loadscope demo``: its arguments and what runs it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, TextIO
+
+from loadscope.base.errors import ExitCode
+from loadscope.base.units import parse_size
+from loadscope.cli.common import KIB, MAX_BACKGROUND, SECONDS, Command, duration_arg, opt, size_arg
+
+if TYPE_CHECKING:
+    pass
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.diagnosis.demo import DemoOptions, run_demo
+    from loadscope.tools.emulator import EmulatorSettings
+
+    settings = EmulatorSettings(
+        latency_s=args.latency, readahead_kb=args.readahead_kb, max_background=args.max_background
+    )
+    run_demo(
+        DemoOptions(
+            size_bytes=args.size,
+            settings=settings,
+            budget_s=args.budget,
+            work_dir=args.work_dir,
+            block=args.block,
+        ),
+        out,
+    )
+    return ExitCode.OK
+
+
+COMMAND = Command(
+    name="demo",
+    help="see the slow-disk pathology on a synthetic model through an emulated network disk",
+    description="Build a synthetic checkpoint, serve it through the emulated slow disk"
+    " (FUSE, root; else the local disk, with the reason) and diagnose it. Removes"
+    " everything it made.",
+    arguments=(
+        opt(
+            "--size",
+            type=size_arg,
+            default=parse_size("512MiB"),
+            help="model size (default 512MiB)",
+        ),
+        opt("--latency", type=duration_arg, default=0.005, help="per-request delay (default 5ms)"),
+        opt("--readahead-kb", type=KIB, default=128, help="the mount's readahead (default 128)"),
+        opt(
+            "--max-background",
+            type=MAX_BACKGROUND,
+            default=12,
+            help="async requests in flight (default 12)",
+        ),
+        opt(
+            "--budget",
+            type=SECONDS,
+            default=40.0,
+            metavar="SECONDS",
+            help="diagnosis budget (default 40)",
+        ),
+        opt("--work-dir", metavar="DIR", help="where to build it (default /var/tmp)"),
+        opt(
+            "--block",
+            action="store_true",
+            help="serve it as a network block volume (ext4 on a loop device over the slow disk)",
+        ),
+    ),
+    run=run,
+)

@@ -1,0 +1,129 @@
+"""``loadscope doctor``: its arguments and what runs it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from loadscope.base.errors import ExitCode
+from loadscope.cli.common import (
+    RANKS,
+    REPORT,
+    SECONDS,
+    SYNTH_DIR,
+    Command,
+    UsageError,
+    check_device_usable,
+    device_or_auto_arg,
+    emit,
+    opt,
+    write_file,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    import json
+
+    from loadscope.diagnosis.doctor import redact, run_doctor, to_markdown, to_text
+    from loadscope.model.inspection import open_checked
+
+    to_stdout = [f"--{o}" for o in ("json", "md", "html") if getattr(args, o) == "-"]
+    if len(to_stdout) > 1:
+        raise UsageError(f"only one report can go to stdout ('-'), not {' and '.join(to_stdout)}")
+    check_device_usable(args.device)
+    spec = args.target or "synthetic:512MiB"
+    if sys.stderr.isatty():
+        sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
+    with open_checked(spec, synth_dir=args.synth_dir, loads=True) as target:
+        report = run_doctor(
+            target,
+            budget_s=args.budget,
+            try_readahead=args.try_readahead,
+            device=args.device,
+            ranks=args.ranks,
+        )
+    from loadscope.report.html import to_html
+
+    doc = redact(report.to_dict()) if args.redact_hosts else report.to_dict()
+    # '-' is stdout for every report format, as for --json: that report alone goes there.
+    for path, render in ((args.md, to_markdown), (args.html, to_html)):
+        if path == "-":
+            out.write(render(doc) + "\n")
+        elif path:
+            write_file(path, render(doc) + "\n")
+    if "-" in (args.md, args.html):
+        if args.json:
+            write_file(args.json, json.dumps(doc, indent=2, default=str) + "\n")
+        return doctor_exit_code(report.advice.verdict.status)
+    emit(out, args.json, json.dumps(doc, indent=2, default=str), to_text(report))
+    if args.md and args.json != "-":
+        out.write(f"markdown: {args.md}\n")
+    return doctor_exit_code(report.advice.verdict.status)
+
+
+def doctor_exit_code(status: str) -> ExitCode:
+    """0 healthy, 10 a problem worth fixing, 1 when nothing could be measured."""
+    if status == "healthy":
+        return ExitCode.OK
+    if status == "unmeasured":
+        return ExitCode.FAILURE
+    return ExitCode.PROBLEM_FOUND
+
+
+COMMAND = Command(
+    name="doctor",
+    help="the diagnosis: probes, the trials they call for, and evidenced advice",
+    description="Probe the storage, run the loader trials the probes call for (cold and"
+    " warm, sampled for big models to fit the budget), and recommend what the"
+    " measurements support, with the expected gain, its cost and copy-paste code. Exit"
+    " code 0 when healthy, 10 when a problem worth fixing was found. Without TARGET, a"
+    " 512 MiB synthetic checkpoint.",
+    arguments=(
+        SYNTH_DIR,
+        *REPORT,
+        opt(
+            "--md",
+            metavar="FILE|-",
+            help="also write the report as Markdown (for an issue); - stdout",
+        ),
+        opt("--html", metavar="FILE|-", help="also write a self-contained HTML report; - stdout"),
+        opt(
+            "--try-readahead",
+            action="store_true",
+            help="when raising readahead is advised, measure it: set 8 MiB for this mount (root),"
+            " re-run the mmap trial, restore the old value",
+        ),
+        opt(
+            "--redact-hosts",
+            action="store_true",
+            help="hide the hostname and the model's paths in the written reports",
+        ),
+        opt(
+            "--budget",
+            type=SECONDS,
+            default=120.0,
+            metavar="SECONDS",
+            help="time budget for the whole diagnosis (default 120)",
+        ),
+        opt(
+            "--device",
+            default="auto",
+            type=device_or_auto_arg,
+            metavar="auto|cpu|cuda[:N]",
+            help="where tensors land (default auto: the GPU when torch can use one)",
+        ),
+        opt(
+            "--ranks",
+            type=RANKS,
+            metavar="N",
+            help="add N-rank trials: independent reads vs rank-0 read + broadcast vs sharded"
+            " (default: one rank per GPU when there are several)",
+        ),
+    ),
+    run=run,
+    target="optional",
+)

@@ -1,0 +1,191 @@
+"""``loadscope emulate``: its arguments and what runs it."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from loadscope.base.errors import ExitCode
+from loadscope.cli.common import (
+    BANDWIDTH,
+    KIB,
+    MAX_BACKGROUND,
+    MAX_READ,
+    PROBABILITY,
+    SEED,
+    SERVER_THREADS,
+    Command,
+    Terminated,
+    UsageError,
+    duration_arg,
+    opt,
+    size_arg,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from pathlib import Path
+
+    from loadscope.tools.emulator import (
+        EmulatorError,
+        EmulatorSettings,
+        check_mountpoint,
+        check_source,
+        die_with_parent,
+        emulated_disk,
+        serve,
+        unmount_emulator,
+    )
+
+    if args.unmount:
+        if args.source or args.mountpoint:
+            raise UsageError("emulate --unmount takes only the MOUNTPOINT")
+        from loadscope.tools.blockemu import is_block_emulator_mount, unmount_block
+        from loadscope.tools.emulator import mounts_at
+
+        if any(is_block_emulator_mount(m) for m in mounts_at(args.unmount)):
+            unmount_block(args.unmount)
+        else:
+            unmount_emulator(args.unmount)
+        out.write(f"unmounted {args.unmount}\n")
+        return ExitCode.OK
+    if not args.source or not args.mountpoint:
+        raise UsageError("emulate needs SRC and MOUNTPOINT (or --unmount MOUNTPOINT)")
+    settings = EmulatorSettings(
+        latency_s=args.latency,
+        jitter_s=args.jitter,
+        bandwidth_bytes_per_s=args.bandwidth,
+        threads=args.threads,
+        readahead_kb=args.readahead_kb,
+        max_read_kb=args.max_read_kb,
+        max_background=args.max_background,
+        direct_io=args.direct_io,
+        log_requests=args.log_requests,
+        seed=args.seed,
+        fail_after_bytes=args.fail_after,
+        stall_after_bytes=0 if args.stall else args.stall_after,
+        eio_rate=args.eio_rate,
+    )
+    if args.serve_here and args.block:
+        from loadscope.tools.blockemu import serve_block
+
+        serve_block(args.source, args.mountpoint, settings)  # handles its own signals
+        return ExitCode.OK
+    if args.serve_here:
+        # The server itself (started by emulated_disk). libfuse installs its own
+        # SIGINT/SIGTERM/SIGHUP handlers (leave the loop, unmount), but only over the
+        # default disposition: hand the signals back to it.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        serve(args.source, args.mountpoint, settings)
+        return ExitCode.OK
+    # The user's command supervises a server child: a signal in any moment (even while
+    # libfuse is still mounting, before its handlers exist) reaches this process, which
+    # stops the server and unmounts whatever is there; never a mount left behind.
+    check_source(args.source)
+    if not Path(args.mountpoint).is_dir():
+        raise EmulatorError(f"{args.mountpoint}: mount point is not a directory")
+    check_mountpoint(args.mountpoint)
+    # As the help says: when the shell or program that started us goes away, so do we
+    # (SIGTERM, which unmounts below), also when it was started in the background.
+    die_with_parent()
+    if args.block:
+        from loadscope.tools.blockemu import emulated_block_disk
+
+        served: Any = emulated_block_disk(args.source, args.mountpoint, settings)
+        what = "the emulated block volume"
+    else:
+        served = emulated_disk(args.source, args.mountpoint, settings)
+        what = "the emulated disk"
+    try:
+        with served as disk:
+            if sys.stderr.isatty():
+                how = f"ext4 on {disk.loop} over a disk answering in " if args.block else ""
+                sys.stderr.write(
+                    f"serving {args.source} at {args.mountpoint}: {how}{args.latency * 1e3:g}"
+                    f" ms per request, readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
+                )
+            disk.process.wait()
+    except (KeyboardInterrupt, Terminated):
+        out.write(f"unmounted {args.mountpoint}\n")  # the way to stop it: not an error
+        return ExitCode.OK
+    raise EmulatorError(f"{what} at {args.mountpoint} stopped on its own")
+
+
+COMMAND = Command(
+    name="emulate",
+    help="mount a directory as an emulated slow network disk (FUSE, root)",
+    description="Serve SRC read-only at MOUNTPOINT through FUSE, with a latency on every"
+    " read request, a shared bandwidth cap and explicit readahead, so the network-disk"
+    " pathology reproduces on a fast local disk. Runs in the foreground until Ctrl-C or"
+    " SIGTERM, then unmounts; it also exits and unmounts when its parent dies.",
+    arguments=(
+        opt("source", metavar="SRC", nargs="?", help="directory to serve"),
+        opt("mountpoint", metavar="MOUNTPOINT", nargs="?", help="empty directory to mount on"),
+        opt("--latency", type=duration_arg, default=0.002, help="per-request delay (default 2ms)"),
+        opt(
+            "--jitter", type=duration_arg, default=0.0005, help="+/- uniform jitter (default 0.5ms)"
+        ),
+        opt(
+            "--bandwidth",
+            type=BANDWIDTH,
+            default=None,
+            help="shared cap, e.g. 200MB/s (default none)",
+        ),
+        opt("--threads", type=SERVER_THREADS, default=16, help="server threads (default 16)"),
+        opt(
+            "--readahead-kb", type=KIB, default=128, help="kernel readahead (default 128; 0 = none)"
+        ),
+        opt(
+            "--max-read-kb", type=MAX_READ, default=1024, help="largest read request (default 1024)"
+        ),
+        opt(
+            "--max-background",
+            type=MAX_BACKGROUND,
+            default=12,
+            help="async requests in flight (default 12)",
+        ),
+        opt("--direct-io", action="store_true", help="bypass the page cache for every read"),
+        opt("--log-requests", metavar="FILE", help="append 'ns offset size path' per read to FILE"),
+        opt("--seed", type=SEED, default=0, help="seed of the jitter"),
+        opt(
+            "--fail-after",
+            type=size_arg,
+            metavar="BYTES",
+            help="fault: every read after BYTES served fails with EIO",
+        ),
+        opt(
+            "--stall-after",
+            type=size_arg,
+            metavar="BYTES",
+            help="fault: every read after BYTES served never answers (until unmount)",
+        ),
+        opt("--stall", action="store_true", help="fault: no read ever answers"),
+        opt(
+            "--eio-rate",
+            type=PROBABILITY,
+            default=0.0,
+            metavar="P",
+            help="fault: fail reads at random (a probability, 0 to 1)",
+        ),
+        opt(
+            "--unmount",
+            metavar="MOUNTPOINT",
+            help="unmount a (possibly stale) emulator mount and exit",
+        ),
+        opt(
+            "--block",
+            action="store_true",
+            help="a network block volume instead: SRC's files in an ext4 image on the slow disk,"
+            " attached to a loop device and mounted read-only (findmnt shows ext4 on /dev/loopN;"
+            " the block layer's readahead, merging and queue apply; root, mkfs.ext4)",
+        ),
+        opt("--serve-here", action="store_true", help=argparse.SUPPRESS),
+    ),
+    run=run,
+)

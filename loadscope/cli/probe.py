@@ -1,0 +1,61 @@
+"""``loadscope probe``: its arguments and what runs it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from loadscope.base.errors import ExitCode
+from loadscope.cli.common import REPORT, SECONDS, SYNTH_DIR, Command, emit, opt
+
+if TYPE_CHECKING:
+    pass
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.engine.probing import run_probes, to_text
+    from loadscope.model.inspection import open_checked
+
+    live = sys.stderr.isatty()
+
+    def progress(step: str) -> None:
+        if live:
+            sys.stderr.write(f"\r  probing: {step:<40}")
+            sys.stderr.flush()
+
+    with open_checked(args.target, synth_dir=args.synth_dir) as target:
+        try:
+            report = run_probes(
+                target,
+                budget_s=args.budget,
+                allow_drop_caches=args.allow_drop_caches,
+                progress=progress,
+            )
+        finally:
+            if live:
+                sys.stderr.write("\r" + " " * 52 + "\r")
+    return emit(out, args.json, report.to_json(), to_text(report))
+
+
+COMMAND = Command(
+    name="probe",
+    help="what storage the model sits on and how it behaves cold (read-only, seconds)",
+    description="Probe the storage under TARGET's weight files: mount and storage class,"
+    " block device chain, readahead, page-cache residency, cold read latency, throughput by"
+    " block size and by parallel readers, RAM and cgroup limit, the Hugging Face cache."
+    " Reads only; evicts the files from this machine's page cache to measure them cold.",
+    arguments=(
+        SYNTH_DIR,
+        *REPORT,
+        opt(
+            "--budget",
+            type=SECONDS,
+            default=15.0,
+            metavar="SECONDS",
+            help="time budget for the whole probe run (default 15)",
+        ),
+    ),
+    run=run,
+    target="required",
+)

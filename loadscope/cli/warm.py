@@ -1,0 +1,121 @@
+"""``loadscope warm``: its arguments and what runs it."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from typing import TYPE_CHECKING, TextIO
+
+from loadscope.base.errors import ExitCode
+from loadscope.base.units import format_bytes, parse_size
+from loadscope.cli.common import (
+    BLOCK,
+    SECONDS,
+    SYNTH_DIR,
+    THREADS,
+    Command,
+    UsageError,
+    clear_progress,
+    emit,
+    opt,
+    progress_line,
+    stall_timeout,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    import json
+
+    from loadscope.actions.warm import Locked, evict, warm
+    from loadscope.model.inspection import open_checked
+
+    if args.evict and args.lock:
+        raise UsageError("--evict and --lock are opposites: pick one")
+    with open_checked(args.target, synth_dir=args.synth_dir) as target:
+        if args.evict:
+            report = evict(target, allow_drop_caches=args.allow_drop_caches)
+        else:
+            try:
+                report = warm(
+                    target,
+                    threads=args.threads,
+                    block_bytes=args.block,
+                    progress=progress_line("warming"),
+                    stall_timeout_s=args.stall_timeout,
+                )
+            finally:
+                clear_progress()
+        lines = []
+        for f in report.files:
+            b = "unknown" if f.before is None else f"{f.before:.0%}"
+            a = "unknown" if f.after is None else f"{f.after:.0%}"
+            lines.append(f"{b:>8} -> {a:<8} {format_bytes(f.size_bytes):>10}  {f.path}")
+        rate = f", {format_bytes(report.bytes_per_s)}/s" if report.bytes_per_s else ""
+        head = (
+            f"warmed {format_bytes(report.bytes_read)} in {report.seconds:.2f} s{rate}"
+            if report.mode == "warm"
+            else f"evicted {len(report.files)} file(s) in {report.seconds:.2f} s"
+        )
+        summary = "\n".join([head, "resident before -> after", *lines, *report.notes])
+        locked = None
+        if args.lock:
+            locked = Locked([(f.path, f.size_bytes) for f in report.files])
+            report.locked_bytes, report.lock_note = locked.bytes, locked.note
+            summary += f"\nlocked {format_bytes(locked.bytes)} in RAM" + (
+                f" ({locked.note})" if locked.note else ""
+            )
+        code = emit(out, args.json, json.dumps(report.to_dict(), indent=2), summary)
+        if locked is not None and locked.bytes:
+            out.write(
+                "holding the lock: Ctrl-C to release\n"
+                if args.hold is None
+                else f"holding the lock for {args.hold:g} s\n"
+            )
+            out.flush()
+            try:
+                if args.hold is None:
+                    signal.pause()
+                else:
+                    time.sleep(args.hold)
+            finally:
+                locked.release()
+        return code
+
+
+COMMAND = Command(
+    name="warm",
+    help="put the model in the page cache (vmtouch -t for models), or --evict it",
+    description="Read every weight file of TARGET in parallel large blocks so the next load"
+    " is served from RAM, with each file's residency before and after. Refuses, saying how"
+    " much is missing, when the uncached part does not fit in available memory or the"
+    " cgroup limit. --lock keeps the files resident (mlock; root or ulimit -l) until"
+    " interrupted; --evict drops them from this machine's page cache, verified (for cold"
+    " tests). Reads only: never writes, moves or deletes the model.",
+    arguments=(
+        SYNTH_DIR,
+        opt("--threads", type=THREADS, default=8, help="parallel readers (default 8)"),
+        opt("--block", type=BLOCK, default=parse_size("16MiB"), help="read size (default 16MiB)"),
+        opt("--lock", action="store_true", help="mlock the files until interrupted"),
+        opt(
+            "--for",
+            dest="hold",
+            type=SECONDS,
+            metavar="SECONDS",
+            help="with --lock: release after SECONDS instead of waiting for Ctrl-C",
+        ),
+        opt("--evict", action="store_true", help="drop the files from the page cache"),
+        stall_timeout("read"),
+        opt(
+            "--allow-drop-caches",
+            action="store_true",
+            help="with --evict: write /proc/sys/vm/drop_caches when a file will not evict",
+        ),
+        opt("--json", metavar="FILE", help="also write the result as JSON ('-': stdout)"),
+    ),
+    run=run,
+    target="required",
+)
