@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -69,34 +70,89 @@ REDRAW_HZ = 5
 
 @dataclass(frozen=True, slots=True)
 class AppAction:
-    """One of the app's actions: its key and footer label, and its command-palette entry."""
+    """One of the app's actions: its key and footer label, its command-palette entry, and
+    its availability rule (why it cannot run now, or None when it can)."""
 
     key: str
     action: str
     label: str
     title: str
     help: str
+    why_not: Callable[[LoadscopeApp], str | None]
 
 
-#: The one declaration of the app's actions: the bindings, the palette and the
-#: "why not" feedback all come from it.
+_BUSY = "a run is in progress: stop it first (s)"
+
+
+def _idle(app: LoadscopeApp) -> str | None:
+    return _BUSY if app.running else None
+
+
+def _stop_rule(app: LoadscopeApp) -> str | None:
+    return None if app.running else "nothing is running"
+
+
+def _profile_rule(app: LoadscopeApp) -> str | None:
+    if not app.running:
+        return "no trial is running: f profiles the running trial's worker"
+    return None if app.can_profile() else "between two trials: press f again soon"
+
+
+def _rerun_rule(app: LoadscopeApp) -> str | None:
+    if app.running:
+        return _BUSY
+    return None if app.last_request is not None else "nothing to re-run yet (n)"
+
+
+def _copy_rule(app: LoadscopeApp) -> str | None:
+    if app.query_one(AdviceView).highlighted() is None:
+        return "no recommendation is highlighted (tab 3, Advice)"
+    return None
+
+
+def _apply_rule(app: LoadscopeApp) -> str | None:
+    if app.running:
+        return _BUSY
+    kind, why = app.apply_plan()
+    return why if kind is None else None
+
+
+def _export_rule(app: LoadscopeApp) -> str | None:
+    return None if app.report is not None else "no report yet: n diagnoses, o opens one"
+
+
+#: The one declaration of the app's actions: the bindings, the palette, the greyed keys
+#: and the "why not" feedback all come from it.
 ACTIONS = (
-    AppAction("n", "new", "New", "New diagnosis", "pick a model and run probes, trials, advice"),
-    AppAction("s", "stop", "Stop", "Stop the run", "kill the running worker"),
-    AppAction("r", "rerun", "Re-run", "Re-run", "the same diagnosis again"),
-    AppAction("f", "profile", "Profile", "Profile the running trial", "py-spy dump and record"),
-    AppAction("c", "copy", "Copy", "Copy the snippets", "of the highlighted recommendation"),
+    AppAction(
+        "n", "new", "New", "New diagnosis", "pick a model and run probes, trials, advice", _idle
+    ),
+    AppAction("s", "stop", "Stop", "Stop the run", "kill the running worker", _stop_rule),
+    AppAction("r", "rerun", "Re-run", "Re-run", "the same diagnosis again", _rerun_rule),
+    AppAction(
+        "f",
+        "profile",
+        "Profile",
+        "Profile the running trial",
+        "py-spy dump and record",
+        _profile_rule,
+    ),
+    AppAction(
+        "c", "copy", "Copy", "Copy the snippets", "of the highlighted recommendation", _copy_rule
+    ),
     AppAction(
         "a",
         "apply",
         "Apply",
         "Apply the fix",
         "warm the page cache or copy to a local disk, after a confirmation",
+        _apply_rule,
     ),
-    AppAction("e", "export", "Export", "Export the report", "JSON, Markdown or HTML"),
-    AppAction("o", "open_report", "Open", "Open a saved report", "a doctor JSON report"),
-    AppAction("m", "compare", "Compare", "Compare reports", "side by side, outliers marked"),
+    AppAction("e", "export", "Export", "Export the report", "JSON, Markdown or HTML", _export_rule),
+    AppAction("o", "open_report", "Open", "Open a saved report", "a doctor JSON report", _idle),
+    AppAction("m", "compare", "Compare", "Compare reports", "side by side, outliers marked", _idle),
 )
+_RULES = {a.action: a.why_not for a in ACTIONS}
 
 
 class LoadscopeApp(App[int]):
@@ -197,33 +253,10 @@ class LoadscopeApp(App[int]):
     # -- actions ----------------------------------------------------------------------------------
 
     def why_not(self, action: str) -> str | None:
-        """Why ``action`` cannot run now (None: it can). Greys its key in the footer, and
-        pressing the key anyway says this instead of doing nothing."""
-        busy = "a run is in progress: stop it first (s)"
-        if action == "stop":
-            return None if self.running else "nothing is running"
-        if action == "profile":
-            if not self.running:
-                return "no trial is running: f profiles the running trial's worker"
-            return None if self._can_profile() else "between two trials: press f again soon"
-        if action == "export":
-            return None if self.report is not None else "no report yet: n diagnoses, o opens one"
-        if action == "rerun":
-            if self.running:
-                return busy
-            return None if self.last_request is not None else "nothing to re-run yet (n)"
-        if action == "copy":
-            if self.query_one(AdviceView).highlighted() is None:
-                return "no recommendation is highlighted (tab 3, Advice)"
-            return None
-        if action == "apply":
-            if self.running:
-                return busy
-            kind, why = self._apply_plan()
-            return why if kind is None else None
-        if action in ("new", "open_report", "compare"):
-            return busy if self.running else None
-        return None
+        """Why ``action`` cannot run now (None: it can), by its rule in :data:`ACTIONS`.
+        Greys its key in the footer; pressing the key anyway says this."""
+        rule = _RULES.get(action)
+        return rule(self) if rule else None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Greyed out (None), not hidden, when an action cannot run now."""
@@ -282,7 +315,7 @@ class LoadscopeApp(App[int]):
         if self.last_request is not None and not self.running:
             self.start(self.last_request)
 
-    def _can_profile(self) -> bool:
+    def can_profile(self) -> bool:
         """From the first trial of a run to its end, not flipping at each trial boundary:
         every change re-composes the footer, which cost up to ~200 ms of the UI thread
         at each trial's end and start (bench_tui.py: the slow key presses)."""
@@ -324,7 +357,7 @@ class LoadscopeApp(App[int]):
             SnippetPickScreen(rec["title"], [snippet_heading(s) for s in snippets]), copy
         )
 
-    def _apply_plan(self) -> tuple[str | None, str]:
+    def apply_plan(self) -> tuple[str | None, str]:
         """(the highlighted fix's kind, the model spec) or (None, why it cannot be applied)."""
         rec = self.query_one(AdviceView).highlighted()
         if rec is None or rec["id"] not in APPLICABLE:
@@ -342,7 +375,7 @@ class LoadscopeApp(App[int]):
         return f"{base.rstrip('/')}/loadscope-copies/{Path(spec.rstrip('/')).name or 'model'}"
 
     def action_apply(self) -> None:
-        kind, spec = self._apply_plan()
+        kind, spec = self.apply_plan()
         if kind is None:
             self.notify(spec, severity="warning")
             return
@@ -529,7 +562,7 @@ class LoadscopeApp(App[int]):
         # Only the visible benchmark tab is drawn; its model keeps filling regardless.
         if self.running and self.query_one("#tabs", TabbedContent).active == "bench":
             self.query_one(BenchView).tick()
-        profilable = self._can_profile()
+        profilable = self.can_profile()
         if profilable != self._profilable:  # the footer's Profile key, only when it changes
             self._profilable = profilable
             self.refresh_bindings()
