@@ -68,35 +68,56 @@ _TYPES: dict[str, type[Any]] = {
     "done": Done,
     "failed": Failed,
 }
-_NAMES = {cls: name for name, cls in _TYPES.items()}
+
+
+class JsonLines:
+    """A JSON-lines codec for one family of event dataclasses, tagged by name.
+
+    Each line is ``{"v": version, "event": name, **fields}``; :meth:`decode` raises
+    ``error`` (a ValueError subclass) saying what is wrong with a line. The trial
+    worker's events and the rank events share it.
+    """
+
+    def __init__(self, types: dict[str, type[Any]], error: type[ValueError], version: int) -> None:
+        self.types, self.error, self.version = types, error, version
+        self.names = {cls: name for name, cls in types.items()}
+
+    def encode(self, event: Any) -> str:
+        return json.dumps({"v": self.version, "event": self.names[type(event)], **asdict(event)})
+
+    def decode(self, line: str) -> Any:
+        text = line.strip()
+        if not text:
+            raise self.error("empty line")
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            raise self.error(f"not JSON: {text[:80]!r}") from None
+        if not isinstance(doc, dict):
+            raise self.error(f"not a JSON object: {text[:80]!r}")
+        if doc.get("v") != self.version:
+            raise self.error(f"schema version {doc.get('v')!r}, expected {self.version}")
+        cls = self.types.get(str(doc.get("event")))
+        if cls is None:
+            raise self.error(f"unknown event {doc.get('event')!r}")
+        fields = {k: v for k, v in doc.items() if k not in ("v", "event")}
+        try:
+            return cls(**fields)
+        except TypeError as exc:
+            raise self.error(f"bad {doc['event']} event: {exc}") from None
+
+
+_CODEC = JsonLines(_TYPES, ProtocolError, SCHEMA_VERSION)
 
 
 def encode(event: Event) -> str:
     """One JSON line (no newline) for ``event``."""
-    return json.dumps({"v": SCHEMA_VERSION, "event": _NAMES[type(event)], **asdict(event)})
+    return _CODEC.encode(event)
 
 
 def decode(line: str) -> Event:
     """Parse one line into an event; raises :class:`ProtocolError` saying what is wrong."""
-    text = line.strip()
-    if not text:
-        raise ProtocolError("empty line")
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise ProtocolError(f"not JSON: {text[:80]!r}") from None
-    if not isinstance(doc, dict):
-        raise ProtocolError(f"not a JSON object: {text[:80]!r}")
-    if doc.get("v") != SCHEMA_VERSION:
-        raise ProtocolError(f"schema version {doc.get('v')!r}, expected {SCHEMA_VERSION}")
-    cls = _TYPES.get(str(doc.get("event")))
-    if cls is None:
-        raise ProtocolError(f"unknown event {doc.get('event')!r}")
-    fields = {k: v for k, v in doc.items() if k not in ("v", "event")}
-    try:
-        event: Event = cls(**fields)
-    except TypeError as exc:
-        raise ProtocolError(f"bad {doc['event']} event: {exc}") from None
+    event: Event = _CODEC.decode(line)
     return event
 
 

@@ -48,9 +48,11 @@ import os
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO
+
+from loadscope.loaders.events import JsonLines
 
 if TYPE_CHECKING:
     import torch
@@ -146,34 +148,18 @@ _TYPES: dict[str, type[Any]] = {
     "failed": RankFailed,
     "done": RankDone,
 }
-_NAMES = {cls: name for name, cls in _TYPES.items()}
+
+
+_CODEC = JsonLines(_TYPES, RankProtocolError, SCHEMA_VERSION)
 
 
 def encode(event: RankEvent) -> str:
-    return json.dumps({"v": SCHEMA_VERSION, "event": _NAMES[type(event)], **asdict(event)})
+    return _CODEC.encode(event)
 
 
 def decode(line: str) -> RankEvent:
     """Parse one line; raises :class:`RankProtocolError` saying what is wrong."""
-    text = line.strip()
-    if not text:
-        raise RankProtocolError("empty line")
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise RankProtocolError(f"not JSON: {text[:80]!r}") from None
-    if not isinstance(doc, dict):
-        raise RankProtocolError(f"not a JSON object: {text[:80]!r}")
-    if doc.get("v") != SCHEMA_VERSION:
-        raise RankProtocolError(f"schema version {doc.get('v')!r}, expected {SCHEMA_VERSION}")
-    cls = _TYPES.get(str(doc.get("event")))
-    if cls is None:
-        raise RankProtocolError(f"unknown event {doc.get('event')!r}")
-    fields = {k: v for k, v in doc.items() if k not in ("v", "event")}
-    try:
-        event: RankEvent = cls(**fields)
-    except TypeError as exc:
-        raise RankProtocolError(f"bad {doc['event']} event: {exc}") from None
+    event: RankEvent = _CODEC.decode(line)
     return event
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import (
@@ -15,9 +15,6 @@ from loadscope.cli.common import (
     UsageError,
     opt,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:

@@ -380,6 +380,8 @@ REPORT = (
         help="write /proc/sys/vm/drop_caches when per-file eviction fails (host-wide; root)",
     ),
 )
+#: --json FILE|- of the commands that act (warm, copy) rather than measure.
+JSON_RESULT = opt("--json", metavar="FILE", help="also write the result as JSON ('-': stdout)")
 SYNTH_DIR = opt(
     "--synth-dir",
     metavar="DIR",

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import Command, opt
-
-if TYPE_CHECKING:
-    pass
-
 from loadscope.diagnosis.doctor import load_report
 
 

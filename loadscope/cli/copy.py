@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes
 from loadscope.cli.common import (
+    JSON_RESULT,
     SYNTH_DIR,
     THREADS,
     Command,
@@ -18,10 +19,6 @@ from loadscope.cli.common import (
     progress_line,
     stall_timeout,
 )
-
-if TYPE_CHECKING:
-    pass
-
 from loadscope.diagnosis.doctor import load_report
 
 
@@ -133,7 +130,7 @@ COMMAND = Command(
             metavar="DOCTOR.json",
             help="a doctor report of this model: prints the copy's break-even from its cold load",
         ),
-        opt("--json", metavar="FILE", help="also write the result as JSON ('-': stdout)"),
+        JSON_RESULT,
     ),
     run=run,
     target="required",

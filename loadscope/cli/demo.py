@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import parse_size
 from loadscope.cli.common import KIB, MAX_BACKGROUND, SECONDS, Command, duration_arg, opt, size_arg
-
-if TYPE_CHECKING:
-    pass
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import (
@@ -23,9 +23,6 @@ from loadscope.cli.common import (
     opt,
     size_arg,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import SYNTH_DIR, Command, opt
-
-if TYPE_CHECKING:
-    pass
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:

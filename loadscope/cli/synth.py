@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes, parse_size
 from loadscope.cli.common import SEED, SHARDS, Command, Progress, opt, size_arg
-
-if TYPE_CHECKING:
-    pass
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:

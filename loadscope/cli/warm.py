@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import signal
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes, parse_size
 from loadscope.cli.common import (
     BLOCK,
+    JSON_RESULT,
     SECONDS,
     SYNTH_DIR,
     THREADS,
@@ -22,9 +23,6 @@ from loadscope.cli.common import (
     progress_line,
     stall_timeout,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -114,7 +112,7 @@ COMMAND = Command(
             action="store_true",
             help="with --evict: write /proc/sys/vm/drop_caches when a file will not evict",
         ),
-        opt("--json", metavar="FILE", help="also write the result as JSON ('-': stdout)"),
+        JSON_RESULT,
     ),
     run=run,
     target="required",
