@@ -59,6 +59,7 @@ TARGET is any of:
   path/to/pytorch_model.bin        a torch checkpoint (.bin, .pt, .pth; never unpickled)
   path/to/model-dir                all shards (follows model.safetensors.index.json)
   org/name[@revision]              a Hugging Face repo from the LOCAL cache only
+                                   (also gpt2, hf://org/name, models--org--name)
   synthetic:SIZE[,shards=N][,format=safetensors|torch|both][,seed=S]
                                    a synthetic checkpoint, removed afterwards
 """

@@ -21,6 +21,7 @@ import json
 import os
 import posixpath
 import re
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -294,8 +295,35 @@ def _shard(root: Path, index: Path, shard: str, fmt: WeightFormat) -> WeightFile
 # -- Hugging Face cache ----------------------------------------------------------------------
 
 
+#: A repo id without an organisation, as classic models are named (``gpt2``).
+_HF_BARE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*)(?:@(?P<rev>[\w./-]+))?$")
+#: File names a user means as files, not as a bare repo id.
+_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".ckpt", ".gguf")
+
+
+def repo_spec(spec: str) -> tuple[str, str | None] | None:
+    """``(repo, revision)`` for the ways people name a Hub model, or None.
+
+    ``org/name``, ``org/name@rev``, ``gpt2`` (no organisation), ``hf://org/name`` and a
+    cache folder's name ``models--org--name``.
+    """
+    text = spec.strip()
+    if text.startswith("hf://"):
+        text = text[len("hf://") :].strip("/")
+    elif text.startswith("models--"):
+        text = text[len("models--") :].replace("--", "/", 1)
+    for pattern in (_HF_ID, _HF_BARE):
+        match = pattern.match(text)
+        if match is not None:
+            repo = match.group("repo")
+            if pattern is _HF_BARE and repo.lower().endswith(_FILE_SUFFIXES):
+                return None
+            return repo, match.group("rev")
+    return None
+
+
 def looks_like_repo_id(spec: str) -> bool:
-    return _HF_ID.match(spec) is not None
+    return repo_spec(spec) is not None
 
 
 def hub_cache_dir() -> Path:
@@ -305,10 +333,10 @@ def hub_cache_dir() -> Path:
 
 def resolve_repo_id(spec: str) -> Target:
     """Resolve ``org/name[@revision]`` from the local Hugging Face cache, never the network."""
-    match = _HF_ID.match(spec)
-    if match is None:
+    parsed = repo_spec(spec)
+    if parsed is None:
         raise BadTargetSpec(f"{spec!r} is not a Hugging Face repo id (org/name[@revision])")
-    repo, revision = match.group("repo"), match.group("rev")
+    repo, revision = parsed
     if revision and (revision.startswith("/") or ".." in revision.split("/")):
         raise BadTargetSpec(f"{spec!r}: a revision is a branch, tag or commit, not a path")
     from huggingface_hub import snapshot_download
@@ -321,10 +349,10 @@ def resolve_repo_id(spec: str) -> Target:
         )
     except (LocalEntryNotFoundError, HFValidationError, OSError, ValueError):
         at = f"@{revision}" if revision else ""
+        get = shlex.join(["hf", "download", repo, *(["--revision", revision] if revision else [])])
         raise HubCacheMiss(
             f"{repo}{at} is not in the local Hugging Face cache at {cache}"
-            " (loadscope never downloads; run 'hf download "
-            f"{repo}' first, or set HF_HUB_CACHE)"
+            f" (loadscope never downloads; run '{get}' first, or set HF_HUB_CACHE)"
         ) from None
     target = resolve_path(Path(str(snapshot)), spec=spec)
     return Target(
@@ -435,7 +463,15 @@ def resolve(spec: str) -> Target:
         ) from None
     except (FileNotFoundError, NotADirectoryError):
         if looks_like_repo_id(spec) and not spec.startswith((".", "/", "~")):
-            return resolve_repo_id(spec)
+            if "/" in spec or spec.startswith(("hf://", "models--")):
+                return resolve_repo_id(spec)
+            try:  # a bare name: a repo id like gpt2, or a path that is not there
+                return resolve_repo_id(spec)
+            except HubCacheMiss as exc:
+                raise PathNotFound(
+                    f"no such file or directory, and {exc.message}",
+                    path=spec,
+                ) from None
         raise PathNotFound("no such file or directory", path=path) from None
     except ValueError:  # "embedded null byte", or a surrogate no file name can hold
         raise BadTargetSpec(
@@ -451,4 +487,43 @@ def resolve(spec: str) -> Target:
         if isinstance(exc, FileNotFoundError):
             raise PathNotFound("is a broken symbolic link", path=path) from None
         raise error_from_oserror(exc, path) from None
+    if path.name.startswith("models--") and (path / "snapshots").is_dir():
+        return _resolve_cache_folder(path, spec)
     return resolve_path(path, spec=spec)
+
+
+def _resolve_cache_folder(folder: Path, spec: str) -> Target:
+    """A Hub cache folder (``.../models--org--name``): its ``main`` snapshot, or its only one."""
+    snapshots = sorted(p for p in (folder / "snapshots").iterdir() if p.is_dir())
+    chosen: Path | None = None
+    ref = folder / "refs" / "main"
+    if ref.is_file():
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            fd = open_regular(ref)
+            try:
+                commit = pread_exact(fd, min(os.fstat(fd).st_size, 256), 0, path=ref)
+            finally:
+                os.close(fd)
+            candidate = folder / "snapshots" / commit.decode().strip()
+            if candidate.is_dir() and "/" not in commit.decode().strip():
+                chosen = candidate
+    if chosen is None and len(snapshots) == 1:
+        chosen = snapshots[0]
+    if chosen is None:
+        names = ", ".join(p.name[:12] for p in snapshots) or "none"
+        raise NoWeightFiles(
+            f"a Hugging Face cache folder with no main snapshot (snapshots: {names});"
+            " point at one of its snapshots/ folders",
+            path=folder,
+        )
+    target = resolve_path(chosen, spec=spec)
+    repo = folder.name[len("models--") :].replace("--", "/", 1)
+    return Target(
+        spec,
+        "hf-cache",
+        target.root,
+        target.files,
+        index=target.index,
+        weight_map=target.weight_map,
+        detail=f"{repo} snapshot {chosen.name[:12]} in {folder.parent}",
+    )

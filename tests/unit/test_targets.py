@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from loadscope.base.errors import PathNotFound
 from loadscope.model.targets import (
     BadTargetSpec,
     NoWeightFiles,
@@ -220,3 +221,57 @@ def test_a_revision_is_not_a_path() -> None:
 
     with pytest.raises(BadTargetSpec, match="not a path"):
         resolve("org/name@../../etc")
+
+
+@pytest.mark.parametrize(
+    ("spec", "repo"),
+    [
+        ("gpt2", "gpt2"),
+        ("gpt2@main", "gpt2"),
+        ("hf://gpt2", "gpt2"),
+        ("acme/tiny", "acme/tiny"),
+        ("acme/tiny@main", "acme/tiny"),
+        ("hf://acme/tiny", "acme/tiny"),
+        ("models--acme--tiny", "acme/tiny"),
+    ],
+)
+def test_repo_ids_as_people_type_them(
+    synth_sharded: SyntheticCheckpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spec: str,
+    repo: str,
+) -> None:
+    """Issue 19: `gpt2` (no organisation) said "no such file or directory" though cached."""
+    cache = tmp_path / "hub"
+    files = {f.name: f for f in synth_sharded.files}
+    files["model.safetensors.index.json"] = synth_sharded.root / "model.safetensors.index.json"
+    snap = _fake_hub(cache, repo, files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    target = resolve(spec)
+    assert target.kind == "hf-cache" and target.root == snap and len(target.files) == 3
+    # The cache folder itself, by its path.
+    folder = resolve(str(cache / ("models--" + repo.replace("/", "--"))))
+    assert folder.kind == "hf-cache" and folder.root == snap
+
+
+def test_a_missing_repo_says_which_cache_and_how_to_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PathNotFound) as bare:
+        resolve("gpt2")
+    assert "no such file or directory" in str(bare.value)
+    assert f"cache at {tmp_path / 'hub'}" in str(bare.value) and "'hf download gpt2'" in str(
+        bare.value
+    )
+    with pytest.raises(PathNotFound) as pinned:
+        resolve("acme/none@v1")
+    assert "'hf download acme/none --revision v1'" in str(pinned.value)
+    with pytest.raises(PathNotFound) as file_like:
+        resolve("model.safetensors")
+    assert "Hugging Face" not in str(file_like.value)
