@@ -15,7 +15,9 @@ import contextlib
 import gc
 import json
 import os
+import select
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -197,6 +199,8 @@ class LoadscopeApp(App[int]):
         self._cancel = threading.Event()
         self._done = threading.Event()
         self._forced_exit: threading.Timer | None = None
+        self._engine_pid: int | None = None
+        self._exited = threading.Event()
         self._done.set()
         self.messages_seen: list[str] = []
         self._applying: str | None = None  # what fix is running, for its progress line
@@ -226,10 +230,20 @@ class LoadscopeApp(App[int]):
         if not self.is_headless:
             # SIGTERM (kill, a scheduler) and SIGHUP (the terminal went away): stop the run
             # like ctrl+q does, so the terminal is restored and no worker is left behind.
+            # Plain signal handlers, not the event loop's: they run even when the loop is
+            # stuck (Textual's shutdown blocked writing to a terminal that is gone), and
+            # arm the forced exit before asking the loop for the graceful stop.
             loop = asyncio.get_running_loop()
+
+            def on_signal(_signum: int, _frame: object) -> None:
+                self._arm_forced_exit()
+                with contextlib.suppress(RuntimeError):  # the loop has already closed
+                    loop.call_soon_threadsafe(self._on_stop_signal)
+
             for signum in (signal.SIGTERM, signal.SIGHUP):
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(signum, self._on_stop_signal)
+                with contextlib.suppress(ValueError, OSError):
+                    signal.signal(signum, on_signal)
+            self._watch_terminal(loop)
         self.set_interval(1 / REDRAW_HZ, self._redraw)
         if self.initial_report:
             self.open_report(self.initial_report)
@@ -489,17 +503,50 @@ class LoadscopeApp(App[int]):
             await asyncio.get_running_loop().run_in_executor(None, self._done.wait, 15)
         self.exit(code)
 
+    def _arm_forced_exit(self) -> None:
+        """Losing the terminal must end the app: Textual's own shutdown can wait forever
+        writing to a terminal that is gone (an SSH drop), so the graceful stop gets
+        STOP_GRACE_S, then the process exits anyway, after asking the engine's process
+        group to stop (it also sees its stdin close, and cleans up: workers, emulator,
+        synthetic files). Safe from a signal handler and from any thread."""
+        if self._forced_exit is not None:
+            return
+        self._cancel.set()  # the run's stopper thread closes the engine's stdin now
+
+        def force() -> None:
+            if self._engine_pid is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(self._engine_pid, signal.SIGTERM)
+            os._exit(int(ExitCode.TERMINATED))
+
+        self._forced_exit = threading.Timer(STOP_GRACE_S, force)
+        self._forced_exit.daemon = True
+        self._forced_exit.start()
+
+    def _watch_terminal(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A thread that notices the terminal hang up (POLLHUP on stdin) even when no
+        SIGHUP arrives and the UI thread is blocked; it stops the app like SIGHUP does."""
+        try:
+            fd = sys.stdin.fileno()
+        except (AttributeError, OSError, ValueError):
+            return
+        if not os.isatty(fd):
+            return
+
+        def watch() -> None:
+            poller = select.poll()
+            poller.register(fd, 0)  # HUP, ERR and NVAL are always reported
+            while not self._exited.is_set():
+                if poller.poll(500):
+                    self._arm_forced_exit()
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(self._on_stop_signal)
+                    return
+
+        threading.Thread(target=watch, daemon=True, name="terminal-watch").start()
+
     def _on_stop_signal(self) -> None:
-        if self._forced_exit is None:
-            # Losing the terminal must end the app: Textual's own shutdown can wait forever
-            # writing to a terminal that is gone (an SSH drop), so the graceful stop gets
-            # STOP_GRACE_S, then the process exits anyway. The engine child sees its stdin
-            # close and stops its run (workers, emulator, synthetic files) itself.
-            self._forced_exit = threading.Timer(
-                STOP_GRACE_S, os._exit, args=(int(ExitCode.TERMINATED),)
-            )
-            self._forced_exit.daemon = True
-            self._forced_exit.start()
+        self._arm_forced_exit()
         self.run_worker(self._stop_and_exit(ExitCode.TERMINATED), exclusive=True, group="stop")
 
     # -- the run ----------------------------------------------------------------------------------
@@ -531,6 +578,7 @@ class LoadscopeApp(App[int]):
             self.post_message(RunFailed(f"cannot start the engine: {exc}"))
             done.set()
             return
+        self._engine_pid = engine.proc.pid
 
         def stop_when_asked() -> None:
             cancel.wait()
@@ -697,7 +745,10 @@ def run_app(
     app = LoadscopeApp(
         target=target, budget_s=budget_s, emulate=emulate, report=report, synth_dir=synth_dir
     )
-    code = app.run()
+    try:
+        code = app.run()
+    finally:
+        app._exited.set()
     return int(code if code is not None else ExitCode.OK)
 
 

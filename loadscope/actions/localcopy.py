@@ -12,7 +12,11 @@ the first byte is written; the file is written under a temporary name
 cache and read back to compare its size and crc32 with the source's (read once,
 while copying), and only then renamed to its final name (``os.replace``, then
 the directory is fsynced). So a file under its final name is always complete and
-verified. A rerun after an interruption (Ctrl-C, SIGKILL, a reboot) skips the
+verified. The source's identity (device, inode, size, mtime, ctime) is taken when
+its copy begins and checked again before the rename: a file another process wrote
+to meanwhile is not passed off as a copy (:class:`SourceChanged`). DEST is locked
+with ``flock`` on the directory for the whole copy, so a second copy into it is
+refused instead of truncating the first one's partial files. A rerun after an interruption (Ctrl-C, SIGKILL, a reboot) skips the
 files already there whose size and digest match the source, removes stale
 partial files, and copies the rest; a final file that differs from the source
 is never overwritten without ``force``.
@@ -23,6 +27,7 @@ be inside the model folder, nor the model inside DEST.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -134,6 +139,31 @@ def _check_paths(root: Path, dest: Path) -> None:
         raise CopyRefused(f"the model {root} is inside {dest}: choose another destination")
 
 
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What says a file is still the one that was read: device, inode, size, mtime, ctime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class SourceChanged(CopyError):
+    """The source file was modified (or replaced) while it was copied."""
+
+    exit_code = ExitCode.IO_ERROR
+
+
+def _check_unchanged(fd: int, path: str, before: tuple[int, int, int, int, int]) -> None:
+    after_open = _identity(os.fstat(fd))
+    try:
+        after_path = _identity(os.stat(path))
+    except OSError:
+        after_path = None
+    if after_open != before or after_path != before:
+        raise SourceChanged(
+            "changed while it was copied (size, modification time or inode differ from when"
+            " the copy began): the copy is not renamed; rerun when nothing writes to it",
+            path=path,
+        )
+
+
 def _crc_of(path: str, block: int = DEFAULT_BLOCK) -> str:
     fd = open_regular(path)
     try:
@@ -165,8 +195,98 @@ def copy_model(
     _check_paths(root, dest_dir)
     files = plan(target)
     report = CopyReport(str(root), str(dest_dir), files)
+    created, lock_fd = _prepare_dest(dest_dir)
+    try:
+        return _copy_into(
+            files,
+            report,
+            dest_dir,
+            created,
+            threads,
+            block_bytes,
+            force,
+            progress,
+            cancel,
+            stall_timeout_s,
+        )
+    finally:
+        os.close(lock_fd)  # releases the flock
+
+
+class DestinationBusy(CopyError):
+    exit_code = ExitCode.USAGE
+
+
+class DestinationUnwritable(CopyError):
+    """DEST cannot be written (a read-only filesystem, an I/O error)."""
+
+    exit_code = ExitCode.IO_ERROR
+
+
+def _prepare_dest(dest_dir: Path) -> tuple[bool, int]:
+    """DEST made (when missing), checked writable and locked against a second copy.
+
+    Returns (created, the locked directory's fd). Every problem is one line before any
+    byte is written: a path through a file, no permission, a read-only filesystem, or
+    another ``loadscope copy`` writing into it (an ``flock`` on the directory itself, so
+    nothing is added to DEST).
+    """
+    import errno
+    import fcntl
+
+    from loadscope.base.errors import PermissionDenied
+
     if dest_dir.exists() and not dest_dir.is_dir():
         raise CopyRefused(f"{dest_dir} exists and is not a directory")
+    created = not dest_dir.exists()
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(dest_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileExistsError, NotADirectoryError):
+        raise CopyRefused(f"{dest_dir}: a part of the path is a file, not a directory") from None
+    except PermissionError:
+        raise PermissionDenied(f"cannot create {dest_dir}: permission denied") from None
+    except OSError as exc:
+        why = "a read-only filesystem" if exc.errno == errno.EROFS else exc.strerror
+        raise DestinationUnwritable(f"cannot create {dest_dir}: {why}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DestinationBusy(
+                f"{dest_dir}: another loadscope copy is writing into it; wait for it to end"
+                " (or pick another destination)"
+            ) from None
+        probe = dest_dir / f".loadscope-write-check-{os.getpid()}"
+        try:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+            os.unlink(probe)
+        except PermissionError:
+            raise PermissionDenied(f"cannot write into {dest_dir}: permission denied") from None
+        except OSError as exc:
+            why = "a read-only filesystem" if exc.errno == errno.EROFS else exc.strerror
+            raise DestinationUnwritable(f"cannot write into {dest_dir}: {why}") from None
+    except BaseException:
+        os.close(fd)
+        if created:
+            with contextlib.suppress(OSError):
+                dest_dir.rmdir()
+        raise
+    return created, fd
+
+
+def _copy_into(
+    files: list[FileCopy],
+    report: CopyReport,
+    dest_dir: Path,
+    created: bool,
+    threads: int,
+    block_bytes: int,
+    force: bool,
+    progress: Progress | None,
+    cancel: threading.Event | None,
+    stall_timeout_s: float,
+) -> CopyReport:
     # What is already there: verified files are kept, differing ones refuse (unless force).
     todo: list[FileCopy] = []
     for f in files:
@@ -190,6 +310,9 @@ def copy_model(
     probe_dir = next((p for p in (dest_dir, *dest_dir.absolute().parents) if p.exists()), Path("/"))
     free = shutil.disk_usage(probe_dir).free
     if todo and need + SPACE_MARGIN > free:
+        if created:
+            with contextlib.suppress(OSError):
+                dest_dir.rmdir()
         raise NotEnoughSpace(
             f"{dest_dir}: the copy needs {format_bytes(need)} (+{format_bytes(SPACE_MARGIN)}"
             f" margin) and {probe_dir} has {format_bytes(free)} free:"
@@ -240,9 +363,13 @@ def _copy_one(
     completed = False
     stuck = False
     try:
-        size = os.fstat(src).st_size
+        before = _identity(os.fstat(src))
+        size = before[2]
         if size != f.size_bytes:
-            raise CopyError(f"{f.source} changed size while copying ({f.size_bytes} -> {size})")
+            raise SourceChanged(
+                f"changed size since it was checked ({f.size_bytes} -> {size} bytes)",
+                path=f.source,
+            )
         os.ftruncate(out, size)
         blocks = list(range(0, size, block_bytes))
         crcs: dict[int, tuple[int, int]] = {}
@@ -309,11 +436,15 @@ def _copy_one(
             raise errors[0]
         if stop.is_set():
             return
+        # Every block was read from the file as it was when the copy began, or it is not
+        # the same file: a write in the middle would give a copy of neither version.
+        _check_unchanged(src, f.source, before)
         os.fsync(out)
         os.posix_fadvise(out, 0, 0, os.POSIX_FADV_DONTNEED)  # read back what is on disk
         crc = _verify_back(partial, crcs, block_bytes) if size else f"{zlib.crc32(b''):08x}"
         if crc is None or os.fstat(out).st_size != size:
             raise CopyError(f"{partial}: read back differs from {f.source}; not renamed")
+        _check_unchanged(src, f.source, before)
         os.replace(partial, final)
         _fsync_dir(final.parent)
         f.status, f.crc32 = "copied", crc

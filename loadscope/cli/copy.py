@@ -13,6 +13,7 @@ from loadscope.cli.common import (
     SYNTH_DIR,
     THREADS,
     Command,
+    UsageError,
     clear_progress,
     emit,
     opt,
@@ -31,6 +32,8 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     with open_checked(args.target, synth_dir=args.synth_dir) as target:
         if args.dest is None:
             return _suggest_destinations(target, out)
+        # Before any byte: a report of another model would give a break-even of nothing.
+        doc = _report_of(args.report, target) if args.report else None
         try:
             report = copy_model(
                 target,
@@ -50,8 +53,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         f" {report.seconds:.2f} s{rate}; {len(kept)} already there (verified)",
         "every file was fsynced, read back and matched the source; the source was not touched",
     ]
-    if args.report:
-        doc = load_report(args.report)
+    if doc is not None:
         cold = next(
             (
                 s
@@ -84,6 +86,24 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         )
     lines += ["point your stack at the copy:", *(f"  {x}" for x in pointer_lines(args.dest))]
     return emit(out, args.json, json.dumps(report.to_dict(), indent=2), "\n".join(lines))
+
+
+def _report_of(path: str, target: Any) -> dict[str, Any]:
+    """The doctor report at ``path``, refused unless it is of this model (bytes, files)."""
+    doc = load_report(path)
+    found = doc.get("target")
+    theirs: dict[str, Any] = found if isinstance(found, dict) else {}
+    files = theirs.get("files")
+    same = theirs.get("total_bytes") == target.total_bytes and (
+        not isinstance(files, int) or files == len(target.files)
+    )
+    if not same:
+        raise UsageError(
+            f"--report {path}: a report of another model ({theirs.get('spec', '?')},"
+            f" {format_bytes(int(theirs.get('total_bytes') or 0))}), not of this one"
+            f" ({format_bytes(target.total_bytes)} in {len(target.files)} file(s))"
+        )
+    return doc
 
 
 def _suggest_destinations(target: Any, out: TextIO) -> ExitCode:

@@ -277,3 +277,99 @@ def test_on_the_slow_disk_warm_makes_loads_page_cache_fast_and_copy_makes_them_l
     assert all(t.verified for t in remote.trials + local.trials)
     assert remote.summary[0].median_seconds and local.summary[0].median_seconds
     assert local.summary[0].median_seconds < remote.summary[0].median_seconds / 2
+
+
+def _in_another_process(code: str, *args: str) -> None:
+    subprocess.run([sys.executable, "-c", code, *args], check=True, timeout=30)
+
+
+_REWRITE = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+size = os.fstat(fd).st_size
+os.pwrite(fd, b"\\xff" * 4096, 4096)
+os.pwrite(fd, b"\\xee" * 4096, size - 8192)
+os.close(fd)
+"""
+_APPEND = "import sys; open(sys.argv[1], 'ab').write(b'x' * (1 << 20))"
+
+
+@pytest.mark.parametrize("change", [_REWRITE, _APPEND], ids=["rewritten", "appended"])
+def test_a_source_changed_mid_copy_is_not_passed_off_as_a_copy(tmp_path: Path, change: str) -> None:
+    """Issue 22: a shard rewritten (or appended to) by another process mid-copy gave exit 0
+    and "matched the source", DEST holding neither version."""
+    from loadscope.actions.localcopy import SourceChanged
+
+    root = synthesize(tmp_path / "model", 8 << 20, seed=4).root
+    shard = root / "model.safetensors"
+    dest = tmp_path / "dest"
+    changed = []
+
+    def progress(done: int, total: int, seconds: float) -> None:
+        if not changed and done >= 1 << 20:  # the first blocks are copied: change the rest
+            _in_another_process(change, str(shard))
+            changed.append(done)
+
+    with pytest.raises(SourceChanged, match="changed while it was copied"):
+        copy_model(resolve(str(root)), dest, threads=1, block_bytes=1 << 20, progress=progress)
+    assert changed
+    assert not (dest / "model.safetensors").exists()
+    assert not list(dest.glob(f"*{PARTIAL_SUFFIX}"))
+
+
+def test_a_second_copy_into_the_same_dest_is_refused(model: Path, tmp_path: Path) -> None:
+    """Two copies into one DEST collided (a truncated partial, internal errors)."""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY);"
+            " fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+            str(dest),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        r = run_loadscope("copy", str(model), str(dest), timeout=60)
+        assert r.code == 2 and "another loadscope copy is writing into it" in r.err, r
+        assert r.err.count("\n") == 1 and list(dest.iterdir()) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    copy_model(resolve(str(model)), dest)  # the lock is gone with its process
+    assert (dest / "config.json").read_bytes() == (model / "config.json").read_bytes()
+
+
+def test_dest_problems_are_one_line_before_any_byte(model: Path, tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = run_loadscope("copy", str(model), str(afile / "sub"), timeout=60)
+    assert r.code == 2 and "is a file, not a directory" in r.err and r.err.count("\n") == 1, r
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=4m", "tmpfs", str(ro)], check=True)
+    try:
+        for dest in (ro, ro / "sub"):
+            r = run_loadscope("copy", str(model), str(dest), timeout=60)
+            assert r.code in (6, 7) and "read-only" in r.err, r
+            assert r.err.count("\n") == 1 and "internal error" not in r.err
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)
+
+
+def test_a_report_of_another_model_is_refused_before_the_copy(model: Path, tmp_path: Path) -> None:
+    golden = Path(__file__).parents[1] / "golden" / "doctor_report.json"
+    r = run_loadscope("copy", str(model), str(tmp_path / "dest"), "--report", str(golden))
+    assert r.code == 2 and "a report of another model" in r.err and r.err.count("\n") == 1, r
+    assert not (tmp_path / "dest").exists()
+    bench_like = tmp_path / "bench.json"
+    bench_like.write_text('{"schema_version": 1, "trials": []}')
+    r = run_loadscope("copy", str(model), str(tmp_path / "dest"), "--report", str(bench_like))
+    assert r.code != 0 and "not a loadscope doctor report" in r.err, r
+    assert not (tmp_path / "dest").exists()

@@ -100,15 +100,21 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
 
 
+#: How many times the terminal is killed mid-run (the hang was a race: 5 of 6 tries).
+DROP_RUNS = int(os.environ.get("LOADSCOPE_DROP_RUNS", "1"))
+
+
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)")
-def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("attempt", range(DROP_RUNS))
+def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path, attempt: int) -> None:
     """The terminal killed while trials draw (an SSH drop): the app stayed alive, stuck in
-    Textual's shutdown; now it exits after a bounded grace and its engine follows."""
+    Textual's shutdown; now it exits after a bounded grace and its engine follows, within
+    5 s. ``LOADSCOPE_DROP_RUNS=10`` repeats it."""
     import uuid
 
     from loadscope.tools.emulator import fuse_unavailable_reason
 
-    session = f"loadscope-drop-{os.getpid()}"
+    session = f"loadscope-drop-{os.getpid()}-{attempt}"
     exe = Path(sys.executable).parent / "loadscope"
     tag = uuid.uuid4().hex
     emulate = " --emulate" if fuse_unavailable_reason() is None else ""
@@ -127,7 +133,7 @@ def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path) -> None:
         assert "B/s│" in _capture(session), "the trials never started"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 5
     while (left := tagged_processes(tag)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, [p.cmdline() for p in left]
