@@ -1,8 +1,10 @@
 """``loadscope compare``: one row per doctor report, outliers marked — onboarding a cluster.
 
 A node is an outlier when its best measured cold throughput is under half the
-median of all nodes, or its cold 4 KiB latency is over twice the median: the
-nodes to look at before a job sits on them.
+reference, or its cold 4 KiB latency is over twice the reference: the nodes to look
+at before a job sits on them. The reference is the median of all nodes from three
+nodes up; with two it is the better node (the median of two is their mean, which no
+node can be twice or half of: an 84 us node beside a 3.3 ms one was never flagged).
 """
 
 from __future__ import annotations
@@ -49,19 +51,25 @@ def row_of(source: str, doc: dict[str, Any]) -> Row:
     )
 
 
+def _reference(values: list[float], best: float) -> tuple[float, str]:
+    if len(values) >= 3:
+        return statistics.median(values), "the median"
+    return best, "the better node"
+
+
 def compare(rows: list[Row]) -> list[Row]:
     rates = [r.best_bytes_per_s for r in rows if r.best_bytes_per_s]
     lats = [r.latency_p50_us for r in rows if r.latency_p50_us]
     if len(rates) >= 2:
-        med = statistics.median(rates)
+        ref, what = _reference(rates, max(rates))
         for r in rows:
-            if r.best_bytes_per_s and r.best_bytes_per_s < 0.5 * med:
-                r.outlier.append(f"cold throughput {r.best_bytes_per_s / med:.0%} of the median")
+            if r.best_bytes_per_s and r.best_bytes_per_s < 0.5 * ref:
+                r.outlier.append(f"cold throughput {r.best_bytes_per_s / ref:.0%} of {what}")
     if len(lats) >= 2:
-        med = statistics.median(lats)
+        ref, what = _reference(lats, min(lats))
         for r in rows:
-            if r.latency_p50_us and r.latency_p50_us > 2 * med:
-                r.outlier.append(f"4 KiB latency {r.latency_p50_us / med:.1f}x the median")
+            if r.latency_p50_us and r.latency_p50_us > 2 * ref:
+                r.outlier.append(f"4 KiB latency {r.latency_p50_us / ref:.1f}x {what}")
     return rows
 
 

@@ -149,3 +149,20 @@ def test_torchrun_lines_one_per_host_with_the_first_as_master() -> None:
     assert all("--nnodes=3 --nproc-per-node=1" in x and "--master-addr=a" in x for x in lines)
     assert [x.split("--node-rank=")[1].split()[0] for x in lines] == ["0", "1", "2"]
     assert lines[1].endswith("-m loadscope cluster /models/x --out /tmp/f --budget 30")
+
+
+def test_two_nodes_an_outlier_is_flagged_against_the_better_one() -> None:
+    """Issue 22: compare of an 84 us and a 3.33 ms report flagged nothing (median of two)."""
+    from loadscope.report.compare import Row, compare
+
+    def row(host: str, p50: float, rate: float) -> Row:
+        return Row(host, host, "local-nvme", p50, "mmap", rate, "healthy", [])
+
+    fast, slow = compare([row("a", 84.0, 2e9), row("b", 3330.0, 2e8)])
+    assert fast.outlier == []
+    assert slow.outlier == [
+        "cold throughput 10% of the better node",
+        "4 KiB latency 39.6x the better node",
+    ]
+    same = compare([row("a", 84.0, 2e9), row("b", 90.0, 1.9e9)])
+    assert all(r.outlier == [] for r in same)
