@@ -16,10 +16,10 @@ verified. The source's identity (device, inode, size, mtime, ctime) is taken whe
 its copy begins and checked again before the rename: a file another process wrote
 to meanwhile is not passed off as a copy (:class:`SourceChanged`). DEST is locked
 with ``flock`` on the directory for the whole copy, so a second copy into it is
-refused instead of truncating the first one's partial files. A rerun after an interruption (Ctrl-C, SIGKILL, a reboot) skips the
-files already there whose size and digest match the source, removes stale
-partial files, and copies the rest; a final file that differs from the source
-is never overwritten without ``force``.
+refused instead of truncating the first one's partial files. A rerun after an
+interruption (Ctrl-C, SIGKILL, a reboot) skips the files already there whose size
+and digest match the source, removes stale partial files, and copies the rest; a
+final file that differs from the source is never overwritten without ``force``.
 
 The source is opened read-only, never written, moved or deleted; DEST may not
 be inside the model folder, nor the model inside DEST.

@@ -23,6 +23,7 @@ torch is imported only here, at the exchange, never before a node's trials
 
 from __future__ import annotations
 
+import contextlib
 import html
 import ipaddress
 import json
@@ -38,7 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.errors import ExitCode, LoadscopeError, PermissionDenied
 from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, run_doctor
 from loadscope.model.inspection import open_checked
 from loadscope.report.compare import Row, compare, row_of, to_text
@@ -177,7 +178,13 @@ def diagnose_node(
     try:
         with open_checked(target, synth_dir=synth_dir, loads=True) as t:
             report = doctor(t, budget_s=budget_s)
-        return NodeResult(rank, host, "ok", report=json.loads(report.to_json()))
+        doc = json.loads(report.to_json())
+        verdict = doc.get("verdict") or {}
+        if verdict.get("status") == "unmeasured":
+            # Its storage stalled, or no trial completed: a node that measured nothing is a
+            # failed node in the fleet's count (its report is kept, saying why).
+            return NodeResult(rank, host, "failed", reason=verdict.get("headline"), report=doc)
+        return NodeResult(rank, host, "ok", report=doc)
     except LoadscopeError as exc:
         return NodeResult(rank, host, "failed", reason=str(exc))
     except Exception as exc:  # noqa: BLE001  (reported to rank 0 as this node's failure)
@@ -304,6 +311,8 @@ def run_cluster(
 ) -> Fleet | None:
     """This node's part; on rank 0 also the fleet (returned), elsewhere None."""
     env = env or ClusterEnv.from_environ()
+    if env.rank == 0:
+        check_out_dir(out_dir)  # before any node works: not after the whole fleet ran
     store = _store(env, timeout_s=join_timeout_s)
     beat = _Heartbeat(env, timeout_s=join_timeout_s)
     try:
@@ -319,8 +328,13 @@ def run_cluster(
         join_timeout_s=join_timeout_s,
         heartbeat_timeout_s=heartbeat_timeout_s,
     )
-    fleet = write_fleet(nodes, out_dir)
-    return fleet
+    try:
+        return write_fleet(nodes, out_dir)
+    except OSError as exc:  # the disk filled up, or --out went away meanwhile
+        raise FleetUnwritable(
+            f"--out {out_dir}: writing the fleet report failed ({exc.strerror or exc});"
+            " every node's result was collected but could not be saved"
+        ) from None
 
 
 # -- the fleet report ------------------------------------------------------------------------------
@@ -340,8 +354,45 @@ def fleet_rows(nodes: list[NodeResult]) -> list[Row]:
     return compare(rows)
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """``--out`` made and proven writable (a probe file created and removed), or one line."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".loadscope-write-check-{os.getpid()}"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        os.unlink(probe)
+    except PermissionError:
+        raise PermissionDenied(
+            f"--out {out_dir}: cannot write the fleet report there (permission denied)"
+        ) from None
+    except OSError as exc:
+        raise FleetUnwritable(
+            f"--out {out_dir}: cannot write the fleet report there ({exc.strerror or exc})"
+        ) from None
+
+
+class FleetUnwritable(ClusterError):
+    exit_code = ExitCode.IO_ERROR
+
+
+def _clear_previous_run(out_dir: Path) -> None:
+    """Remove the node reports an earlier run listed in its fleet.json (and only those):
+    a node that fails this time must not be compared from last time's file."""
+    try:
+        previous = json.loads((out_dir / "fleet.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return
+    nodes = previous.get("nodes") if isinstance(previous, dict) else None
+    for node in nodes if isinstance(nodes, list) else []:
+        name = node.get("report") if isinstance(node, dict) else None
+        if isinstance(name, str) and name.startswith("node-") and "/" not in name:
+            with contextlib.suppress(OSError):
+                (out_dir / name).unlink()
+
+
 def write_fleet(nodes: list[NodeResult], out_dir: Path) -> Fleet:
     out_dir.mkdir(parents=True, exist_ok=True)
+    _clear_previous_run(out_dir)
     fleet = Fleet(nodes, fleet_rows(nodes))
     for n in nodes:
         if n.report is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from loadscope.base.errors import LoadscopeError
 from loadscope.diagnosis.cluster import (
     PREFIX,
     ClusterEnv,
@@ -166,3 +167,39 @@ def test_two_nodes_an_outlier_is_flagged_against_the_better_one() -> None:
     ]
     same = compare([row("a", 84.0, 2e9), row("b", 90.0, 1.9e9)])
     assert all(r.outlier == [] for r in same)
+
+
+def test_a_node_that_measured_nothing_is_failed_and_old_reports_are_cleared(
+    tmp_path: Path,
+) -> None:
+    """Issue 22: a stalled node counted as reported; a rerun kept last run's node files."""
+    from loadscope.diagnosis.cluster import NodeResult, diagnose_node, write_fleet
+
+    class Unmeasured:
+        def to_json(self) -> str:
+            return json.dumps(
+                {"verdict": {"status": "unmeasured", "headline": "could not measure: stalled"}}
+            )
+
+    node = diagnose_node(1, "synthetic:1MiB", 5, str(tmp_path), doctor=lambda t, **k: Unmeasured())
+    assert node.status == "failed" and node.reason == "could not measure: stalled"
+    out = tmp_path / "fleet"
+    ok = {"verdict": {"status": "healthy", "headline": "fine"}}
+    write_fleet([NodeResult(0, "a", "ok", report=ok), NodeResult(1, "b", "ok", report=ok)], out)
+    assert (out / "node-1.json").exists()
+    (out / "notes.txt").write_text("mine")
+    write_fleet([NodeResult(0, "a", "ok", report=ok), NodeResult(1, "?", "failed", "gone")], out)
+    assert not (out / "node-1.json").exists(), "last run's report of a node that failed now"
+    assert (out / "notes.txt").read_text() == "mine"
+    assert "1 of 2 nodes reported" in (out / "fleet.md").read_text()
+
+
+def test_an_unwritable_out_is_refused_before_any_node_works(tmp_path: Path) -> None:
+    from loadscope.diagnosis.cluster import check_out_dir
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(LoadscopeError, match="cannot write the fleet report there"):
+        check_out_dir(afile / "out")
+    check_out_dir(tmp_path / "new" / "out")
+    assert list((tmp_path / "new" / "out").iterdir()) == []
