@@ -59,9 +59,9 @@ class FullRead(Strategy):
             fd = os.open(f.path, os.O_RDONLY)
             try:
                 for start, end, entries in group_by_span(header, selected(header, f)):
-                    data = bytearray(os.pread(fd, end - start, start))
+                    span = bytearray(os.pread(fd, end - start, start))
                     # load() copies tensors out of the bytes; so do we.
-                    for name, t in tensors_from_buffer(data, start, header, entries):
+                    for name, t in tensors_from_buffer(span, start, header, entries):
                         yield name, t.clone()
             finally:
                 os.close(fd)
