@@ -50,7 +50,39 @@ _STORAGE_DTYPES = {
     "Float8_e4m3fnStorage": "F8_E4M3",
     "Float8_e5m2Storage": "F8_E5M2",
 }
-_REBUILD_TENSOR = ("torch._utils", "_rebuild_tensor_v2")
+#: The rebuild functions torch writes for a plain tensor: v2 with a typed storage, v3
+#: with an untyped one and the dtype as an argument (float8, uint16/32/64, float4, ...).
+_REBUILD_TENSOR = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor_v3")}
+#: Rebuilds that wrap a tensor built just before (a Parameter): one entry, not two.
+_REBUILD_WRAPPERS = {
+    ("torch._utils", "_rebuild_parameter"),
+    ("torch._utils", "_rebuild_parameter_with_state"),
+    ("torch._tensor", "_rebuild_from_type_v2"),
+}
+#: ``torch.<dtype>`` (an argument of ``_rebuild_tensor_v3``) -> the dtype name reported.
+_TORCH_DTYPE_NAMES = {
+    "float32": "F32",
+    "float64": "F64",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+    "complex64": "C64",
+    "complex128": "C128",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+    "float8_e4m3fnuz": "F8_E4M3FNUZ",
+    "float8_e5m2fnuz": "F8_E5M2FNUZ",
+    "float8_e8m0fnu": "F8_E8M0",
+    "float4_e2m1fn_x2": "F4",
+}
 
 #: What ``torch.load(weights_only=True)`` lets a pickle import by default (torch's
 #: ``_weights_only_unpickler._get_allowed_globals``), as (module, name) plus the rules
@@ -348,6 +380,23 @@ _MARK_CONSUMERS = {
 }
 
 
+def _note_untyped_dtype(scan: _PickleScan, items: list[Any]) -> None:
+    """``_rebuild_tensor_v3``'s arguments: (storage, offset, size, stride, requires_grad,
+    hooks, dtype, ...). Its storage is untyped; the dtype argument names its bytes."""
+    first = items[0] if items else None
+    if not (isinstance(first, tuple) and first[:1] == ("storage",)):
+        return
+    key = first[1]
+    if scan.storage_dtypes.get(key) != "UntypedStorage":
+        return
+    for item in items[1:]:
+        if isinstance(item, tuple) and item[:2] == ("global", "torch"):
+            named = _TORCH_DTYPE_NAMES.get(str(item[2]))
+            if named is not None:
+                scan.storage_dtypes[key] = named
+                return
+
+
 def _scan_pickle(
     stream: io.BytesIO,
     path: str,
@@ -400,6 +449,21 @@ def _scan_pickle(
                 memo[len(memo)] = last
             elif name in _GET_OPS:
                 value = memo.get(int(str(arg)))
+                if isinstance(value, tuple) and value[:1] == ("tensor",):
+                    scan.tensor_count += 1  # the same tensor again: torch.load's entry too
+            elif name == "REDUCE":
+                cur = frames[-1]
+                args = cur.pop() if cur else None
+                func = cur.pop() if cur else None
+                value = None
+                if isinstance(func, tuple) and func[:1] == ("global",):
+                    if func[1:] in _REBUILD_TENSOR:
+                        scan.tensor_count += 1
+                        value = ("tensor", scan.tensor_count)
+                    elif func[1:] in _REBUILD_WRAPPERS and isinstance(args, tuple) and args:
+                        inner = args[0]
+                        if isinstance(inner, tuple) and inner[:1] == ("tensor",):
+                            value = inner  # a Parameter is its tensor's one entry
             elif name == "MARK":
                 frames.append([])
             elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
@@ -413,6 +477,8 @@ def _scan_pickle(
             elif name in _MARK_CONSUMERS:
                 items = frames.pop() if len(frames) > 1 else []
                 value = tuple(items) if name == "TUPLE" else None
+                if name == "TUPLE":
+                    _note_untyped_dtype(scan, items)
             elif name == "BINPERSID":
                 pid = frames[-1].pop() if frames[-1] else last
                 if isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage":
@@ -420,17 +486,13 @@ def _scan_pickle(
                     type_name = storage_type[2] if isinstance(storage_type, tuple) else None
                     dtype = _STORAGE_DTYPES.get(str(type_name), str(type_name))
                     scan.storage_dtypes[str(pid[2])] = dtype
-                value = None
+                    value = ("storage", str(pid[2]))
+                else:
+                    value = None
             else:
                 # Any other op produces or consumes values we do not follow.
                 value = None if name not in ("STOP", "FRAME", "PROTO", "PERSID") else _NO_VALUE
             if value is not _NO_VALUE:
-                if (
-                    isinstance(value, tuple)
-                    and value[:1] == ("global",)
-                    and value[1:] == _REBUILD_TENSOR
-                ):
-                    scan.tensor_count += 1
                 frames[-1].append(value)
                 last = value
     except (ValueError, EOFError, DeprecationWarning) as exc:

@@ -80,3 +80,33 @@ def test_zip_that_is_not_a_checkpoint(tmp_path: Path) -> None:
         z.writestr("readme.txt", "hello")
     with pytest.raises(TorchCheckpointError, match=r"data\.pkl"):
         read_torch_info(path)
+
+
+def test_counts_and_dtypes_match_torch_load_for_every_dtype_tied_and_untied(
+    tmp_path: Path,
+) -> None:
+    """Issue 22: tensors rebuilt by _rebuild_tensor_v3 (float8, uint16/32/64) were not
+    counted and their bytes went under "UntypedStorage"; tied entries counted once."""
+    torch = pytest.importorskip("torch")
+    from loadscope.loaders.torch_format import _TORCH_DTYPE_NAMES, read_torch_info
+
+    state = {}
+    for name in _TORCH_DTYPE_NAMES:
+        if name.startswith("float4") or not hasattr(torch, name):
+            continue  # float4 packs two values a byte: no plain zeros() of it
+        state[f"t_{name}"] = torch.zeros(8, dtype=getattr(torch, name))
+    state["tied_a"] = torch.ones(4)
+    state["tied_b"] = state["tied_a"]
+    state["param"] = torch.nn.Parameter(torch.ones(3))
+    path = tmp_path / "all.pt"
+    torch.save(state, path)
+    info = read_torch_info(path)
+    loaded = torch.load(path, weights_only=True)
+    assert info.tensor_count == len(loaded)
+    assert "UntypedStorage" not in info.dtype_bytes
+    for name, tensor in loaded.items():
+        if name.startswith("t_"):
+            want = _TORCH_DTYPE_NAMES[name[2:]]
+            assert info.dtype_bytes.get(want, 0) >= tensor.numel() * tensor.element_size(), name
+    # Shared storage is counted once in bytes.
+    assert info.storage_count == len(loaded) - 1
