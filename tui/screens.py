@@ -236,7 +236,7 @@ class OnboardingScreen(Screen[Any]):
         # where the eye is too (a toast), so ctrl+r never seems to do nothing.
         line.scroll_visible(animate=False)
         if style != "dim":
-            self.notify(text, title="cannot start", severity="error")
+            self.notify(text, title="cannot start", severity="warning")
 
     @work(thread=True, group="check", exit_on_error=False)
     def _check(self, choice: dict[str, Any], attempt: int) -> None:
