@@ -151,7 +151,8 @@ class Strategy:
     preload: tuple[str, ...] = ()
     #: False for a strategy whose parallelism is across files (one reader per file): a
     #: subset of whole files would read with fewer readers than the model, so its
-    #: sample is always spans of every file.
+    #: sample is always spans of every file; with ``samples`` False too (a peer that
+    #: loads the files of a load together), it runs whole or is skipped, never scaled.
     sample_shards: bool = True
 
     def unavailable(self) -> str | None:

@@ -30,6 +30,9 @@ class FastSafetensors(Strategy):
     summary = "fastsafetensors SafeTensorsFileLoader, CPU mode (nogds)"
     requires = Requirements(ram_multiple=1.0, package="fastsafetensors", extra="peers")
     samples = False  # its loader reads whole files (peak RSS = the file on a sample)
+    # Nor a subset of shards: extrapolated from one, 4 GiB came out 54% short (its cost
+    # depends on the files loaded together; benchmarks/RESULTS.md). Whole, or skipped.
+    sample_shards = False
 
     def load(
         self, files: list[FileRequest], ctx: LoadContext
@@ -61,6 +64,9 @@ class RunAI(Strategy):
     summary = "runai-model-streamer SafetensorsStreamer"
     requires = Requirements(ram_multiple=1.0, package="runai_model_streamer", extra="peers")
     samples = False  # streams whole files
+    # It streams the files of a load concurrently: a subset of shards predicted 4 GiB
+    # 64% slow (benchmarks/RESULTS.md). Whole, or skipped.
+    sample_shards = False
 
     def load(
         self, files: list[FileRequest], ctx: LoadContext

@@ -813,7 +813,12 @@ def _summaries(
 def _unsampled_reason(info: dict[str, Any], whole: int, sample: int, smallest: int) -> str:
     what = "the whole model folder" if info.get("sample_files") is False else "whole files"
     parts = [f"cannot be sampled: it loads {what}"]
-    if info.get("sample_files") is not False:
+    if info.get("sample_shards") is False:
+        parts.append(
+            "its time on a subset of them does not scale to the whole (it reads the files"
+            " of a load together)"
+        )
+    elif info.get("sample_files") is not False:
         parts.append(
             f"the smallest ({format_bytes(smallest)}) is over {SHARD_OVERSHOOT:g}x the sample"
         )
@@ -859,7 +864,7 @@ def _scopes(
         if (
             shard_sets[want] is not None
             and info.get("sample_files") is not False
-            and (info.get("sample_shards") is not False or info.get("samples") is False)
+            and info.get("sample_shards") is not False
         ):
             # Whole files, read the way the whole load reads each of its files: the most
             # faithful sample there is, when the shards are small enough.

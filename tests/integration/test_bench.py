@@ -441,9 +441,10 @@ def four_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_whole_file_strategies_read_whole_shards_or_the_whole_model(four_shards: Path) -> None:
-    """Issue 17: a strategy that loads whole files is given whole shards near the sample's
-    size (extrapolated like the others), runs whole when that costs no more than its
-    sampled trials, and is never scaled from a tensor sample."""
+    """Issue 17: the in-house strategies are given whole shards near the sample's size
+    (extrapolated); the peers, which load whole files and whose time on a subset of shards
+    does not scale to the whole (4 GiB: -54%, +64%), run whole when that costs no more
+    than sampled trials would, else are skipped saying why; never scaled."""
     names = ("mmap", "vllm-prefetch", "fastsafetensors", "runai")
     if HAVE_TRANSFORMERS:
         names += ("hf-pretrained",)
@@ -451,7 +452,14 @@ def test_whole_file_strategies_read_whole_shards_or_the_whole_model(four_shards:
         resolve(str(four_shards)),
         BenchOptions(strategies=names, repeats=1, warmup=False, sample_bytes=2 << 20),
     )
-    peers = [n for n in ("fastsafetensors", "runai") if n not in small.skipped]
+    installed = [
+        n
+        for n in ("fastsafetensors", "runai")
+        if "not installed" not in str(small.skipped.get(n, ""))
+    ]
+    for name in installed:
+        assert "does not scale to the whole" in small.skipped[name], small.skipped
+    peers = installed
     assert small.sample is not None
     for t in small.trials:
         assert t.status == "ok" and t.verified, (t.strategy, t.reason)
@@ -463,10 +471,6 @@ def test_whole_file_strategies_read_whole_shards_or_the_whole_model(four_shards:
             assert t.scope == "shards" and t.sampled
             assert t.bytes is not None and t.bytes < small.sample.total_bytes
             assert t.extrapolated_seconds is not None
-    for name in peers:
-        main = {t.bytes for t in small.trials if t.strategy == name and not t.fit}
-        fits = {t.bytes for t in small.trials if t.strategy == name and t.fit}
-        assert len(main) == 1 and all(b < min(main) for b in fits if b and min(main))
     if HAVE_TRANSFORMERS:
         assert "loads the whole model folder" in small.skipped["hf-pretrained"]
     big = run_bench(
