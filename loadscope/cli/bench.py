@@ -8,9 +8,9 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from loadscope.base.errors import ExitCode
-from loadscope.base.units import format_bytes
 from loadscope.cli.common import (
     COUNT,
+    PROGRESS,
     RANKS,
     REPORT,
     SECONDS,
@@ -22,6 +22,7 @@ from loadscope.cli.common import (
     emit,
     opt,
 )
+from loadscope.cli.progress import Progress, mode_for
 
 if TYPE_CHECKING:
     from loadscope.engine.bench import CacheMode
@@ -49,9 +50,6 @@ def _parse_knobs(items: list[str]) -> dict[str, dict[str, Any]]:
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.engine.bench import (
         BenchOptions,
-        TrialFinished,
-        TrialProgress,
-        TrialStarted,
         describe_strategies,
         run_bench,
         to_text,
@@ -92,30 +90,12 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.ranks is not None:
         return _bench_ranks(args, out, cache)
     options = dataclasses.replace(options, device=args.device)
-    live = sys.stderr.isatty()
-    current: dict[str, str] = {}
-
-    def listen(event: object) -> None:
-        if not live:
-            return
-        if isinstance(event, TrialStarted):
-            t = event.trial
-            warmup = " (warm-up)" if t.warmup else ""
-            current["label"] = f"[{event.index + 1}/{event.total}] {t.strategy} {t.cache}{warmup}"
-            sys.stderr.write(f"\r{current['label']:<60}")
-        elif isinstance(event, TrialProgress) and event.total_bytes:
-            pct = 100 * event.bytes_done / event.total_bytes
-            rate = event.bytes_done / event.seconds if event.seconds > 0 else 0
-            sys.stderr.write(
-                f"\r{current.get('label', ''):<44} {pct:5.1f}% {format_bytes(rate)}/s   "
-            )
-        elif isinstance(event, TrialFinished):
-            sys.stderr.write("\r" + " " * 78 + "\r")
-        sys.stderr.flush()
-
     # Every header first: a hostile or broken file fails here, before any worker starts.
-    with open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target:
-        report = run_bench(target, options, listen)
+    with (
+        open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target,
+        Progress(mode_for(args, sys.stderr), budget_s=args.budget) as progress,
+    ):
+        report = run_bench(target, options, progress.listener)
     return emit(out, args.json, report.to_json(), to_text(report))
 
 
@@ -154,6 +134,7 @@ COMMAND = Command(
     arguments=(
         SYNTH_DIR,
         *REPORT,
+        *PROGRESS,
         opt(
             "--strategies",
             metavar="A,B,...",

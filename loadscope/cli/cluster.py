@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TextIO
 
 from loadscope.base.errors import ExitCode
@@ -10,11 +11,13 @@ from loadscope.cli.common import (
     HEARTBEAT_TIMEOUT_S,
     JOIN_TIMEOUT_S,
     PORT,
+    PROGRESS,
     SECONDS,
     Command,
     UsageError,
     opt,
 )
+from loadscope.cli.progress import Progress, mode_for
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -56,15 +59,18 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             out.write(f"  [{host}] {line}\n")
         return ExitCode.OK
     env = ClusterEnv.from_environ()
-    fleet = run_cluster(
-        args.target,
-        out_dir=Path(args.out),
-        budget_s=args.budget,
-        env=env,
-        synth_dir=args.synth_dir,
-        join_timeout_s=args.join_timeout,
-        heartbeat_timeout_s=args.heartbeat_timeout,
-    )
+    with Progress(mode_for(args, sys.stderr), budget_s=args.budget) as progress:
+        fleet = run_cluster(
+            args.target,
+            out_dir=Path(args.out),
+            budget_s=args.budget,
+            env=env,
+            synth_dir=args.synth_dir,
+            join_timeout_s=args.join_timeout,
+            heartbeat_timeout_s=args.heartbeat_timeout,
+            listener=progress.listener,
+            progress=lambda step: progress.step(f"node-{env.rank}: {step}"),
+        )
     if fleet is None:
         out.write(f"node-{env.rank}: report sent to rank 0\n")
         return ExitCode.OK
@@ -86,6 +92,7 @@ COMMAND = Command(
     arguments=(
         opt("target", metavar="TARGET", help="a path every node sees, or synthetic:SIZE"),
         opt("--out", default="loadscope-fleet", metavar="DIR", help="(rank 0) reports"),
+        *PROGRESS,
         opt(
             "--budget", type=SECONDS, default=60.0, metavar="SECONDS", help="per node (default 60)"
         ),

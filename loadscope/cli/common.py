@@ -380,6 +380,15 @@ REPORT = (
         help="write /proc/sys/vm/drop_caches when per-file eviction fails (host-wide; root)",
     ),
 )
+#: How a long command shows its progress on stderr (see loadscope.cli.progress).
+PROGRESS = (
+    opt("--quiet", action="store_true", help="no progress on stderr (errors still are)"),
+    opt(
+        "--no-progress",
+        action="store_true",
+        help="plain progress lines instead of one line redrawn in place",
+    ),
+)
 #: --json FILE|- of the commands that act (warm, copy) rather than measure.
 JSON_RESULT = opt("--json", metavar="FILE", help="also write the result as JSON ('-': stdout)")
 SYNTH_DIR = opt(

@@ -8,6 +8,7 @@ from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import (
+    PROGRESS,
     RANKS,
     REPORT,
     SECONDS,
@@ -20,6 +21,7 @@ from loadscope.cli.common import (
     opt,
     write_file,
 )
+from loadscope.cli.progress import Progress, mode_for
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -33,15 +35,22 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         raise UsageError(f"only one report can go to stdout ('-'), not {' and '.join(to_stdout)}")
     check_device_usable(args.device)
     spec = args.target or "synthetic:512MiB"
-    if sys.stderr.isatty():
+    mode = mode_for(args, sys.stderr)
+    if mode == "live":
         sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
-    with open_checked(spec, synth_dir=args.synth_dir, loads=True) as target:
+    with (
+        open_checked(spec, synth_dir=args.synth_dir, loads=True) as target,
+        Progress(mode, budget_s=args.budget) as progress,
+    ):
+        progress.note(f"diagnosing {spec} (budget {args.budget:g} s)")
         report = run_doctor(
             target,
             budget_s=args.budget,
             try_readahead=args.try_readahead,
             device=args.device,
             ranks=args.ranks,
+            listener=progress.listener,
+            progress=progress.step,
         )
     from loadscope.report.html import to_html
 
@@ -82,6 +91,7 @@ COMMAND = Command(
     arguments=(
         SYNTH_DIR,
         *REPORT,
+        *PROGRESS,
         opt(
             "--md",
             metavar="FILE|-",

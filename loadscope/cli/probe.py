@@ -7,31 +7,24 @@ import sys
 from typing import TextIO
 
 from loadscope.base.errors import ExitCode
-from loadscope.cli.common import REPORT, SECONDS, SYNTH_DIR, Command, emit, opt
+from loadscope.cli.common import PROGRESS, REPORT, SECONDS, SYNTH_DIR, Command, emit, opt
+from loadscope.cli.progress import Progress, mode_for
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.engine.probing import run_probes, to_text
     from loadscope.model.inspection import open_checked
 
-    live = sys.stderr.isatty()
-
-    def progress(step: str) -> None:
-        if live:
-            sys.stderr.write(f"\r  probing: {step:<40}")
-            sys.stderr.flush()
-
-    with open_checked(args.target, synth_dir=args.synth_dir) as target:
-        try:
-            report = run_probes(
-                target,
-                budget_s=args.budget,
-                allow_drop_caches=args.allow_drop_caches,
-                progress=progress,
-            )
-        finally:
-            if live:
-                sys.stderr.write("\r" + " " * 52 + "\r")
+    with (
+        open_checked(args.target, synth_dir=args.synth_dir) as target,
+        Progress(mode_for(args, sys.stderr), budget_s=args.budget) as progress,
+    ):
+        report = run_probes(
+            target,
+            budget_s=args.budget,
+            allow_drop_caches=args.allow_drop_caches,
+            progress=lambda step: progress.step(f"probes: {step}"),
+        )
     return emit(out, args.json, report.to_json(), to_text(report))
 
 
@@ -45,6 +38,7 @@ COMMAND = Command(
     arguments=(
         SYNTH_DIR,
         *REPORT,
+        *PROGRESS,
         opt(
             "--budget",
             type=SECONDS,

@@ -173,11 +173,14 @@ def diagnose_node(
     budget_s: float,
     synth_dir: str | None = None,
     doctor: Callable[..., Any] = run_doctor,
+    **watch: Any,
 ) -> NodeResult:
+    """This node's diagnosis as a result for rank 0; ``watch`` (``listener``, ``progress``)
+    goes to the doctor for the node's own progress line."""
     host = platform.node()
     try:
         with open_checked(target, synth_dir=synth_dir, loads=True) as t:
-            report = doctor(t, budget_s=budget_s)
+            report = doctor(t, budget_s=budget_s, **watch)
         doc = json.loads(report.to_json())
         verdict = doc.get("verdict") or {}
         if verdict.get("status") == "unmeasured":
@@ -308,20 +311,24 @@ def run_cluster(
     synth_dir: str | None = None,
     join_timeout_s: float = 120.0,
     heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
+    **watch: Any,
 ) -> Fleet | None:
-    """This node's part; on rank 0 also the fleet (returned), elsewhere None."""
+    """This node's part; on rank 0 also the fleet (returned), elsewhere None. ``watch``
+    (``listener``, ``progress``) follows this node's diagnosis."""
     env = env or ClusterEnv.from_environ()
     if env.rank == 0:
         check_out_dir(out_dir)  # before any node works: not after the whole fleet ran
     store = _store(env, timeout_s=join_timeout_s)
     beat = _Heartbeat(env, timeout_s=join_timeout_s)
     try:
-        mine = diagnose_node(env.rank, target, budget_s, synth_dir)
+        mine = diagnose_node(env.rank, target, budget_s, synth_dir, **watch)
         store.set(f"{PREFIX}/result/{env.rank}", mine.to_json())
     finally:
         beat.stop()
     if env.rank != 0:
         return None
+    if "progress" in watch:
+        watch["progress"]("waiting for every node's report")
     nodes = collect(
         store,
         env.world_size,

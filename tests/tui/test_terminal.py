@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,3 +140,73 @@ def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path, attempt: 
         time.sleep(0.2)
     assert not left, [p.cmdline() for p in left]
     assert list(tmp_path.iterdir()) == [], "the synthetic checkpoint was left behind"
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)")
+def test_doctor_on_a_terminal_redraws_its_progress_line(tmp_path: Path) -> None:
+    """Issue 19: `doctor` on a terminal said "diagnosing ..." and then nothing for minutes.
+    Now one line is redrawn in place: the trial, its rate and the time left, changing at
+    least once a second; and stdout still carries only the report."""
+    session = f"loadscope-progress-{os.getpid()}"
+    exe = Path(sys.executable).parent / "loadscope"
+    out = tmp_path / "out.json"
+    cmd = f"{exe} doctor synthetic:256MiB --budget 30 --synth-dir {tmp_path} --json - > {out}"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", f"{cmd}; sleep 60"],
+        check=True,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+            len(lines) >= 4 and any("trial " in ln for ln in lines)
+        ):
+            shown = [ln for ln in _capture(session).splitlines() if "s left" in ln]
+            if shown and (not lines or shown[-1] != lines[-1]):
+                lines.append(shown[-1])
+            time.sleep(0.3)
+        assert len(lines) >= 4, lines  # redrawn: the clock moves, trials go by
+        assert any("trial " in ln for ln in lines), lines
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "\n}" not in (
+            out.read_text() if out.exists() else ""
+        ):
+            time.sleep(0.3)
+        doc = json.loads(out.read_text())  # nothing but the report on stdout
+        assert doc["schema_version"] == 1
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+
+
+def test_progress_is_plain_lines_without_a_terminal_and_none_with_quiet() -> None:
+    from tests.conftest import run_loadscope
+
+    plain = run_loadscope(
+        "bench",
+        "synthetic:8MiB",
+        "--strategies",
+        "mmap",
+        "--repeats",
+        "1",
+        "--no-warmup",
+        timeout=120,
+    )
+    assert plain.code == 0, plain
+    steps = plain.err.splitlines()
+    assert steps and all(re.match(r"^\[\s*\d+\.\d+s\] ", ln) for ln in steps), steps
+    assert any("trial 1/1 mmap cold:" in ln for ln in steps), steps
+    quiet = run_loadscope(
+        "bench",
+        "synthetic:8MiB",
+        "--strategies",
+        "mmap",
+        "--repeats",
+        "1",
+        "--no-warmup",
+        "--quiet",
+        timeout=120,
+    )
+    assert quiet.code == 0 and quiet.err == "", quiet

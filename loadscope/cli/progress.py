@@ -1,0 +1,152 @@
+"""Progress of a long command on stderr: redrawn in place on a terminal, lines otherwise.
+
+One reporter for ``doctor``, ``bench``, ``probe`` and ``cluster``: the phase, the
+running trial (k of N, strategy, cache state), its live rate and bytes, and the time
+left of the budget. On a terminal it is one line redrawn in place (rich's ``Live``,
+refreshed four times a second so the clock moves even between events, and removed
+when the command ends); when stderr is not a terminal, or with ``--no-progress``, it
+is one plain line per step (``[  12.3s] trial 3/12 mmap cold: 8.26 s, 65 MB/s``);
+``--quiet`` says nothing. Nothing goes to stdout, so ``--json -`` stays parseable.
+
+May import: ``loadscope.base``, and the engine's event types (lazily).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from typing import Any, Literal, TextIO
+
+from loadscope.base.units import format_bytes
+
+Mode = Literal["live", "lines", "off"]
+#: What a plain progress line looks like (tests tell them from an error line by it).
+LINE_RE = re.compile(r"^\[\s*\d+\.\d+s\] ")
+
+
+def mode_for(args: Any, stream: TextIO) -> Mode:
+    """``off`` with --quiet, ``lines`` with --no-progress or when ``stream`` is no terminal."""
+    if getattr(args, "quiet", False):
+        return "off"
+    if getattr(args, "no_progress", False) or not stream.isatty():
+        return "lines"
+    return "live"
+
+
+class Progress:
+    """The reporter; use as a context manager. Thread-safe (trial events come from the
+    engine's threads)."""
+
+    def __init__(self, mode: Mode, *, budget_s: float | None = None, stream: TextIO | None = None):
+        self.mode = mode
+        self.budget_s = budget_s
+        self.stream = stream or sys.stderr
+        self.start = time.monotonic()
+        self.phase = ""
+        self.trial = ""
+        self.rate = ""
+        self._lock = threading.Lock()
+        self._live: Any = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Progress:
+        if self.mode == "live":
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(file=self.stream, stderr=True, highlight=False)
+            self._live = Live(_Line(self), console=console, refresh_per_second=4, transient=True)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    # -- what happens ---------------------------------------------------------------------
+
+    def step(self, name: str) -> None:
+        """A new phase (``probes: latency``, ``trials``, ``advice``)."""
+        with self._lock:
+            self.phase, self.trial, self.rate = name, "", ""
+        self._line(name)
+
+    def listener(self, event: object) -> None:
+        """The engine's trial events (bench's TrialStarted / TrialProgress / TrialFinished)."""
+        from loadscope.engine.bench import TrialFinished, TrialProgress, TrialStarted
+
+        if isinstance(event, TrialStarted):
+            t = event.trial
+            warm = " (warm-up)" if t.warmup else ""
+            fit = " (fit)" if getattr(t, "fit", False) else ""
+            with self._lock:
+                self.phase = "trials"
+                self.trial = (
+                    f"trial {event.index + 1}/{event.total} {t.strategy} {t.cache}{warm}{fit}"
+                )
+                self.rate = ""
+        elif isinstance(event, TrialProgress):
+            if event.total_bytes:
+                pct = 100 * event.bytes_done / event.total_bytes
+                rate = event.bytes_done / event.seconds if event.seconds > 0 else 0.0
+                with self._lock:
+                    self.rate = (
+                        f"{pct:3.0f}% of {format_bytes(event.total_bytes)}  {format_bytes(rate)}/s"
+                    )
+        elif isinstance(event, TrialFinished):
+            t = event.trial
+            with self._lock:
+                label = self.trial or f"{t.strategy} {t.cache}"
+            if t.status == "ok" and t.seconds:
+                speed = f", {format_bytes(t.bytes_per_s)}/s" if t.bytes_per_s else ""
+                self._line(f"{label}: {t.seconds:.3g} s{speed}")
+            else:
+                self._line(f"{label}: {t.status}: {t.reason or ''}".rstrip(": "))
+            with self._lock:
+                self.trial, self.rate = "", ""
+
+    def note(self, text: str) -> None:
+        """A one-off line (both modes): something worth a line of its own."""
+        self._line(text)
+
+    # -- drawing --------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def status(self) -> str:
+        """The live line's text: phase or trial, rate, elapsed and what is left."""
+        with self._lock:
+            parts = [self.trial or self.phase or "starting"]
+            if self.rate:
+                parts.append(self.rate)
+        spent = self.elapsed()
+        clock = f"{spent:.0f} s"
+        if self.budget_s:
+            left = max(0.0, self.budget_s - spent)
+            clock += f", ~{left:.0f} s of {self.budget_s:g} s left"
+        parts.append(clock)
+        return "  ".join(parts)
+
+    def _line(self, text: str) -> None:
+        if self.mode != "lines":
+            return
+        with self._lock:
+            self.stream.write(f"[{self.elapsed():6.1f}s] {text}\n")
+            self.stream.flush()
+
+
+class _Line:
+    """The live renderable: the reporter's status, fitted to the terminal's width."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(self.progress.status(), no_wrap=True, overflow="ellipsis", style="dim")
