@@ -12,6 +12,7 @@ from loadscope.cli.common import (
     JOIN_TIMEOUT_S,
     PORT,
     PROGRESS,
+    RANKS,
     SECONDS,
     Command,
     UsageError,
@@ -32,6 +33,8 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         valid_host,
     )
 
+    if args.k8s is not None:
+        return _k8s(args, out)
     if args.hosts is not None:
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
         if not hosts:
@@ -80,6 +83,53 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return exit_code(fleet)
 
 
+def _k8s(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.diagnosis.k8s import K8sPlan, check_name, manifest, to_yaml
+
+    if not args.image:
+        raise UsageError(
+            "--k8s needs --image: an image with loadscope installed (e.g. one built from"
+            " your training image with `pip install loadscope`)"
+        )
+    if why := check_name(args.name):
+        raise UsageError(f"--name: {why}")
+    if args.model_pvc and args.model_host_path:
+        raise UsageError("--model-pvc and --model-host-path are two places: pick one")
+    forwarded: list[str] = []
+    if args.join_timeout != JOIN_TIMEOUT_S:
+        forwarded += ["--join-timeout", f"{args.join_timeout:g}"]
+    if args.heartbeat_timeout != HEARTBEAT_TIMEOUT_S:
+        forwarded += ["--heartbeat-timeout", f"{args.heartbeat_timeout:g}"]
+    if args.synth_dir:
+        forwarded += ["--synth-dir", args.synth_dir]
+    plan = K8sPlan(
+        nodes=args.k8s,
+        target=args.target,
+        image=args.image,
+        name=args.name,
+        namespace=args.namespace,
+        port=args.port,
+        out=args.out if args.out.startswith("/") else f"/{args.out}",
+        model_pvc=args.model_pvc,
+        model_host_path=args.model_host_path,
+        out_pvc=args.out_pvc,
+        budget_s=args.budget,
+        options=forwarded,
+    )
+    fleet = (
+        f"rank 0 writes the fleet report to {plan.out} on the volume {args.out_pvc}"
+        if args.out_pvc
+        else "rank 0 prints the fleet table in its log (kubectl logs"
+        f" {args.name}-0-<suffix>); --out-pvc keeps the report files"
+    )
+    header = [
+        f"loadscope cluster: {args.k8s} nodes, one pod each; kubectl apply -f this file.",
+        fleet + ".",
+    ]
+    out.write(to_yaml(manifest(plan), header))
+    return ExitCode.OK
+
+
 COMMAND = Command(
     name="cluster",
     help="onboard a cluster: every node diagnoses itself, rank 0 writes the fleet report",
@@ -97,7 +147,38 @@ COMMAND = Command(
             "--budget", type=SECONDS, default=60.0, metavar="SECONDS", help="per node (default 60)"
         ),
         opt("--hosts", metavar="H0,H1,...", help="print the torchrun line for each host and exit"),
-        opt("--port", type=PORT, default=29500, help="master port for --hosts (1-65535)"),
+        opt("--port", type=PORT, default=29500, help="master port for --hosts and --k8s (1-65535)"),
+        opt(
+            "--k8s",
+            type=RANKS,
+            metavar="N",
+            help="print a Kubernetes manifest (an Indexed Job of N pods, one per node, and a"
+            " headless Service for the rendezvous) that runs this on N nodes, and exit",
+        ),
+        opt("--image", metavar="IMAGE", help="with --k8s: an image with loadscope installed"),
+        opt(
+            "--name",
+            default="loadscope-onboard",
+            help="with --k8s: the Job's and Service's name (default loadscope-onboard)",
+        ),
+        opt("--namespace", help="with --k8s: the namespace (default: kubectl's)"),
+        opt(
+            "--model-pvc",
+            metavar="CLAIM",
+            help="with --k8s: the PersistentVolumeClaim holding the model (ReadOnlyMany or"
+            " ReadWriteMany: every node mounts it), read-only at the target's folder",
+        ),
+        opt(
+            "--model-host-path",
+            metavar="DIR",
+            help="with --k8s: the node's directory holding the model (a hostPath), read-only",
+        ),
+        opt(
+            "--out-pvc",
+            metavar="CLAIM",
+            help="with --k8s: a PersistentVolumeClaim (ReadWriteMany) for --out, where rank 0"
+            " writes the fleet report",
+        ),
         opt(
             "--join-timeout",
             type=SECONDS,

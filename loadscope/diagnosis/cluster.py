@@ -66,25 +66,53 @@ class ClusterEnv:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> ClusterEnv:
-        missing = [
-            k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in environ
-        ]
-        if missing:
-            raise ClusterError(
-                f"not launched by torchrun ({', '.join(missing)} not set): run"
-                " `loadscope cluster --hosts HOST0,HOST1,... TARGET` for the line to run on"
-                " each node"
-            )
+        """The rendezvous from torchrun's variables, else from SLURM's (``srun``: rank,
+        world size, the first node of the job's node list as the master), else a clear
+        error saying how to launch it."""
+        torchrun = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+        if all(k in environ for k in torchrun):
+            try:
+                return cls(
+                    rank=int(environ["RANK"]),
+                    world_size=int(environ["WORLD_SIZE"]),
+                    master_addr=environ["MASTER_ADDR"],
+                    master_port=int(environ["MASTER_PORT"]),
+                    agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+                )
+            except ValueError as exc:
+                raise ClusterError(f"bad torchrun environment: {exc}") from None
+        if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ:
+            return cls._from_slurm(environ)
+        missing = [k for k in torchrun if k not in environ]
+        raise ClusterError(
+            f"not launched by torchrun ({', '.join(missing)} not set) nor by srun"
+            " (SLURM_PROCID, SLURM_NTASKS): run `loadscope cluster --hosts HOST0,HOST1,..."
+            " TARGET` for the line to run on each node, `srun --nodes=N --ntasks-per-node=1"
+            " loadscope cluster TARGET`, or `loadscope cluster --k8s N TARGET` for a manifest"
+        )
+
+    @classmethod
+    def _from_slurm(cls, environ: Mapping[str, str]) -> ClusterEnv:
+        import hostlist
+
+        nodes_text = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
         try:
-            return cls(
-                rank=int(environ["RANK"]),
-                world_size=int(environ["WORLD_SIZE"]),
-                master_addr=environ["MASTER_ADDR"],
-                master_port=int(environ["MASTER_PORT"]),
-                agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
-            )
+            nodes = hostlist.expand_hostlist(nodes_text) if nodes_text else []
+        except hostlist.BadHostlist as exc:
+            raise ClusterError(f"bad SLURM node list {nodes_text!r}: {exc}") from None
+        if not nodes:
+            raise ClusterError("launched by srun, but SLURM_JOB_NODELIST is not set")
+        try:
+            rank, world = int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"])
+            port = int(environ.get("MASTER_PORT") or DEFAULT_PORT)
         except ValueError as exc:
-            raise ClusterError(f"bad torchrun environment: {exc}") from None
+            raise ClusterError(f"bad SLURM environment: {exc}") from None
+        if world != len(nodes):
+            raise ClusterError(
+                f"srun started {world} tasks on {len(nodes)} node(s): run one task per node"
+                " (srun --nodes=N --ntasks-per-node=1 loadscope cluster TARGET)"
+            )
+        return cls(rank, world, environ.get("MASTER_ADDR") or nodes[0], port, False)
 
 
 _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")

@@ -115,3 +115,96 @@ def test_a_killed_node_is_named_failed_and_the_other_still_reports(tmp_path: Pat
     assert (out / "node-0.json").exists() and not (out / "node-1.json").exists()
     md = (out / "fleet.md").read_text()
     assert "1 of 2 nodes reported" in md and "node-1: failed" in md
+
+
+def _node(env: dict[str, str], out: Path, *args: str) -> subprocess.Popen[str]:
+    """One node as srun or the Job controller starts it: `loadscope cluster` with their env."""
+    import os
+
+    torchrun = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
+    base = {k: v for k, v in os.environ.items() if k not in torchrun and not k.startswith("SLURM")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadscope", "cluster", *args, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**base, **env},
+    )
+
+
+def test_two_nodes_under_slurm_need_no_other_setup(tmp_path: Path) -> None:
+    """Issue 19: `srun --nodes=2 --ntasks-per-node=1 loadscope cluster TARGET --out DIR`:
+    rank, world size and the master (the first node of the compressed node list) come
+    from SLURM's environment."""
+    port, out = _free_port(), tmp_path / "fleet"
+    slurm = {"SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "localhost,127.0.0.1"}
+    slurm["MASTER_PORT"] = str(port)
+    args = ("synthetic:8MiB", "--budget", "4", "--synth-dir", str(tmp_path))
+    nodes = [_node({**slurm, "SLURM_PROCID": str(i)}, out, *args) for i in (0, 1)]
+    logs = [n.communicate(timeout=180)[0] for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], logs
+    summary = json.loads((out / "fleet.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["ok", "ok"]
+    assert "2 of 2 nodes reported" in (out / "fleet.md").read_text()
+
+
+def test_the_k8s_manifest_is_valid_and_its_env_onboards_two_nodes(tmp_path: Path) -> None:
+    """`cluster --k8s N` prints an Indexed Job and a headless Service the Kubernetes API's
+    models accept as they are; two processes given the env a pod of it gets (its index
+    as RANK, pod 0 as the master: here 127.0.0.1) write a fleet report with both."""
+    import pytest
+
+    yaml = pytest.importorskip("yaml")
+    client = pytest.importorskip("kubernetes.client")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadscope",
+            "cluster",
+            "--k8s",
+            "2",
+            "synthetic:8MiB",
+            "--image",
+            "registry.example/train:1",
+            "--budget",
+            "4",
+            "--out-pvc",
+            "fleet",
+            "--synth-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    service, job = list(yaml.safe_load_all(r.stdout))
+    api = client.ApiClient()
+
+    for obj, kind in ((service, "V1Service"), (job, "V1Job")):
+        model = api.deserialize(json.dumps(obj), kind, "application/json")
+        # Nothing dropped or misspelled: the model serializes back to the same object.
+        assert api.sanitize_for_serialization(model) == obj, kind
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == 2
+    pod = spec["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+    container = pod["containers"][0]
+    env = container["env"]
+    assert env[0]["valueFrom"]["fieldRef"]["fieldPath"].endswith("job-completion-index']")
+    # Run the container's command with the env each pod gets (DNS is 127.0.0.1 here).
+    port, out = _free_port(), tmp_path / "fleet"
+    fixed = {e["name"]: e["value"] for e in env if "value" in e}
+    fixed.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    args = [a for a in container["args"][1:] if a != "--out"]
+    args = [a for a in args if a != "/loadscope-fleet"]
+    nodes = [
+        _node({**fixed, "RANK": str(i), "JOB_COMPLETION_INDEX": str(i)}, out, *args) for i in (0, 1)
+    ]
+    logs = [n.communicate(timeout=180)[0] for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], logs
+    summary = json.loads((out / "fleet.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["ok", "ok"]

@@ -203,3 +203,23 @@ def test_an_unwritable_out_is_refused_before_any_node_works(tmp_path: Path) -> N
         check_out_dir(afile / "out")
     check_out_dir(tmp_path / "new" / "out")
     assert list((tmp_path / "new" / "out").iterdir()) == []
+
+
+def test_the_rendezvous_comes_from_slurm_when_torchrun_is_not_there() -> None:
+    from loadscope.diagnosis.cluster import ClusterEnv, ClusterError
+
+    env = ClusterEnv.from_environ(
+        {"SLURM_PROCID": "3", "SLURM_NTASKS": "5", "SLURM_JOB_NODELIST": "gpu[01-04,07]"}
+    )
+    assert (env.rank, env.world_size, env.master_addr, env.master_port) == (3, 5, "gpu01", 29500)
+    assert env.agent_store is False
+    with pytest.raises(ClusterError, match="one task per node"):
+        ClusterEnv.from_environ(
+            {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+        )
+    with pytest.raises(ClusterError, match="nor by srun"):
+        ClusterEnv.from_environ({})
+    # torchrun's variables win where both are set (torchrun inside an allocation).
+    both = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h0", "MASTER_PORT": "1234"}
+    both.update(SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_JOB_NODELIST="x")
+    assert ClusterEnv.from_environ(both).master_addr == "h0"
