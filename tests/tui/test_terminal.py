@@ -150,7 +150,7 @@ def test_doctor_on_a_terminal_redraws_its_progress_line(tmp_path: Path) -> None:
     session = f"loadscope-progress-{os.getpid()}"
     exe = Path(sys.executable).parent / "loadscope"
     out = tmp_path / "out.json"
-    cmd = f"{exe} doctor synthetic:256MiB --budget 30 --synth-dir {tmp_path} --json - > {out}"
+    cmd = f"{exe} doctor synthetic:128MiB --budget 12 --synth-dir {tmp_path} --json - > {out}"
     env = {**os.environ, "TERM": "xterm-256color"}
     subprocess.run(
         ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", f"{cmd}; sleep 60"],
