@@ -24,6 +24,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             budget_s=args.budget,
             allow_drop_caches=args.allow_drop_caches,
             progress=lambda step: progress.step(f"probes: {step}"),
+            run_fio=args.fio,
         )
     return emit(out, args.json, report.to_json(), to_text(report))
 
@@ -39,6 +40,12 @@ COMMAND = Command(
         SYNTH_DIR,
         *REPORT,
         *PROGRESS,
+        opt(
+            "--fio",
+            action="store_true",
+            help="also run the fio jobs that reproduce the measurements (read-only, ~15 s)"
+            " and show fio's figures beside the probe's",
+        ),
         opt(
             "--budget",
             type=SECONDS,

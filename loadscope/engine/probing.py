@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from loadscope.base.safeio import StorageStalled, bounded, stall_timeout_s
 from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.model.targets import Target
-from loadscope.probes import blockdev, mounts
+from loadscope.probes import blockdev, fio, mounts
 from loadscope.probes.gpu import GpuFacts, probe_gpus
 from loadscope.probes.hfcache import HubCacheLocation, hub_cache_location
 from loadscope.probes.iobench import (
@@ -108,6 +108,12 @@ class ProbeReport:
     )
     #: Set when a read of the model got no answer: what was read and for how long.
     stalled: str | None = None
+    #: The fio jobs that reproduce the measurements (always, once they were measured),
+    #: and fio's figures beside the probe's when ``--fio`` ran them.
+    fio_jobs: list[fio.FioJob] = field(default_factory=list)
+    fio: ProbeResult[list[fio.FioMeasure]] = field(
+        default_factory=lambda: ProbeResult("fio", Status.SKIPPED, reason="not asked for (--fio)")
+    )
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,7 +146,41 @@ class ProbeReport:
             "gpus": self.gpus.to_dict(),
             "notes": self.notes,
             **({"stalled": self.stalled} if self.stalled else {}),
+            "fio": self.fio_dict(),
         }
+
+    def probe_value(self, measures: str) -> float | None:
+        """The probe's own figure a fio job stands beside."""
+        if measures == "latency":
+            return self.latency.data.p50_us if self.latency.data else None
+        thr = self.throughput.data
+        if thr is None:
+            return None
+        points = thr.sequential if measures == "sequential" else thr.parallel
+        if measures == "sequential":
+            biggest = max(points, key=lambda p: p.block_bytes, default=None)
+            return biggest.bytes_per_s if biggest else None
+        best = max(points, key=lambda p: p.bytes_per_s, default=None)
+        return best.bytes_per_s if best else None
+
+    def fio_dict(self) -> dict[str, Any]:
+        measured = {m.job.measures: m for m in self.fio.data or []}
+        jobs = []
+        for job in self.fio_jobs:
+            mine = self.probe_value(job.measures)
+            got = measured.get(job.measures)
+            jobs.append(
+                {
+                    "measures": job.measures,
+                    "metric": job.metric,
+                    "command": fio.command_line(job),
+                    "probe": mine,
+                    "fio": got.value if got else None,
+                    "fio_over_probe": got.value / mine if got and mine else None,
+                    "detail": got.detail if got else None,
+                }
+            )
+        return {"status": self.fio.status.value, "reason": self.fio.reason, "jobs": jobs}
 
     def to_json(self) -> str:
         return json.dumps(to_jsonable(self.to_dict()), indent=2)
@@ -238,8 +278,12 @@ def run_probes(
     allow_drop_caches: bool = False,
     progress: Progress | None = None,
     local_disks: bool = True,
+    run_fio: bool = False,
 ) -> ProbeReport:
-    """Probe the storage under ``target``; never raises for a probe that cannot run."""
+    """Probe the storage under ``target``; never raises for a probe that cannot run.
+
+    With ``run_fio``, the fio jobs that reproduce the latency, sequential and parallel
+    measurements run after them (outside the budget: ~15 s more) on the largest file."""
     say = progress or (lambda _msg: None)
     start = time.monotonic()
     deadline = start + budget_s - _MARGIN_S
@@ -334,6 +378,25 @@ def run_probes(
             max(0.0, deadline - time.monotonic()),
         ),
     )
+    jobs: list[fio.FioJob] = []
+    if throughput.data is not None and throughput.data.sequential:
+        thr = throughput.data
+        best = max(thr.parallel or thr.sequential, key=lambda p: p.bytes_per_s)
+        jobs = fio.jobs_for(
+            primary.path,
+            primary.size_bytes,
+            direct=direct,
+            seq_block=max(p.block_bytes for p in thr.sequential),
+            readers=best.readers,
+            par_block=best.block_bytes,
+            latency_samples=latency.data.samples if latency.data else 256,
+        )
+    fio_result: ProbeResult[list[fio.FioMeasure]] = ProbeResult(
+        "fio", Status.SKIPPED, reason="not asked for (--fio)"
+    )
+    if run_fio:
+        say("fio")
+        fio_result = run_probe("fio", lambda: _run_fio(jobs, stalled))
     local: ProbeResult[list[LocalDisk]]
     if not local_disks:
         local = ProbeResult("local_disks", Status.SKIPPED, reason="not asked for")
@@ -364,7 +427,19 @@ def run_probes(
         local_disks=local,
         gpus=gpus,
         stalled=stalled[0] if stalled else None,
+        fio_jobs=jobs,
+        fio=fio_result,
     )
+
+
+def _run_fio(jobs: list[fio.FioJob], stalled: list[str]) -> list[fio.FioMeasure]:
+    if why := fio.unavailable_reason():
+        raise Unavailable(why)
+    if stalled:
+        raise Unavailable(f"not run: {stalled[0]}")
+    if not jobs:
+        raise Unavailable("the probe's own throughput was not measured: nothing to set beside")
+    return [fio.run_job(job) for job in jobs]
 
 
 def _gpu_lines(result: ProbeResult[GpuFacts]) -> list[str]:
@@ -623,6 +698,7 @@ def to_text(report: ProbeReport) -> str:
     else:
         lines.append(_status_line("latency", lat))
     lines += _throughput_lines(report.throughput)
+    lines += _fio_lines(report)
     hf = report.hf_cache
     if hf.data is not None:
         where = hf.data.location.path + ("" if hf.data.location.exists else " (not created yet)")
@@ -636,3 +712,31 @@ def to_text(report: ProbeReport) -> str:
         lines.append(_wrap("note", note))
     lines.append(_wrap("took", f"{report.elapsed_s:.1f} s of a {report.budget_s:g} s budget"))
     return "\n".join(lines)
+
+
+def _fio_lines(report: ProbeReport) -> list[str]:
+    """fio's figures beside the probe's (with --fio), else how to reproduce with fio."""
+    if not report.fio_jobs:
+        return []
+    doc = report.fio_dict()
+    lines = []
+    if report.fio.status is not Status.OK:
+        if report.fio.status is not Status.SKIPPED:
+            lines.append(_status_line("fio", report.fio))
+        lines.append(_wrap("fio", "to reproduce these numbers: loadscope probe --fio, or"))
+        lines += [f"  {job['command']}" for job in doc["jobs"]]
+        return lines
+    for job in doc["jobs"]:
+        if job["fio"] is None:
+            continue
+        if job["metric"] == "p50_us":
+            mine = format_us(job["probe"]) if job["probe"] else "-"
+            text = f"{job['measures']}: p50 {format_us(job['fio'])} (probe {mine})"
+        else:
+            mine = format_rate(job["probe"]) if job["probe"] else "-"
+            text = f"{job['measures']}: {format_rate(job['fio'])} (probe {mine})"
+        ratio = job["fio_over_probe"]
+        lines.append(_wrap("fio", text + (f", fio/probe {ratio:.2f}x" if ratio else "")))
+    lines.append(_wrap("fio", "the jobs (read-only):"))
+    lines += [f"  {job['command']}" for job in doc["jobs"]]
+    return lines

@@ -158,3 +158,33 @@ def test_unavailable_sysfs_does_not_fail_the_run(
     assert storage.device.reason and "sysfs" in storage.device.reason
     assert report.latency.ok and report.throughput.ok
     assert storage.mount.ok
+
+
+def test_fio_jobs_reproduce_the_probe_and_run_beside_it(tmp_path: Path) -> None:
+    """Issue 19: fio's figures beside the probe's, from read-only jobs on the model's own
+    file, and the exact fio lines in every report for a storage team."""
+    from loadscope.probes import fio
+    from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+    from loadscope.tools.synth import synthesize
+
+    src = synthesize(tmp_path / "src", 32 << 20, seed=8).root
+    before = (src / "model.safetensors").read_bytes()
+    plain = run_probes(resolve(str(src)), budget_s=4)
+    commands = plain.to_dict()["fio"]["jobs"]
+    assert [j["measures"] for j in commands] == ["latency", "sequential", "parallel"]
+    assert all(" --readonly " in j["command"] and str(src) in j["command"] for j in commands)
+    assert plain.fio.status is Status.SKIPPED and "fio" in to_text(plain)
+    if fio.unavailable_reason() or fuse_unavailable_reason():
+        pytest.skip(fio.unavailable_reason() or fuse_unavailable_reason() or "")
+    settings = EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=128)
+    with emulated_disk(src, tmp_path / "mnt", settings) as disk:
+        report = run_probes(resolve(str(disk.path)), budget_s=6, run_fio=True)
+    assert report.fio.status is Status.OK, report.fio.reason
+    jobs = report.to_dict()["fio"]["jobs"]
+    for job in jobs:
+        assert job["fio"] and job["fio"] > 0 and job["probe"] and job["fio_over_probe"], job
+    latency = next(j for j in jobs if j["measures"] == "latency")
+    assert latency["fio"] > 1000, latency  # a 5 ms disk: fio saw milliseconds too
+    text = to_text(report)
+    assert "fio/probe" in text and "--name=loadscope-latency" in text
+    assert (src / "model.safetensors").read_bytes() == before  # read-only

@@ -1,0 +1,177 @@
+"""fio beside loadscope's own probe: the same measurements as fio jobs a storage team runs.
+
+For each of the probe's measurements — cold random 4 KiB latency, sequential reads at
+the largest block size, the best parallel-reader point — :func:`jobs_for` gives the fio
+job that reproduces it on the model's own (largest) file: read-only, bounded in bytes
+and seconds, O_DIRECT where the probe used it (else the page cache is invalidated
+first, as the probe evicts). :func:`command_line` is what every report prints, so a
+vendor can run exactly that; :func:`run_job` runs it (``probe --fio``) and parses
+fio's JSON output. Never writes: every job carries ``--readonly``.
+
+May import: ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from loadscope.probes.result import Unavailable
+
+#: Bounds of each job, so a fio run fits the probe's budget on slow storage.
+JOB_SECONDS = 5
+SEQ_MAX_BYTES = 256 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FioJob:
+    """One fio job: what it reproduces and its arguments."""
+
+    #: "latency", "sequential" or "parallel": which probe measurement it stands beside.
+    measures: str
+    args: tuple[str, ...]
+    #: What fio's JSON gives for it: "p50_us" or "bytes_per_s".
+    metric: str
+
+
+@dataclass(frozen=True, slots=True)
+class FioMeasure:
+    job: FioJob
+    value: float
+    #: fio's own numbers worth keeping (bandwidth, IOPS, latency percentiles).
+    detail: dict[str, float]
+
+
+def unavailable_reason() -> str | None:
+    return None if shutil.which("fio") else "fio is not installed (Debian: apt-get install fio)"
+
+
+def _size(n: int) -> str:
+    """fio's spelling of a byte count (its k/m/g are powers of 1024)."""
+    for unit, shift in (("g", 30), ("m", 20), ("k", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def jobs_for(
+    path: str,
+    size: int,
+    *,
+    direct: bool,
+    seq_block: int,
+    readers: int,
+    par_block: int,
+    latency_samples: int = 256,
+) -> list[FioJob]:
+    """The fio jobs that reproduce the probe's measurements on ``path`` (``size`` bytes).
+
+    The latency job reads as the probe does: each 4 KiB read in a different 1 MiB region
+    (``--blockalign=1m`` with fio's random map: no region twice, so no read is served by
+    the previous one's read-around), as many reads as the probe took."""
+    path = os.path.abspath(path)
+    regions = max(1, size >> 20)
+    common = [
+        f"--filename={path}",
+        "--readonly",
+        "--ioengine=psync",
+        f"--direct={1 if direct else 0}",
+        "--invalidate=1",
+        "--output-format=json",
+    ]
+    seq_bytes = max(seq_block, min(size, SEQ_MAX_BYTES) // seq_block * seq_block)
+    share = max(par_block, min(size, SEQ_MAX_BYTES) // max(1, readers) // par_block * par_block)
+    return [
+        FioJob(
+            "latency",
+            (
+                "fio",
+                "--name=loadscope-latency",
+                *common,
+                "--rw=randread",
+                "--bs=4k",
+                "--blockalign=1m",
+                f"--number_ios={max(1, min(latency_samples, regions))}",
+                "--iodepth=1",
+                "--numjobs=1",
+                f"--runtime={JOB_SECONDS}",
+            ),
+            "p50_us",
+        ),
+        FioJob(
+            "sequential",
+            (
+                "fio",
+                "--name=loadscope-sequential",
+                *common,
+                "--rw=read",
+                f"--bs={_size(seq_block)}",
+                "--iodepth=1",
+                "--numjobs=1",
+                f"--size={_size(seq_bytes)}",
+                f"--runtime={JOB_SECONDS}",
+            ),
+            "bytes_per_s",
+        ),
+        FioJob(
+            "parallel",
+            (
+                "fio",
+                "--name=loadscope-parallel",
+                *common,
+                "--rw=read",
+                f"--bs={_size(par_block)}",
+                "--iodepth=1",
+                f"--numjobs={readers}",
+                f"--size={_size(share)}",
+                f"--offset_increment={_size(share)}",
+                "--group_reporting",
+                f"--runtime={JOB_SECONDS}",
+            ),
+            "bytes_per_s",
+        ),
+    ]
+
+
+def command_line(job: FioJob) -> str:
+    """The job as one shell-quoted line (without the JSON output option, for a person)."""
+    return shlex.join(a for a in job.args if a != "--output-format=json")
+
+
+def run_job(job: FioJob, timeout_s: float = JOB_SECONDS * 4 + 10) -> FioMeasure:
+    """Run ``job`` and read its figure from fio's JSON; Unavailable saying why otherwise."""
+    if why := unavailable_reason():
+        raise Unavailable(why)
+    try:
+        proc = subprocess.run(
+            list(job.args), capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"fio {job.measures}: no result in {timeout_s:.0f} s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise Unavailable(f"fio {job.measures} failed: {tail[:200]}")
+    try:
+        # fio may print notes before its JSON: start at the first brace.
+        doc = json.loads(proc.stdout[proc.stdout.index("{") :])
+        read = doc["jobs"][0]["read"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise Unavailable(f"fio {job.measures}: output is not fio's JSON") from None
+    clat = read.get("clat_ns") or {}
+    pct = clat.get("percentile") or {}
+    detail = {
+        "bytes_per_s": float(read.get("bw_bytes") or 0.0),
+        "iops": float(read.get("iops") or 0.0),
+        "clat_mean_us": float(clat.get("mean") or 0.0) / 1e3,
+    }
+    if "50.000000" in pct:
+        detail["p50_us"] = float(pct["50.000000"]) / 1e3
+    if "99.000000" in pct:
+        detail["p99_us"] = float(pct["99.000000"]) / 1e3
+    if job.metric not in detail or detail[job.metric] <= 0:
+        raise Unavailable(f"fio {job.measures}: no {job.metric} in its output")
+    return FioMeasure(job, detail[job.metric], detail)
