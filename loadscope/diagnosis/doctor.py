@@ -23,7 +23,7 @@ from loadscope.advice.rules import Advice, Evidence, Recommendation, advice_dict
 from loadscope.advice.snippets import short_label, snippet_heading, snippets_of
 from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
-from loadscope.base.units import format_bytes, format_rate
+from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.engine.bench import (
     GPU_STRATEGIES,
     BenchCancelled,
@@ -700,6 +700,20 @@ def to_markdown(doc: dict[str, Any]) -> str:
                 f" | {f'{x:.2f}x' if x else '-'} | {f'{amp:.2f}x' if amp else '-'} |"
             )
         out += ["", "</details>", ""]
+    fio_jobs = ((doc.get("probe") or {}).get("fio") or {}).get("jobs") or []
+    if fio_jobs:
+        out += ["<details><summary>reproduce the storage numbers with fio</summary>", ""]
+        for job in fio_jobs:
+            mine, theirs = job.get("probe"), job.get("fio")
+            if job.get("metric") == "p50_us":
+                said = f"probe p50 {format_us(mine)}" if mine else "probe: not measured"
+                said += f", fio p50 {format_us(theirs)}" if theirs else ""
+            else:
+                said = f"probe {format_rate(mine)}" if mine else "probe: not measured"
+                said += f", fio {format_rate(theirs)}" if theirs else ""
+            out += [f"- {job.get('measures')} ({said}):", "", "  ```sh", f"  {job.get('command')}"]
+            out += ["  ```", ""]
+        out += ["</details>", ""]
     if doc.get("notes"):
         out += [f"> {n}" for n in doc["notes"]] + [""]
     if doc.get("failures"):
