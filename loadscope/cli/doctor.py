@@ -51,6 +51,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             ranks=args.ranks,
             listener=progress.listener,
             progress=progress.step,
+            fio=args.fio,
         )
     from loadscope.report.html import to_html
 
@@ -92,6 +93,11 @@ COMMAND = Command(
         SYNTH_DIR,
         *REPORT,
         *PROGRESS,
+        opt(
+            "--fio",
+            action="store_true",
+            help="also run the fio jobs that reproduce the probe's numbers (read-only, ~15 s)",
+        ),
         opt(
             "--md",
             metavar="FILE|-",

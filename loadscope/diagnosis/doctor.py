@@ -319,6 +319,7 @@ def run_doctor(
     cancel: threading.Event | None = None,
     device: str = "auto",
     ranks: int | None = None,
+    fio: bool = False,
 ) -> DoctorReport:
     """Probes, trials, advice. ``listener`` gets the trial events, ``on_probes`` the probe
     report as soon as it exists, ``progress`` each step's name; setting ``cancel``
@@ -327,7 +328,8 @@ def run_doctor(
     ``device`` "auto" loads to the GPU when there is a usable one (else the CPU);
     ``ranks`` N >= 2 adds multi-rank trials (independent reads vs rank-0 read +
     broadcast vs sharded) in the last 40% of the trial budget; None means one rank
-    per GPU when there are several."""
+    per GPU when there are several. ``fio`` also runs the fio jobs that reproduce the
+    probe's measurements (~15 s, outside the budget)."""
     started = time.monotonic()
     failures: list[str] = []
 
@@ -337,7 +339,7 @@ def run_doctor(
         if progress is not None:
             progress(name)
 
-    probe = run_probes(target, budget_s=min(15.0, budget_s * 0.15), progress=step)
+    probe = run_probes(target, budget_s=min(15.0, budget_s * 0.15), progress=step, run_fio=fio)
     if on_probes is not None:
         on_probes(probe)
     step("trials")
