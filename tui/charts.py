@@ -91,7 +91,25 @@ class Series:
     note: str = ""
 
     def rates(self, columns: int) -> list[tuple[float, float]]:
-        return rates_from_progress(self.points, columns, 0.02 if not self.done else 0.002)
+        # Windows of at least 50 ms: two samples microseconds apart are not a rate (a
+        # "peak 33 GB/s" on a 1 GB/s disk flattened every other curve).
+        return rates_from_progress(self.points, columns, MIN_WINDOW_S)
+
+
+#: The shortest window a rate is computed over.
+MIN_WINDOW_S = 0.05
+
+
+def shared_scale(all_rates: Sequence[Sequence[tuple[float, float]]]) -> float:
+    """One y maximum for charts that compare: the largest of each series' 90th-percentile
+    rate, with headroom. A single short burst then clips at the top (its peak is still
+    printed in figures) instead of squashing every other strategy's curve to nothing."""
+    tops = []
+    for rates in all_rates:
+        values = sorted(r for _, r in rates)
+        if values:
+            tops.append(values[min(len(values) - 1, int(0.9 * len(values)))])
+    return max(tops, default=0.0) * 1.15
 
 
 AXIS_W = 10

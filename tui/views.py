@@ -29,6 +29,7 @@ from loadscope.tui.charts import (
     bar_lines,
     plot_width,
     rates_from_progress,
+    shared_scale,
     theme_color,
 )
 
@@ -404,7 +405,9 @@ class BenchView(Vertical):
         self._pending_rows.clear()
         if self._pending_status is not None:
             self.query_one("#bench-status", Static).update(self._pending_status)
-            self.query_one("#trial-progress", ProgressBar).update(total=100, progress=0)
+            # A trial is starting (its worker forks, the cache is set up): no bytes yet,
+            # so an indeterminate bar that moves, not a bar stuck at 0%.
+            self.query_one("#trial-progress", ProgressBar).update(total=None, progress=0)
             self._pending_status = None
         # Redraw only what changed since the last tick: finished charts cost nothing.
         state = tuple(
@@ -419,7 +422,7 @@ class BenchView(Vertical):
                 shown = self.live[tid]
                 series[strategy] = Series(shown.label, list(shown.points), shown.done, shown.note)
             columns = plot_width(width - 2)
-            y_max = max((r for s in series.values() for _, r in s.rates(columns)), default=0.0)
+            y_max = shared_scale([s.rates(columns) for s in series.values()])
             for strategy, s in series.items():
                 chart = self._chart(strategy)
                 chart.y_max = y_max
