@@ -30,13 +30,20 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def bar_chart(title: str, rows: list[tuple[str, float]], fmt: Any, width: int = 640) -> str:
-    """Horizontal bars, each labelled with its value (``fmt`` formats a value with units)."""
+def bar_chart(
+    title: str,
+    rows: list[tuple[str, float]],
+    fmt: Any,
+    width: int = 640,
+    marker: tuple[str, float] | None = None,
+) -> str:
+    """Horizontal bars, each labelled with its value (``fmt`` formats a value with units);
+    ``marker`` (label, value) draws a dashed reference line across them (a ceiling)."""
     if not rows:
         return ""
-    biggest = max(v for _, v in rows) or 1.0
+    biggest = max([v for _, v in rows] + ([marker[1]] if marker else [])) or 1.0
     bar_h, left, right = 20, 150, 110
-    height = 30 + bar_h * len(rows)
+    height = 30 + bar_h * len(rows) + (16 if marker else 0)
     parts = [
         f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}"'
         f' viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
@@ -52,39 +59,95 @@ def bar_chart(title: str, rows: list[tuple[str, float]], fmt: Any, width: int = 
             f'<rect x="{left}" y="{y + 2}" width="{w:.1f}" height="{bar_h - 6}" fill="{color}"/>'
         )
         parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 13}">{_e(fmt(value))}</text>')
+    if marker:
+        x = left + span * marker[1] / biggest
+        bottom = 24 + bar_h * len(rows)
+        parts.append(
+            f'<line class="marker" x1="{x:.1f}" y1="20" x2="{x:.1f}" y2="{bottom}"'
+            ' stroke="#555" stroke-dasharray="4 3"/>'
+        )
+        parts.append(
+            f'<text x="{x:.1f}" y="{bottom + 12}" text-anchor="middle">'
+            f"{_e(marker[0])} {_e(fmt(marker[1]))}</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
 
+def nice_ticks(maximum: float, count: int = 4) -> list[float]:
+    """0 and round steps (1, 2 or 5 times a power of ten) up to at least ``maximum``."""
+    import math
+
+    if maximum <= 0:
+        return [0.0]
+    raw = maximum / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    ticks, value = [], 0.0
+    while value < maximum * (1 - 1e-9):
+        ticks.append(value)
+        value += step
+    return [*ticks, value]
+
+
 def line_chart(
-    title: str, series: dict[str, list[tuple[float, float]]], width: int = 640, height: int = 240
+    title: str, series: dict[str, list[tuple[float, float]]], width: int = 640, height: int = 260
 ) -> str:
-    """Bytes loaded over time per strategy, with labelled axes (seconds, MiB)."""
-    series = {k: v for k, v in series.items() if len(v) >= 2}
-    if not series:
+    """Bytes loaded over time per strategy: every run drawn from its own start (t = 0,
+    0 bytes), axes with round ticks and units, and a legend with each run's colour."""
+    runs = {}
+    for name, raw in series.items():
+        pts = sorted(raw)
+        if pts and pts[0] != (0.0, 0.0):
+            pts = [(0.0, 0.0), *pts]  # aligned at the start: before the first byte, none
+        if len(pts) >= 2:
+            runs[name] = pts
+    if not runs:
         return ""
-    max_t = max(p[0] for pts in series.values() for p in pts) or 1.0
-    max_b = max(p[1] for pts in series.values() for p in pts) or 1.0
-    left, bottom, top, right = 60, 30, 24, 130
+    x_ticks = nice_ticks(max(p[0] for pts in runs.values() for p in pts) or 1.0)
+    top_b = max(p[1] for pts in runs.values() for p in pts) or 1.0
+    unit = next((u for u in (1 << 30, 1 << 20, 1 << 10) if top_b >= u), 1)
+    y_ticks = [t * unit for t in nice_ticks(top_b / unit)]  # round in MiB, not in bytes
+    max_t, max_b = x_ticks[-1], y_ticks[-1]
+    left, bottom, top, right = 70, 34, 24, 150
     pw, ph = width - left - right, height - top - bottom
     parts = [
         f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}"'
         f' viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
         f'<text x="0" y="14" font-weight="600">{_e(title)}</text>',
+    ]
+    for t in x_ticks:
+        x = left + pw * t / max_t
+        parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" stroke="#eee"/>')
+        parts.append(
+            f'<text class="tick" x="{x:.1f}" y="{top + ph + 14}" text-anchor="middle">{t:g} s</text>'
+        )
+    for b in y_ticks:
+        y = top + ph - ph * b / max_b
+        parts.append(
+            f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eee"/>'
+        )
+        label = format_bytes(b) if b else "0"
+        parts.append(
+            f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(label)}</text>'
+        )
+    parts += [
         f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#555"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="#555"/>',
-        f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">seconds (max {max_t:.3g} s)</text>',
-        f'<text x="{left - 6}" y="{top + 8}" text-anchor="end">{_e(format_bytes(max_b))}</text>',
-        f'<text x="{left - 6}" y="{top + ph}" text-anchor="end">0</text>',
+        f'<text x="{left + pw / 2}" y="{height - 4}" text-anchor="middle">seconds since the'
+        " trial started</text>",
     ]
-    for i, (name, pts) in enumerate(series.items()):
+    for i, (name, pts) in enumerate(runs.items()):
         color = _COLORS[i % len(_COLORS)]
         coords = " ".join(
             f"{left + pw * t / max_t:.1f},{top + ph - ph * b / max_b:.1f}" for t, b in pts
         )
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
+        y = top + 10 + 16 * i
+        x = left + pw + 12
         parts.append(
-            f'<text x="{left + pw + 8}" y="{top + 14 + 14 * i}" fill="{color}">{_e(name)}</text>'
+            f'<rect class="key" x="{x}" y="{y - 8}" width="14" height="10" fill="{color}"/>'
+            f'<text x="{x + 20}" y="{y + 1}">{_e(name)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -121,6 +184,8 @@ def to_html(doc: dict[str, Any]) -> str:
     total = int((bench.get("target") or {}).get("total_bytes") or 0)
     if summary:
         out.append("<h2>Trials</h2>")
+        parallel = ((doc.get("probe") or {}).get("throughput") or {}).get("parallel") or []
+        ceiling = max((p.get("bytes_per_s") or 0.0 for p in parallel), default=0.0)
         out.append(
             bar_chart(
                 "median throughput per strategy (cold)",
@@ -130,6 +195,7 @@ def to_html(doc: dict[str, Any]) -> str:
                     if s["cache"] == "cold"
                 ],
                 format_rate,
+                marker=("probe ceiling", ceiling) if ceiling else None,
             )
         )
         series: dict[str, list[tuple[float, float]]] = {}
@@ -137,12 +203,15 @@ def to_html(doc: dict[str, Any]) -> str:
             if (
                 trial.get("cache") == "cold"
                 and trial.get("status") == "ok"
+                and not trial.get("warmup")
                 and trial["strategy"] not in series
             ):
                 series[trial["strategy"]] = [
                     (float(p[0]), float(p[1])) for p in trial.get("series", [])
                 ]
-        out.append(line_chart("bytes loaded over time, cold (one trial each)", series))
+        out.append(
+            line_chart("bytes loaded over time, cold (one timed trial each, no warm-up)", series)
+        )
         out.append(
             "<table><tr><th>strategy</th><th>cache</th><th>median s</th><th>rate</th><th>x mmap</th></tr>"
         )

@@ -235,6 +235,27 @@ def test_html_renders_charts_in_headless_chromium(tmp_path: Path) -> None:
     by_color = {rgb: n for n, rgb in colors}
     # The first chart colour (#1f77b4) fills bars and a line: the charts were drawn.
     assert by_color.get((31, 119, 180), 0) > 500
+    # Issue 19: the legend's colour keys are drawn (the second and third colours too).
+    assert by_color.get((214, 39, 40), 0) > 100 and by_color.get((44, 160, 44), 0) > 100
+
+
+def test_the_line_chart_has_ticks_a_legend_and_runs_from_their_start() -> None:
+    """Issue 19: strategies were unlabelled lines (names without colour keys), no ticks
+    between 0 and the maximum, runs not aligned at their start."""
+    from loadscope.report.html import line_chart, nice_ticks
+
+    svg = line_chart(
+        "t",
+        {"mmap": [(0.1, 10 << 20), (1.3, 200 << 20)], "auto": [(0.05, 50 << 20), (0.2, 200 << 20)]},
+    )
+    assert svg.count('class="key"') == 2 and ">mmap<" in svg and ">auto<" in svg
+    ticks = [t.split(">")[1].split("<")[0] for t in svg.split('class="tick"')[1:]]
+    assert "0 s" in ticks and "0.5 s" in ticks and "1.5 s" in ticks, ticks
+    assert "100 MiB" in ticks and "200 MiB" in ticks, ticks
+    # every run starts at the origin (the first point of each polyline)
+    starts = {p.split('points="')[1].split(" ")[0] for p in svg.split("<polyline")[1:]}
+    assert len(starts) == 1, starts
+    assert nice_ticks(1.3) == [0.0, 0.5, 1.0, 1.5] and nice_ticks(0) == [0.0]
 
 
 def test_compare_marks_the_outlier_node(tmp_path: Path) -> None:
