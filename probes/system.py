@@ -20,7 +20,20 @@ from loadscope.probes.sysfs import read_int, read_text
 
 #: cgroup v1 writes "no limit" as a huge number (2^63 rounded down to a page).
 _V1_UNLIMITED = 1 << 60
-_PACKAGES = ("torch", "safetensors", "huggingface_hub", "transformers", "numpy", "textual")
+_PACKAGES = (
+    "torch",
+    "safetensors",
+    "huggingface_hub",
+    "transformers",
+    "accelerate",
+    "diffusers",
+    "vllm",
+    "sglang",
+    "fastsafetensors",
+    "runai-model-streamer",
+    "numpy",
+    "textual",
+)
 
 
 @dataclass(frozen=True, slots=True)

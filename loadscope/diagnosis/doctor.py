@@ -640,6 +640,105 @@ def _indent(text: str) -> str:
     return textwrap.fill(text, 80, initial_indent="   ", subsequent_indent="   ")
 
 
+def _system_info(doc: dict[str, Any]) -> list[str]:
+    """The block people paste into an issue (the shape of `transformers env`)."""
+    probe = doc.get("probe") or {}
+    sysinfo = probe.get("system") or {}
+    if sysinfo.get("status") != "ok":
+        return []
+    host = doc.get("host") or {}
+    lines = [
+        "<details><summary>System Info</summary>",
+        "",
+        "```text",
+        f"- loadscope version: {doc['tool']['version']}",
+        f"- Platform: Linux-{sysinfo.get('kernel') or host.get('kernel', '?')}-"
+        f"{sysinfo.get('machine', '?')}",
+        f"- Python version: {sysinfo.get('python', '?')}",
+    ]
+    for name, version in (sysinfo.get("packages") or {}).items():
+        if version:
+            lines.append(f"- {name} version: {version}")
+    cpus = f"{sysinfo.get('cpus_usable', '?')} usable of {sysinfo.get('cpus_online', '?')}"
+    lines.append(f"- CPU: {sysinfo.get('cpu_model', '?')} ({cpus})")
+    ram = sysinfo.get("ram_total_bytes")
+    avail = sysinfo.get("ram_available_bytes")
+    if ram:
+        lines.append(f"- RAM: {format_bytes(ram)} ({format_bytes(avail or 0)} available)")
+    cg = sysinfo.get("cgroup") or {}
+    limit = cg.get("limit_bytes")
+    lines.append(
+        f"- cgroup v{cg.get('version', '?')} memory limit: "
+        f"{format_bytes(limit) if limit else 'none'}"
+    )
+    virt = [x for x in (sysinfo.get("virtualization"), sysinfo.get("container")) if x]
+    if virt or sysinfo.get("wsl"):
+        lines.append(f"- Environment: {', '.join(virt + (['WSL'] if sysinfo.get('wsl') else []))}")
+    gpus = sysinfo.get("gpus") or []
+    lines.append(
+        f"- GPUs: {len(gpus) or 'none'}"
+        + (f" ({sysinfo['gpu_note']})" if not gpus and sysinfo.get("gpu_note") else "")
+    )
+    for g in gpus:
+        lines.append(f"  - {g}")
+    return [*lines, "```", "", "</details>", ""]
+
+
+def _storage_evidence(doc: dict[str, Any]) -> list[str]:
+    """What the storage is and how it behaved cold: the evidence under the verdict."""
+    probe = doc.get("probe") or {}
+    files = probe.get("files") or []
+    if not files:
+        return []
+    first = files[0]
+    mount = first.get("mount") or {}
+    bdi = first.get("bdi") or {}
+    lines = ["<details><summary>Storage</summary>", ""]
+    if mount.get("status") == "ok":
+        lines.append(
+            f"- mount: `{mount.get('fstype')}` at `{mount.get('mount_point')}`"
+            f" from `{mount.get('source')}`: **{mount.get('storage_class')}**"
+        )
+        if mount.get("reason"):
+            lines.append(f"  ({mount['reason']})")
+    device = first.get("device") or {}
+    for disk in device.get("disks") or []:
+        model = disk.get("model") or disk.get("name") or "?"
+        lines.append(f"- device: {model} ({disk.get('transport') or '?'})")
+    if bdi.get("read_ahead_kb") is not None:
+        lines.append(f"- readahead: {bdi['read_ahead_kb']} KiB")
+    lat = probe.get("latency") or {}
+    if lat.get("status") == "ok":
+        lines.append(
+            f"- cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
+            f" p50 {format_us(lat['p50_us'])}, p90 {format_us(lat['p90_us'])},"
+            f" p99 {format_us(lat['p99_us'])}"
+        )
+    thr = probe.get("throughput") or {}
+    if thr.get("status") == "ok":
+        seq = thr.get("sequential") or []
+        par = thr.get("parallel") or []
+        if seq:
+            best = max(seq, key=lambda p: p["bytes_per_s"])
+            lines.append(
+                f"- one reader: best {format_rate(best['bytes_per_s'])} at"
+                f" {format_bytes(best['block_bytes'])} requests"
+            )
+        if par:
+            best = max(par, key=lambda p: p["bytes_per_s"])
+            lines.append(
+                f"- parallel readers: best {format_rate(best['bytes_per_s'])} with"
+                f" {best['readers']} x {format_bytes(best['block_bytes'])}"
+            )
+    if len(files) > 1:
+        lines.append(f"- {len(files)} files; the first shown")
+    return [*lines, "", "</details>", ""]
+
+
+#: GitHub's limit on an issue body.
+GITHUB_BODY_LIMIT = 65_536
+
+
 def to_markdown(doc: dict[str, Any]) -> str:
     """Markdown to paste into a GitHub issue, from the JSON document."""
     v = doc["verdict"]
@@ -651,6 +750,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         f"- loadscope {doc['tool']['version']}, {doc['created']}",
         "",
     ]
+    out += _system_info(doc) + _storage_evidence(doc)
     recs = doc["recommendations"]
     if recs:
         out += ["| # | recommendation | expected speed-up | RAM needed |", "|---|---|---|---|"]
@@ -682,6 +782,10 @@ def to_markdown(doc: dict[str, Any]) -> str:
                 f"| `{s['strategy']}` | {s['cache']} | {whole_seconds_text(s)} | {rate} | {x} |"
             )
         out += ["", "</details>", ""]
+        skipped = bench.get("skipped") or {}
+        if skipped:
+            out += ["<details><summary>strategies not run, and why</summary>", ""]
+            out += [f"- `{name}`: {why}" for name, why in skipped.items()] + ["", "</details>", ""]
     ranks = doc.get("ranks")
     if ranks:
         n = ranks.get("options", {}).get("ranks")
@@ -721,4 +825,15 @@ def to_markdown(doc: dict[str, Any]) -> str:
     if doc.get("failures"):
         out += ["<details><summary>failed or skipped steps</summary>", ""]
         out += [f"- {f}" for f in doc["failures"]] + ["", "</details>", ""]
-    return "\n".join(out)
+    text = "\n".join(out)
+    if len(text) > GITHUB_BODY_LIMIT - 200:
+        # A GitHub issue body holds 65,536 characters: keep the verdict, the fixes and the
+        # evidence, cut the longest lists from the end, and say so.
+        cut = text[: GITHUB_BODY_LIMIT - 400].rsplit("\n", 1)[0]
+        if sum(line.startswith("```") for line in cut.splitlines()) % 2:
+            cut += "\n```"  # close a code block the cut went through
+        cut += "\n</details>" * (cut.count("<details>") - cut.count("</details>"))
+        text = cut + (
+            "\n\n> trimmed to fit GitHub's 65,536-character limit: the full report is in `--json`\n"
+        )
+    return text

@@ -349,3 +349,21 @@ def test_dash_means_stdout_for_markdown_and_html(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "r.json").read_text())["schema_version"]
     result = run_loadscope("doctor", "synthetic:1MiB", "--md", "-", "--json", "-", cwd=tmp_path)
     assert result.code == 2 and "only one report can go to stdout" in result.err
+
+
+def test_the_markdown_is_a_bug_report_and_fits_github() -> None:
+    """Issue 20: System Info in the shape people paste, the storage evidence, what was not
+    run and why; always under GitHub's 65,536-character body limit."""
+    doc = json.loads((GOLDEN / "doctor_emulated.json").read_text())
+    md = to_markdown(doc)
+    for section in ("<summary>System Info</summary>", "<summary>Storage</summary>"):
+        assert section in md, section
+    assert "- Python version: 3.11.7" in md and "- torch version: 2.13.0+cpu" in md
+    assert "cold 4 KiB reads (o_direct, 32 samples): p50 5.23 ms" in md
+    assert md.index("### loadscope doctor:") == 0  # the verdict first
+    # A report too big for an issue is cut at a line, its blocks closed, and says so.
+    doc["bench"]["skipped"] = {f"strategy-{i}": "x" * 200 for i in range(1000)}
+    big = to_markdown(doc)
+    assert len(big) <= 65_536 and "trimmed to fit GitHub's 65,536-character limit" in big
+    assert big.count("<details>") == big.count("</details>")
+    assert sum(line.startswith("```") for line in big.splitlines()) % 2 == 0
