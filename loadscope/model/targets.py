@@ -118,6 +118,10 @@ class Target:
     weight_map: dict[str, str] | None = None
     #: For HF cache targets: repo id and revision; for synthetic ones: the spec.
     detail: str = ""
+    #: A folder holding the model in both formats (as many Hub repos do): the files of
+    #: the other one (torch beside safetensors), so the formats can be measured side by
+    #: side on the same tensors. Empty otherwise; ``files`` stay the preferred format's.
+    alternates: tuple[WeightFile, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -126,6 +130,17 @@ class Target:
     @property
     def formats(self) -> set[WeightFormat]:
         return {f.format for f in self.files}
+
+    @property
+    def all_formats(self) -> set[WeightFormat]:
+        """The formats of ``files`` and of ``alternates``."""
+        return self.formats | {f.format for f in self.alternates}
+
+    def files_in(self, formats: set[str] | frozenset[str]) -> tuple[WeightFile, ...]:
+        """The files a loader of ``formats`` reads: the preferred ones, else the others."""
+        if self.formats & formats:
+            return self.files
+        return tuple(f for f in self.alternates if f.format in formats)
 
 
 def format_of(path: Path) -> WeightFormat | None:
@@ -147,7 +162,15 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
         raise error_from_oserror(exc, path) from None
     if is_dir:
         index, weight_map, files = _directory_files(path)
-        return Target(spec, "directory", path, files, index=index, weight_map=weight_map)
+        return Target(
+            spec,
+            "directory",
+            path,
+            files,
+            index=index,
+            weight_map=weight_map,
+            alternates=_other_format(path, files),
+        )
     return Target(spec, "file", path.parent, (_weight_file(path),))
 
 
@@ -194,6 +217,24 @@ def _directory_files(
         + (f"; these subfolders do, point at one: {', '.join(hint)}" if hint else ""),
         path=root,
     )
+
+
+def _other_format(root: Path, files: tuple[WeightFile, ...]) -> tuple[WeightFile, ...]:
+    """The torch files of a folder whose safetensors were chosen (by their own index when
+    there is one), or () when there are none or they cannot be resolved: the preferred
+    format is what every command loads; the other is only measured beside it."""
+    if {f.format for f in files} != {"safetensors"}:
+        return ()
+    try:
+        names = sorted(e.name for e in os.scandir(root))
+        if "pytorch_model.bin.index.json" in names:
+            index = root / "pytorch_model.bin.index.json"
+            shards = sorted({posixpath.normpath(s) for s in read_index(index).values()})
+            return tuple(_shard(root, index, s, "torch") for s in shards)
+        picked = [n for n in names if n.lower().endswith(TORCH_SUFFIXES) and n not in NOT_WEIGHTS]
+        return tuple(_weight_file(root / n, "torch") for n in picked)
+    except (OSError, LoadscopeError):
+        return ()
 
 
 def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:
@@ -362,6 +403,7 @@ def resolve_repo_id(spec: str) -> Target:
         target.files,
         index=target.index,
         weight_map=target.weight_map,
+        alternates=target.alternates,
         detail=f"{repo}@{revision or 'main'} in {cache}",
     )
 
@@ -432,6 +474,7 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
                 target.files,
                 index=target.index,
                 weight_map=target.weight_map,
+                alternates=target.alternates,
                 detail=f"seed {syn.seed}, removed afterwards",
             )
         finally:
@@ -525,5 +568,6 @@ def _resolve_cache_folder(folder: Path, spec: str) -> Target:
         target.files,
         index=target.index,
         weight_map=target.weight_map,
+        alternates=target.alternates,
         detail=f"{repo} snapshot {chosen.name[:12]} in {folder.parent}",
     )

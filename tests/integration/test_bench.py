@@ -488,3 +488,31 @@ def test_whole_file_strategies_read_whole_shards_or_the_whole_model(four_shards:
     assert summary["mmap"].scope == "shards" and summary["vllm-prefetch"].scope == "sampled"
     text = bench_text(big)
     assert "whole-model times" in text and "whole" in text
+
+
+def test_both_formats_side_by_side_on_the_same_tensors(tmp_path: Path) -> None:
+    """Issue 20 (seed 000): a folder with model.safetensors and pytorch_model.bin skipped
+    the torch strategies ("this target is safetensors"). Now they read the pickles, their
+    tensors are checked against the safetensors', and the ratio is said in the seed's form."""
+    from loadscope.engine.bench import to_text
+    from loadscope.tools.synth import synthesize
+
+    root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root
+    target = resolve(str(root))
+    assert target.formats == {"safetensors"} and {f.format for f in target.alternates} == {"torch"}
+    report = run_bench(
+        target,
+        BenchOptions(
+            strategies=("mmap", "pickle", "pickle-mmap"),
+            cache=("cold", "warm"),
+            repeats=1,
+            warmup=False,
+        ),
+    )
+    assert not report.skipped, report.skipped
+    for t in report.trials:
+        assert t.status == "ok" and t.verified and t.cache_verified is not False, t
+    text = to_text(report)
+    for cache in ("cold", "warm"):
+        line = next(x for x in text.splitlines() if x.startswith(f"formats, {cache}:"))
+        assert " faster than " in line and "on CPU here" in line and "digests checked" in line
