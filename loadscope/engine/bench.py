@@ -948,9 +948,15 @@ def _run_bench(
     # pickles, checked against the safetensors' tensors; whole files, never sampled.
     other = [n for n in names if files_for(n) != files]
     if other:
+        rest = [n for n in names if n not in other]
         notes.append(
-            f"both formats measured on the same tensors: {', '.join(other)} read the torch"
-            f" files ({len(files_for(other[0]))}), the others the safetensors ({len(files)})"
+            f"{', '.join(other)} read the torch files ({len(files_for(other[0]))}) beside the"
+            + (
+                f" safetensors ({len(files)}) that {', '.join(rest)} read: both formats, the"
+                " same tensors"
+                if rest
+                else f" safetensors ({len(files)}), checked against their tensors"
+            )
         )
         if sampling is not None or options.budget_s is not None:
             notes.append("not sampled: the torch files are loaded whole")
