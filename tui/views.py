@@ -273,6 +273,7 @@ class BenchView(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.live: dict[int, LiveTrial] = {}
+        self._generation = 0
         self.chart_of: dict[str, int] = {}  # strategy -> trial id on its chart
         self.current: int | None = None
         self._mmap_s: dict[str, float] = {}
@@ -294,6 +295,7 @@ class BenchView(Vertical):
         self.query_one("#results", DataTable).add_columns(*_COLUMNS)
 
     def reset(self) -> None:
+        self._generation += 1
         self.live.clear()
         self.chart_of.clear()
         self.current = None
@@ -307,11 +309,15 @@ class BenchView(Vertical):
         self.query_one("#trial-progress", ProgressBar).update(total=100, progress=0)
 
     def _chart(self, strategy: str) -> RateChart:
+        # Ids carry the reset's generation: the charts a reset removes go away only after
+        # the next refresh (removal is asynchronous), and a finished run's charts drawn
+        # into those were lost with them (the chart area went blank when a run ended).
         charts = self.query_one("#charts", VerticalScroll)
-        found = charts.query(f"#chart-{strategy}")
+        name = f"chart-{self._generation}-{strategy}"
+        found = charts.query(f"#{name}")
         if found:
             return found.first(RateChart)
-        chart = RateChart(id=f"chart-{strategy}")
+        chart = RateChart(id=name)
         charts.mount(chart)
         return chart
 

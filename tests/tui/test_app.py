@@ -435,3 +435,24 @@ def test_an_onboarding_error_is_in_view_at_80x24() -> None:
             assert isinstance(app.screen, OnboardingScreen)
 
     asyncio.run(go())
+
+
+def test_a_finished_run_keeps_its_charts() -> None:
+    """Issue 19: at the end of a live run the bench view is rebuilt from the report; the
+    charts drawn into the widgets being removed were lost and the chart area went blank."""
+    from loadscope.tui.charts import RateChart
+
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            doc = json.loads(GOLDEN.read_text())
+            bench = app.query_one(BenchView)
+            bench.show(doc["bench"])  # what the end of a live run does, over live charts
+            await pilot.pause(0.3)
+            charts = list(bench.query(RateChart))
+            strategies = {t["strategy"] for t in doc["bench"]["trials"]}
+            assert len(charts) == len(strategies), [c.id for c in charts]
+            assert all(c.series is not None and c.series.points for c in charts)
+
+    asyncio.run(go())
