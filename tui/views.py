@@ -484,6 +484,8 @@ class BenchView(Vertical):
             )
         )
         self.tick()
+        # A finished run: its bar full, not at the 0% of a trial about to start.
+        self.query_one("#trial-progress", ProgressBar).update(total=100, progress=100)
 
 
 # -- advice -------------------------------------------------------------------------------------
