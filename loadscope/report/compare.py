@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from loadscope.base.units import format_rate, format_us
+from loadscope.base.units import format_bytes, format_rate, format_us
 
 
 @dataclass(slots=True)
@@ -26,6 +26,9 @@ class Row:
     best_bytes_per_s: float | None
     verdict: str
     outlier: list[str]
+    #: What the node measured: the target as it was named, and its size.
+    target: str = "?"
+    total_bytes: int | None = None
 
 
 def row_of(source: str, doc: dict[str, Any]) -> Row:
@@ -48,6 +51,8 @@ def row_of(source: str, doc: dict[str, Any]) -> Row:
         best_bytes_per_s=best["median_bytes_per_s"] if best else None,
         verdict=(doc.get("verdict") or {}).get("status", "?"),
         outlier=[],
+        target=str((doc.get("target") or {}).get("spec", "?")),
+        total_bytes=(doc.get("target") or {}).get("total_bytes"),
     )
 
 
@@ -75,7 +80,21 @@ def compare(rows: list[Row]) -> list[Row]:
 
 def to_text(rows: list[Row]) -> str:
     header = f"{'host':<18}{'storage':<14}{'p50 4K':>9}  {'best strategy':<16}{'rate':>10}  verdict"
-    lines = [header, "-" * len(header)]
+    lines = []
+    targets = {(r.target, r.total_bytes) for r in rows}
+    if len(targets) == 1:
+        ((spec, size),) = targets
+        lines.append(f"target: {spec}" + (f" ({format_bytes(size)})" if size else ""))
+    else:  # different models: the comparison says so, row by row
+        lines.append(
+            "targets differ: "
+            + "; ".join(
+                f"{r.host}: {r.target}"
+                + (f" ({format_bytes(r.total_bytes)})" if r.total_bytes else "")
+                for r in rows
+            )
+        )
+    lines += [header, "-" * len(header)]
     for r in rows:
         lat = format_us(r.latency_p50_us) if r.latency_p50_us else "-"
         rate = format_rate(r.best_bytes_per_s) if r.best_bytes_per_s else "-"

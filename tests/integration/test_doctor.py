@@ -272,7 +272,8 @@ def test_compare_marks_the_outlier_node(tmp_path: Path) -> None:
         paths.append(str(path))
     result = run_loadscope("compare", *paths)
     assert result.code == 0, result.err
-    lines = result.out.splitlines()
+    target, *lines = result.out.splitlines()
+    assert target == "target: <model> (32 MiB)"  # every node measured the same model
     assert len(lines) == 2 + 3
     assert "<-" not in lines[2] and "<-" not in lines[3]
     assert "node-2" in lines[4] and "<- cold throughput" in lines[4]

@@ -223,3 +223,22 @@ def test_the_rendezvous_comes_from_slurm_when_torchrun_is_not_there() -> None:
     both = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h0", "MASTER_PORT": "1234"}
     both.update(SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_JOB_NODELIST="x")
     assert ClusterEnv.from_environ(both).master_addr == "h0"
+
+
+def test_compare_names_the_target_and_refuses_the_same_report_twice(tmp_path: Path) -> None:
+    """Issue 22: rows carried no target or size; the same file twice was accepted."""
+    from loadscope.report.compare import Row, to_text
+    from tests.conftest import run_loadscope
+
+    def row(host: str, spec: str, size: int) -> Row:
+        return Row(host, host, "fuse", 5000.0, "auto", 1e9, "problem", [], spec, size)
+
+    assert to_text([row("a", "/m", 1 << 30), row("b", "/m", 1 << 30)]).startswith(
+        "target: /m (1 GiB)"
+    )
+    assert to_text([row("a", "/m", 1 << 30), row("b", "/n", 1 << 20)]).startswith(
+        "targets differ: a: /m (1 GiB); b: /n (1 MiB)"
+    )
+    golden = Path(__file__).parents[1] / "golden" / "doctor_report.json"
+    r = run_loadscope("compare", str(golden), str(golden))
+    assert r.code == 2 and "name each report once" in r.err, r
