@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -99,6 +100,10 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return emit(out, args.json, report.to_json(), to_text(report))
 
 
+#: bench's default --trial-timeout.
+TRIAL_TIMEOUT_S = 600.0
+
+
 def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, ...]) -> ExitCode:
     from loadscope.engine.broadcast import MODES, BroadcastOptions, run_broadcast
     from loadscope.engine.broadcast import to_text as ranks_text
@@ -110,6 +115,27 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         raise UsageError(f"unknown mode {unknown[0]!r} (known: {', '.join(MODES)})")
     if args.device not in ("cpu", "cuda"):
         raise UsageError("--ranks takes --device cpu or cuda (each rank uses its own GPU)")
+    ignored = [
+        flag
+        for flag, given in (
+            ("--strategies", args.strategies is not None),
+            ("--knob", bool(args.knob)),
+            ("--budget", args.budget is not None),
+        )
+        if given
+    ]
+    if ignored:
+        raise UsageError(
+            f"{' and '.join(ignored)} do not apply with --ranks: it runs the multi-rank modes"
+            " (--modes independent,broadcast,broadcast-async,sharded) on the whole model"
+        )
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cpus and args.device == "cpu" and args.ranks > 4 * cpus:
+        raise UsageError(
+            f"--ranks {args.ranks} on {cpus} usable CPU(s): each rank is a process reading and"
+            f" holding the model; more than {4 * cpus} would measure the scheduler, not the"
+            " storage"
+        )
     options = BroadcastOptions(
         ranks=args.ranks,
         modes=modes,  # type: ignore[arg-type]
@@ -118,10 +144,14 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         warmup=not args.no_warmup,
         device=args.device,
         allow_drop_caches=args.allow_drop_caches,
+        # Only when given: the default scales with the model (two reads of it at 10 MB/s).
+        trial_timeout_s=args.trial_timeout if args.trial_timeout != TRIAL_TIMEOUT_S else None,
     )
     with open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target:
         report = run_broadcast(target, options)
-    return emit(out, args.json, report.to_json(), ranks_text(report))
+    code = emit(out, args.json, report.to_json(), ranks_text(report))
+    # A rank that died or hung: the report names it, and the command fails.
+    return ExitCode.FAILURE if report.failures else code
 
 
 COMMAND = Command(
@@ -185,7 +215,7 @@ COMMAND = Command(
         opt(
             "--trial-timeout",
             type=SECONDS,
-            default=600.0,
+            default=TRIAL_TIMEOUT_S,
             metavar="SECONDS",
             help="kill a trial after this",
         ),

@@ -191,3 +191,21 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_any_work(
         assert result.code in codes and says in result.err, (argv, result)
         assert result.out == "" and result.err.count("\n") == 1, result
     assert sorted(p.name for p in model.iterdir()) == ["config.json", "model.safetensors"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--strategies", "mmap"], "--strategies do not apply with --ranks"),
+        (["--knob", "parallel.threads=4"], "--knob do not apply with --ranks"),
+        (["--budget", "10"], "--budget do not apply with --ranks"),
+        (["--ranks", "999"], "would measure the scheduler"),
+    ],
+)
+def test_bench_ranks_refuses_what_it_would_ignore(
+    cli: CliRunner, extra: list[str], says: str
+) -> None:
+    """Issue 22: with --ranks, --strategies, --knob and --budget were silently ignored."""
+    argv = ["bench", "/nonexistent/model", "--ranks", "2", *extra]
+    result = cli(*argv)
+    assert result.code == 2 and says in result.err, result
