@@ -367,6 +367,24 @@ def run_doctor(
     repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
     if formats != {"safetensors"}:
         sample, sample_sizes = None, {}  # torch checkpoints load whole
+    if device == "cpu" and formats == {"safetensors"} and target.alternates:
+        # The same model as pickles beside the safetensors: measure the formats side by
+        # side (seed 000) when whole loads fit; they cannot be sampled.
+        if sample is None:
+            strategies = (*strategies, "pickle")
+            trials += [("pickle", "cold"), ("pickle", "warm")]
+            repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
+        if sample is not None:
+            if "pickle" in strategies:
+                strategies = tuple(x for x in strategies if x != "pickle")
+                repeats, sample, sample_sizes = plan_trials(
+                    probe, [t for t in trials if t[0] != "pickle"], remaining
+                )
+            failures.append(
+                "torch files beside the safetensors: not measured (loaded whole, they do not"
+                f" fit {budget_s:g} s; `loadscope bench {target.spec} --strategies"
+                " mmap,pickle` measures them)"
+            )
     hints = hints_from(probe)
     try:
         if probe.stalled:
