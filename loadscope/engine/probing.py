@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import textwrap
 import time
 from collections.abc import Callable
@@ -723,8 +724,13 @@ def _fio_lines(report: ProbeReport) -> list[str]:
     if report.fio.status is not Status.OK:
         if report.fio.status is not Status.SKIPPED:
             lines.append(_status_line("fio", report.fio))
-        lines.append(_wrap("fio", "to reproduce these numbers: loadscope probe --fio, or"))
-        lines += [f"  {job['command']}" for job in doc["jobs"]]
+        lines.append(
+            _wrap(
+                "fio",
+                "loadscope probe --fio runs the fio jobs that reproduce these numbers"
+                " (their command lines: fio.jobs[].command in --json)",
+            )
+        )
         return lines
     for job in doc["jobs"]:
         if job["fio"] is None:
@@ -738,5 +744,18 @@ def _fio_lines(report: ProbeReport) -> list[str]:
         ratio = job["fio_over_probe"]
         lines.append(_wrap("fio", text + (f", fio/probe {ratio:.2f}x" if ratio else "")))
     lines.append(_wrap("fio", "the jobs (read-only):"))
-    lines += [f"  {job['command']}" for job in doc["jobs"]]
+    for job in doc["jobs"]:
+        lines += _shell_lines(job["command"])
     return lines
+
+
+def _shell_lines(command: str, width: int = 80) -> list[str]:
+    """A long shell command as lines continued with a backslash, broken between words."""
+    words = shlex.split(command)
+    lines, line = [], " "
+    for word in (shlex.quote(w) for w in words):
+        if len(line) + 1 + len(word) > width - 2 and line.strip():
+            lines.append(line + " \\")
+            line = "    "
+        line += " " + word
+    return [*lines, line]
