@@ -579,16 +579,22 @@ def redact(doc: dict[str, Any]) -> dict[str, Any]:
     """
     host = str((doc.get("host") or {}).get("hostname", ""))
     target = doc.get("target") or {}
-    secrets = sorted(
-        {s for s in (host, str(target.get("root", "")), str(target.get("spec", ""))) if len(s) > 2},
-        key=len,
-        reverse=True,
-    )
+    labels = {str(target.get("root", "")): "<model>", str(target.get("spec", "")): "<model>"}
+    # Where the model's filesystems come from (an NFS server and export, a FUSE daemon's
+    # source, a device): names and paths too.
+    for f in (doc.get("probe") or {}).get("files") or []:
+        mount = f.get("mount") if isinstance(f, dict) else None
+        if isinstance(mount, dict):
+            for key in ("source", "mount_point"):
+                if isinstance(mount.get(key), str) and mount[key] not in labels:
+                    labels[mount[key]] = "<mount>"
+    labels[host] = "<host>"
+    secrets = sorted((s for s in labels if len(s) > 2), key=len, reverse=True)
 
     def clean(value: Any) -> Any:
         if isinstance(value, str):
             for s in secrets:
-                value = value.replace(s, "<host>" if s == host else "<model>")
+                value = value.replace(s, labels[s])
             return value
         if isinstance(value, dict):
             return {k: clean(v) for k, v in value.items()}

@@ -198,6 +198,26 @@ def test_redaction_hides_host_and_paths() -> None:
     out = json.dumps(redact(doc))
     assert "gpu-node-17" not in out and "/data/models/llama" not in out
     assert "<host>" in out and "<model>" in out
+    # Issue 20: the mount's source (an NFS server and export) is a name and a path too,
+    # also in the Markdown's Storage block.
+    doc["probe"]["files"] = [
+        {
+            "mount": {
+                "status": "ok",
+                "fstype": "nfs4",
+                "source": "filer-03.corp:/export/teams/llm",
+                "mount_point": "/data",
+                "storage_class": "network-fs",
+                "reason": "nfs4 mount of filer-03.corp:/export/teams/llm",
+            }
+        }
+    ]
+    red = redact(doc)
+    assert "filer-03" not in json.dumps(red) and "<mount>" in json.dumps(red)
+    red.update(verdict={"headline": "h", "status": "problem"}, recommendations=[])
+    red.update(tool={"version": "0"}, created="now")
+    red["target"].update(files=1, total_bytes=1)
+    assert "filer-03" not in to_markdown(red)
 
 
 def test_html_renders_charts_in_headless_chromium(tmp_path: Path) -> None:
