@@ -54,13 +54,6 @@ def duration_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def rate_arg(text: str) -> float:
-    try:
-        return parse_rate(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def size_arg(text: str) -> int:
     try:
         return parse_size(text)
@@ -128,12 +121,8 @@ def whole(text: str) -> int:
     return int(text.strip())
 
 
-def seconds_value(text: str) -> float:
-    return parse_duration(text)
-
-
 #: Positive seconds (budgets, timeouts): 30, 30s, 500ms.
-SECONDS = Number(seconds_value, above=0, what="number of seconds")
+SECONDS = Number(parse_duration, above=0, what="number of seconds")
 
 
 COUNT = Number(whole, 1, what="integer")

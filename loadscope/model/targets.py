@@ -16,6 +16,7 @@ so that a FIFO or a device is refused before anyone opens it for reading.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -396,15 +397,8 @@ def resolve_repo_id(spec: str) -> Target:
             f" (loadscope never downloads; run '{get}' first, or set HF_HUB_CACHE)"
         ) from None
     target = resolve_path(Path(str(snapshot)), spec=spec)
-    return Target(
-        spec,
-        "hf-cache",
-        target.root,
-        target.files,
-        index=target.index,
-        weight_map=target.weight_map,
-        alternates=target.alternates,
-        detail=f"{repo}@{revision or 'main'} in {cache}",
+    return dataclasses.replace(
+        target, kind="hf-cache", detail=f"{repo}@{revision or 'main'} in {cache}"
     )
 
 
@@ -467,15 +461,8 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
         try:
             synthesize(tmp, syn.size_bytes, shards=syn.shards, fmt=syn.format, seed=syn.seed)
             target = resolve_path(tmp, spec=spec)
-            yield Target(
-                spec,
-                "synthetic",
-                target.root,
-                target.files,
-                index=target.index,
-                weight_map=target.weight_map,
-                alternates=target.alternates,
-                detail=f"seed {syn.seed}, removed afterwards",
+            yield dataclasses.replace(
+                target, kind="synthetic", detail=f"seed {syn.seed}, removed afterwards"
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -561,13 +548,6 @@ def _resolve_cache_folder(folder: Path, spec: str) -> Target:
         )
     target = resolve_path(chosen, spec=spec)
     repo = folder.name[len("models--") :].replace("--", "/", 1)
-    return Target(
-        spec,
-        "hf-cache",
-        target.root,
-        target.files,
-        index=target.index,
-        weight_map=target.weight_map,
-        alternates=target.alternates,
-        detail=f"{repo} snapshot {chosen.name[:12]} in {folder.parent}",
+    return dataclasses.replace(
+        target, kind="hf-cache", detail=f"{repo} snapshot {chosen.name[:12]} in {folder.parent}"
     )

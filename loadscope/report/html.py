@@ -7,6 +7,7 @@ flat 5 MB/s never looks like a flat 5 GB/s.
 from __future__ import annotations
 
 import html
+import math
 from typing import Any
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
@@ -76,8 +77,6 @@ def bar_chart(
 
 def nice_ticks(maximum: float, count: int = 4) -> list[float]:
     """0 and round steps (1, 2 or 5 times a power of ten) up to at least ``maximum``."""
-    import math
-
     if maximum <= 0:
         return [0.0]
     raw = maximum / count
