@@ -62,6 +62,7 @@ from loadscope.engine.sampling import (
 from loadscope.loaders import forkserver
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
 from loadscope.loaders.forkserver import ForkedProcess
+from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, checked_fraction
@@ -380,12 +381,13 @@ def _prepare_cache(
                 ok = False
                 notes.append(f"{wf.path.name}: {ev.note}")
     else:
-        buf = bytearray(16 << 20)
-        view = memoryview(buf)
-        for wf in files:
-            with open(wf.path, "rb", buffering=0) as fh:
-                while fh.readinto(view):
-                    pass
+        # As `loadscope warm` reads: many large requests in flight, so that on slow
+        # storage the warm-up costs what the fix costs, not a single-stream read.
+        PageFill(
+            whole_files([(str(wf.path), wf.size_bytes) for wf in files]),
+            threads=WARM_THREADS,
+            block_bytes=WARM_BLOCK_BYTES,
+        ).run()
         for wf in files:
             fraction, by_sampling = checked_fraction(wf.path)
             fractions.append(fraction)
@@ -1043,14 +1045,6 @@ def _run_bench(
 
     plan: list[Trial] = []
     for r in range(0 if options.warmup else 1, options.repeats + 1):
-        if r == 1:
-            # The fit's second size, once per strategy and cache, before the first round.
-            plan += [
-                Trial(0, name, cache, 1, False, scope=scopes[name], fit=True)
-                for cache in caches
-                for name in names
-                if wanted(name, cache) and sets.get(name, (None, None))[1] is not None
-            ]
         plan += [
             Trial(0, name, cache, r, r == 0, scope=scopes.get(name))
             for cache in caches
@@ -1058,6 +1052,15 @@ def _run_bench(
             # A strategy run whole in a sampled run loads the model once, in round 1.
             if wanted(name, cache) and (name not in once or r == 1)
         ]
+        if r == 1:
+            # The fit's second size, once per strategy and cache, after the first round:
+            # when the budget runs short, what is lost is the fit's error, not a strategy.
+            plan += [
+                Trial(0, name, cache, 1, False, scope=scopes[name], fit=True)
+                for cache in caches
+                for name in names
+                if wanted(name, cache) and sets.get(name, (None, None))[1] is not None
+            ]
     for i, trial in enumerate(plan):
         trial.id = i + 1
         if options.cancel is not None and options.cancel.is_set():
@@ -1361,7 +1364,8 @@ def to_text(report: BenchReport) -> str:
                 None,
             )
             why = bad.reason if bad and bad.reason else "no trial with a verified cache"
-            lines.append(f"{s.strategy:<16}{s.cache:<5}failed: {why}"[:160])
+            verb = "not run" if bad is not None and bad.status == "skipped" else "failed"
+            lines.append(f"{s.strategy:<16}{s.cache:<5}{verb}: {why}"[:160])
             continue
         secs = s.extrapolated_median_seconds or s.median_seconds
         shown = "~" + _short(secs) if s.extrapolated_median_seconds else _secs(secs)
