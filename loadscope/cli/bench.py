@@ -26,7 +26,7 @@ from loadscope.cli.common import (
 from loadscope.cli.progress import Progress, mode_for
 
 if TYPE_CHECKING:
-    from loadscope.engine.bench import CacheMode
+    from loadscope.engine.trials import CacheMode
 
 
 def _parse_knobs(items: list[str]) -> dict[str, dict[str, Any]]:

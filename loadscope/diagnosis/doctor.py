@@ -43,9 +43,10 @@ from loadscope.engine.broadcast import (
     run_broadcast,
 )
 from loadscope.engine.broadcast import to_text as ranks_text
+from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.probing import ProbeReport, run_probes
 from loadscope.engine.probing import to_text as probe_text
-from loadscope.engine.sampling import SMALL_FRACTION, whole_rate, whole_seconds_text
+from loadscope.engine.sampling import whole_rate, whole_seconds_text
 from loadscope.model.targets import Target
 
 SCHEMA_VERSION = 1
@@ -198,6 +199,8 @@ WARM_STRATEGIES = ("mmap", "auto", "api", "pickle", "pickle-mmap", "mmap-cuda", 
 #: and the sharded read.
 RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded")
 MIN_SAMPLE_BYTES = 8 << 20
+#: The most rounds of trials a diagnosis runs when the measured ones show they fit.
+MAX_ROUNDS = 3
 
 
 #: Strategies that read through the page cache in the mount's readahead windows.
@@ -218,10 +221,10 @@ WARM_RATE = 1e9
 def estimate_rates(probe: ProbeReport) -> tuple[float, float]:
     """Slow-side cold rates (buffered, parallel) for planning, from the probe.
 
-    A buffered load streams in readahead-sized requests, so its rate is the
-    probe's single-reader rate at the largest block not above the readahead
-    (4 KiB when readahead is off); the parallel family is planned at the 1 MiB
-    single-reader rate, which it beats.
+    A buffered load streams in readahead-sized requests, so its rate is the probe's
+    single-reader rate at a block the size of the readahead (interpolated between the
+    block sizes the probe measured; 4 KiB when readahead is off); the parallel family
+    is planned at the 1 MiB single-reader rate, which it beats.
     """
     thr = probe.throughput.data
     if thr is None or not thr.sequential:
@@ -231,23 +234,24 @@ def estimate_rates(probe: ProbeReport) -> tuple[float, float]:
     window = max(4096, ra)
     points = sorted(thr.sequential, key=lambda p: p.block_bytes)
     under = [p for p in points if p.block_bytes <= window] or points[:1]
-    buffered = under[-1].bytes_per_s
+    over = [p for p in points if p.block_bytes > window]
+    low = under[-1]
+    buffered = low.bytes_per_s
+    if over and low.block_bytes < window:
+        # Latency-bound between two measured sizes: the rate grows with the request,
+        # no faster than in proportion to it.
+        high = over[0]
+        step = (window - low.block_bytes) / (high.block_bytes - low.block_bytes)
+        buffered = min(
+            low.bytes_per_s * window / low.block_bytes,
+            low.bytes_per_s + step * (high.bytes_per_s - low.bytes_per_s),
+        )
     mib = [p.bytes_per_s for p in points if p.block_bytes >= 1 << 20] or [points[-1].bytes_per_s]
     return max(buffered, 1.0), max(min(mib), 1.0)
 
 
-def plan_trials(
-    probe: ProbeReport, trials: list[tuple[str, str]], budget_s: float
-) -> tuple[int, int | None, dict[str, int]]:
-    """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)``
-    trials, with the bytes each strategy's sample may hold.
-
-    Each trial costs its fixed start-up plus the model at its estimated rate; when one
-    round does not fit, two rounds of a sample and one of a quarter of it (the
-    extrapolation's second size) do, every trial's load given the same share of the
-    time: a strategy planned at a fast rate gets a bigger sample, or the whole model.
-    """
-    model: int = probe.target["total_bytes"]
+def cost_model(probe: ProbeReport, trials: list[tuple[str, str]]) -> CostModel:
+    """The planner's cost model before any trial has run: rates from the probe."""
     buffered, parallel = estimate_rates(probe)
 
     def rate(strategy: str, cache: str) -> float:
@@ -255,27 +259,31 @@ def plan_trials(
             return WARM_RATE
         return buffered if strategy in BUFFERED_STRATEGIES else parallel
 
-    fixed = sum(
-        HF_TRIAL_OVERHEAD_S if s in TRANSFORMERS_STRATEGIES else TRIAL_OVERHEAD_S for s, _ in trials
+    return CostModel(
+        seconds_per_byte={(s, c): 1.0 / rate(s, c) for s, c in trials},
+        fixed_s=TRIAL_OVERHEAD_S,
+        fixed_s_for=dict.fromkeys(TRANSFORMERS_STRATEGIES, HF_TRIAL_OVERHEAD_S),
+        # Warm trials' page cache is filled as `loadscope warm` fills it: parallel reads.
+        fill_s_per_byte=1.0 / parallel,
+        start_s=SERVER_START_S,
     )
-    loads = sum(model / rate(s, c) for s, c in trials)
-    for repeats in (2, 1):
-        if SERVER_START_S + repeats * (fixed + loads) <= budget_s:
-            return repeats, None, {}
-    # Two rounds at the sample's size and one at a quarter of it: each strategy's times
-    # at two sizes give its fixed cost and rate, the scatter of three points the error.
-    # When the trials' fixed costs would leave the loads under a third of the time, one
-    # round and the quarter-size one (the fit, without its error) so that every
-    # strategy is still measured.
-    usable = budget_s - SERVER_START_S
-    repeats = 2 if usable - 3 * fixed >= usable / 3 else 1
-    left = max(0.0, usable - (repeats + 1) * fixed)
-    share = left / ((repeats + SMALL_FRACTION) * len(trials))
-    sizes: dict[str, int] = {}
-    for strategy, cache in trials:
-        fits = int(min(model, max(MIN_SAMPLE_BYTES, share * rate(strategy, cache))))
-        sizes[strategy] = min(sizes.get(strategy, model), fits)
-    return repeats, min(sizes.values()), sizes
+
+
+def plan_trials(
+    probe: ProbeReport, trials: list[tuple[str, str]], budget_s: float
+) -> tuple[int, int | None, dict[str, int]]:
+    """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)``
+    trials, with the bytes each strategy's sample may hold: the planner
+    (:func:`~loadscope.engine.planning.plan_budget`) on the probe's rates."""
+    plan = plan_budget(
+        cost_model(probe, trials),
+        trials,
+        probe.target["total_bytes"],
+        budget_s,
+        repeats=(2, 1),
+        floor_bytes=MIN_SAMPLE_BYTES,
+    )
+    return plan.repeats, plan.sample, plan.sizes
 
 
 def gpu_count(probe: ProbeReport) -> int:
@@ -398,6 +406,9 @@ def run_doctor(
                 warm_strategies=WARM_STRATEGIES,
                 hints=hints,
                 repeats=repeats,
+                # The plan is drawn before any trial, from the probe's rates; rounds
+                # that the measured ones show still fit are run too (up to 3).
+                more_rounds=max(0, MAX_ROUNDS - repeats),
                 warmup=False,
                 sample_bytes=sample,
                 sample_bytes_for=sample_sizes,

@@ -28,7 +28,6 @@ import json
 import os
 import queue
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,14 +35,14 @@ import tempfile
 import textwrap
 import threading
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes, format_rate
+from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.sampling import (
     SHARD_OVERSHOOT,
     SMALL_FRACTION,
@@ -59,18 +58,26 @@ from loadscope.engine.sampling import (
     smaller_sample,
     smaller_shards,
 )
+from loadscope.engine.trials import (
+    CacheMode,
+    TrialStatus,
+    exit_reason,
+    interleaved,
+    kill_group,
+    median,
+    reference_digests,
+    speedups,
+    spread,
+)
 from loadscope.loaders import forkserver
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
-from loadscope.loaders.safetensors_format import read_header
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, checked_fraction
-from loadscope.probes.system import describe_death, memory_headroom, oom_kills, page_cache_room
+from loadscope.probes.system import memory_headroom, oom_kills, page_cache_room
 
 SCHEMA_VERSION = 1
-CacheMode = Literal["cold", "warm"]
-TrialStatus = Literal["ok", "failed", "skipped"]
 #: Memory kept free beyond a strategy's predicted peak: the interpreter, torch, slack.
 RUNTIME_OVERHEAD_BYTES = 600 << 20
 WARM_ENOUGH = 0.95
@@ -130,6 +137,9 @@ class BenchOptions:
     #: in the same time; at least the model's size: it runs whole).
     sample_bytes_for: dict[str, int] = field(default_factory=dict)
     sample_reason: str = "asked for"
+    #: Up to this many rounds beyond ``repeats`` while ``deadline`` leaves time for one
+    #: more, as long as the last round took.
+    more_rounds: int = 0
     #: Strategies to run warm as well (None: all of them, when "warm" is asked for).
     warm_strategies: tuple[str, ...] | None = None
     #: The worker command (tests inject misbehaving workers); default: the real worker.
@@ -170,6 +180,8 @@ class Trial:
     scope: str | None = None
     #: A trial at the second, smaller size: it feeds the fit, not the medians.
     fit: bool = False
+    #: Seconds from the cache's preparation to the worker's end (what the trial cost).
+    wall_s: float | None = None
     #: (seconds since start, bytes done), downsampled.
     series: list[tuple[float, int]] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
@@ -289,7 +301,7 @@ def describe_strategies() -> dict[str, dict[str, Any]]:
     try:
         code = worker.proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
-        _kill_group(worker.proc)
+        kill_group(worker.proc)
         raise BenchError("cannot start a loader worker: no answer in 120 s") from None
     worker.join_output()
     lines = worker.lines
@@ -301,27 +313,6 @@ def describe_strategies() -> dict[str, dict[str, Any]]:
 
 
 # -- reference digests --------------------------------------------------------------------------
-
-
-def reference_digests(
-    files: list[WeightFile], tensors: Mapping[Path, tuple[str, ...] | None]
-) -> dict[str, str]:
-    """crc32 of each tensor's bytes read straight from the file at its header offsets."""
-    out: dict[str, str] = {}
-    for wf in files:
-        header = read_header(wf.path)
-        wanted = tensors.get(wf.path)
-        names = set(wanted) if wanted is not None else None
-        fd = os.open(wf.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            for t in header.tensors:
-                if names is not None and t.name not in names:
-                    continue
-                data = os.pread(fd, t.nbytes, header.data_offset + t.begin) if t.nbytes else b""
-                out[t.name] = f"{zlib.crc32(data):08x}:{len(data)}"
-        finally:
-            os.close(fd)
-    return out
 
 
 def _bounded_reference(
@@ -422,22 +413,6 @@ def _preload_for(strategy: str, files: list[WeightFile]) -> list[str]:
             if kind.isidentifier():
                 out.append(f"transformers.models.{kind}.modeling_{kind}")
     return out
-
-
-def _kill_group(proc: subprocess.Popen[str] | ForkedProcess) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):
-        proc.wait(timeout=10)
-
-
-def _exit_reason(returncode: int, stderr_tail: list[str], oom_before: int | None = None) -> str:
-    if returncode < 0:
-        reason = "worker " + describe_death(signal.Signals(-returncode).name, oom_before)
-    else:
-        reason = f"worker exited with code {returncode} without a result"
-    last = next((line for line in reversed(stderr_tail) if line.strip()), None)
-    return f"{reason}: {last.strip()[:200]}" if last else reason
 
 
 class _Worker:
@@ -567,6 +542,37 @@ def run_trial(
 ) -> tuple[Trial, dict[str, str]]:
     """Run one trial; returns it and its tensors' digests. ``scratch_dir``: where the
     worker's libraries may write caches (removed by the caller)."""
+    began = time.monotonic()
+    try:
+        return _run_trial(
+            trial,
+            files,
+            sample,
+            options=options,
+            reference=reference,
+            block_stat=block_stat,
+            cold=cold,
+            listener=listener,
+            total_bytes=total_bytes,
+            scratch_dir=scratch_dir,
+        )
+    finally:
+        trial.wall_s = time.monotonic() - began
+
+
+def _run_trial(
+    trial: Trial,
+    files: list[WeightFile],
+    sample: dict[Path, tuple[str, ...]] | None,
+    *,
+    options: BenchOptions,
+    reference: dict[str, str],
+    block_stat: str | None,
+    cold: ColdCache,
+    listener: Listener,
+    total_bytes: int,
+    scratch_dir: str | None = None,
+) -> tuple[Trial, dict[str, str]]:
     verified, resident, note = _prepare_cache(files, trial.cache, cold)
     trial.cache_verified = verified
     trial.residency_before = resident
@@ -610,13 +616,13 @@ def run_trial(
             if (kib := _rss_kib(worker.proc.pid)) is not None:
                 rss.append((round(time.monotonic() - t_spawn, 3), kib * 1024))
             if options.cancel is not None and options.cancel.is_set():
-                _kill_group(worker.proc)
+                kill_group(worker.proc)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     worker.proc.wait(timeout=5)
                 raise BenchCancelled("stopped: the worker's process group was killed")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                _kill_group(worker.proc)
+                kill_group(worker.proc)
                 result = Failed(
                     time.monotonic(),
                     f"timed out after {timeout_s:.3g} s; worker killed",
@@ -628,7 +634,9 @@ def run_trial(
                 continue
             if event is None:
                 code = worker.proc.wait(timeout=30)
-                result = Failed(time.monotonic(), _exit_reason(code, worker.stderr, oom_before))
+                result = Failed(
+                    time.monotonic(), exit_reason("worker", code, worker.stderr, oom_before)
+                )
             elif isinstance(event, ProtocolError):
                 protocol.append(str(event))
             elif isinstance(event, Start):
@@ -649,7 +657,7 @@ def run_trial(
             with contextlib.suppress(subprocess.TimeoutExpired):
                 worker.proc.wait(timeout=30)
             if worker.proc.poll() is None:
-                _kill_group(worker.proc)
+                kill_group(worker.proc)
     if protocol:
         trial.detail["protocol_errors"] = protocol[:5]
     trial.series = _downsample(points)
@@ -765,50 +773,49 @@ def _summaries(
 ) -> list[Summary]:
     out: list[Summary] = []
     keys = list(dict.fromkeys((t.strategy, t.cache) for t in trials))
-    whole_times: dict[tuple[str, CacheMode], float] = {}
+    whole_times: dict[tuple[str, str], float | None] = {}
     for strategy, cache in keys:
         group = [t for t in trials if t.strategy == strategy and t.cache == cache]
-        steady = [
-            t
-            for t in group
-            if not t.warmup and not t.fit and t.status == "ok" and t.cache_verified and t.seconds
-        ]
-        first = next((t.seconds for t in group if t.warmup and t.status == "ok"), None)
-        secs = [t.seconds for t in steady if t.seconds is not None]
-        rates = [t.bytes_per_s for t in steady if t.bytes_per_s]
-        heads = [t.first_tensor_s for t in steady if t.first_tensor_s is not None]
-        med = statistics.median(secs) if secs else None
+
+        def counted(t: Trial) -> bool:
+            return not t.warmup and not t.fit and t.status == "ok" and bool(t.cache_verified)
+
+        times = spread(
+            group,
+            lambda t: t.seconds,
+            steady=counted,
+            warmup=lambda t: t.warmup and t.status == "ok",
+        )
+        steady = [t for t in group if counted(t) and t.seconds]
+        med = times.median_s
         fitted = fits.get((strategy, cache))
         summary = Summary(
             strategy,
             cache,
-            len(steady),
+            times.trials,
             med,
-            statistics.median(rates) if rates else None,
+            median(t.bytes_per_s for t in steady if t.bytes_per_s),
             None,
-            first,
-            min(secs) if secs else None,
-            max(secs) if secs else None,
+            times.first_run_s,
+            times.min_s,
+            times.max_s,
             fitted.seconds if fitted and med is not None else None,
-            statistics.median(heads) if heads else None,
+            median(t.first_tensor_s for t in steady),
             scopes.get(strategy),
         )
-        loaded = [t.bytes for t in steady if t.bytes]
-        summary.measured_bytes = int(statistics.median(loaded)) if loaded else None
+        loaded = median(t.bytes for t in steady if t.bytes)
+        summary.measured_bytes = int(loaded) if loaded is not None else None
         if fitted is not None and med is not None:
             summary.fixed_seconds = fitted.fixed_s
             summary.fit_bytes_per_s = fitted.bytes_per_s
             summary.error_estimate = fitted.error
             summary.fit_note = fitted.note
-        if (whole := summary.extrapolated_median_seconds or med) is not None:
-            whole_times[(strategy, cache)] = whole
+        whole_times[(strategy, cache)] = summary.extrapolated_median_seconds or med
         out.append(summary)
+    # Whole-model times on both sides: a sampled strategy's fixed cost is not scaled.
+    faster = speedups(whole_times, "mmap")
     for s in out:
-        # Whole-model times on both sides: a sampled strategy's fixed cost is not scaled.
-        base = whole_times.get(("mmap", s.cache))
-        mine = whole_times.get((s.strategy, s.cache))
-        if base and mine:
-            s.x_vs_mmap = base / mine
+        s.x_vs_mmap = faster.get((s.strategy, s.cache))
     return out
 
 
@@ -1043,15 +1050,22 @@ def _run_bench(
     def wanted(name: str, cache: str) -> bool:
         return cache == "cold" or options.warm_strategies is None or name in options.warm_strategies
 
+    def round_of(r: int) -> list[Trial]:
+        return interleaved(
+            [r],
+            caches,
+            names,
+            # A strategy run whole in a sampled run loads the model once, in round 1.
+            lambda r, cache, name: (
+                Trial(0, name, cache, r, r == 0, scope=scopes.get(name))
+                if wanted(name, cache) and (name not in once or r == 1)
+                else None
+            ),
+        )
+
     plan: list[Trial] = []
     for r in range(0 if options.warmup else 1, options.repeats + 1):
-        plan += [
-            Trial(0, name, cache, r, r == 0, scope=scopes.get(name))
-            for cache in caches
-            for name in names
-            # A strategy run whole in a sampled run loads the model once, in round 1.
-            if wanted(name, cache) and (name not in once or r == 1)
-        ]
+        plan += round_of(r)
         if r == 1:
             # The fit's second size, once per strategy and cache, after the first round:
             # when the budget runs short, what is lost is the fit's error, not a strategy.
@@ -1061,8 +1075,12 @@ def _run_bench(
                 for name in names
                 if wanted(name, cache) and sets.get(name, (None, None))[1] is not None
             ]
-    for i, trial in enumerate(plan):
+    extra = options.more_rounds if options.deadline is not None else 0
+    i = 0
+    while i < len(plan):
+        trial = plan[i]
         trial.id = i + 1
+        i += 1
         if options.cancel is not None and options.cancel.is_set():
             raise BenchCancelled("stopped before the next trial")
         if options.deadline is not None and time.monotonic() >= options.deadline:
@@ -1070,7 +1088,7 @@ def _run_bench(
             continue
         chosen = sets[trial.strategy][1 if trial.fit else 0] if sampling is not None else None
         reference = references[id(chosen) if chosen is not None else 0] if sampleable else learned
-        say(TrialStarted(trial, i, len(plan)))
+        say(TrialStarted(trial, i - 1, len(plan)))
         its_files = files_for(trial.strategy)
         _, digests = run_trial(
             trial,
@@ -1095,6 +1113,14 @@ def _run_bench(
             learned.update(digests)
             trial.detail["reference"] = True
         say(TrialFinished(trial))
+        if i == len(plan) and extra > 0 and options.deadline is not None:
+            # Time left: one more round at the same sizes when the last one, as timed,
+            # fits what is left (its spread is then measured, not "±?").
+            last = max(t.repeat for t in plan)
+            took = sum(t.wall_s or 0.0 for t in plan if t.repeat == last and not t.fit)
+            if last >= 1 and took > 0 and options.deadline - time.monotonic() > 1.2 * took:
+                extra -= 1
+                plan += round_of(last + 1)
     if late := sum(1 for t in plan if t.status == "skipped"):
         notes.append(f"{late} of {len(plan)} trials not run: the time budget was spent")
     fits = _extrapolate(plan, total)
@@ -1138,7 +1164,7 @@ def _extrapolate(plan: list[Trial], total: int) -> dict[tuple[str, str], Fit]:
         points = [
             (t.bytes or 0, t.seconds or 0.0)
             for t in group
-            if not t.warmup and t.status == "ok" and t.cache_verified
+            if not t.warmup and t.status == "ok" and bool(t.cache_verified)
         ]
         fitted = fit(points, total)
         if fitted is None:
@@ -1184,8 +1210,8 @@ def _fit_budget(
     pilot = choose_sample(files, pilot_bytes)
     pilot_actual, _ = sample_size(files, pilot)
     reference = reference_digests(files, pilot)
-    overheads: list[float] = []
-    per_byte: dict[str, float] = {}  # the slowest cache state's seconds per byte
+    overheads: dict[str, list[float]] = {"cold": [], "warm": []}
+    per_byte: dict[tuple[str, str], float] = {}
     whole_only = [n for n in names if available[n].get("samples") is False]
     for name in [n for n in names if n not in whole_only]:
         for cache in options.cache:
@@ -1202,26 +1228,30 @@ def _fit_budget(
                 listener=say,
                 total_bytes=pilot_actual,
             )
-            overheads.append(max(0.0, time.monotonic() - began - (t.seconds or 0.0)))
-            rate = (t.seconds or 0.0) / max(pilot_actual, 1)
-            per_byte[name] = max(per_byte.get(name, 0.0), rate)
+            overheads[cache].append(max(0.0, time.monotonic() - began - (t.seconds or 0.0)))
+            per_byte[(name, cache)] = (t.seconds or 0.0) / max(pilot_actual, 1)
     if not per_byte:
         return None
-    typical = statistics.median(per_byte.values())
-    per_byte.update({n: typical for n in whole_only})
-    overhead = statistics.median(overheads)
-    trials = len(per_byte) * len(options.cache)
+    for cache in options.cache:
+        typical = statistics.median(v for (_, c), v in per_byte.items() if c == cache)
+        per_byte.update({(n, cache): typical for n in whole_only})
+    fixed = statistics.median(overheads["cold"] or overheads["warm"])
+    # A warm pilot follows its cold one, so its cache preparation read the whole model:
+    # the page-cache fill each warm round pays once.
+    fill = max(0.0, statistics.median(overheads["warm"]) - fixed) if overheads["warm"] else 0.0
     runs = options.repeats + (1 if options.warmup else 0)
-    full_estimate = runs * (trials * overhead + len(options.cache) * sum(per_byte.values()) * total)
-    if full_estimate <= options.budget_s:
+    plan = plan_budget(
+        CostModel(per_byte, fixed, fill_s_per_byte=fill / max(total, 1)),
+        list(per_byte),
+        total,
+        options.budget_s,
+        repeats=(runs,),
+        floor_bytes=pilot_actual,
+    )
+    if not plan.sizes:
         return None
-    # Every round, plus the fit's round at a quarter of the size, share what the fixed
-    # costs leave; never less than the pilot per strategy.
-    left = options.budget_s - (runs + 1) * trials * overhead
-    share = max(0.0, left) / ((runs + SMALL_FRACTION) * trials)
-    sizes = {n: max(pilot_actual, int(share / max(b, 1e-15))) for n, b in per_byte.items()}
-    return sizes, (
-        f"full loads would take ~{full_estimate:.0f} s, over the {options.budget_s:g} s budget"
+    return plan.sizes, (
+        f"full loads would take ~{plan.whole_s:.0f} s, over the {options.budget_s:g} s budget"
     )
 
 

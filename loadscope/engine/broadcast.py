@@ -33,7 +33,6 @@ import queue
 import re
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,17 @@ from typing import Any, Literal, get_args
 from loadscope.base import errors
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes, format_rate
-from loadscope.engine.bench import CacheMode, TrialStatus, _kill_group, reference_digests
+from loadscope.engine.trials import (
+    CacheMode,
+    TrialStatus,
+    exit_reason,
+    interleaved,
+    kill_group,
+    median,
+    reference_digests,
+    speedups,
+    spread,
+)
 from loadscope.loaders import forkserver
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.rank import (
@@ -62,7 +71,7 @@ from loadscope.loaders.rank import (
     decode,
 )
 from loadscope.model.targets import Target, WeightFile
-from loadscope.probes.system import describe_death, memory_headroom, oom_kills
+from loadscope.probes.system import memory_headroom, oom_kills
 
 SCHEMA_VERSION = 1
 Mode = Literal["independent", "broadcast", "broadcast-async", "sharded"]
@@ -318,15 +327,14 @@ def memory_guard(
 
 def plan_trials(options: BroadcastOptions, modes: tuple[Mode, ...]) -> list[BroadcastTrial]:
     """Interleaved: round by round, every cache state, every mode (round 0 is the warm-up)."""
-    rounds = range(0 if options.warmup else 1, options.repeats + 1)
-    plan = [
-        BroadcastTrial(0, mode, cache, r, r == 0)
-        for r in rounds
-        for cache in options.cache
-        for mode in modes
-    ]
-    for i, trial in enumerate(plan):
-        trial.id = i + 1
+    plan = interleaved(
+        range(0 if options.warmup else 1, options.repeats + 1),
+        options.cache,
+        modes,
+        lambda r, cache, mode: BroadcastTrial(0, mode, cache, r, r == 0),
+    )
+    for i, trial in enumerate(plan, 1):
+        trial.id = i
     return plan
 
 
@@ -456,17 +464,6 @@ class _Rank:
         self._err.join(timeout)
 
 
-def _exit_reason(rank: int, code: int, stderr: deque[str], oom_before: int | None) -> str:
-    if code < 0:
-        reason = f"rank {rank} was " + describe_death(signal.Signals(-code).name, oom_before)
-    elif code == 0:
-        reason = f"rank {rank} exited before finishing the plan"
-    else:
-        reason = f"rank {rank} exited with code {code} without saying why"
-    last = next((line for line in reversed(stderr) if line.strip()), None)
-    return f"{reason}: {last.strip()[:200]}" if last else reason
-
-
 @dataclass(slots=True)
 class _Outcome:
     infos: dict[int, RankInfo] = field(default_factory=dict)
@@ -549,7 +546,7 @@ class _Launch:
             finally:
                 for rank in ranks:
                     if rank.proc.poll() is None:
-                        _kill_group(rank.proc)
+                        kill_group(rank.proc)
                 for rank in ranks:
                     rank.join()
 
@@ -575,7 +572,7 @@ class _Launch:
             now = time.monotonic()
             if o.cancel is not None and o.cancel.is_set():
                 for r in ranks:
-                    _kill_group(r.proc)
+                    kill_group(r.proc)
                 raise BroadcastCancelled("stopped: every rank's process group was killed")
             if failure_at is not None:
                 if now - failure_at > FAILURE_GRACE_S:
@@ -593,12 +590,23 @@ class _Launch:
                 try:
                     rank.exit_code = rank.proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
-                    _kill_group(rank.proc)
+                    kill_group(rank.proc)
                     rank.exit_code = rank.proc.poll()
                     rank.exit_code = -signal.SIGKILL if rank.exit_code is None else rank.exit_code
                 if not rank.done and not rank.failed:
                     rank.join(1)  # its last stderr lines carry the reason
-                    problem(0, _exit_reason(rank_no, rank.exit_code, rank.stderr, oom_before))
+                    problem(
+                        0,
+                        exit_reason(
+                            f"rank {rank_no}",
+                            rank.exit_code,
+                            rank.stderr,
+                            oom_before,
+                            killed="was ",
+                            clean_exit="exited before finishing the plan",
+                            unclean_exit="without saying why",
+                        ),
+                    )
             elif isinstance(item, RankProtocolError):
                 out.protocol_errors.append(f"rank {rank_no}: {item}")
             elif isinstance(item, RankStart):
@@ -756,42 +764,36 @@ def _summaries(trials: list[BroadcastTrial]) -> list[BroadcastSummary]:
     keys = list(dict.fromkeys((t.mode, t.cache) for t in trials))
     for mode, cache in keys:
         group = [t for t in trials if t.mode == mode and t.cache == cache]
-        steady = [
-            t
-            for t in group
-            if not t.warmup and t.status == "ok" and t.cache_verified and t.slowest_seconds
-        ]
-        first = next(
-            (t.slowest_seconds for t in group if t.warmup and t.status == "ok"),
-            None,
+
+        def counted(t: BroadcastTrial) -> bool:
+            return not t.warmup and t.status == "ok" and bool(t.cache_verified)
+
+        times = spread(
+            group,
+            lambda t: t.slowest_seconds,
+            steady=counted,
+            warmup=lambda t: t.warmup and t.status == "ok",
         )
-
-        def median(values: list[float | int | None]) -> float | None:
-            known = [float(v) for v in values if v is not None]
-            return statistics.median(known) if known else None
-
-        secs = [t.slowest_seconds for t in steady if t.slowest_seconds is not None]
+        steady = [t for t in group if counted(t) and t.slowest_seconds]
         out.append(
             BroadcastSummary(
                 mode,
                 cache,
-                len(steady),
-                statistics.median(secs) if secs else None,
-                median([t.bytes_per_s for t in steady]),
-                min(secs) if secs else None,
-                max(secs) if secs else None,
-                first,
-                median([t.read_amplification for t in steady]),
-                median([t.storage_amplification for t in steady]),
-                median([t.peak_rss_bytes_total for t in steady]),
-                median([t.rss_delta_bytes_total for t in steady]),
+                times.trials,
+                times.median_s,
+                median(t.bytes_per_s for t in steady),
+                times.min_s,
+                times.max_s,
+                times.first_run_s,
+                median(t.read_amplification for t in steady),
+                median(t.storage_amplification for t in steady),
+                median(t.peak_rss_bytes_total for t in steady),
+                median(t.rss_delta_bytes_total for t in steady),
             )
         )
-    base = {s.cache: s.median_seconds for s in out if s.mode == "independent"}
+    faster = speedups({(s.mode, s.cache): s.median_seconds for s in out}, "independent")
     for s in out:
-        ref = base.get(s.cache)
-        if ref and s.median_seconds:
-            s.speedup_vs_independent = ref / s.median_seconds
+        s.speedup_vs_independent = faster.get((s.mode, s.cache))
     return out
 
 

@@ -1,0 +1,95 @@
+"""The budget planner: how many rounds of trials fit a time budget, and how big a sample.
+
+One cost model for ``bench --budget`` and ``doctor``: a trial costs its strategy's
+fixed start-up (the worker's fork, the cache put in its state and verified, the
+digest check) plus the bytes it loads at that strategy's rate in that cache state;
+each round with warm trials also fills the page cache once (the cold trials between
+rounds evicted it); a run pays its fork server's start once. ``doctor`` fills the
+model in from the probe's rates before any trial runs; ``bench`` from pilot trials.
+
+When whole loads do not fit, every trial's load is given the same share of what the
+fixed costs leave, so a strategy that loads fast gets a bigger sample (or the whole
+model) than a slow one, and each round is followed by one at a quarter of the size
+(the extrapolation's second point, :data:`SMALL_FRACTION`).
+
+May import: ``loadscope.engine.sampling``. Nothing here runs a trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from loadscope.engine.sampling import SMALL_FRACTION
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """What the trials of one run cost, in seconds."""
+
+    #: (strategy, cache) -> seconds per byte loaded.
+    seconds_per_byte: Mapping[tuple[str, str], float]
+    #: A trial's fixed cost beyond its load.
+    fixed_s: float
+    #: Per strategy, where its fixed cost differs (a transformers trial builds a model).
+    fixed_s_for: Mapping[str, float] = field(default_factory=dict)
+    #: Once per round that has warm trials: the page cache filled with the model.
+    fill_s_per_byte: float = 0.0
+    #: Once per run: the fork server starting.
+    start_s: float = 0.0
+
+    def fixed(self, strategy: str) -> float:
+        return self.fixed_s_for.get(strategy, self.fixed_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """``repeats`` rounds; ``sizes`` the bytes each strategy's sample may hold (empty when
+    whole loads fit); ``whole_s`` the estimate for whole loads that decided it."""
+
+    repeats: int
+    sizes: dict[str, int]
+    whole_s: float
+
+    @property
+    def sample(self) -> int | None:
+        """The smallest sample any strategy reads, or None when nothing is sampled."""
+        return min(self.sizes.values()) if self.sizes else None
+
+
+def plan_budget(
+    costs: CostModel,
+    trials: Sequence[tuple[str, str]],
+    model_bytes: int,
+    budget_s: float,
+    *,
+    repeats: Sequence[int] = (2, 1),
+    floor_bytes: int = 0,
+) -> Plan:
+    """The most rounds in ``repeats`` (tried in order) of whole loads of ``trials``
+    (strategy, cache) that fit ``budget_s``; else a sampled plan.
+
+    A sampled plan runs the first of ``repeats`` when the fixed costs of those rounds and
+    the fit's round would leave the loads at least a third of the time, else the last:
+    every strategy is still measured, with a fit but no spread. No sample is below
+    ``floor_bytes`` or above the model."""
+    if not trials:
+        return Plan(max(repeats), {}, 0.0)
+    fixed = sum(costs.fixed(s) for s, _ in trials)
+    fill = model_bytes * costs.fill_s_per_byte if any(c == "warm" for _, c in trials) else 0.0
+    loads = sum(model_bytes * costs.seconds_per_byte[t] for t in trials)
+    whole = [costs.start_s + r * (fixed + fill + loads) for r in repeats]
+    for r, estimate in zip(repeats, whole, strict=True):
+        if estimate <= budget_s:
+            return Plan(r, {}, estimate)
+    usable = budget_s - costs.start_s
+    most, least = repeats[0], repeats[-1]
+    chosen = most if usable - (most + 1) * (fixed + fill) >= usable / 3 else least
+    left = max(0.0, usable - (chosen + 1) * (fixed + fill))
+    share = left / ((chosen + SMALL_FRACTION) * len(trials))
+    sizes: dict[str, int] = {}
+    for strategy, cache in trials:
+        per_byte = max(costs.seconds_per_byte[(strategy, cache)], 1e-15)
+        fits = int(min(model_bytes, max(floor_bytes, share / per_byte)))
+        sizes[strategy] = min(sizes.get(strategy, model_bytes), fits)
+    return Plan(chosen, sizes, whole[-1])

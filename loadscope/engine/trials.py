@@ -1,0 +1,160 @@
+"""What both trial runners share: the round plan, the reference read, a dead child's
+reason, process-group kills, and the statistics of a group of trials.
+
+``bench`` runs one worker per trial; ``broadcast`` one launch of N ranks for a whole
+plan. Both plan interleaved rounds (every cache state, every strategy or mode, round
+0 the warm-up), check every loaded tensor against :func:`reference_digests`, name a
+child that died with :func:`exit_reason`, and summarise a (name, cache) group with
+:func:`spread` (medians over the steady trials, the warm-up's first-run time, the
+range) and :func:`speedups` (over the baseline in the same cache state).
+
+May import: ``loadscope.model``, ``loadscope.loaders``, ``loadscope.probes``,
+``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from loadscope.loaders.forkserver import ForkedProcess
+from loadscope.loaders.safetensors_format import read_header
+from loadscope.model.targets import WeightFile
+from loadscope.probes.system import describe_death
+
+CacheMode = Literal["cold", "warm"]
+TrialStatus = Literal["ok", "failed", "skipped"]
+
+T = TypeVar("T")
+K = TypeVar("K")
+N = TypeVar("N")
+
+
+def interleaved(
+    rounds: Iterable[int],
+    caches: Sequence[CacheMode],
+    names: Sequence[N],
+    make: Callable[[int, CacheMode, N], T | None],
+) -> list[T]:
+    """Round by round, every cache state, every name: ``make(round, cache, name)``
+    (None leaves that one out). Interleaving spreads the machine's drift over every
+    strategy instead of charging it to whichever ran last."""
+    out: list[T] = []
+    for r in rounds:
+        for cache in caches:
+            for name in names:
+                if (item := make(r, cache, name)) is not None:
+                    out.append(item)
+    return out
+
+
+def reference_digests(
+    files: list[WeightFile], tensors: Mapping[Path, tuple[str, ...] | None]
+) -> dict[str, str]:
+    """crc32 of each tensor's bytes read straight from the file at its header offsets
+    (``tensors``: per file, the names to read; a file not in it: all of them)."""
+    out: dict[str, str] = {}
+    for wf in files:
+        header = read_header(wf.path)
+        wanted = tensors.get(wf.path)
+        names = set(wanted) if wanted is not None else None
+        fd = os.open(wf.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for t in header.tensors:
+                if names is not None and t.name not in names:
+                    continue
+                data = os.pread(fd, t.nbytes, header.data_offset + t.begin) if t.nbytes else b""
+                out[t.name] = f"{zlib.crc32(data):08x}:{len(data)}"
+        finally:
+            os.close(fd)
+    return out
+
+
+def kill_group(proc: subprocess.Popen[str] | ForkedProcess) -> None:
+    """SIGKILL the child's process group (it and all it spawned), then reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=10)
+
+
+def exit_reason(
+    who: str,
+    returncode: int,
+    stderr_tail: Sequence[str],
+    oom_before: int | None = None,
+    *,
+    killed: str = "",
+    clean_exit: str = "exited with code 0 without a result",
+    unclean_exit: str = "without a result",
+) -> str:
+    """Why ``who`` (``worker``, ``rank 1``) ended without its result, with the last line
+    it wrote to stderr: the signal after ``killed`` ("was "; an OOM kill told apart by
+    the kernel's counters), else its exit code (``clean_exit`` for 0, else "exited with
+    code N" and ``unclean_exit``)."""
+    if returncode < 0:
+        reason = f"{who} {killed}" + describe_death(signal.Signals(-returncode).name, oom_before)
+    elif returncode == 0:
+        reason = f"{who} {clean_exit}"
+    else:
+        reason = f"{who} exited with code {returncode} {unclean_exit}"
+    last = next((line for line in reversed(stderr_tail) if line.strip()), None)
+    return f"{reason}: {last.strip()[:200]}" if last else reason
+
+
+def median(values: Iterable[float | int | None]) -> float | None:
+    """The median of the known values, None when there is none."""
+    known = [float(v) for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """One (name, cache) group's times: steady trials counted, their median and range,
+    and the warm-up round's time (the first-run cost)."""
+
+    trials: int
+    median_s: float | None
+    min_s: float | None
+    max_s: float | None
+    first_run_s: float | None
+
+
+def spread(
+    group: Sequence[T],
+    seconds: Callable[[T], float | None],
+    steady: Callable[[T], bool],
+    warmup: Callable[[T], bool],
+) -> Spread:
+    """The :class:`Spread` of ``group``: ``steady`` picks the trials the medians are of
+    (ok, verified cache, not the warm-up), ``warmup`` the first-run one."""
+    kept = [t for t in group if steady(t) and seconds(t)]
+    secs = [s for t in kept if (s := seconds(t)) is not None]
+    first = next((seconds(t) for t in group if warmup(t)), None)
+    return Spread(
+        len(kept),
+        statistics.median(secs) if secs else None,
+        min(secs) if secs else None,
+        max(secs) if secs else None,
+        first,
+    )
+
+
+def speedups(
+    times: Mapping[tuple[K, str], float | None], baseline: K
+) -> dict[tuple[K, str], float]:
+    """Per (name, cache): the baseline's time in the same cache state over its own."""
+    out: dict[tuple[K, str], float] = {}
+    for (name, cache), mine in times.items():
+        base = times.get((baseline, cache))
+        if base and mine:
+            out[(name, cache)] = base / mine
+    return out
