@@ -15,7 +15,7 @@ import platform
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -578,9 +578,47 @@ def to_text(report: DoctorReport) -> str:
         lines += ["", bench_text(report.bench)]
     if report.ranks is not None:
         lines += ["", ranks_text(report.ranks)]
-    if report.failures:
-        lines += ["", "failed or skipped steps:"] + [f"  {f}" for f in report.failures]
+    if steps := _other_failures(report.failures, report.bench.skipped if report.bench else {}):
+        lines += ["", "failed or skipped steps:"] + [f"  {f}" for f in steps]
     return "\n".join(lines)
+
+
+def _g(value: float | None) -> str:
+    return f"{value:.3g}" if value is not None else "-"
+
+
+def _trial_spread(
+    trials: list[dict[str, Any]], summary: Mapping[str, Any]
+) -> tuple[int, float | None, float | None, float | None, str]:
+    """Seed 004's columns for one strategy and cache state, from its trials in the order
+    they ran: how many steady trials, the first run's time (the warm-up when there was
+    one), the steady min and max, and the median peak RSS."""
+    mine = [
+        t
+        for t in trials
+        if t.get("strategy") == summary["strategy"]
+        and t.get("cache") == summary["cache"]
+        and t.get("status") == "ok"
+        and not t.get("fit")
+        and t.get("seconds") is not None
+    ]
+    steady = [t for t in mine if not t.get("warmup") and t.get("cache_verified")]
+    first = mine[0]["seconds"] if mine else None
+    secs = [float(t["seconds"]) for t in steady]
+    rss = sorted(int(t["peak_rss_bytes"]) for t in steady if t.get("peak_rss_bytes"))
+    return (
+        len(steady),
+        first,
+        min(secs) if secs else None,
+        max(secs) if secs else None,
+        format_bytes(rss[len(rss) // 2]) if rss else "-",
+    )
+
+
+def _other_failures(failures: list[str], skipped: Mapping[str, str]) -> list[str]:
+    """The failures not already listed with the trials (a strategy the bench skipped)."""
+    listed = {f"{name}: skipped: {why}" for name, why in skipped.items()}
+    return [f for f in failures if f not in listed]
 
 
 def redact(doc: dict[str, Any]) -> dict[str, Any]:
@@ -804,18 +842,29 @@ def to_markdown(doc: dict[str, Any]) -> str:
         out += [
             "<details><summary>trials (median seconds)</summary>",
             "",
-            "| strategy | cache | median s | rate | x mmap |",
-            "|---|---|---|---|---|",
+            "| strategy | cache | median s | rate | x mmap | trials | first run s | min-max s"
+            " | peak RSS |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
+        sampled = False
         for s in bench["summary"]:
             if s["median_seconds"] is None:
                 continue
             per_s = whole_rate(s, int((bench.get("target") or {}).get("total_bytes") or 0))
             rate = format_rate(per_s) if per_s else "-"
             x = f"{s['x_vs_mmap']:.2f}x" if s["x_vs_mmap"] else "-"
+            n, first, low, high, rss = _trial_spread(bench.get("trials") or [], s)
+            sampled = sampled or s.get("extrapolated_median_seconds") is not None
             out.append(
-                f"| `{s['strategy']}` | {s['cache']} | {whole_seconds_text(s)} | {rate} | {x} |"
+                f"| `{s['strategy']}` | {s['cache']} | {whole_seconds_text(s)} | {rate} | {x}"
+                f" | {n} | {_g(first)} | {_g(low)}-{_g(high)} | {rss} |"
             )
+        if sampled:
+            out += [
+                "",
+                "~: extrapolated to the whole model from a sample; first run and min-max are"
+                " then the sample's own times.",
+            ]
         out += ["", "</details>", ""]
         skipped = bench.get("skipped") or {}
         if skipped:
@@ -857,9 +906,10 @@ def to_markdown(doc: dict[str, Any]) -> str:
         out += ["</details>", ""]
     if doc.get("notes"):
         out += [f"> {n}" for n in doc["notes"]] + [""]
-    if doc.get("failures"):
+    skipped_strategies = (doc.get("bench") or {}).get("skipped") or {}
+    if steps := _other_failures(doc.get("failures") or [], skipped_strategies):
         out += ["<details><summary>failed or skipped steps</summary>", ""]
-        out += [f"- {f}" for f in doc["failures"]] + ["", "</details>", ""]
+        out += [f"- {f}" for f in steps] + ["", "</details>", ""]
     text = "\n".join(out)
     if len(text) > GITHUB_BODY_LIMIT - 200:
         # A GitHub issue body holds 65,536 characters: keep the verdict, the fixes and the
