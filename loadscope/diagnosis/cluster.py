@@ -43,6 +43,8 @@ from loadscope.base.errors import ExitCode, LoadscopeError, PermissionDenied
 from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, run_doctor
 from loadscope.model.inspection import open_checked
 from loadscope.report.compare import Row, compare, row_of, to_text
+from loadscope.report.schema import SchemaError
+from loadscope.report.schema import check as check_schema
 
 PREFIX = "loadscope/cluster"
 HEARTBEAT_S = 1.0
@@ -190,9 +192,23 @@ class NodeResult:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> NodeResult:
-        d = json.loads(text)
-        return cls(d["rank"], d["host"], d["status"], d.get("reason"), d.get("report"))
+    def from_json(cls, text: str, rank: int) -> NodeResult:
+        """Rank ``rank``'s result as it sent it, checked against the published schema: a
+        node whose result is not one (truncated, hostile, another version) is a failed
+        node saying why, never the end of the fleet report for the others."""
+        try:
+            d = json.loads(text)
+            check_schema(d, "node")
+            report = d.get("report")
+            if report is not None:
+                check_schema(report, "doctor")
+        except RecursionError:
+            return cls(rank, "?", "failed", reason="its result is JSON nested too deeply")
+        except (ValueError, SchemaError) as exc:
+            return cls(rank, "?", "failed", reason=f"its result is not a loadscope report: {exc}")
+        if d["rank"] != rank:
+            return cls(rank, d["host"], "failed", reason=f"its result says it is rank {d['rank']}")
+        return cls(rank, d["host"], d["status"], d.get("reason"), report)
 
 
 def diagnose_node(
@@ -300,7 +316,7 @@ def collect(
                 continue
             key = f"{PREFIX}/result/{rank}"
             if store.check([key]):
-                results[rank] = NodeResult.from_json(store.get(key).decode())
+                results[rank] = NodeResult.from_json(store.get(key).decode(errors="replace"), rank)
                 continue
             beat_key = f"{PREFIX}/beat/{rank}"
             if not store.check([beat_key]):

@@ -48,6 +48,8 @@ from loadscope.engine.probing import ProbeReport, run_probes
 from loadscope.engine.probing import to_text as probe_text
 from loadscope.engine.sampling import whole_rate, whole_seconds_text
 from loadscope.model.targets import Target
+from loadscope.report.schema import SchemaError
+from loadscope.report.schema import check as check_schema
 
 SCHEMA_VERSION = 1
 DEFAULT_BUDGET_S = 120.0
@@ -59,13 +61,26 @@ class ReportError(LoadscopeError):
     exit_code = ExitCode.CORRUPT
 
 
-def load_report(path: str) -> dict[str, Any]:
-    """A saved doctor report (JSON), checked to be one; never follows its contents further."""
+#: A report larger than this is not one loadscope wrote (a 1,000-shard model's is ~10 MiB).
+MAX_REPORT_BYTES = 256 << 20
+
+
+def load_report(path: str, kind: str = "doctor") -> dict[str, Any]:
+    """A saved report (JSON), checked against the published schema
+    (:mod:`loadscope.report.schema`) before anything reads it: a bad file is one line
+    naming it and the first offending path."""
     from loadscope.base.safeio import open_regular, pread_exact
 
     fd = open_regular(path)
     try:
-        raw = pread_exact(fd, os.fstat(fd).st_size, 0, path=path)
+        size = os.fstat(fd).st_size
+        if size > MAX_REPORT_BYTES:
+            raise ReportError(
+                f"not a loadscope report: {format_bytes(size)}, over the"
+                f" {format_bytes(MAX_REPORT_BYTES)} a report can be",
+                path=path,
+            )
+        raw = pread_exact(fd, size, 0, path=path)
     finally:
         os.close(fd)
     try:
@@ -74,36 +89,12 @@ def load_report(path: str) -> dict[str, Any]:
         raise ReportError("not a loadscope report: JSON nested too deeply", path=path) from None
     except ValueError as exc:
         raise ReportError(f"not a JSON report ({exc})", path=path) from None
-    if (
-        not isinstance(doc, dict)
-        or doc.get("schema_version") != SCHEMA_VERSION
-        or "verdict" not in doc
-    ):
-        raise ReportError("not a loadscope doctor report (schema_version 1)", path=path)
-    for key, kinds in _REPORT_SHAPE.items():
-        if key in doc and not isinstance(doc[key], kinds):
-            want = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
-            got = "null" if doc[key] is None else type(doc[key]).__name__
-            raise ReportError(
-                f"not a loadscope doctor report: {key!r} is {got}, not {want}", path=path
-            )
-    return doc
-
-
-#: The top-level fields the renderers read, and the JSON types they must have.
-_REPORT_SHAPE: dict[str, tuple[type, ...]] = {
-    "tool": (dict,),
-    "host": (dict,),
-    "target": (dict, type(None)),
-    "verdict": (dict,),
-    "recommendations": (list,),
-    "notes": (list,),
-    "probe": (dict, type(None)),
-    "bench": (dict, type(None)),
-    "ranks": (dict, type(None)),
-    "failures": (list,),
-    "created": (str,),
-}
+    try:
+        check_schema(doc, kind)
+    except SchemaError as exc:
+        raise ReportError(f"not a loadscope {kind} report: {exc}", path=path) from None
+    out: dict[str, Any] = doc
+    return out
 
 
 @dataclass(slots=True)

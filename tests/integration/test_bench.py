@@ -21,6 +21,7 @@ from loadscope.engine.bench import (
 from loadscope.engine.bench import to_text as bench_text
 from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache
+from loadscope.report.schema import check as check_schema
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 from tests.conftest import run_loadscope
@@ -343,6 +344,7 @@ def test_cli_json_stable_paths(st_dir: Path) -> None:
     assert result.code == 0, result.err
     report = json.loads(result.out)
     assert report["schema_version"] == 1
+    check_schema(report, "bench")  # of the published shape
     for t in report["trials"]:
         for key in (
             "strategy",

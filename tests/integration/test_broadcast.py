@@ -135,6 +135,9 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
         assert s.rss_delta_bytes_total >= 0.9 * ranks * model, (s.mode, s.cache)
     assert all(s.median_seconds and s.trials == 1 for s in summary.values())
     doc = json.loads(report.to_json())
+    from loadscope.report.schema import check
+
+    check(doc, "ranks")  # of the published shape
     assert list(doc) == [
         "schema_version",
         "target",

@@ -14,6 +14,7 @@ import pytest
 
 from loadscope.diagnosis.doctor import run_doctor, to_markdown
 from loadscope.model.targets import resolve
+from loadscope.report.schema import check as check_schema
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT, run_loadscope
@@ -163,6 +164,7 @@ def test_doctor_on_tmpfs_is_healthy(tmpfs_model: Path) -> None:
     doc = json.loads(result.out)
     assert doc["verdict"]["status"] == "healthy"
     assert doc["schema_version"] == 1 and "recommendations" in doc
+    check_schema(doc, "doctor")  # a real report is of the published shape
 
 
 def test_doctor_on_local_disk_says_nothing_to_fix(tmp_path: Path) -> None:

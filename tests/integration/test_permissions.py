@@ -89,6 +89,9 @@ def test_probe_as_nobody_says_residency_unknown(public_dir: Path) -> None:
     path.chmod(0o444)  # readable, owned by root, not writable by nobody
     result = _as_nobody("probe", str(path), "--budget", "2", "--json", "-")
     assert result.returncode == 0, result.stderr
+    from loadscope.report.schema import check
+
+    check(json.loads(result.stdout), "probe")  # of the published shape
     residency = json.loads(result.stdout)["files"][0]["residency"]
     assert residency["fraction"] is None
     assert "unknown" in residency["note"]

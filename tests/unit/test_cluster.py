@@ -56,13 +56,25 @@ class FakeClock:
 
 def _doc(p50_us: float, rate: float) -> dict[str, Any]:
     return {
+        "schema_version": 1,
         "host": {"hostname": "same-vm"},
-        "verdict": {"status": "healthy"},
+        "verdict": {"status": "healthy", "headline": "nothing is wrong here"},
+        "recommendations": [],
         "probe": {
             "latency": {"p50_us": p50_us},
             "files": [{"mount": {"storage_class": "network"}}],
         },
-        "bench": {"summary": [{"strategy": "mmap", "cache": "cold", "median_bytes_per_s": rate}]},
+        "bench": {
+            "summary": [
+                {
+                    "strategy": "mmap",
+                    "cache": "cold",
+                    "median_seconds": 1e9 / rate,
+                    "median_bytes_per_s": rate,
+                    "x_vs_mmap": 1.0,
+                }
+            ]
+        },
     }
 
 
@@ -100,9 +112,9 @@ def test_collect_waits_for_every_node_and_names_the_silent_ones(
 
 def test_the_fleet_report_marks_outliers_and_failures(tmp_path: Path) -> None:
     nodes = [
-        NodeResult.from_json(_ok(0, p50_us=500)),
-        NodeResult.from_json(_ok(1, p50_us=550)),
-        NodeResult.from_json(_ok(2, p50_us=4500, rate=1e8)),  # 9x the median, 10% the rate
+        NodeResult.from_json(_ok(0, p50_us=500), 0),
+        NodeResult.from_json(_ok(1, p50_us=550), 1),
+        NodeResult.from_json(_ok(2, p50_us=4500, rate=1e8), 2),  # 9x the median, 10% the rate
         NodeResult(3, "?", "failed", reason="stopped answering (no heartbeat for 11 s)"),
     ]
     fleet = write_fleet(nodes, tmp_path / "fleet")
@@ -242,3 +254,31 @@ def test_compare_names_the_target_and_refuses_the_same_report_twice(tmp_path: Pa
     golden = Path(__file__).parents[1] / "golden" / "doctor_report.json"
     r = run_loadscope("compare", str(golden), str(golden))
     assert r.code == 2 and "name each report once" in r.err, r
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{not json", "not a loadscope report"),
+        ("[" * 5000 + "]" * 5000, "nested"),
+        (
+            '{"rank": 1, "host": "h", "status": "ok", "report": {"verdict": {"status": "healthy",'
+            ' "headline": "x"}, "recommendations": []}}',
+            "report: missing 'schema_version'",
+        ),
+        (
+            '{"rank": 1, "host": "h", "status": "ok", "report": {"schema_version": 1,'
+            ' "verdict": [], "recommendations": []}}',
+            "verdict: expected an object, got a list",
+        ),
+        ('{"rank": 1, "host": 7, "status": "ok"}', "host: expected a string, got an integer"),
+        ('{"rank": 0, "host": "h", "status": "ok"}', "says it is rank 0"),
+    ],
+)
+def test_a_hostile_node_result_is_a_failed_node_not_the_fleets_end(text: str, why: str) -> None:
+    """Issue 20: a node's result is checked against the schema before rank 0 uses it."""
+    node = NodeResult.from_json(text, 1)
+    assert node.rank == 1 and node.status == "failed", node
+    assert why in (node.reason or ""), node.reason
+    good = NodeResult.from_json(_ok(0), 0)
+    assert good.status == "ok" and good.report == _doc(500.0, 1e9)

@@ -1,0 +1,399 @@
+"""The JSON reports' published schema, and the check every reader runs before it reads.
+
+``report.schema.json`` (beside this module, versioned by ``schema_version``) describes the
+JSON that ``doctor``, ``probe``, ``bench`` and ``bench --ranks`` write, and each node's
+result in a fleet. It is generated from the code's own types (the report dataclasses,
+through pydantic: ``python -m loadscope.report.schema --write``, a development step; a
+test fails when the file and the types part), and read with jsonschema.
+
+:func:`check` bounds a report's depth, refuses another schema version with the reason,
+and names the first offending path in one line (``verdict: expected an object, got a
+list``). Fields a newer loadscope adds are allowed: only what the readers rely on is
+required.
+
+May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import typing
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
+#: The report kinds the schema holds, by the name a reader asks for.
+KINDS = ("doctor", "probe", "bench", "ranks", "node")
+#: Deeper than any report loadscope writes (about 8 levels) by far; bounded before the
+#: validator and the renderers recurse into it.
+MAX_DEPTH = 64
+
+_JSON_TYPES = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    type(None): "null",
+}
+_SCHEMA_TYPES = {
+    "object": "an object",
+    "array": "a list",
+    "string": "a string",
+    "boolean": "a boolean",
+    "integer": "an integer",
+    "number": "a number",
+    "null": "null",
+}
+
+
+class SchemaError(ValueError):
+    """A report that is not of the published shape: the first offending path and why."""
+
+
+def depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects, iteratively (no recursion)."""
+    most = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            most = max(most, level)
+            if level > MAX_DEPTH:
+                return level
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return most
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    return loaded
+
+
+def check(doc: Any, kind: str) -> None:
+    """Raise :class:`SchemaError` unless ``doc`` is a ``kind`` report of this version."""
+    import jsonschema
+
+    if depth(doc) > MAX_DEPTH:
+        raise SchemaError(f"JSON nested more than {MAX_DEPTH} levels deep")
+    if not isinstance(doc, dict):
+        raise SchemaError(f"expected an object, got {_what(doc)}")
+    schema = _schema()
+    version = doc.get("schema_version") if kind != "node" else 1
+    if kind != "node" and version != schema["properties"]["schema_version"]["const"]:
+        mine = schema["properties"]["schema_version"]["const"]
+        if isinstance(version, int) and not isinstance(version, bool):
+            age = "an older" if version < mine else "a newer"
+            raise SchemaError(
+                f"written by {age} loadscope (schema_version {version}); this one reads"
+                f" schema_version {mine}"
+            )
+        raise SchemaError(f"schema_version: expected {mine}, got {_what(version)}")
+    sub = {"$ref": f"#/$defs/{kind}_report", "$defs": schema["$defs"]}
+    validator = jsonschema.Draft202012Validator(sub)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(doc), key=_shallowest)
+    if error is not None:
+        raise SchemaError(_say(error, schema["$defs"]))
+
+
+def _shallowest(error: Any) -> tuple[int, int]:
+    # The error nearest the top names the field a person fixes; among equals, the most
+    # specific (an anyOf's branch mismatches are its context).
+    return (-len(error.absolute_path), 0)
+
+
+def _what(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _path(parts: Iterator[Any] | Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the report"
+
+
+def _type_of(branch: dict[str, Any], defs: dict[str, Any]) -> str | None:
+    if "$ref" in branch:
+        branch = defs.get(branch["$ref"].rsplit("/", 1)[1], {})
+    kind = branch.get("type")
+    return _SCHEMA_TYPES.get(kind) if isinstance(kind, str) else None
+
+
+def _say(error: Any, defs: dict[str, Any]) -> str:
+    where = _path(error.absolute_path)
+    if error.validator == "type":
+        wanted = error.validator_value
+        kinds: list[str] = [str(k) for k in (wanted if isinstance(wanted, list) else [wanted])]
+        want = " or ".join(_SCHEMA_TYPES.get(k, k) for k in kinds)
+        return f"{where}: expected {want}, got {_what(error.instance)}"
+    if error.validator == "anyOf":
+        named = [_type_of(b, defs) for b in error.validator_value]
+        shapes = [k for k in named if k is not None]
+        if len(shapes) == len(named) and _what(error.instance) not in shapes:
+            return f"{where}: expected {' or '.join(shapes)}, got {_what(error.instance)}"
+        # The right kind of value, wrong inside: the branch that matched its kind says where.
+        inner = [e for e in error.context or [] if e.validator != "type" or e.path]
+        if inner:
+            return _say(max(inner, key=lambda e: len(e.absolute_path)), defs)
+        return f"{where}: {_what(error.instance)} is not of the expected shape"
+    if error.validator == "required":
+        missing = next((k for k in error.validator_value if k not in error.instance), "?")
+        return f"{where}: missing {missing!r}"
+    if error.validator in ("enum", "const"):
+        allowed = error.validator_value
+        allowed = allowed if isinstance(allowed, list) else [allowed]
+        shown = ", ".join(repr(a) for a in allowed[:8])
+        return f"{where}: expected one of {shown}, got {error.instance!r:.60}"
+    return f"{where}: {error.message[:160]}"
+
+
+# -- generation (a development step: pydantic reads the report dataclasses) ----------------------
+
+
+def generate() -> dict[str, Any]:
+    """The schema, from the report types (needs pydantic, a development dependency)."""
+    from pydantic import TypeAdapter
+
+    from loadscope.advice.rules import Recommendation, Verdict
+    from loadscope.engine.bench import Sample, Summary, Trial
+    from loadscope.engine.broadcast import BroadcastSummary, BroadcastTrial, RankInfo
+    from loadscope.engine.probing import ProbeReport
+
+    ref = "#/$defs/{model}"
+    types: dict[str, Any] = {
+        "Verdict": Verdict,
+        "Recommendation": Recommendation,
+        "Trial": Trial,
+        "Summary": Summary,
+        "Sample": Sample,
+        "BroadcastTrial": BroadcastTrial,
+        "BroadcastSummary": BroadcastSummary,
+        "RankInfo": RankInfo,
+    }
+    hints = typing.get_type_hints(ProbeReport)
+    probe_data: dict[str, Any] = {}
+    for name in ("system", "latency", "throughput", "hf_cache", "gpus"):
+        (inner,) = typing.get_args(hints[name])
+        probe_data[name] = inner
+    types.update({f"probe_{n}_data": t for n, t in probe_data.items()})
+    keys, shared = TypeAdapter.json_schemas(
+        [(name, "serialization", TypeAdapter(t)) for name, t in types.items()],
+        ref_template=ref,
+    )
+    defs: dict[str, Any] = dict(shared.get("$defs", {}))
+
+    def of(name: str) -> dict[str, Any]:
+        return dict(keys[(name, "serialization")])
+
+    for name in types:
+        schema = of(name)
+        if "$ref" not in schema:
+            defs[name] = schema
+    defs = {k: _loosen(v) for k, v in defs.items()}
+    for name, schema in defs.items():
+        # Required: what the readers index, not every field today's types declare (a
+        # report from an earlier version of schema 1 lacks the later fields).
+        if schema.get("type") == "object":
+            schema.pop("required", None)
+            if name in _READ:
+                schema["required"] = list(_READ[name])
+    # Reports written before per-stack trials held a recommendation's snippets as a
+    # {stack: code} map; the readers still show those (as "not measured here").
+    snippets = defs["Recommendation"]["properties"]["snippets"]
+    defs["Recommendation"]["properties"]["snippets"] = {
+        "anyOf": [snippets, {"type": "object", "additionalProperties": {"type": "string"}}]
+    }
+
+    def probe_result(name: str) -> dict[str, Any]:
+        # A ProbeResult's JSON: status, reason and elapsed_s beside its data's own fields,
+        # which are there only when the status is ok.
+        data = _loosen(_resolve(of(f"probe_{name}_data"), defs))
+        props = {**data.get("properties", {}), **_PROBE_STATUS}
+        return {"type": "object", "properties": props}
+
+    nullable_obj: dict[str, Any] = {"type": ["object", "null"]}
+    defs["probe_report"] = {
+        "type": "object",
+        "properties": {
+            "schema_version": {"const": 1},
+            "target": {"type": "object"},
+            "budget_s": {"type": "number"},
+            "elapsed_s": {"type": "number"},
+            **{n: probe_result(n) for n in probe_data},
+            "files": {"type": "array", "items": _FILE},
+            "local_disks": {
+                "type": "object",
+                "properties": {**_PROBE_STATUS, "disks": {"type": "array"}},
+            },
+            "notes": _STRINGS,
+            "stalled": {"type": "string"},
+            "fio": {"type": "object"},
+        },
+        # The renderers read every section with a default: a report may leave any out.
+        "required": [],
+    }
+    defs["bench_report"] = {
+        "type": "object",
+        "properties": {
+            "schema_version": {"const": 1},
+            "target": {"type": "object"},
+            "options": {"type": "object"},
+            "trials": {"type": "array", "items": {"$ref": ref.format(model="Trial")}},
+            "summary": {"type": "array", "items": {"$ref": ref.format(model="Summary")}},
+            "skipped": {"type": "object", "additionalProperties": {"type": "string"}},
+            "sample": {"anyOf": [{"$ref": ref.format(model="Sample")}, {"type": "null"}]},
+            "notes": _STRINGS,
+        },
+        "required": ["summary"],
+    }
+    defs["ranks_report"] = {
+        "type": "object",
+        "properties": {
+            "schema_version": {"const": 1},
+            "target": {"type": "object"},
+            "options": {"type": "object"},
+            "model_bytes": {"type": "integer"},
+            "tensors": {"type": "integer"},
+            "ranks": {"type": "array", "items": {"$ref": ref.format(model="RankInfo")}},
+            "trials": {"type": "array", "items": {"$ref": ref.format(model="BroadcastTrial")}},
+            "summary": {
+                "type": "array",
+                "items": {"$ref": ref.format(model="BroadcastSummary")},
+            },
+            "skipped": {"type": "object", "additionalProperties": {"type": "string"}},
+            "failures": _STRINGS,
+            "notes": _STRINGS,
+        },
+        "required": ["summary"],
+    }
+    defs["doctor_report"] = {
+        "type": "object",
+        "properties": {
+            "schema_version": {"const": 1},
+            "tool": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
+            },
+            "created": {"type": "string"},
+            "host": {"type": "object"},
+            "target": nullable_obj,
+            "verdict": {"$ref": ref.format(model="Verdict")},
+            "recommendations": {
+                "type": "array",
+                "items": {"$ref": ref.format(model="Recommendation")},
+            },
+            "notes": _STRINGS,
+            "probe": {"anyOf": [{"$ref": "#/$defs/probe_report"}, {"type": "null"}]},
+            "bench": {"anyOf": [{"$ref": "#/$defs/bench_report"}, {"type": "null"}]},
+            "ranks": {"anyOf": [{"$ref": "#/$defs/ranks_report"}, {"type": "null"}]},
+            "failures": _STRINGS,
+        },
+        "required": ["schema_version", "verdict", "recommendations"],
+    }
+    defs["node_report"] = {
+        "type": "object",
+        "properties": {
+            "rank": {"type": "integer", "minimum": 0},
+            "host": {"type": "string"},
+            "status": {"enum": ["ok", "failed"]},
+            "reason": {"type": ["string", "null"]},
+            "report": {"anyOf": [{"$ref": "#/$defs/doctor_report"}, {"type": "null"}]},
+        },
+        "required": ["rank", "host", "status"],
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://github.com/loadscope/loadscope/report.schema.json",
+        "title": "loadscope report",
+        "description": (
+            "The JSON reports of loadscope doctor, probe, bench and bench --ranks, and a"
+            " fleet node's result ($defs: doctor_report, probe_report, bench_report,"
+            " ranks_report, node_report). Generated from loadscope's report types."
+        ),
+        "$ref": "#/$defs/doctor_report",
+        "properties": {"schema_version": {"const": 1}},
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+#: Per report type, the fields the renderers (report, compare, the app, the HTML) index.
+_READ: dict[str, tuple[str, ...]] = {
+    "Verdict": ("status", "headline"),
+    "Recommendation": ("id", "title", "action", "optional", "risk"),
+    "Snippet": ("stack", "code"),
+    "Evidence": ("what",),
+    "Trial": ("id", "strategy", "cache", "status"),
+    "Summary": ("strategy", "cache", "median_seconds", "median_bytes_per_s", "x_vs_mmap"),
+    "BroadcastTrial": ("id", "mode", "cache", "status"),
+    "BroadcastSummary": ("mode", "cache", "median_seconds"),
+}
+_STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+_PROBE_STATUS: dict[str, Any] = {
+    "status": {"enum": ["ok", "unavailable", "failed", "skipped"]},
+    "reason": {"type": ["string", "null"]},
+    "elapsed_s": {"type": "number"},
+}
+_STATUS_ONLY: dict[str, Any] = {"type": "object", "properties": _PROBE_STATUS}
+_FILE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "size_bytes": {"type": "integer", "minimum": 0},
+        "mount": _STATUS_ONLY,
+        "device": _STATUS_ONLY,
+        "bdi": _STATUS_ONLY,
+        "fuse_connection": _STATUS_ONLY,
+        "block_stat_path": {"type": ["string", "null"]},
+        "blind_signals": {"type": "object", "additionalProperties": {"type": "string"}},
+        "residency": _STATUS_ONLY,
+    },
+}
+
+
+def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+def _loosen(schema: Any) -> Any:
+    """Titles dropped (noise in a published file), tuples read as the lists JSON has."""
+    if isinstance(schema, dict):
+        out = {k: _loosen(v) for k, v in schema.items() if k != "title"}
+        if "prefixItems" in out:
+            out.pop("maxItems", None)
+            out.pop("minItems", None)
+        return out
+    if isinstance(schema, list):
+        return [_loosen(v) for v in schema]
+    return schema
+
+
+def _main(argv: list[str]) -> int:
+    text = json.dumps(generate(), indent=2) + "\n"
+    if argv == ["--write"]:
+        SCHEMA_FILE.write_text(text, encoding="utf-8")
+        print(f"wrote {SCHEMA_FILE}")
+        return 0
+    if argv == ["--check"]:
+        same = SCHEMA_FILE.exists() and SCHEMA_FILE.read_text(encoding="utf-8") == text
+        print("up to date" if same else f"{SCHEMA_FILE} differs from the types: run --write")
+        return 0 if same else 1
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))
+
+
+__all__ = ["KINDS", "MAX_DEPTH", "SCHEMA_FILE", "SchemaError", "check", "depth", "generate"]
