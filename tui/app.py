@@ -34,11 +34,12 @@ from textual.worker import Worker, WorkerState
 from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
-from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, load_report, to_markdown
+from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, load_report
 from loadscope.diagnosis.engine_process import EngineProcess, copy_job, job_for, warm_job
 from loadscope.diagnosis.session import SessionRequest
 from loadscope.report.compare import compare, row_of
 from loadscope.report.html import to_html
+from loadscope.report.markdown import to_markdown
 from loadscope.tools.emulator import EmulatorSettings, fuse_unavailable_reason
 from loadscope.tui.messages import (
     ApplyFinished,

@@ -27,8 +27,9 @@ from loadscope.cli.progress import Progress, mode_for
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
-    from loadscope.diagnosis.doctor import redact, run_doctor, to_markdown, to_text
+    from loadscope.diagnosis.doctor import redact, run_doctor, to_text
     from loadscope.model.inspection import open_checked
+    from loadscope.report.markdown import to_markdown
 
     to_stdout = [f"--{o}" for o in ("json", "md", "html") if getattr(args, o) == "-"]
     if len(to_stdout) > 1:

@@ -11,8 +11,8 @@ from loadscope.diagnosis.doctor import load_report
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.diagnosis.doctor import to_markdown
     from loadscope.report.html import to_html
+    from loadscope.report.markdown import to_markdown
 
     doc = load_report(args.file)
     out.write((to_html(doc) if args.html else to_markdown(doc)) + "\n")

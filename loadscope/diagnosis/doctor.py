@@ -15,15 +15,15 @@ import platform
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from loadscope.advice.rules import Advice, Evidence, Recommendation, advice_dict, advise
-from loadscope.advice.snippets import short_label, snippet_heading, snippets_of
+from loadscope.advice.snippets import short_label, snippet_heading
 from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
-from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.base.units import format_bytes
 from loadscope.engine.bench import (
     GPU_STRATEGIES,
     BenchCancelled,
@@ -46,10 +46,10 @@ from loadscope.engine.broadcast import to_text as ranks_text
 from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.probing import ProbeReport, run_probes
 from loadscope.engine.probing import to_text as probe_text
-from loadscope.engine.sampling import whole_rate, whole_seconds_text
 from loadscope.model.targets import Target
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
+from loadscope.report.sections import other_failures
 
 SCHEMA_VERSION = 1
 DEFAULT_BUDGET_S = 120.0
@@ -569,47 +569,9 @@ def to_text(report: DoctorReport) -> str:
         lines += ["", bench_text(report.bench)]
     if report.ranks is not None:
         lines += ["", ranks_text(report.ranks)]
-    if steps := _other_failures(report.failures, report.bench.skipped if report.bench else {}):
+    if steps := other_failures(report.failures, report.bench.skipped if report.bench else {}):
         lines += ["", "failed or skipped steps:"] + [f"  {f}" for f in steps]
     return "\n".join(lines)
-
-
-def _g(value: float | None) -> str:
-    return f"{value:.3g}" if value is not None else "-"
-
-
-def _trial_spread(
-    trials: list[dict[str, Any]], summary: Mapping[str, Any]
-) -> tuple[int, float | None, float | None, float | None, str]:
-    """Seed 004's columns for one strategy and cache state, from its trials in the order
-    they ran: how many steady trials, the first run's time (the warm-up when there was
-    one), the steady min and max, and the median peak RSS."""
-    mine = [
-        t
-        for t in trials
-        if t.get("strategy") == summary["strategy"]
-        and t.get("cache") == summary["cache"]
-        and t.get("status") == "ok"
-        and not t.get("fit")
-        and t.get("seconds") is not None
-    ]
-    steady = [t for t in mine if not t.get("warmup") and t.get("cache_verified")]
-    first = mine[0]["seconds"] if mine else None
-    secs = [float(t["seconds"]) for t in steady]
-    rss = sorted(int(t["peak_rss_bytes"]) for t in steady if t.get("peak_rss_bytes"))
-    return (
-        len(steady),
-        first,
-        min(secs) if secs else None,
-        max(secs) if secs else None,
-        format_bytes(rss[len(rss) // 2]) if rss else "-",
-    )
-
-
-def _other_failures(failures: list[str], skipped: Mapping[str, str]) -> list[str]:
-    """The failures not already listed with the trials (a strategy the bench skipped)."""
-    listed = {f"{name}: skipped: {why}" for name, why in skipped.items()}
-    return [f for f in failures if f not in listed]
 
 
 def redact(doc: dict[str, Any]) -> dict[str, Any]:
@@ -680,236 +642,5 @@ def _snippet_lines(snippets: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _fix_in_your_stack(recs: list[dict[str, Any]]) -> list[str]:
-    """The top fix's snippets, one collapsible block per snippet, each with its number."""
-    top = next((r for r in recs if not r.get("optional")), None)
-    snippets = snippets_of(top) if top else []
-    if top is None or not snippets:
-        return []
-    out = [f"#### The fix in your stack: {top['title']}", ""]
-    for snip in snippets:
-        out += [
-            f"<details><summary>{snippet_heading(snip)}</summary>",
-            "",
-            "```" + ("bash" if snip["stack"] in ("shell", "vllm", "sglang") else "python"),
-            str(snip["code"]),
-            "```",
-            "",
-            "</details>",
-        ]
-    return [*out, ""]
-
-
 def _indent(text: str) -> str:
     return textwrap.fill(text, 80, initial_indent="   ", subsequent_indent="   ")
-
-
-def _system_info(doc: dict[str, Any]) -> list[str]:
-    """The block people paste into an issue (the shape of `transformers env`)."""
-    probe = doc.get("probe") or {}
-    sysinfo = probe.get("system") or {}
-    if sysinfo.get("status") != "ok":
-        return []
-    host = doc.get("host") or {}
-    lines = [
-        "<details><summary>System Info</summary>",
-        "",
-        "```text",
-        f"- loadscope version: {doc['tool']['version']}",
-        f"- Platform: Linux-{sysinfo.get('kernel') or host.get('kernel', '?')}-"
-        f"{sysinfo.get('machine', '?')}",
-        f"- Python version: {sysinfo.get('python', '?')}",
-    ]
-    for name, version in (sysinfo.get("packages") or {}).items():
-        if version:
-            lines.append(f"- {name} version: {version}")
-    cpus = f"{sysinfo.get('cpus_usable', '?')} usable of {sysinfo.get('cpus_online', '?')}"
-    lines.append(f"- CPU: {sysinfo.get('cpu_model', '?')} ({cpus})")
-    ram = sysinfo.get("ram_total_bytes")
-    avail = sysinfo.get("ram_available_bytes")
-    if ram:
-        lines.append(f"- RAM: {format_bytes(ram)} ({format_bytes(avail or 0)} available)")
-    cg = sysinfo.get("cgroup") or {}
-    limit = cg.get("limit_bytes")
-    lines.append(
-        f"- cgroup v{cg.get('version', '?')} memory limit: "
-        f"{format_bytes(limit) if limit else 'none'}"
-    )
-    virt = [x for x in (sysinfo.get("virtualization"), sysinfo.get("container")) if x]
-    if virt or sysinfo.get("wsl"):
-        lines.append(f"- Environment: {', '.join(virt + (['WSL'] if sysinfo.get('wsl') else []))}")
-    gpus = sysinfo.get("gpus") or []
-    lines.append(
-        f"- GPUs: {len(gpus) or 'none'}"
-        + (f" ({sysinfo['gpu_note']})" if not gpus and sysinfo.get("gpu_note") else "")
-    )
-    for g in gpus:
-        lines.append(f"  - {g}")
-    return [*lines, "```", "", "</details>", ""]
-
-
-def _storage_evidence(doc: dict[str, Any]) -> list[str]:
-    """What the storage is and how it behaved cold: the evidence under the verdict."""
-    probe = doc.get("probe") or {}
-    files = probe.get("files") or []
-    if not files:
-        return []
-    first = files[0]
-    mount = first.get("mount") or {}
-    bdi = first.get("bdi") or {}
-    lines = ["<details><summary>Storage</summary>", ""]
-    if mount.get("status") == "ok":
-        lines.append(
-            f"- mount: `{mount.get('fstype')}` at `{mount.get('mount_point')}`"
-            f" from `{mount.get('source')}`: **{mount.get('storage_class')}**"
-        )
-        if mount.get("reason"):
-            lines.append(f"  ({mount['reason']})")
-    device = first.get("device") or {}
-    for disk in device.get("disks") or []:
-        model = disk.get("model") or disk.get("name") or "?"
-        lines.append(f"- device: {model} ({disk.get('transport') or '?'})")
-    if bdi.get("read_ahead_kb") is not None:
-        lines.append(f"- readahead: {bdi['read_ahead_kb']} KiB")
-    lat = probe.get("latency") or {}
-    if lat.get("status") == "ok":
-        lines.append(
-            f"- cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
-            f" p50 {format_us(lat['p50_us'])}, p90 {format_us(lat['p90_us'])},"
-            f" p99 {format_us(lat['p99_us'])}"
-        )
-    thr = probe.get("throughput") or {}
-    if thr.get("status") == "ok":
-        seq = thr.get("sequential") or []
-        par = thr.get("parallel") or []
-        if seq:
-            best = max(seq, key=lambda p: p["bytes_per_s"])
-            lines.append(
-                f"- one reader: best {format_rate(best['bytes_per_s'])} at"
-                f" {format_bytes(best['block_bytes'])} requests"
-            )
-        if par:
-            best = max(par, key=lambda p: p["bytes_per_s"])
-            lines.append(
-                f"- parallel readers: best {format_rate(best['bytes_per_s'])} with"
-                f" {best['readers']} x {format_bytes(best['block_bytes'])}"
-            )
-    if len(files) > 1:
-        lines.append(f"- {len(files)} files; the first shown")
-    return [*lines, "", "</details>", ""]
-
-
-#: GitHub's limit on an issue body.
-GITHUB_BODY_LIMIT = 65_536
-
-
-def to_markdown(doc: dict[str, Any]) -> str:
-    """Markdown to paste into a GitHub issue, from the JSON document."""
-    v = doc["verdict"]
-    t = doc["target"]
-    out = [
-        f"### loadscope doctor: {v['headline']}",
-        "",
-        f"- target: `{t['spec']}` ({t['files']} file(s), {format_bytes(t['total_bytes'])})",
-        f"- loadscope {doc['tool']['version']}, {doc['created']}",
-        "",
-    ]
-    out += _system_info(doc) + _storage_evidence(doc)
-    recs = doc["recommendations"]
-    if recs:
-        out += ["| # | recommendation | expected speed-up | RAM needed |", "|---|---|---|---|"]
-        for i, r in enumerate(recs, 1):
-            gain = f"{r['expected_speedup']:.1f}x" if r.get("expected_speedup") else "-"
-            if r.get("expected_speedup") and not r.get("measured", True):
-                gain += " (est.)"
-            ram = format_bytes(r["ram_bytes_needed"]) if r.get("ram_bytes_needed") else "-"
-            out.append(
-                f"| {i} | {r['title']}{' (optional)' if r['optional'] else ''} | {gain} | {ram} |"
-            )
-        out.append("")
-        out += _fix_in_your_stack(recs)
-    bench = doc.get("bench")
-    if bench:
-        out += [
-            "<details><summary>trials (median seconds)</summary>",
-            "",
-            "| strategy | cache | median s | rate | x mmap | trials | first run s | min-max s"
-            " | peak RSS |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        sampled = False
-        for s in bench["summary"]:
-            if s["median_seconds"] is None:
-                continue
-            per_s = whole_rate(s, int((bench.get("target") or {}).get("total_bytes") or 0))
-            rate = format_rate(per_s) if per_s else "-"
-            x = f"{s['x_vs_mmap']:.2f}x" if s["x_vs_mmap"] else "-"
-            n, first, low, high, rss = _trial_spread(bench.get("trials") or [], s)
-            sampled = sampled or s.get("extrapolated_median_seconds") is not None
-            out.append(
-                f"| `{s['strategy']}` | {s['cache']} | {whole_seconds_text(s)} | {rate} | {x}"
-                f" | {n} | {_g(first)} | {_g(low)}-{_g(high)} | {rss} |"
-            )
-        if sampled:
-            out += [
-                "",
-                "~: extrapolated to the whole model from a sample; first run and min-max are"
-                " then the sample's own times.",
-            ]
-        out += ["", "</details>", ""]
-        skipped = bench.get("skipped") or {}
-        if skipped:
-            out += ["<details><summary>strategies not run, and why</summary>", ""]
-            out += [f"- `{name}`: {why}" for name, why in skipped.items()] + ["", "</details>", ""]
-    ranks = doc.get("ranks")
-    if ranks:
-        n = ranks.get("options", {}).get("ranks")
-        out += [
-            f"<details><summary>{n} ranks (slowest rank, median seconds)</summary>",
-            "",
-            "| mode | cache | median s | rate | x independent | read amp |",
-            "|---|---|---|---|---|---|",
-        ]
-        for s in ranks["summary"]:
-            if s["median_seconds"] is None:
-                continue
-            rate = format_rate(s["median_bytes_per_s"]) if s["median_bytes_per_s"] else "-"
-            x = s.get("speedup_vs_independent")
-            amp = s.get("read_amplification")
-            out.append(
-                f"| `{s['mode']}` | {s['cache']} | {s['median_seconds']:.3g} | {rate}"
-                f" | {f'{x:.2f}x' if x else '-'} | {f'{amp:.2f}x' if amp else '-'} |"
-            )
-        out += ["", "</details>", ""]
-    fio_jobs = ((doc.get("probe") or {}).get("fio") or {}).get("jobs") or []
-    if fio_jobs:
-        out += ["<details><summary>reproduce the storage numbers with fio</summary>", ""]
-        for job in fio_jobs:
-            mine, theirs = job.get("probe"), job.get("fio")
-            if job.get("metric") == "p50_us":
-                said = f"probe p50 {format_us(mine)}" if mine else "probe: not measured"
-                said += f", fio p50 {format_us(theirs)}" if theirs else ""
-            else:
-                said = f"probe {format_rate(mine)}" if mine else "probe: not measured"
-                said += f", fio {format_rate(theirs)}" if theirs else ""
-            out += [f"- {job.get('measures')} ({said}):", "", "  ```sh", f"  {job.get('command')}"]
-            out += ["  ```", ""]
-        out += ["</details>", ""]
-    if doc.get("notes"):
-        out += [f"> {n}" for n in doc["notes"]] + [""]
-    skipped_strategies = (doc.get("bench") or {}).get("skipped") or {}
-    if steps := _other_failures(doc.get("failures") or [], skipped_strategies):
-        out += ["<details><summary>failed or skipped steps</summary>", ""]
-        out += [f"- {f}" for f in steps] + ["", "</details>", ""]
-    text = "\n".join(out)
-    if len(text) > GITHUB_BODY_LIMIT - 200:
-        # A GitHub issue body holds 65,536 characters: keep the verdict, the fixes and the
-        # evidence, cut the longest lists from the end, and say so.
-        cut = text[: GITHUB_BODY_LIMIT - 400].rsplit("\n", 1)[0]
-        if sum(line.startswith("```") for line in cut.splitlines()) % 2:
-            cut += "\n```"  # close a code block the cut went through
-        cut += "\n</details>" * (cut.count("<details>") - cut.count("</details>"))
-        text = cut + (
-            "\n\n> trimmed to fit GitHub's 65,536-character limit: the full report is in `--json`\n"
-        )
-    return text

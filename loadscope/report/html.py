@@ -1,5 +1,8 @@
 """A doctor report as one self-contained HTML file: inline CSS and SVG charts, no network fetches.
 
+The same sections as the Markdown (:mod:`loadscope.report.sections`), each collapsible,
+with the charts drawn above the trials and the storage evidence.
+
 Charts carry their numbers: axes with units, values printed beside bars, so a
 flat 5 MB/s never looks like a flat 5 GB/s.
 """
@@ -8,11 +11,23 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Any
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.base.units import format_bytes, format_rate
-from loadscope.engine.sampling import whole_rate, whole_seconds_text
+from loadscope.engine.sampling import whole_rate
+from loadscope.report.sections import (
+    Block,
+    Bullets,
+    Code,
+    Para,
+    Quote,
+    Section,
+    Table,
+    sections,
+    top_fix,
+)
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;color:#1b1f24;padding:0 1em}
@@ -153,6 +168,8 @@ def line_chart(
 
 
 def to_html(doc: dict[str, Any]) -> str:
+    """The report's sections (the Markdown's, :mod:`loadscope.report.sections`) as one
+    page, with charts beside the trials and the storage evidence."""
     v, t = doc["verdict"], doc["target"]
     out = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
@@ -163,6 +180,7 @@ def to_html(doc: dict[str, Any]) -> str:
         f" loadscope {_e(doc['tool']['version'])}, {_e(doc['created'])}</p>",
     ]
     recs = doc.get("recommendations") or []
+    top = top_fix(recs)
     if recs:
         out.append("<h2>Recommendations</h2><ol>")
         for r in recs:
@@ -172,61 +190,102 @@ def to_html(doc: dict[str, Any]) -> str:
             out.append(f"<li><b>{_e(r['title'])}</b>{_e(opt)}{_e(gain)}<br>{_e(r['action'])}")
             if r.get("risk"):
                 out.append(f"<br><i>cost/risk:</i> {_e(r['risk'])}")
-            for snip in snippets_of(r):
-                out.append(f"<div>{_e(snippet_heading(snip))}:</div><pre>{_e(snip['code'])}</pre>")
+            if r is not top:  # the top fix's snippets have their section below
+                for snip in snippets_of(r):
+                    heading = _e(snippet_heading(snip))
+                    out.append(f"<div>{heading}:</div><pre>{_e(snip['code'])}</pre>")
             out.append("</li>")
         out.append("</ol>")
-    for note in doc.get("notes") or []:
-        out.append(f"<p><i>{_e(note)}</i></p>")
+    charts = {"trials": _trial_charts(doc), "storage": _storage_charts(doc)}
+    drawn: set[str] = set()
+    for section in sections(doc):
+        if section.id == "recommendations":
+            continue  # the list above says more (each fix's action and cost)
+        if section.id in charts:
+            out.append(f"<h2>{_e(section.id.capitalize())}</h2>")
+            out += charts[section.id]
+            drawn.add(section.id)
+            out += _section(section, opened=True)
+        else:
+            out += _section(section)
+    for name, drawing in charts.items():
+        if name not in drawn and drawing:
+            out += [f"<h2>{_e(name.capitalize())}</h2>", *drawing]
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def _section(section: Section, opened: bool = False) -> list[str]:
+    body = [part for block in section.blocks for part in _block(block)]
+    body += [part for child in section.children for part in _section(child)]
+    if section.collapsed:
+        head = "<details open>" if opened else "<details>"
+        return [f"{head}<summary>{_inline(section.title)}</summary>", *body, "</details>"]
+    return ([f"<h2>{_inline(section.title)}</h2>"] if section.title else []) + body
+
+
+def _block(block: Block) -> list[str]:
+    if isinstance(block, Para):
+        return [f"<p>{_inline(block.text)}</p>"]
+    if isinstance(block, Quote):
+        return [f"<p><i>{_inline(block.text)}</i></p>"]
+    if isinstance(block, Bullets):
+        items = "".join(f"<li>{_inline(item)}</li>" for item in block.items)
+        return [f"<ul>{items}</ul>"]
+    if isinstance(block, Code):
+        return [f"<pre>{_e(block.text)}</pre>"]
+    if isinstance(block, Table):
+        head = "".join(f"<th>{_inline(h)}</th>" for h in block.header)
+        rows = [
+            "<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block.rows
+        ]
+        return [f"<table><tr>{head}</tr>", *rows, "</table>"]
+    raise TypeError(block)
+
+
+def _inline(text: str) -> str:
+    """The sections' inline markup (`code`, **bold**, a line break) as HTML, escaped."""
+    out = _e(text)
+    out = re.sub(r"`([^`]*)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+    return out.replace("\n", "<br>")
+
+
+def _trial_charts(doc: dict[str, Any]) -> list[str]:
     bench = doc.get("bench") or {}
     summary = [s for s in bench.get("summary", []) if s.get("median_bytes_per_s")]
     total = int((bench.get("target") or {}).get("total_bytes") or 0)
-    if summary:
-        out.append("<h2>Trials</h2>")
-        parallel = ((doc.get("probe") or {}).get("throughput") or {}).get("parallel") or []
-        ceiling = max((p.get("bytes_per_s") or 0.0 for p in parallel), default=0.0)
-        out.append(
-            bar_chart(
-                "median throughput per strategy (cold)",
-                [
-                    (s["strategy"], whole_rate(s, total) or 0.0)
-                    for s in summary
-                    if s["cache"] == "cold"
-                ],
-                format_rate,
-                marker=("probe ceiling", ceiling) if ceiling else None,
-            )
-        )
-        series: dict[str, list[tuple[float, float]]] = {}
-        for trial in bench.get("trials", []):
-            if (
-                trial.get("cache") == "cold"
-                and trial.get("status") == "ok"
-                and not trial.get("warmup")
-                and trial["strategy"] not in series
-            ):
-                series[trial["strategy"]] = [
-                    (float(p[0]), float(p[1])) for p in trial.get("series", [])
-                ]
-        out.append(
-            line_chart("bytes loaded over time, cold (one timed trial each, no warm-up)", series)
-        )
-        out.append(
-            "<table><tr><th>strategy</th><th>cache</th><th>median s</th><th>rate</th><th>x mmap</th></tr>"
-        )
-        for s in summary:
-            x = f"{s['x_vs_mmap']:.2f}x" if s.get("x_vs_mmap") else "-"
-            out.append(
-                f"<tr><td>{_e(s['strategy'])}</td><td>{_e(s['cache'])}</td>"
-                f"<td>{_e(whole_seconds_text(s))}</td>"
-                f"<td>{_e(format_rate(whole_rate(s, total) or 0.0))}</td>"
-                f"<td>{_e(x)}</td></tr>"
-            )
-        out.append("</table>")
+    if not summary:
+        return []
+    parallel = ((doc.get("probe") or {}).get("throughput") or {}).get("parallel") or []
+    ceiling = max((p.get("bytes_per_s") or 0.0 for p in parallel), default=0.0)
+    series: dict[str, list[tuple[float, float]]] = {}
+    for trial in bench.get("trials", []):
+        if (
+            trial.get("cache") == "cold"
+            and trial.get("status") == "ok"
+            and not trial.get("warmup")
+            and trial["strategy"] not in series
+        ):
+            series[trial["strategy"]] = [
+                (float(p[0]), float(p[1])) for p in trial.get("series", [])
+            ]
+    return [
+        bar_chart(
+            "median throughput per strategy (cold)",
+            [(s["strategy"], whole_rate(s, total) or 0.0) for s in summary if s["cache"] == "cold"],
+            format_rate,
+            marker=("probe ceiling", ceiling) if ceiling else None,
+        ),
+        line_chart("bytes loaded over time, cold (one timed trial each, no warm-up)", series),
+    ]
+
+
+def _storage_charts(doc: dict[str, Any]) -> list[str]:
     probe = doc.get("probe") or {}
+    out: list[str] = []
     lat = probe.get("latency") or {}
     if lat.get("status") == "ok":
-        out.append("<h2>Storage</h2>")
         out.append(
             bar_chart(
                 f"cold 4 KiB read latency ({lat.get('method')}, {lat.get('samples')} samples)",
@@ -253,10 +312,4 @@ def to_html(doc: dict[str, Any]) -> str:
                 format_rate,
             )
         )
-    failures = doc.get("failures") or []
-    if failures:
-        out.append("<h2>Failed or skipped steps</h2><ul>")
-        out += [f"<li>{_e(f)}</li>" for f in failures]
-        out.append("</ul>")
-    out.append("</body></html>")
-    return "\n".join(out)
+    return out

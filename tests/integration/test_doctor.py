@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.diagnosis.doctor import run_doctor, to_markdown
+from loadscope.diagnosis.doctor import run_doctor
 from loadscope.model.targets import resolve
+from loadscope.report.markdown import to_markdown
 from loadscope.report.schema import check as check_schema
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
@@ -181,6 +183,18 @@ def test_markdown_and_html_of_a_real_run_match_golden() -> None:
     assert to_markdown(doc) + "\n" == (GOLDEN / "doctor_emulated.md").read_text()
     page = to_html(doc)
     assert page + "\n" == (GOLDEN / "doctor_emulated.html").read_text()
+    # Issue 20: the HTML (and so the app's export) carries the Markdown's sections.
+    from loadscope.report.sections import sections
+
+    titled = [s.title for s in sections(doc) if s.title]
+    assert {"System Info", "Storage", "trials (median seconds)"} <= set(titled), titled
+    for title in titled:
+        assert f"<summary>{title}</summary>" in to_markdown(doc) or f"#### {title}" in to_markdown(
+            doc
+        ), title
+        assert f"<summary>{html.escape(title, quote=True)}</summary>" in page or (
+            f"<h2>{html.escape(title, quote=True)}</h2>" in page
+        ), title
     assert page.count("<svg") >= 4
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in page  # self-contained: nothing to fetch

@@ -1,0 +1,373 @@
+"""A doctor report's sections, once, for every rendering of it (Markdown, HTML, the app's
+export): what each says, not how it looks.
+
+:func:`sections` reads the report's JSON and returns :class:`Section` s of a few plain
+blocks (paragraphs, bullets, code, tables, quotes); text may hold ``code`` spans in
+backticks and ``**bold**``, which each renderer turns into its own markup. A section's
+``id`` lets a renderer add what only it can draw (the HTML's charts go with ``trials``
+and ``storage``).
+
+May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadscope.advice.snippets import snippet_heading, snippets_of
+from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.engine.sampling import whole_rate, whole_seconds_text
+
+
+@dataclass(frozen=True, slots=True)
+class Para:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    text: str
+    lang: str = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    text: str
+
+
+Block = Para | Bullets | Code | Table | Quote
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """``collapsed``: details a reader opens (the Markdown's ``<details>``); else shown,
+    under ``title`` when there is one. ``children`` follow the blocks."""
+
+    id: str
+    title: str
+    blocks: tuple[Block, ...] = ()
+    collapsed: bool = True
+    children: tuple[Section, ...] = field(default_factory=tuple)
+
+
+def sections(doc: dict[str, Any]) -> list[Section]:
+    """Every section of a doctor report, in reading order; a section with nothing to
+    say is left out."""
+    found = [
+        _system_info(doc),
+        _storage(doc),
+        _recommendations(doc),
+        _fix_in_your_stack(doc),
+        _trials(doc),
+        _not_run(doc),
+        _ranks(doc),
+        _fio(doc),
+        _notes(doc),
+        _failures(doc),
+    ]
+    return [s for s in found if s is not None]
+
+
+def _system_info(doc: dict[str, Any]) -> Section | None:
+    """The block people paste into an issue (the shape of `transformers env`)."""
+    probe = doc.get("probe") or {}
+    sysinfo = probe.get("system") or {}
+    if sysinfo.get("status") != "ok":
+        return None
+    host = doc.get("host") or {}
+    lines = [
+        f"- loadscope version: {doc['tool']['version']}",
+        f"- Platform: Linux-{sysinfo.get('kernel') or host.get('kernel', '?')}-"
+        f"{sysinfo.get('machine', '?')}",
+        f"- Python version: {sysinfo.get('python', '?')}",
+    ]
+    for name, version in (sysinfo.get("packages") or {}).items():
+        if version:
+            lines.append(f"- {name} version: {version}")
+    cpus = f"{sysinfo.get('cpus_usable', '?')} usable of {sysinfo.get('cpus_online', '?')}"
+    lines.append(f"- CPU: {sysinfo.get('cpu_model', '?')} ({cpus})")
+    ram = sysinfo.get("ram_total_bytes")
+    avail = sysinfo.get("ram_available_bytes")
+    if ram:
+        lines.append(f"- RAM: {format_bytes(ram)} ({format_bytes(avail or 0)} available)")
+    cg = sysinfo.get("cgroup") or {}
+    limit = cg.get("limit_bytes")
+    lines.append(
+        f"- cgroup v{cg.get('version', '?')} memory limit: "
+        f"{format_bytes(limit) if limit else 'none'}"
+    )
+    virt = [x for x in (sysinfo.get("virtualization"), sysinfo.get("container")) if x]
+    if virt or sysinfo.get("wsl"):
+        lines.append(f"- Environment: {', '.join(virt + (['WSL'] if sysinfo.get('wsl') else []))}")
+    gpus = sysinfo.get("gpus") or []
+    lines.append(
+        f"- GPUs: {len(gpus) or 'none'}"
+        + (f" ({sysinfo['gpu_note']})" if not gpus and sysinfo.get("gpu_note") else "")
+    )
+    lines += [f"  - {g}" for g in gpus]
+    return Section("system", "System Info", (Code("\n".join(lines)),))
+
+
+def _storage(doc: dict[str, Any]) -> Section | None:
+    """What the storage is and how it behaved cold: the evidence under the verdict."""
+    probe = doc.get("probe") or {}
+    files = probe.get("files") or []
+    if not files:
+        return None
+    first = files[0]
+    mount = first.get("mount") or {}
+    bdi = first.get("bdi") or {}
+    items: list[str] = []
+    if mount.get("status") == "ok":
+        item = (
+            f"mount: `{mount.get('fstype')}` at `{mount.get('mount_point')}`"
+            f" from `{mount.get('source')}`: **{mount.get('storage_class')}**"
+        )
+        if mount.get("reason"):
+            item += f"\n({mount['reason']})"
+        items.append(item)
+    device = first.get("device") or {}
+    for disk in device.get("disks") or []:
+        model = disk.get("model") or disk.get("name") or "?"
+        items.append(f"device: {model} ({disk.get('transport') or '?'})")
+    if bdi.get("read_ahead_kb") is not None:
+        items.append(f"readahead: {bdi['read_ahead_kb']} KiB")
+    lat = probe.get("latency") or {}
+    if lat.get("status") == "ok":
+        items.append(
+            f"cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
+            f" p50 {format_us(lat['p50_us'])}, p90 {format_us(lat['p90_us'])},"
+            f" p99 {format_us(lat['p99_us'])}"
+        )
+    thr = probe.get("throughput") or {}
+    if thr.get("status") == "ok":
+        seq = thr.get("sequential") or []
+        par = thr.get("parallel") or []
+        if seq:
+            best = max(seq, key=lambda p: p["bytes_per_s"])
+            items.append(
+                f"one reader: best {format_rate(best['bytes_per_s'])} at"
+                f" {format_bytes(best['block_bytes'])} requests"
+            )
+        if par:
+            best = max(par, key=lambda p: p["bytes_per_s"])
+            items.append(
+                f"parallel readers: best {format_rate(best['bytes_per_s'])} with"
+                f" {best['readers']} x {format_bytes(best['block_bytes'])}"
+            )
+    if len(files) > 1:
+        items.append(f"{len(files)} files; the first shown")
+    return Section("storage", "Storage", (Bullets(tuple(items)),))
+
+
+def _recommendations(doc: dict[str, Any]) -> Section | None:
+    recs = doc.get("recommendations") or []
+    if not recs:
+        return None
+    rows = []
+    for i, r in enumerate(recs, 1):
+        gain = f"{r['expected_speedup']:.1f}x" if r.get("expected_speedup") else "-"
+        if r.get("expected_speedup") and not r.get("measured", True):
+            gain += " (est.)"
+        ram = format_bytes(r["ram_bytes_needed"]) if r.get("ram_bytes_needed") else "-"
+        rows.append((str(i), f"{r['title']}{' (optional)' if r['optional'] else ''}", gain, ram))
+    header = ("#", "recommendation", "expected speed-up", "RAM needed")
+    return Section("recommendations", "", (Table(header, tuple(rows)),), collapsed=False)
+
+
+def _fix_in_your_stack(doc: dict[str, Any]) -> Section | None:
+    """The top fix's snippets, one collapsible block per snippet, each with its number."""
+    top = top_fix(doc.get("recommendations") or [])
+    snippets = snippets_of(top) if top else []
+    if top is None or not snippets:
+        return None
+    children = tuple(
+        Section(
+            "snippet",
+            snippet_heading(snip),
+            (Code(str(snip["code"]), _lang(str(snip["stack"]))),),
+        )
+        for snip in snippets
+    )
+    return Section("fix", f"The fix in your stack: {top['title']}", (), False, children)
+
+
+def top_fix(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first recommendation that is not optional: the fix the report leads with."""
+    return next((r for r in recs if not r.get("optional")), None)
+
+
+def _lang(stack: str) -> str:
+    return "bash" if stack in ("shell", "vllm", "sglang") else "python"
+
+
+def _trials(doc: dict[str, Any]) -> Section | None:
+    bench = doc.get("bench")
+    if not bench:
+        return None
+    total = int((bench.get("target") or {}).get("total_bytes") or 0)
+    rows = []
+    sampled = False
+    for s in bench["summary"]:
+        if s["median_seconds"] is None:
+            continue
+        per_s = whole_rate(s, total)
+        rate = format_rate(per_s) if per_s else "-"
+        x = f"{s['x_vs_mmap']:.2f}x" if s["x_vs_mmap"] else "-"
+        n, first, low, high, rss = _trial_spread(bench.get("trials") or [], s)
+        sampled = sampled or s.get("extrapolated_median_seconds") is not None
+        rows.append(
+            (
+                f"`{s['strategy']}`",
+                str(s["cache"]),
+                whole_seconds_text(s),
+                rate,
+                x,
+                str(n),
+                _g(first),
+                f"{_g(low)}-{_g(high)}",
+                rss,
+            )
+        )
+    header = (
+        "strategy",
+        "cache",
+        "median s",
+        "rate",
+        "x mmap",
+        "trials",
+        "first run s",
+        "min-max s",
+        "peak RSS",
+    )
+    blocks: list[Block] = [Table(header, tuple(rows))]
+    if sampled:
+        blocks.append(
+            Para(
+                "~: extrapolated to the whole model from a sample; first run and min-max are"
+                " then the sample's own times."
+            )
+        )
+    return Section("trials", "trials (median seconds)", tuple(blocks))
+
+
+def _g(value: float | None) -> str:
+    return f"{value:.3g}" if value is not None else "-"
+
+
+def _trial_spread(
+    trials: list[dict[str, Any]], summary: Mapping[str, Any]
+) -> tuple[int, float | None, float | None, float | None, str]:
+    """Seed 004's columns for one strategy and cache state, from its trials in the order
+    they ran: how many steady trials, the first run's time (the warm-up when there was
+    one), the steady min and max, and the median peak RSS."""
+    mine = [
+        t
+        for t in trials
+        if t.get("strategy") == summary["strategy"]
+        and t.get("cache") == summary["cache"]
+        and t.get("status") == "ok"
+        and not t.get("fit")
+        and t.get("seconds") is not None
+    ]
+    steady = [t for t in mine if not t.get("warmup") and t.get("cache_verified")]
+    first = mine[0]["seconds"] if mine else None
+    secs = [float(t["seconds"]) for t in steady]
+    rss = sorted(int(t["peak_rss_bytes"]) for t in steady if t.get("peak_rss_bytes"))
+    return (
+        len(steady),
+        first,
+        min(secs) if secs else None,
+        max(secs) if secs else None,
+        format_bytes(rss[len(rss) // 2]) if rss else "-",
+    )
+
+
+def _not_run(doc: dict[str, Any]) -> Section | None:
+    skipped = (doc.get("bench") or {}).get("skipped") or {}
+    if not skipped:
+        return None
+    items = tuple(f"`{name}`: {why}" for name, why in skipped.items())
+    return Section("not-run", "strategies not run, and why", (Bullets(items),))
+
+
+def _ranks(doc: dict[str, Any]) -> Section | None:
+    ranks = doc.get("ranks")
+    if not ranks:
+        return None
+    n = ranks.get("options", {}).get("ranks")
+    rows = []
+    for s in ranks["summary"]:
+        if s["median_seconds"] is None:
+            continue
+        rate = format_rate(s["median_bytes_per_s"]) if s.get("median_bytes_per_s") else "-"
+        x = s.get("speedup_vs_independent")
+        amp = s.get("read_amplification")
+        rows.append(
+            (
+                f"`{s['mode']}`",
+                str(s["cache"]),
+                f"{s['median_seconds']:.3g}",
+                rate,
+                f"{x:.2f}x" if x else "-",
+                f"{amp:.2f}x" if amp else "-",
+            )
+        )
+    header = ("mode", "cache", "median s", "rate", "x independent", "read amp")
+    return Section(
+        "ranks", f"{n} ranks (slowest rank, median seconds)", (Table(header, tuple(rows)),)
+    )
+
+
+def _fio(doc: dict[str, Any]) -> Section | None:
+    jobs = ((doc.get("probe") or {}).get("fio") or {}).get("jobs") or []
+    if not jobs:
+        return None
+    blocks: list[Block] = []
+    for job in jobs:
+        mine, theirs = job.get("probe"), job.get("fio")
+        if job.get("metric") == "p50_us":
+            said = f"probe p50 {format_us(mine)}" if mine else "probe: not measured"
+            said += f", fio p50 {format_us(theirs)}" if theirs else ""
+        else:
+            said = f"probe {format_rate(mine)}" if mine else "probe: not measured"
+            said += f", fio {format_rate(theirs)}" if theirs else ""
+        blocks += [
+            Bullets((f"{job.get('measures')} ({said}):",)),
+            Code(str(job.get("command")), "sh"),
+        ]
+    return Section("fio", "reproduce the storage numbers with fio", tuple(blocks))
+
+
+def _notes(doc: dict[str, Any]) -> Section | None:
+    notes = doc.get("notes") or []
+    if not notes:
+        return None
+    return Section("notes", "", tuple(Quote(str(n)) for n in notes), collapsed=False)
+
+
+def _failures(doc: dict[str, Any]) -> Section | None:
+    skipped = (doc.get("bench") or {}).get("skipped") or {}
+    steps = other_failures(doc.get("failures") or [], skipped)
+    if not steps:
+        return None
+    return Section("failures", "failed or skipped steps", (Bullets(tuple(steps)),))
+
+
+def other_failures(failures: list[str], skipped: Mapping[str, str]) -> list[str]:
+    """The failures not already listed with the trials (a strategy the bench skipped)."""
+    listed = {f"{name}: skipped: {why}" for name, why in skipped.items()}
+    return [f for f in failures if f not in listed]
