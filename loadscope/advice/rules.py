@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loadscope.actions.convert import ConversionTrial
 from loadscope.advice.snippets import Snippet, command, commands, load_snippets
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import GPU_STRATEGIES, BenchReport, Summary
@@ -119,6 +120,8 @@ class Facts:
     failures: list[str] = field(default_factory=list)
     #: Median cold 4 KiB read latency the probe measured (None: not measured).
     latency_p50_us: float | None = None
+    #: A pickle-only model: a sample converted to safetensors and both formats timed.
+    conversion: ConversionTrial | None = None
 
     def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
         """Whole-model time of ``base_name`` over ``strategy``'s (measured, or extrapolated
@@ -172,6 +175,7 @@ def facts_from(
     bench: BenchReport | None,
     ranks: BroadcastReport | None = None,
     failures: Sequence[str] = (),
+    conversion: ConversionTrial | None = None,
 ) -> Facts:
     primary = probe.primary
     mount = primary.storage.mount.data
@@ -232,6 +236,7 @@ def facts_from(
         rank_modes={(m.mode, m.cache): m for m in ranks.summary} if ranks else {},
         rank_backend=str(ranks.options.get("backend")) if ranks else None,
         degraded_links=_degraded(probe),
+        conversion=conversion,
     )
 
 
@@ -595,15 +600,43 @@ def rule_memory_fit(f: Facts) -> list[Recommendation]:
 def rule_pickle(f: Facts) -> list[Recommendation]:
     if "torch" not in f.formats:
         return []
+    conv = f.conversion
+    gain = conv.speedup if conv is not None else None
+    action = (
+        "safetensors loads without unpickling (no code execution) and can be"
+        " memory-mapped; convert once and load the .safetensors files"
+    )
+    evidence = [Evidence("format", "torch pickle")]
+    if conv is not None and gain is not None:
+        name = conv.source.rsplit("/", 1)[-1]
+        action += (
+            f"; measured here on {name} ({format_bytes(conv.sample_bytes)}) converted"
+            f" {conv.where}: load_file {conv.safetensors_cold_s:.3g} s vs torch.load"
+            f" {conv.pickle_cold_s:.3g} s cold ({gain:.1f}x{', slower here' if gain < 1 else ''})"
+            + (
+                f", warm {conv.safetensors_warm_s:.3g} s vs {conv.pickle_warm_s:.3g} s"
+                if conv.safetensors_warm_s and conv.pickle_warm_s
+                else ""
+            )
+            + ("; the same tensors, digests checked" if conv.verified else "")
+            + ("; the converted sample was removed" if conv.removed else "")
+        )
+        evidence += [
+            Evidence("torch.load cold, converted sample", conv.pickle_cold_s, "s"),
+            Evidence("load_file cold, converted sample", conv.safetensors_cold_s, "s"),
+        ]
+    elif conv is not None and conv.reason:
+        evidence.append(Evidence("conversion not measured", conv.reason))
     return [
         Recommendation(
             id="convert-to-safetensors",
             title="Convert torch pickles to safetensors",
-            action="safetensors loads without unpickling (no code execution) and can be"
-            " memory-mapped; convert once and load the .safetensors files",
-            evidence=[Evidence("format", "torch pickle")],
+            action=action,
+            evidence=evidence,
             risk="writes a copy; needs the disk space of the model",
             confidence="high",
+            expected_speedup=gain,
+            measured=gain is not None,
             snippets=[
                 command(
                     "safetensors",
@@ -612,7 +645,8 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
                     "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')",
                 )
             ],
-            optional=True,
+            # A measured gain worth having is a fix, not an option.
+            optional=gain is None or gain < WORTH_IT,
         )
     ]
 
@@ -767,10 +801,12 @@ def advise(
     bench: BenchReport | None,
     ranks: BroadcastReport | None = None,
     failures: Sequence[str] = (),
+    *,
+    conversion: ConversionTrial | None = None,
 ) -> Advice:
     """The verdict and ranked fixes; ``failures`` (the doctor's failed steps) say why,
-    when nothing could be measured."""
-    return advise_facts(facts_from(probe, bench, ranks, failures))
+    when nothing could be measured; ``conversion`` measures "convert to safetensors"."""
+    return advise_facts(facts_from(probe, bench, ranks, failures, conversion))
 
 
 #: The default load each kind of run is judged against: without its cold trial there is

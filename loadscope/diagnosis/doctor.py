@@ -12,13 +12,21 @@ import datetime as _dt
 import json
 import os
 import platform
+import shutil
 import textwrap
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from loadscope.actions.convert import (
+    ConversionFailed,
+    ConversionTrial,
+    conversion_folder,
+    convert,
+)
 from loadscope.advice.rules import Advice, Evidence, Recommendation, advice_dict, advise
 from loadscope.advice.snippets import short_label, snippet_heading
 from loadscope.base._version import __version__
@@ -47,6 +55,7 @@ from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.probing import ProbeReport, run_probes
 from loadscope.engine.probing import to_text as probe_text
 from loadscope.model.targets import Target
+from loadscope.probes.system import memory_headroom
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
 from loadscope.report.sections import other_failures
@@ -106,6 +115,8 @@ class DoctorReport:
     failures: list[str]
     #: Multi-rank trials (--ranks, or one rank per GPU when there are several).
     ranks: BroadcastReport | None = None
+    #: A pickle-only model: a sample converted to safetensors and both timed.
+    conversion: ConversionTrial | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +131,7 @@ class DoctorReport:
             "probe": self.probe.to_dict(),
             "bench": self.bench.to_dict() if self.bench else None,
             **({"ranks": self.ranks.to_dict()} if self.ranks else {}),
+            **({"conversion": asdict(self.conversion)} if self.conversion else {}),
             "failures": self.failures,
         }
 
@@ -363,6 +375,10 @@ def run_doctor(
         ranks = gpu_count(probe)
     multi = ranks is not None and ranks >= 2 and formats == {"safetensors"}
     remaining = max(10.0, budget_s - probe.elapsed_s - 2.0) * (0.6 if multi else 1.0)
+    if formats == {"torch"}:
+        # Half for converting a sample to safetensors and timing both: what makes
+        # "convert to safetensors" a measured number.
+        remaining *= 0.5
     repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
     if formats != {"safetensors"}:
         sample, sample_sizes = None, {}  # torch checkpoints load whole
@@ -419,12 +435,21 @@ def run_doctor(
         ]
     except BenchError as exc:
         failures.append(f"bench: {exc}")
+    conversion = None
+    if formats == {"torch"} and not probe.stalled:
+        step("conversion")
+        total_left = max(10.0, budget_s - (time.monotonic() - started) - 1.0)
+        conversion = measure_conversion(
+            target, bench, time.monotonic() + total_left, listener, cancel
+        )
+        if conversion is not None and conversion.reason:
+            failures.append(f"conversion to safetensors: not measured: {conversion.reason}")
     rank_report = None
     if multi and ranks is not None and not probe.stalled:
         step("ranks")
         rank_report = _rank_trials(target, ranks, device, budget_s, started, cancel, failures)
     step("advice")
-    advice = advise(probe, bench, rank_report, failures)
+    advice = advise(probe, bench, rank_report, failures, conversion=conversion)
     rec = next((r for r in advice.recommendations if r.id == "raise-readahead"), None)
     if rec is not None and bench is not None:
         if try_readahead:
@@ -434,7 +459,89 @@ def run_doctor(
                 Evidence("not verified here", "rerun with --try-readahead (root) to measure it")
             )
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    return DoctorReport(probe, bench, advice, created, failures, rank_report)
+    return DoctorReport(probe, bench, advice, created, failures, rank_report, conversion)
+
+
+def measure_conversion(
+    target: Target,
+    bench: BenchReport | None,
+    deadline: float,
+    listener: Listener | None,
+    cancel: threading.Event | None,
+) -> ConversionTrial | None:
+    """The smallest torch file converted to safetensors in a folder loadscope makes and
+    removes, then loaded both ways, interleaved, cold and warm, digests checked; the
+    reason instead when it does not fit the time, the memory or the disk."""
+    if not target.files:
+        return None
+    src = min(target.files, key=lambda f: f.size_bytes)
+    trial = ConversionTrial(str(src.path), src.size_bytes)
+    base = next(
+        (
+            s
+            for s in (bench.summary if bench else [])
+            if s.strategy == "pickle" and s.cache == "cold"
+        ),
+        None,
+    )
+    if base is None or not base.median_seconds:
+        trial.reason = "no cold torch.load trial completed to compare with"
+        return trial
+    per_byte = base.median_seconds / max(target.total_bytes, 1)
+    # Converting reads and writes it (about two loads), then four timed loads.
+    estimate = 6 * per_byte * src.size_bytes + 5 * TRIAL_OVERHEAD_S
+    left = deadline - time.monotonic()
+    if estimate > left:
+        trial.reason = (
+            f"converting and timing {src.path.name} ({format_bytes(src.size_bytes)}) would take"
+            f" ~{estimate:.0f} s, over the {max(0.0, left):.0f} s the budget leaves"
+        )
+        return trial
+    if 2 * src.size_bytes > memory_headroom():
+        trial.reason = f"converting {src.path.name} would hold it twice in RAM"
+        return trial
+    folder: Path | None = None
+    try:
+        folder, trial.where = conversion_folder(target.root, src.size_bytes)
+        converted, trial.convert_seconds = convert(src, folder, timeout_s=max(10.0, left))
+        sample = Target(
+            f"{src.path.name} converted", "directory", folder, (converted,), alternates=(src,)
+        )
+        report = run_bench(
+            sample,
+            BenchOptions(
+                strategies=("mmap", "pickle"),
+                cache=("cold", "warm"),
+                repeats=1,
+                more_rounds=2,
+                warmup=False,
+                deadline=deadline,
+                trial_timeout_s=max(30.0, left),
+                cancel=cancel,
+            ),
+            listener,
+        )
+        med = {(x.strategy, x.cache): x.median_seconds for x in report.summary}
+        trial.pickle_cold_s, trial.safetensors_cold_s = (
+            med.get(("pickle", "cold")),
+            med.get(("mmap", "cold")),
+        )
+        trial.pickle_warm_s, trial.safetensors_warm_s = (
+            med.get(("pickle", "warm")),
+            med.get(("mmap", "warm")),
+        )
+        ok = [t for t in report.trials if t.status == "ok"]
+        trial.trial_ids = [t.id for t in ok]
+        trial.verified = bool(ok) and all(t.verified for t in ok)
+        if trial.speedup is None:
+            trial.reason = "no cold trial of both formats completed"
+    except (ConversionFailed, BenchError) as exc:
+        trial.reason = str(exc)
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            trial.removed = not folder.exists()
+    return trial
 
 
 def _rank_trials(
@@ -496,8 +603,6 @@ def verify_readahead(
     The recommendation then carries the measured gain instead of the FUSE figure
     from elsewhere. Writes sysfs (root), for this mount only, and always restores.
     """
-    from pathlib import Path
-
     from loadscope.probes.blockdev import fuse_connection_id
 
     storage = probe.primary.storage

@@ -11,7 +11,8 @@ and names the first offending path in one line (``verdict: expected an object, g
 list``). Fields a newer loadscope adds are allowed: only what the readers rely on is
 required.
 
-May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``.
+May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
+``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def generate() -> dict[str, Any]:
     """The schema, from the report types (needs pydantic, a development dependency)."""
     from pydantic import TypeAdapter
 
+    from loadscope.actions.convert import ConversionTrial
     from loadscope.advice.rules import Recommendation, Verdict
     from loadscope.engine.bench import Sample, Summary, Trial
     from loadscope.engine.broadcast import BroadcastSummary, BroadcastTrial, RankInfo
@@ -178,6 +180,7 @@ def generate() -> dict[str, Any]:
         "BroadcastTrial": BroadcastTrial,
         "BroadcastSummary": BroadcastSummary,
         "RankInfo": RankInfo,
+        "ConversionTrial": ConversionTrial,
     }
     hints = typing.get_type_hints(ProbeReport)
     probe_data: dict[str, Any] = {}
@@ -295,6 +298,7 @@ def generate() -> dict[str, Any]:
             "probe": {"anyOf": [{"$ref": "#/$defs/probe_report"}, {"type": "null"}]},
             "bench": {"anyOf": [{"$ref": "#/$defs/bench_report"}, {"type": "null"}]},
             "ranks": {"anyOf": [{"$ref": "#/$defs/ranks_report"}, {"type": "null"}]},
+            "conversion": {"$ref": ref.format(model="ConversionTrial")},
             "failures": _STRINGS,
         },
         "required": ["schema_version", "verdict", "recommendations"],

@@ -72,6 +72,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
         _recommendations(doc),
         _fix_in_your_stack(doc),
         _trials(doc),
+        _conversion(doc),
         _not_run(doc),
         _ranks(doc),
         _fio(doc),
@@ -294,6 +295,26 @@ def _trial_spread(
         max(secs) if secs else None,
         format_bytes(rss[len(rss) // 2]) if rss else "-",
     )
+
+
+def _conversion(doc: dict[str, Any]) -> Section | None:
+    conv = doc.get("conversion")
+    if not conv:
+        return None
+    name = str(conv.get("source", "?")).rsplit("/", 1)[-1]
+    items = [f"sample: `{name}` ({format_bytes(int(conv.get('sample_bytes') or 0))})"]
+    if conv.get("where"):
+        items.append(f"written {conv['where']}; removed afterwards: {bool(conv.get('removed'))}")
+    for cache in ("cold", "warm"):
+        pk, st = conv.get(f"pickle_{cache}_s"), conv.get(f"safetensors_{cache}_s")
+        if pk and st:
+            items.append(
+                f"{cache}: torch.load {pk:.3g} s, load_file {st:.3g} s ({pk / st:.1f}x)"
+                + ("; the same tensors, digests checked" if conv.get("verified") else "")
+            )
+    if conv.get("reason"):
+        items.append(f"not measured: {conv['reason']}")
+    return Section("conversion", "a sample converted to safetensors", (Bullets(tuple(items)),))
 
 
 def _not_run(doc: dict[str, Any]) -> Section | None:

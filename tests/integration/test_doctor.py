@@ -404,3 +404,34 @@ def test_the_markdown_is_a_bug_report_and_fits_github() -> None:
     assert len(big) <= 65_536 and "trimmed to fit GitHub's 65,536-character limit" in big
     assert big.count("<details>") == big.count("</details>")
     assert sum(line.startswith("```") for line in big.splitlines()) % 2 == 0
+
+
+def test_a_pickle_only_model_gets_a_measured_conversion(tmp_path: Path) -> None:
+    """Issue 20: "convert to safetensors" carries a number, measured on a sample converted
+    beside the model (never in its folder), which is removed; the user's files untouched."""
+    import hashlib
+
+    ck = synthesize(tmp_path / "m", 16 << 20, shards=2, fmt="torch", seed=21)
+    stale = tmp_path / ".loadscope-convert-999999999-old"  # a killed run's leftovers
+    stale.mkdir()
+    before = {
+        p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in ck.root.iterdir()
+    }
+    report = run_doctor(resolve(str(ck.root)), budget_s=30)
+    conv = report.conversion
+    assert conv is not None and conv.reason is None, (conv, report.failures)
+    assert conv.speedup is not None and conv.verified and conv.removed
+    assert conv.where is not None and "beside the model" in conv.where
+    rec = next(r for r in report.advice.recommendations if r.id == "convert-to-safetensors")
+    assert rec.measured and rec.expected_speedup == pytest.approx(conv.speedup)
+    assert "the converted sample was removed" in rec.action
+    assert not list(tmp_path.glob(".loadscope-convert-*")), "a conversion folder was left"
+    after = {
+        p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in ck.root.iterdir()
+    }
+    assert after == before
+    doc = json.loads(report.to_json())
+    check_schema(doc, "doctor")
+    assert "a sample converted to safetensors" in to_markdown(doc)

@@ -1,0 +1,162 @@
+"""One torch pickle converted to safetensors, in a directory loadscope made and removes,
+so that "convert to safetensors" carries a measured number.
+
+The user's file is only read: ``torch.load(weights_only=True, mmap=True)`` in a child
+process (no code in the pickle runs, a crash or a kill stays there), ``save_file`` into
+``.loadscope-convert-<pid>-*`` beside the model (its filesystem, so the converted
+file is measured on the storage the user would keep it on) when that folder is
+writable, else in the local temp dir, and said which. A directory left by a run that
+was killed (its pid gone) is removed by the next one.
+
+May import: ``loadscope.model``, ``loadscope.loaders``, ``loadscope.probes``,
+``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadscope.base.errors import LoadscopeError
+from loadscope.model.targets import WeightFile
+
+PREFIX = ".loadscope-convert-"
+
+
+class ConversionFailed(LoadscopeError):
+    """The sample could not be converted (not a flat state dict, no room, a timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Converted:
+    """The converted file, where its folder is, why there, and what converting took."""
+
+    file: WeightFile
+    folder: Path
+    where: str
+    seconds: float
+
+
+@dataclass(slots=True)
+class ConversionTrial:
+    """What converting a sample of a pickle-only model measured (a doctor report's
+    ``conversion``): the same tensors loaded from the pickle and from the converted
+    file, interleaved, cold and warm; ``reason`` when it was not measured."""
+
+    source: str
+    sample_bytes: int
+    where: str | None = None
+    removed: bool = False
+    convert_seconds: float | None = None
+    pickle_cold_s: float | None = None
+    safetensors_cold_s: float | None = None
+    pickle_warm_s: float | None = None
+    safetensors_warm_s: float | None = None
+    trial_ids: list[int] = field(default_factory=list)
+    verified: bool = False
+    reason: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """torch.load's cold time over load_file's on the converted file."""
+        if self.pickle_cold_s and self.safetensors_cold_s:
+            return self.pickle_cold_s / self.safetensors_cold_s
+        return None
+
+
+def conversion_folder(model_root: Path, need_bytes: int) -> tuple[Path, str]:
+    """A new folder for the converted sample: beside the model when its parent is
+    writable with room for ``need_bytes``, else in the local temp dir."""
+    tried: list[str] = []
+    for base, where in (
+        (model_root.parent, f"beside the model ({model_root.parent}, the model's filesystem)"),
+        (Path(tempfile.gettempdir()), f"in {tempfile.gettempdir()} (a local disk)"),
+    ):
+        _reap(base)
+        try:
+            if shutil.disk_usage(base).free < need_bytes * 1.1:
+                tried.append(f"{base}: not enough free space")
+                continue
+            folder = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base))
+        except OSError as exc:
+            tried.append(f"{base}: {exc.strerror or exc}")
+            continue
+        said = where + (f"; beside the model: {tried[-1]}" if tried else "")
+        return folder, said
+    raise ConversionFailed("no folder to convert a sample into: " + "; ".join(tried))
+
+
+def _reap(base: Path) -> None:
+    """Remove conversion folders whose run (the pid in the name) no longer exists."""
+    with contextlib.suppress(OSError):
+        for entry in base.glob(f"{PREFIX}*"):
+            pid = entry.name[len(PREFIX) :].split("-", 1)[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def convert(source: WeightFile, folder: Path, timeout_s: float) -> tuple[WeightFile, float]:
+    """``source`` as ``folder/model.safetensors``, converted in a child process within
+    ``timeout_s``; returns the new file and the seconds the conversion took."""
+    dest = folder / "model.safetensors"
+    began = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadscope.actions.convert", str(source.path), str(dest)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ConversionFailed(
+            f"converting took over {timeout_s:.0f} s", path=source.path
+        ) from None
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.returncode != 0:
+        last = next((line for line in reversed(err.splitlines()) if line.strip()), "")
+        raise ConversionFailed(
+            f"could not convert it: {last.strip()[:200] or f'exit {proc.returncode}'}",
+            path=source.path,
+        )
+    return WeightFile(dest, dest.stat().st_size, "safetensors"), time.monotonic() - began
+
+
+def _main(src: str, dest: str) -> int:
+    import torch
+    from safetensors.torch import save_file
+
+    state = torch.load(src, map_location="cpu", weights_only=True, mmap=True)
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        print("it is not a flat state dict of tensors (name -> tensor)", file=sys.stderr)
+        return 1
+    seen: set[tuple[int, int]] = set()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        # Tied entries share storage, which safetensors refuses: each gets its own copy,
+        # as a converted checkpoint holds them.
+        key = (tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes())
+        shared = key in seen and tensor.numel() > 0
+        seen.add(key)
+        out[name] = tensor.clone() if shared else tensor.contiguous()
+    save_file(out, dest)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1], sys.argv[2]))
