@@ -295,6 +295,18 @@ class Fleet:
     written: list[Path] = field(default_factory=list)
 
 
+def wait_for_ack(store: Any, rank: int, timeout_s: float) -> None:
+    """Until rank 0 confirms it has this node's result, or ClusterError saying it did not."""
+    try:
+        store.wait([f"{PREFIX}/ack/{rank}"], timedelta(seconds=timeout_s))
+    except Exception as exc:  # noqa: BLE001  (the store's errors: timeout, master gone)
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise ClusterError(
+            f"node-{rank}: rank 0 did not confirm it received this node's report within"
+            f" {timeout_s:.0f} s ({first}); it may be lost"
+        ) from None
+
+
 def collect(
     store: Any,
     world_size: int,
@@ -317,6 +329,8 @@ def collect(
             key = f"{PREFIX}/result/{rank}"
             if store.check([key]):
                 results[rank] = NodeResult.from_json(store.get(key).decode(errors="replace"), rank)
+                # The node says "sent" only once rank 0 has it.
+                store.set(f"{PREFIX}/ack/{rank}", "1")
                 continue
             beat_key = f"{PREFIX}/beat/{rank}"
             if not store.check([beat_key]):
@@ -363,10 +377,17 @@ def run_cluster(
     if env.rank == 0:
         check_out_dir(out_dir)  # before any node works: not after the whole fleet ran
     store = _store(env, timeout_s=join_timeout_s)
+    # Joined: counted from here, so a node stopped before its heartbeat thread starts is
+    # reported after the heartbeat timeout, not the join timeout.
+    store.add(f"{PREFIX}/beat/{env.rank}", 1)
     beat = _Heartbeat(env, timeout_s=join_timeout_s)
     try:
         mine = diagnose_node(env.rank, target, budget_s, synth_dir, **watch)
         store.set(f"{PREFIX}/result/{env.rank}", mine.to_json())
+        if env.rank != 0:
+            # Rank 0 reads the results after its own diagnosis: wait that long for it to
+            # confirm (beating meanwhile), so "sent" is never said of a lost report.
+            wait_for_ack(store, env.rank, budget_s + join_timeout_s)
     finally:
         beat.stop()
     if env.rank != 0:

@@ -40,6 +40,10 @@ class FakeStore:
         self.data[key] = str(value).encode()
         return value
 
+    def wait(self, keys: list[str], timeout: object) -> None:
+        if not self.check(keys):
+            raise RuntimeError("Socket Timeout\nException raised from recvBytes")
+
 
 class FakeClock:
     def __init__(self, store: FakeStore, script: dict[float, list[tuple[str, Any]]]) -> None:
@@ -282,3 +286,17 @@ def test_a_hostile_node_result_is_a_failed_node_not_the_fleets_end(text: str, wh
     assert why in (node.reason or ""), node.reason
     good = NodeResult.from_json(_ok(0), 0)
     assert good.status == "ok" and good.report == _doc(500.0, 1e9)
+
+
+def test_a_node_says_sent_only_once_rank_0_confirmed() -> None:
+    """Issue 22: a node printed "report sent to rank 0" after the store was gone."""
+    from loadscope.diagnosis.cluster import wait_for_ack
+
+    store = FakeStore()
+    store.set(f"{PREFIX}/result/1", _ok(1))
+    with pytest.raises(ClusterError, match=r"rank 0 did not confirm .* \(Socket Timeout\)"):
+        wait_for_ack(store, 1, 5)
+    store.set(f"{PREFIX}/result/0", _ok(0))
+    nodes = collect(store, 2, join_timeout_s=5, clock=FakeClock(store, {}))
+    assert [n.status for n in nodes] == ["ok", "ok"]
+    wait_for_ack(store, 1, 5)  # rank 0 read it: the ack is there
