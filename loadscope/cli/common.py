@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -272,31 +271,6 @@ def write_file(path: str, text: str) -> None:
         raise PermissionDenied(f"cannot write {path}: permission denied") from None
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
-
-
-def progress_line(label: str) -> Callable[[int, int, float], None]:
-    """A one-line progress meter on stderr (terminals only): bytes, rate, ETA."""
-    live = sys.stderr.isatty()
-    last = [0.0]
-
-    def show(done: int, total: int, seconds: float) -> None:
-        if not live or seconds - last[0] < 0.2:
-            return
-        last[0] = seconds
-        rate = done / seconds if seconds > 0 else 0.0
-        eta = f"{(total - done) / rate:.0f} s left" if rate > 0 else ""
-        sys.stderr.write(
-            f"\r{label} {format_bytes(done)} of {format_bytes(total)}"
-            f"  {format_bytes(rate)}/s  {eta}   "
-        )
-        sys.stderr.flush()
-
-    return show
-
-
-def clear_progress() -> None:
-    if sys.stderr.isatty():
-        sys.stderr.write("\r" + " " * 78 + "\r")
 
 
 class Progress:

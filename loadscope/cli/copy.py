@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes
 from loadscope.cli.common import (
     JSON_RESULT,
+    PROGRESS,
     SYNTH_DIR,
     THREADS,
     Command,
     UsageError,
-    clear_progress,
     emit,
     opt,
-    progress_line,
     stall_timeout,
 )
+from loadscope.cli.progress import ByteMeter, mode_for
 from loadscope.diagnosis.doctor import load_report
 
 
@@ -34,17 +35,18 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             return _suggest_destinations(target, out)
         # Before any byte: a report of another model would give a break-even of nothing.
         doc = _report_of(args.report, target) if args.report else None
+        meter = ByteMeter("copying", mode_for(args, sys.stderr))
         try:
             report = copy_model(
                 target,
                 args.dest,
                 threads=args.threads,
                 force=args.force,
-                progress=progress_line("copying"),
+                progress=meter,
                 stall_timeout_s=args.stall_timeout,
             )
         finally:
-            clear_progress()
+            meter.close()
     copied = [f for f in report.files if f.status == "copied"]
     kept = [f for f in report.files if f.status == "already-there"]
     rate = f", {format_bytes(report.bytes_per_s)}/s" if report.bytes_per_s else ""
@@ -141,6 +143,7 @@ COMMAND = Command(
     " directories measured by the probes. --report DOCTOR.json adds the break-even.",
     arguments=(
         SYNTH_DIR,
+        *PROGRESS,
         opt("dest", metavar="DEST", nargs="?", help="destination directory"),
         opt("--threads", type=THREADS, default=4, help="parallel block copies (default 4)"),
         opt("--force", action="store_true", help="replace files that differ in DEST"),

@@ -1,6 +1,7 @@
 """Progress of a long command on stderr: redrawn in place on a terminal, lines otherwise.
 
-One reporter for ``doctor``, ``bench``, ``probe`` and ``cluster``: the phase, the
+One reporter for ``doctor``, ``bench``, ``probe`` and ``cluster`` (``warm`` and ``copy``
+have :class:`ByteMeter`, the same three modes for bytes moved): the phase, the
 running trial (k of N, strategy, cache state), its live rate and bytes, and the time
 left of the budget. On a terminal it is one line redrawn in place (rich's ``Live``,
 refreshed four times a second so the clock moves even between events, and removed
@@ -150,3 +151,48 @@ class _Line:
         from rich.text import Text
 
         return Text(self.progress.status(), no_wrap=True, overflow="ellipsis", style="dim")
+
+
+class ByteMeter:
+    """Bytes moved (``warm``, ``copy``): on a terminal one line redrawn in place (bytes,
+    rate, time left); in ``lines`` mode a plain line every ``every_s`` and at the end;
+    nothing when ``off``. Call it with (done, total, seconds); :meth:`close` after."""
+
+    def __init__(
+        self, label: str, mode: Mode, stream: TextIO | None = None, every_s: float = 5.0
+    ) -> None:
+        self.label, self.mode, self.every_s = label, mode, every_s
+        self.stream = stream if stream is not None else sys.stderr
+        self._last = 0.0
+        self._final: tuple[int, int, float] | None = None
+        self._drawn = False
+
+    def __call__(self, done: int, total: int, seconds: float) -> None:
+        self._final = (done, total, seconds)
+        gap = 0.2 if self.mode == "live" else self.every_s
+        if self.mode == "off" or seconds - self._last < gap:
+            return
+        self._last = seconds
+        self._show(done, total, seconds)
+
+    def _show(self, done: int, total: int, seconds: float) -> None:
+        rate = done / seconds if seconds > 0 else 0.0
+        eta = f"{(total - done) / rate:.0f} s left" if rate > 0 and done < total else ""
+        text = (
+            f"{self.label} {format_bytes(done)} of {format_bytes(total)}"
+            f"  {format_bytes(rate)}/s  {eta}".rstrip()
+        )
+        if self.mode == "live":
+            self.stream.write(f"\r{text[:78]:<78}")
+            self._drawn = True
+        else:
+            self.stream.write(f"[{seconds:6.1f}s] {text}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """The live line removed; in ``lines`` mode the last count said, if not yet."""
+        if self.mode == "live" and self._drawn:
+            self.stream.write("\r" + " " * 78 + "\r")
+            self.stream.flush()
+        elif self.mode == "lines" and self._final and self._final[2] > self._last:
+            self._show(*self._final)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import time
 from typing import TextIO
 
@@ -12,17 +13,17 @@ from loadscope.base.units import format_bytes, parse_size
 from loadscope.cli.common import (
     BLOCK,
     JSON_RESULT,
+    PROGRESS,
     SECONDS,
     SYNTH_DIR,
     THREADS,
     Command,
     UsageError,
-    clear_progress,
     emit,
     opt,
-    progress_line,
     stall_timeout,
 )
+from loadscope.cli.progress import ByteMeter, mode_for
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -37,16 +38,17 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         if args.evict:
             report = evict(target, allow_drop_caches=args.allow_drop_caches)
         else:
+            meter = ByteMeter("warming", mode_for(args, sys.stderr))
             try:
                 report = warm(
                     target,
                     threads=args.threads,
                     block_bytes=args.block,
-                    progress=progress_line("warming"),
+                    progress=meter,
                     stall_timeout_s=args.stall_timeout,
                 )
             finally:
-                clear_progress()
+                meter.close()
         lines = []
         for f in report.files:
             b = "unknown" if f.before is None else f"{f.before:.0%}"
@@ -95,6 +97,7 @@ COMMAND = Command(
     " tests). Reads only: never writes, moves or deletes the model.",
     arguments=(
         SYNTH_DIR,
+        *PROGRESS,
         opt("--threads", type=THREADS, default=8, help="parallel readers (default 8)"),
         opt("--block", type=BLOCK, default=parse_size("16MiB"), help="read size (default 16MiB)"),
         opt("--lock", action="store_true", help="mlock the files until interrupted"),
