@@ -1,0 +1,119 @@
+"""Where a cold parallel read into RAM loses to the probe's readers: the fresh memory.
+
+One shard (the largest of a 2 GiB, 4-shard synthetic model) served by the emulated FUSE
+disk (5 ms, readahead 128 KiB), read cold with the probe's best shape (16 readers x
+1 MiB, O_DIRECT) into:
+
+- ``reuse``: one 1 MiB buffer per reader, reused (what the probe's scan measures);
+- ``fresh-huge``: one fresh buffer the size of the shard, ``MADV_HUGEPAGE`` (``auto``);
+- ``prefaulted``: the same buffer with every page touched before the clock starts;
+- ``populate``: the same buffer populated by ``MADV_POPULATE_WRITE`` inside the clock.
+
+Rounds interleave the variants; every read is evicted and verified cold first. Medians.
+Run: ``.venv/bin/python benchmarks/bench_fresh_memory.py [--rounds 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from loadscope.loaders.strategies.parallel import fresh_buffer, parallel_read
+from loadscope.probes.pagecache import ColdCache
+from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+from loadscope.tools.synth import synthesize
+
+READERS, BLOCK = 16, 1 << 20
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14+
+
+
+def _reuse(path: str, size: int) -> None:
+    jobs = iter(range(0, size, BLOCK))
+    lock = threading.Lock()
+
+    def reader() -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        buf = mmap.mmap(-1, BLOCK)
+        view = memoryview(buf)
+        try:
+            while True:
+                with lock:
+                    off = next(jobs, None)
+                if off is None:
+                    return
+                os.preadv(fd, [view], off)
+        finally:
+            view.release()
+            buf.close()
+            os.close(fd)
+
+    pool = [threading.Thread(target=reader) for _ in range(READERS)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+
+
+def _fresh(path: str, size: int, variant: str) -> float:
+    buf = fresh_buffer(size + 4096, huge_pages=True)
+    view = memoryview(buf)
+    if variant == "prefaulted":
+        for i in range(0, size, 4096):
+            view[i] = 0
+    t0 = time.perf_counter()
+    if variant == "populate":
+        buf.madvise(MADV_POPULATE_WRITE)
+    parallel_read(
+        path, view, [(0, size)], threads=READERS, block_bytes=BLOCK, flags=os.O_DIRECT, align=4096
+    )
+    secs = time.perf_counter() - t0
+    view.release()
+    buf.close()
+    return secs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if (why := fuse_unavailable_reason()) is not None:
+        sys.exit(f"the emulated disk is unavailable: {why}")
+    variants = ("reuse", "fresh-huge", "prefaulted", "populate")
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    slow = EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=128)
+    with tempfile.TemporaryDirectory(prefix="bench-fresh-", dir="/var/tmp") as tmp:
+        src = synthesize(Path(tmp) / "src", 2 << 30, shards=4, seed=23).root
+        with emulated_disk(src, Path(tmp) / "mnt", slow) as disk:
+            shard = max(Path(disk.path).glob("*.safetensors"), key=lambda p: p.stat().st_size)
+            size = shard.stat().st_size // 4096 * 4096
+            for r in range(args.rounds):
+                for v in variants if r % 2 == 0 else variants[::-1]:
+                    ev = ColdCache().evict(str(shard))
+                    if not ev.verified:
+                        sys.exit(f"{shard}: not verified cold ({ev.note})")
+                    if v == "reuse":
+                        t0 = time.perf_counter()
+                        _reuse(str(shard), size)
+                        secs = time.perf_counter() - t0
+                    else:
+                        secs = _fresh(str(shard), size, v)
+                    rates[v].append(size / secs)
+    base = statistics.median(rates["reuse"])
+    print("| into | median | vs reuse | rounds |")
+    print("|---|---|---|---|")
+    for v in variants:
+        med = statistics.median(rates[v])
+        runs = ", ".join(f"{x / 1e9:.2f}" for x in rates[v])
+        print(f"| {v} | {med / 1e9:.2f} GB/s | {med / base:.2f}x | {runs} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
