@@ -17,8 +17,10 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +71,33 @@ STOP_GRACE_S = 3.0
 
 #: Redraws per second of the live charts (the engine samples faster; stale samples drop).
 REDRAW_HZ = 5
+
+
+def clipboard_refused() -> str | None:
+    """Why an OSC 52 copy cannot reach the clipboard, when that can be known: inside tmux
+    with ``set-clipboard off`` (tmux then drops the sequence). Other terminals give no
+    answer to OSC 52, so None means "sent", not "copied"."""
+    if not os.environ.get("TMUX"):
+        return None
+    try:
+        out = subprocess.run(
+            ["tmux", "show-options", "-gv", "set-clipboard"],
+            capture_output=True,
+            text=True,
+            timeout=2,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode == 0 and out.stdout.strip() == "off":
+        return "tmux has set-clipboard off (tmux set -g set-clipboard on allows it)"
+    return None
+
+
+def screenshot_folder() -> Path:
+    """~/Downloads when it exists (Textual's default), else the working directory."""
+    downloads = Path.home() / "Downloads"
+    return downloads if downloads.is_dir() else Path.cwd()
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +392,19 @@ class LoadscopeApp(App[int]):
             text = "\n\n".join(f"# {snippet_heading(s)}\n{s['code']}" for s in chosen)
             self.copy_to_clipboard(text)
             what = "every snippet" if choice < 0 else f"the {chosen[0]['stack']} snippet"
-            self.notify(f"copied {what} of '{rec['title']}' (OSC 52)")
+            refused = clipboard_refused()
+            if refused:
+                self.notify(
+                    f"{what} of '{rec['title']}' was not copied: {refused}; select it by"
+                    " hand in the Advice view",
+                    severity="warning",
+                    timeout=10,
+                )
+            else:
+                self.notify(
+                    f"sent {what} of '{rec['title']}' to the terminal's clipboard (OSC 52);"
+                    " a terminal without OSC 52 keeps nothing: the text is in the Advice view"
+                )
 
         if len(snippets) == 1:
             copy(0)
@@ -476,6 +517,29 @@ class LoadscopeApp(App[int]):
         self.show_report(doc)
         self._source_spec = str((doc.get("target") or {}).get("spec", ""))
         self.sub_title = f"report {Path(path).name}"
+        if self._source_spec and not self.running:
+            # ``r`` re-runs what is on screen: this report's model, not the session's.
+            self.last_request = SessionRequest(
+                self._source_spec, self.budget_s, None, self.synth_dir
+            )
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """The palette's Screenshot, saved where the user can find it: the given folder,
+        else ~/Downloads when it exists, else the working directory; the path or the
+        reason it could not be written is said (Textual's default folder is ~/Downloads,
+        absent on most servers, and its failure gives no reason)."""
+        folder = Path(path).expanduser() if path else screenshot_folder()
+        name = filename or f"loadscope-{time.strftime('%Y%m%d-%H%M%S')}.svg"
+        out = folder / name
+        try:
+            out.write_text(self.export_screenshot())
+        except OSError as exc:
+            self.notify(f"cannot save the screenshot to {out}: {exc.strerror}", severity="error")
+            return None
+        self.notify(f"saved the screenshot to {out.resolve()}", title="Screenshot")
+        return str(out)
 
     def action_compare(self) -> None:
         def chosen(text: str | None) -> None:

@@ -1129,7 +1129,7 @@ def _run_bench(
         sample_info.error_estimate = max(errors) if errors else None
     return BenchReport(
         target={
-            "spec": target.spec,
+            "spec": target.report_spec,
             "kind": target.kind,
             "root": str(target.root),
             "files": len(files),

@@ -841,7 +841,7 @@ def run_broadcast(
     infos = [outcome.infos[r] for r in sorted(outcome.infos)]
     return BroadcastReport(
         target={
-            "spec": target.spec,
+            "spec": target.report_spec,
             "kind": target.kind,
             "root": str(target.root),
             "files": len(files),

@@ -411,7 +411,7 @@ def run_probes(
         )
     return ProbeReport(
         target={
-            "spec": target.spec,
+            "spec": target.report_spec,
             "kind": target.kind,
             "root": str(target.root),
             "files": len(target.files),

@@ -129,6 +129,20 @@ class Target:
         return sum(f.size_bytes for f in self.files)
 
     @property
+    def report_spec(self) -> str:
+        """The spec as a report keeps it: a path made absolute, so that a report opened
+        from another directory (the app's apply, ``copy --report``) still names this
+        model; repo ids and ``synthetic:`` specs as given."""
+        if self.spec.startswith("synthetic:"):
+            return self.spec
+        path = os.path.expanduser(self.spec)
+        try:
+            os.lstat(path)
+        except (OSError, ValueError):
+            return self.spec  # a repo id (or a path gone since): as given
+        return os.path.abspath(path)
+
+    @property
     def formats(self) -> set[WeightFormat]:
         return {f.format for f in self.files}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -454,5 +455,66 @@ def test_a_finished_run_keeps_its_charts() -> None:
             strategies = {t["strategy"] for t in doc["bench"]["trials"]}
             assert len(charts) == len(strategies), [c.id for c in charts]
             assert all(c.series is not None and c.series.points for c in charts)
+
+    asyncio.run(go())
+
+
+def test_r_after_opening_a_report_reruns_its_model(tmp_path: Path) -> None:
+    doc = json.loads(GOLDEN.read_text())
+    doc["target"] = {**doc["target"], "spec": str(tmp_path / "the model")}
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(doc))
+
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            app.open_report(str(path))
+            assert app.last_request is not None
+            assert app.last_request.spec == str(tmp_path / "the model")
+
+    asyncio.run(go())
+
+
+def test_screenshot_says_where_it_went_or_why_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "no-downloads-here"))
+    monkeypatch.chdir(tmp_path)
+
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            saved = app.deliver_screenshot()
+            assert saved is not None and Path(saved).parent == tmp_path
+            assert "<svg" in Path(saved).read_text()
+            assert app.deliver_screenshot(path=str(tmp_path / "missing")) is None
+            await pilot.pause()
+            notes = [n.message for n in app._notifications]
+            assert any(f"saved the screenshot to {saved}" in m for m in notes), notes
+            assert any("cannot save the screenshot" in m for m in notes), notes
+
+    asyncio.run(go())
+
+
+def test_copy_says_when_tmux_drops_the_clipboard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "tmux").write_text("#!/bin/sh\necho off\n")
+    (fake / "tmux").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("c", "enter")
+            await pilot.pause()
+            notes = [n.message for n in app._notifications]
+            assert any("was not copied" in m and "set-clipboard" in m for m in notes), notes
 
     asyncio.run(go())

@@ -275,3 +275,14 @@ def test_a_missing_repo_says_which_cache_and_how_to_download(
     with pytest.raises(PathNotFound) as file_like:
         resolve("model.safetensors")
     assert "Hugging Face" not in str(file_like.value)
+
+
+def test_a_report_keeps_an_absolute_path_for_a_relative_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good_st(tmp_path / "my model" / "a.safetensors")
+    monkeypatch.chdir(tmp_path)
+    target = resolve("my model")
+    assert target.spec == "my model"
+    assert target.report_spec == str(tmp_path / "my model")
+    assert resolve(str(tmp_path / "my model")).report_spec == str(tmp_path / "my model")
