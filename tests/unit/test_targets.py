@@ -280,6 +280,7 @@ def test_a_missing_repo_says_which_cache_and_how_to_download(
 def test_a_report_keeps_an_absolute_path_for_a_relative_target(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    (tmp_path / "my model").mkdir()
     good_st(tmp_path / "my model" / "a.safetensors")
     monkeypatch.chdir(tmp_path)
     target = resolve("my model")
