@@ -402,8 +402,8 @@ class LoadscopeApp(App[int]):
                 )
             else:
                 self.notify(
-                    f"sent {what} of '{rec['title']}' to the terminal's clipboard (OSC 52);"
-                    " a terminal without OSC 52 keeps nothing: the text is in the Advice view"
+                    f"sent {what} to the terminal's clipboard (OSC 52); a terminal"
+                    " that ignores OSC 52 keeps nothing: select it in the Advice view"
                 )
 
         if len(snippets) == 1:
