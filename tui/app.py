@@ -421,9 +421,16 @@ class LoadscopeApp(App[int]):
         spec = self._source_spec
         if not spec or spec.startswith("synthetic:"):
             return None, "the synthetic model of this run was removed when it ended"
+        source = (rec.get("apply") or {}).get("source")
+        if source:
+            spec = str(source)  # the advice's own source: one name everywhere
         return ("warm" if rec["id"] == "prewarm" else "copy"), spec
 
     def _copy_destination(self, spec: str) -> str:
+        rec = self.query_one(AdviceView).highlighted()
+        dest = ((rec or {}).get("apply") or {}).get("dest")
+        if dest:
+            return str(dest)  # the one the advice's snippet names
         disks = (((self.report or {}).get("probe") or {}).get("local_disks") or {}).get("disks")
         fast = [d for d in disks or [] if d.get("speed")]
         best = max(fast, key=lambda d: d["speed"]["cold_read_bytes_per_s"], default=None)

@@ -11,6 +11,7 @@ measured limit on local or memory storage, smaller gains are optional tips.
 from __future__ import annotations
 
 import math
+import os
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,10 @@ class Recommendation:
     #: False when the gain is estimated from probes rather than timed in a trial here;
     #: estimated gains rank after measured ones.
     measured: bool = True
+    #: What loadscope's own apply does for this fix, so that the app, the CLI and the
+    #: snippet name one source and one destination: {"kind": "warm", "source": ...} or
+    #: {"kind": "copy", "source": ..., "dest": ...}; None for a fix it does not apply.
+    apply: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -149,14 +154,23 @@ class Facts:
         return (s.extrapolated_median_seconds or s.median_seconds) if s else None
 
 
+def copy_destination(directory: str, model_root: str) -> str:
+    """Where a copy to the local disk ``directory`` goes: one folder per model under
+    ``loadscope-copies`` (the advice's snippet and the app's apply dialog agree)."""
+    name = os.path.basename(model_root.rstrip("/")) or "model"
+    return f"{directory.rstrip('/')}/loadscope-copies/{name}"
+
+
 def _model_path(probe: ProbeReport) -> str:
     """How the user names the model: ``org/name`` from the HF cache, the file, the folder."""
     target = probe.target
     if target.get("kind") == "hf-cache":
         return str(target["spec"])
+    # Served by the emulator: the model's own folder (the mount is gone after the run).
+    root = str(target.get("source") or target["root"])
     if target.get("kind") == "file" and probe.files:
-        return str(probe.files[0].path)
-    return str(target["root"])
+        return os.path.join(root, os.path.basename(probe.files[0].path))
+    return root
 
 
 def _not_run(bench: BenchReport | None) -> dict[str, str]:
@@ -230,7 +244,7 @@ def facts_from(
         cold=cold,
         warm=warm,
         trial_ids=ids,
-        model_root=probe.target["root"],
+        model_root=str(probe.target.get("source") or probe.target["root"]),
         local_disk=local,
         ranks=len(ranks.ranks) or int(ranks.options.get("ranks") or 0) if ranks else None,
         rank_modes={(m.mode, m.cache): m for m in ranks.summary} if ranks else {},
@@ -420,6 +434,7 @@ def rule_prewarm(f: Facts) -> list[Recommendation]:
             risk="page cache is shared and reclaimable: other memory pressure evicts it",
             confidence="medium",
             snippets=load_snippets("prewarm", f, f.model_path),
+            apply={"kind": "warm", "source": f.model_path},
             optional=True,
         )
     ]
@@ -449,7 +464,7 @@ def rule_copy_local(f: Facts) -> list[Recommendation]:
     saved = mmap_s - local_s
     break_even = max(1, math.ceil(copy_s / saved))
     beats_in_place = local_s * WORTH_IT <= best_s
-    dest = f"{disk.directory.rstrip('/')}/model-copy"
+    dest = copy_destination(disk.directory, f.model_root)
     action = (
         f"copy the model to {disk.directory} (local disk, {format_bytes(disk.free_bytes)} free):"
         f" a cold load there ~{local_s:.3g} s vs {mmap_s:.3g} s here, {gain:.1f}x; the copy"
@@ -503,6 +518,7 @@ def rule_copy_local(f: Facts) -> list[Recommendation]:
             ),
             optional=not beats_in_place,
             measured=False,
+            apply={"kind": "copy", "source": f.model_root, "dest": dest},
         )
     ]
 

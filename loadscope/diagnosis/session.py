@@ -9,6 +9,7 @@ returns or raises.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import tempfile
 import threading
@@ -46,7 +47,11 @@ def _served(target: Target, emulate: EmulatorSettings | None) -> Iterator[Target
     work = Path(tempfile.mkdtemp(prefix="loadscope-emulate-", dir=parent))
     try:
         with emulated_disk(target.root, work / "mnt", emulate) as disk:
-            yield resolve(str(disk.path))
+            # The user's spec and folder travel with the mount: the report names the
+            # model, not a mountpoint that is gone once the run ends.
+            yield dataclasses.replace(
+                resolve(str(disk.path)), spec=target.spec, served_from=target.root
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -416,6 +416,7 @@ def run_probes(
             "root": str(target.root),
             "files": len(target.files),
             "total_bytes": target.total_bytes,
+            **({"source": str(target.served_from)} if target.served_from else {}),
         },
         budget_s=budget_s,
         elapsed_s=time.monotonic() - start,

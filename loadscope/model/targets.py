@@ -123,6 +123,9 @@ class Target:
     #: the other one (torch beside safetensors), so the formats can be measured side by
     #: side on the same tensors. Empty otherwise; ``files`` stay the preferred format's.
     alternates: tuple[WeightFile, ...] = ()
+    #: The model's own folder when this target is the emulator's mount of it (the
+    #: mount is gone after the run: advice and fixes name this folder instead).
+    served_from: Path | None = None
 
     @property
     def total_bytes(self) -> int:

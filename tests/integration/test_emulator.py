@@ -419,3 +419,19 @@ def test_backgrounded_emulate_dies_with_its_parent_shell(
         assert _wait_mounted(mnt, False, timeout_s=30), "still mounted after its shell exited"
     finally:
         unmount(mnt)
+
+
+def test_a_served_model_keeps_the_users_name_and_folder(tmp_path: Path) -> None:
+    """An emulated run's report names the model, not the mountpoint that is gone after."""
+    from loadscope.advice.rules import _model_path
+    from loadscope.diagnosis.session import _served
+    from loadscope.engine.probing import run_probes
+    from loadscope.model.targets import resolve
+
+    model = synthesize(tmp_path / "my model", 4 << 20, seed=5, shards=2).root
+    with _served(resolve(str(model)), EmulatorSettings(latency_s=0.0, jitter_s=0.0)) as served:
+        assert served.root != model and served.served_from == model
+        assert served.spec == str(model)
+        probe = run_probes(served, budget_s=5)
+    assert probe.target["spec"] == str(model) and probe.target["source"] == str(model)
+    assert _model_path(probe) == str(model)

@@ -298,6 +298,7 @@ def _report_with_fixes(model: Path, total: int) -> Path:
 
     f = facts({"mmap": 10.0}, {"mmap": 0.5}, read_ahead_kb=8192)
     f.local_disk = LocalDiskFacts(str(model.parent / "local"), 100 << 30, 1e9, 2e9, True)
+    f.model_root = f.model_path = str(model)  # as the doctor fills them for this model
     doc = json.loads(GOLDEN.read_text())
     doc["recommendations"] = advice_dict(advise_facts(f))["recommendations"]
     doc["target"] = {**doc["target"], "spec": str(model), "total_bytes": total}

@@ -196,7 +196,13 @@ def test_copy_to_local_disk_with_the_break_even() -> None:
     # 30 s, repaid by 40 - 4.3 = 35.7 s saved per cold load: after one load
     assert "repaid after 1 cold load(s)" in rec.action
     assert any(e.what == "break-even" and e.value == 1 for e in rec.evidence)
-    assert "/local/model-copy" in code(rec, "vllm")
+    # One destination: the snippet names the folder the app's apply copies to.
+    assert rec.apply == {
+        "kind": "copy",
+        "source": f.model_root,
+        "dest": "/local/loadscope-copies/MODEL_DIR",
+    }
+    assert "vllm serve /local/loadscope-copies/MODEL_DIR" in code(rec, "vllm")
     assert a.verdict.status == "problem" and "estimated" in a.verdict.headline
 
 
