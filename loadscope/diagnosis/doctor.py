@@ -686,7 +686,9 @@ def redact(doc: dict[str, Any]) -> dict[str, Any]:
     """
     host = str((doc.get("host") or {}).get("hostname", ""))
     target = doc.get("target") or {}
-    labels = {str(target.get("root", "")): "<model>", str(target.get("spec", "")): "<model>"}
+    labels = {
+        str(target.get(key, "")): "<model>" for key in ("root", "spec", "source") if key in target
+    }
     # Where the model's filesystems come from (an NFS server and export, a FUSE daemon's
     # source, a device): names and paths too.
     for f in (doc.get("probe") or {}).get("files") or []:

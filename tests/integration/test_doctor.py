@@ -205,7 +205,11 @@ def test_redaction_hides_host_and_paths() -> None:
 
     doc = {
         "host": {"hostname": "gpu-node-17"},
-        "target": {"spec": "/data/models/llama", "root": "/data/models/llama"},
+        "target": {
+            "spec": "/data/models/llama",
+            "root": "/var/tmp/loadscope-emulate-x/mnt",
+            "source": "/data/models/llama",
+        },
         "probe": {
             "system": {"hostname": "gpu-node-17"},
             "x": "on gpu-node-17 at /data/models/llama/a",
@@ -213,6 +217,7 @@ def test_redaction_hides_host_and_paths() -> None:
     }
     out = json.dumps(redact(doc))
     assert "gpu-node-17" not in out and "/data/models/llama" not in out
+    assert "loadscope-emulate-x" not in out  # an emulated run's mount, and its source
     assert "<host>" in out and "<model>" in out
     # Issue 20: the mount's source (an NFS server and export) is a name and a path too,
     # also in the Markdown's Storage block.
