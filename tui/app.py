@@ -33,6 +33,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
+from loadscope.advice.rules import copy_destination
 from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
@@ -434,8 +435,8 @@ class LoadscopeApp(App[int]):
         disks = (((self.report or {}).get("probe") or {}).get("local_disks") or {}).get("disks")
         fast = [d for d in disks or [] if d.get("speed")]
         best = max(fast, key=lambda d: d["speed"]["cold_read_bytes_per_s"], default=None)
-        base = best["directory"] if best else str(Path.home())
-        return f"{base.rstrip('/')}/loadscope-copies/{Path(spec.rstrip('/')).name or 'model'}"
+        # A report from before recommendations carried their apply: the same rule.
+        return copy_destination(best["directory"] if best else str(Path.home()), spec)
 
     def action_apply(self) -> None:
         kind, spec = self.apply_plan()

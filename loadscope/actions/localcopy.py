@@ -485,12 +485,17 @@ def _fsync_dir(path: Path) -> None:
 
 
 def pointer_lines(dest: str) -> list[str]:
-    """How to point the user's stack at the copy."""
+    """How to point the user's stack at the copy: safe to paste (the path quoted for
+    Python and for the shell, so a space or a quote in it survives)."""
+    import shlex
+
+    sh = shlex.quote(dest)
     return [
-        f'transformers: AutoModel.from_pretrained("{dest}")',
-        f"vLLM: vllm serve {dest}   (or --model {dest})",
-        f"SGLang: python -m sglang.launch_server --model-path {dest}",
-        f'safetensors: load_file("{dest}/model.safetensors")  # or each shard in {dest}',
+        f"transformers: AutoModel.from_pretrained({dest!r})",
+        f"vLLM: vllm serve {sh}   (or --model {sh})",
+        f"SGLang: python -m sglang.launch_server --model-path {sh}",
+        f"safetensors: load_file({dest.rstrip('/') + '/model.safetensors'!r})"
+        f"  # or each shard in {sh}",
         "HF_HUB_CACHE: leave it as it is; pass the copy's path where the repo id went",
     ]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from loadscope.base.errors import ExitCode, LoadscopeError, PathNotFound, PermissionDenied
 from loadscope.base.safeio import STALL_TIMEOUT_S
-from loadscope.base.units import format_bytes, parse_duration, parse_rate, parse_size
+from loadscope.base.units import parse_duration, parse_rate, parse_size
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -271,31 +270,6 @@ def write_file(path: str, text: str) -> None:
         raise PermissionDenied(f"cannot write {path}: permission denied") from None
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
-
-
-class Progress:
-    """A one-line progress meter on stderr when it is a terminal; silent otherwise."""
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total, self.done, self.stream = total, 0, stream
-        self.start = self.last = time.monotonic()
-        self.live = stream.isatty()
-
-    def __call__(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.live and now - self.last >= 0.2:
-            self.last = now
-            rate = self.done / max(now - self.start, 1e-9)
-            self.stream.write(
-                f"\r  {format_bytes(self.done)} / {format_bytes(self.total)}"
-                f"  {format_bytes(rate)}/s   "
-            )
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.live:
-            self.stream.write("\r" + " " * 60 + "\r")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from typing import Any, TextIO
 
@@ -33,6 +34,8 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     with open_checked(args.target, synth_dir=args.synth_dir) as target:
         if args.dest is None:
             return _suggest_destinations(target, out)
+        if args.dest == "-":
+            raise UsageError("DEST '-': a copy is a directory, it cannot go to stdout")
         # Before any byte: a report of another model would give a break-even of nothing.
         doc = _report_of(args.report, target) if args.report else None
         meter = ByteMeter("copying", mode_for(args, sys.stderr))
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             lines.append("break-even: the report has no cold mmap trial or local-disk rate")
     else:
         lines.append(
-            f"break-even: run `loadscope doctor {args.target} --json r.json`"
+            f"break-even: run `loadscope doctor {shlex.quote(args.target)} --json r.json`"
             " and pass --report r.json"
         )
     lines += ["point your stack at the copy:", *(f"  {x}" for x in pointer_lines(args.dest))]

@@ -9,15 +9,24 @@ from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes, parse_size
-from loadscope.cli.common import SEED, SHARDS, Command, Progress, opt, size_arg
+from loadscope.cli.common import SEED, SHARDS, Command, opt, size_arg
+from loadscope.cli.progress import ByteMeter
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.tools.synth import synthesize
 
     total = args.size * (2 if args.format == "both" else 1)
-    progress = Progress(total, sys.stderr)
+    # Redrawn on a terminal; silent when piped (a synth is a step of scripts and tests).
+    meter = ByteMeter("writing", "live" if sys.stderr.isatty() else "off")
     t0 = time.monotonic()
+    written = 0
+
+    def progress(n: int) -> None:
+        nonlocal written
+        written += n
+        meter(written, total, time.monotonic() - t0)
+
     try:
         result = synthesize(
             args.out,
@@ -29,7 +38,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             progress=progress,
         )
     finally:
-        progress.close()
+        meter.close()
     elapsed = time.monotonic() - t0
     s = result.shape
     out.write(
