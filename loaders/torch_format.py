@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import os
 import pickletools
+import re
 import zipfile
 import zlib
 from collections import Counter
@@ -34,55 +35,82 @@ TorchFormat = Literal["zip", "legacy"]
 #: data.pkl bigger than this is not scanned (a state dict's pickle is KiB to a few MiB).
 MAX_PICKLE_SCAN_BYTES = 64 << 20
 
-_STORAGE_DTYPES = {
-    "FloatStorage": "F32",
-    "DoubleStorage": "F64",
-    "HalfStorage": "F16",
-    "BFloat16Storage": "BF16",
-    "LongStorage": "I64",
-    "IntStorage": "I32",
-    "ShortStorage": "I16",
-    "CharStorage": "I8",
-    "ByteStorage": "U8",
-    "BoolStorage": "BOOL",
-    "ComplexFloatStorage": "C64",
-    "ComplexDoubleStorage": "C128",
-    "Float8_e4m3fnStorage": "F8_E4M3",
-    "Float8_e5m2Storage": "F8_E5M2",
+#: Typed storage class (``_rebuild_tensor_v2``, ``_rebuild_qtensor``) -> its ``torch.<dtype>``,
+#: as torch's ``torch.storage._dtype_to_storage_type_map()`` (the test holds it to torch's).
+#: Every other dtype torch saves through ``_rebuild_tensor_v3``, whose ``torch.<dtype>``
+#: argument names it directly: those need no table (see :func:`dtype_label`).
+_STORAGE_TORCH_DTYPES = {
+    "DoubleStorage": "float64",
+    "FloatStorage": "float32",
+    "HalfStorage": "float16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "BFloat16Storage": "bfloat16",
+    "ComplexDoubleStorage": "complex128",
+    "ComplexFloatStorage": "complex64",
+    "QInt8Storage": "qint8",
+    "QInt32Storage": "qint32",
+    "QUInt8Storage": "quint8",
+    "QUInt4x2Storage": "quint4x2",
+    "QUInt2x4Storage": "quint2x4",
 }
-#: The rebuild functions torch writes for a plain tensor: v2 with a typed storage, v3
-#: with an untyped one and the dtype as an argument (float8, uint16/32/64, float4, ...).
-_REBUILD_TENSOR = {("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_tensor_v3")}
+#: Where safetensors' name for a torch dtype drops part of torch's (``fn``, ``fnu``, ``_x2``).
+_DTYPE_LABEL_EXCEPTIONS = {
+    "bool": "BOOL",
+    "bfloat16": "BF16",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e8m0fnu": "F8_E8M0",
+    "float4_e2m1fn_x2": "F4",
+}
+_DTYPE_KINDS = {"float": "F", "int": "I", "uint": "U", "complex": "C"}
+_DTYPE_NAME = re.compile(r"(float|int|uint|complex)([0-9]+)(_[a-z0-9_]+)?")
+
+
+def dtype_label(torch_name: str) -> str:
+    """The name inspect reports for ``torch.<torch_name>``: safetensors' where it has one
+    (``float32`` -> ``F32``, ``float8_e4m3fn`` -> ``F8_E4M3``), else by the same rule
+    (``complex32`` -> ``C32``) or upper-cased (``bits8`` -> ``BITS8``, ``qint8`` -> ``QINT8``)."""
+    known = _DTYPE_LABEL_EXCEPTIONS.get(torch_name)
+    if known is not None:
+        return known
+    m = _DTYPE_NAME.fullmatch(torch_name)
+    if m is not None:
+        return _DTYPE_KINDS[m[1]] + m[2] + (m[3] or "").upper()
+    return torch_name.upper()
+
+
+#: The rebuild functions torch writes for one tensor: v2 with a typed storage, v3 with an
+#: untyped one and the dtype as an argument (float8, uint16/32/64, float4, complex32,
+#: bits*), a quantized, sparse or nested tensor (whose scales, indices or sizes are
+#: tensors built inside its arguments: parts of the one entry), a meta tensor, ...
+_REBUILD_TENSOR = {
+    ("torch._utils", name)
+    for name in (
+        "_rebuild_tensor",
+        "_rebuild_tensor_v2",
+        "_rebuild_tensor_v3",
+        "_rebuild_qtensor",
+        "_rebuild_sparse_tensor",
+        "_rebuild_nested_tensor",
+        "_rebuild_meta_tensor_no_storage",
+        "_rebuild_wrapper_subclass",
+        "_rebuild_device_tensor_from_cpu_tensor",
+        "_rebuild_device_tensor_from_numpy",
+        "_rebuild_xla_tensor",
+    )
+}
 #: Rebuilds that wrap a tensor built just before (a Parameter): one entry, not two.
 _REBUILD_WRAPPERS = {
     ("torch._utils", "_rebuild_parameter"),
     ("torch._utils", "_rebuild_parameter_with_state"),
     ("torch._tensor", "_rebuild_from_type_v2"),
 }
-#: ``torch.<dtype>`` (an argument of ``_rebuild_tensor_v3``) -> the dtype name reported.
-_TORCH_DTYPE_NAMES = {
-    "float32": "F32",
-    "float64": "F64",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "int64": "I64",
-    "int32": "I32",
-    "int16": "I16",
-    "int8": "I8",
-    "uint8": "U8",
-    "uint16": "U16",
-    "uint32": "U32",
-    "uint64": "U64",
-    "bool": "BOOL",
-    "complex64": "C64",
-    "complex128": "C128",
-    "float8_e4m3fn": "F8_E4M3",
-    "float8_e5m2": "F8_E5M2",
-    "float8_e4m3fnuz": "F8_E4M3FNUZ",
-    "float8_e5m2fnuz": "F8_E5M2FNUZ",
-    "float8_e8m0fnu": "F8_E8M0",
-    "float4_e2m1fn_x2": "F4",
-}
+#: Values walked, at most, for the tensors nested in one rebuild's arguments.
+_MAX_ARG_WALK = 4096
 
 #: What ``torch.load(weights_only=True)`` lets a pickle import by default (torch's
 #: ``_weights_only_unpickler._get_allowed_globals``), as (module, name) plus the rules
@@ -328,6 +356,10 @@ class _NoValue:
 _NO_VALUE = _NoValue()
 
 
+class _Tensor:
+    """A tensor the pickle rebuilds (no pickle value can pose as one)."""
+
+
 @dataclass
 class _PickleScan:
     tensor_count: int = 0
@@ -391,10 +423,38 @@ def _note_untyped_dtype(scan: _PickleScan, items: list[Any]) -> None:
         return
     for item in items[1:]:
         if isinstance(item, tuple) and item[:2] == ("global", "torch"):
-            named = _TORCH_DTYPE_NAMES.get(str(item[2]))
-            if named is not None:
-                scan.storage_dtypes[key] = named
+            name = item[2]
+            # A dtype's name (not a qscheme's, nor something hostile to print).
+            if (
+                isinstance(name, str)
+                and len(name) <= 32
+                and name.isascii()
+                and name.isidentifier()
+                and name.islower()
+                and not name.startswith("per_")
+            ):
+                scan.storage_dtypes[key] = dtype_label(name)
                 return
+
+
+def _nested_tensors(args: object) -> int:
+    """How many tensors were built inside a rebuild's arguments (a quantized tensor's
+    scales, a sparse one's indices and values): parts of one entry, counted already."""
+    count = 0
+    seen: set[int] = set()
+    todo = [args]
+    for _ in range(_MAX_ARG_WALK):
+        if not todo:
+            break
+        value = todo.pop()
+        if isinstance(value, _Tensor):
+            count += 1
+        elif (
+            isinstance(value, tuple) and id(value) not in seen
+        ):  # memo GETs can share a tuple many times: walk it once
+            seen.add(id(value))
+            todo.extend(value)
+    return count
 
 
 def _scan_pickle(
@@ -409,7 +469,8 @@ def _scan_pickle(
     storages, the tensors and every import; returns the value it would produce when
     that is an int or a string we tracked (else None).
 
-    Values we track: strings, ints, globals and tuples of them; everything else is None.
+    Values we track: strings, ints, globals, storages, tensors and tuples of them;
+    everything else is None.
     Nothing is ever constructed or called. With ``partial_ok``, running out of bytes
     raises :class:`_ScanWindowEnded` (the caller reads more) instead of an error.
     """
@@ -449,7 +510,7 @@ def _scan_pickle(
                 memo[len(memo)] = last
             elif name in _GET_OPS:
                 value = memo.get(int(str(arg)))
-                if isinstance(value, tuple) and value[:1] == ("tensor",):
+                if isinstance(value, _Tensor):
                     scan.tensor_count += 1  # the same tensor again: torch.load's entry too
             elif name == "REDUCE":
                 cur = frames[-1]
@@ -458,11 +519,12 @@ def _scan_pickle(
                 value = None
                 if isinstance(func, tuple) and func[:1] == ("global",):
                     if func[1:] in _REBUILD_TENSOR:
-                        scan.tensor_count += 1
-                        value = ("tensor", scan.tensor_count)
+                        # (never below 0: a hostile pickle may GET a part many times)
+                        scan.tensor_count = max(0, scan.tensor_count + 1 - _nested_tensors(args))
+                        value = _Tensor()
                     elif func[1:] in _REBUILD_WRAPPERS and isinstance(args, tuple) and args:
                         inner = args[0]
-                        if isinstance(inner, tuple) and inner[:1] == ("tensor",):
+                        if isinstance(inner, _Tensor):
                             value = inner  # a Parameter is its tensor's one entry
             elif name == "MARK":
                 frames.append([])
@@ -484,7 +546,9 @@ def _scan_pickle(
                 if isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage":
                     storage_type = pid[1]
                     type_name = storage_type[2] if isinstance(storage_type, tuple) else None
-                    dtype = _STORAGE_DTYPES.get(str(type_name), str(type_name))
+                    torch_name = _STORAGE_TORCH_DTYPES.get(str(type_name))
+                    # UntypedStorage (v3) is named by the rebuild's dtype argument later.
+                    dtype = str(type_name) if torch_name is None else dtype_label(torch_name)
                     scan.storage_dtypes[str(pid[2])] = dtype
                     value = ("storage", str(pid[2]))
                 else:

@@ -1,7 +1,7 @@
 """fio beside loadscope's own probe: the same measurements as fio jobs a storage team runs.
 
 For each of the probe's measurements — cold random 4 KiB latency, sequential reads at
-the largest block size, the best parallel-reader point — :func:`jobs_for` gives the fio
+every block size it swept, the best parallel-reader point — :func:`jobs_for` gives the fio
 job that reproduces it on the model's own (largest) file: read-only, bounded in bytes
 and seconds, O_DIRECT where the probe used it (else the page cache is invalidated
 first, as the probe evicts). :func:`command_line` is what every report prints, so a
@@ -18,8 +18,10 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from loadscope.base.units import format_bytes
 from loadscope.probes.result import Unavailable
 
 #: Bounds of each job, so a fio run fits the probe's budget on slow storage.
@@ -36,6 +38,15 @@ class FioJob:
     args: tuple[str, ...]
     #: What fio's JSON gives for it: "p50_us" or "bytes_per_s".
     metric: str
+    #: The request size of a sequential job (one per block size the probe swept).
+    block_bytes: int | None = None
+
+    @property
+    def label(self) -> str:
+        """How a report names it: "latency", "sequential 16 MiB", "parallel"."""
+        if self.block_bytes is None:
+            return self.measures
+        return f"{self.measures} {format_bytes(self.block_bytes)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +74,7 @@ def jobs_for(
     size: int,
     *,
     direct: bool,
-    seq_block: int,
+    seq_blocks: Sequence[int],
     readers: int,
     par_block: int,
     latency_samples: int = 256,
@@ -83,40 +94,45 @@ def jobs_for(
         "--invalidate=1",
         "--output-format=json",
     ]
-    seq_bytes = max(seq_block, min(size, SEQ_MAX_BYTES) // seq_block * seq_block)
     share = max(par_block, min(size, SEQ_MAX_BYTES) // max(1, readers) // par_block * par_block)
-    return [
-        FioJob(
-            "latency",
-            (
-                "fio",
-                "--name=loadscope-latency",
-                *common,
-                "--rw=randread",
-                "--bs=4k",
-                "--blockalign=1m",
-                f"--number_ios={max(1, min(latency_samples, regions))}",
-                "--iodepth=1",
-                "--numjobs=1",
-                f"--runtime={JOB_SECONDS}",
-            ),
-            "p50_us",
+    latency = FioJob(
+        "latency",
+        (
+            "fio",
+            "--name=loadscope-latency",
+            *common,
+            "--rw=randread",
+            "--bs=4k",
+            "--blockalign=1m",
+            f"--number_ios={max(1, min(latency_samples, regions))}",
+            "--iodepth=1",
+            "--numjobs=1",
+            f"--runtime={JOB_SECONDS}",
         ),
+        "p50_us",
+    )
+    sequential = [
         FioJob(
             "sequential",
             (
                 "fio",
-                "--name=loadscope-sequential",
+                f"--name=loadscope-sequential-{_size(block)}",
                 *common,
                 "--rw=read",
-                f"--bs={_size(seq_block)}",
+                f"--bs={_size(block)}",
                 "--iodepth=1",
                 "--numjobs=1",
-                f"--size={_size(seq_bytes)}",
+                f"--size={_size(max(block, min(size, SEQ_MAX_BYTES) // block * block))}",
                 f"--runtime={JOB_SECONDS}",
             ),
             "bytes_per_s",
-        ),
+            block,
+        )
+        for block in sorted(set(seq_blocks))
+    ]
+    return [
+        latency,
+        *sequential,
         FioJob(
             "parallel",
             (

@@ -147,8 +147,12 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         # Only when given: the default scales with the model (two reads of it at 10 MB/s).
         trial_timeout_s=args.trial_timeout if args.trial_timeout != TRIAL_TIMEOUT_S else None,
     )
-    with open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target:
-        report = run_broadcast(target, options)
+    with (
+        Progress(mode_for(args, sys.stderr)) as progress,
+        open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target,
+    ):
+        progress.step(f"{args.ranks} ranks: {', '.join(modes)}")
+        report = run_broadcast(target, options, progress.listener)
     code = emit(out, args.json, report.to_json(), ranks_text(report))
     # A rank that died or hung: the report names it, and the command fails.
     return ExitCode.FAILURE if report.failures else code

@@ -97,7 +97,8 @@ COMMAND = Command(
         opt(
             "--fio",
             action="store_true",
-            help="also run the fio jobs that reproduce the probe's numbers (read-only, ~15 s)",
+            help="also run the fio jobs that reproduce the probe's numbers"
+            " (read-only, up to ~30 s)",
         ),
         opt(
             "--md",

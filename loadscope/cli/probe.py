@@ -43,7 +43,7 @@ COMMAND = Command(
         opt(
             "--fio",
             action="store_true",
-            help="also run the fio jobs that reproduce the measurements (read-only, ~15 s)"
+            help="also run the fio jobs that reproduce the measurements (read-only, up to ~30 s)"
             " and show fio's figures beside the probe's",
         ),
         opt(

@@ -48,6 +48,7 @@ class Progress:
         self.phase = ""
         self.trial = ""
         self.rate = ""
+        self._ranks_done = 0
         self._lock = threading.Lock()
         self._live: Any = None
 
@@ -77,10 +78,38 @@ class Progress:
         self._line(name)
 
     def listener(self, event: object) -> None:
-        """The engine's trial events (bench's TrialStarted / TrialProgress / TrialFinished)."""
+        """The engine's trial events (bench's TrialStarted / TrialProgress / TrialFinished,
+        and ``bench --ranks``' BroadcastTrialStarted / RankFinished / BroadcastTrialFinished)."""
         from loadscope.engine.bench import TrialFinished, TrialProgress, TrialStarted
+        from loadscope.engine.broadcast import (
+            BroadcastTrialFinished,
+            BroadcastTrialStarted,
+            RankFinished,
+        )
 
-        if isinstance(event, TrialStarted):
+        if isinstance(event, BroadcastTrialStarted):
+            b = event.trial
+            warm = " (warm-up)" if b.warmup else ""
+            with self._lock:
+                self.phase = "trials"
+                self.trial = f"trial {event.index + 1}/{event.total} {b.mode} {b.cache}{warm}"
+                self.rate, self._ranks_done = "", 0
+        elif isinstance(event, RankFinished):
+            with self._lock:
+                self._ranks_done += 1
+                self.rate = f"{self._ranks_done} rank(s) done"
+        elif isinstance(event, BroadcastTrialFinished):
+            b = event.trial
+            with self._lock:
+                label = self.trial or f"{b.mode} {b.cache}"
+            if b.status == "ok" and b.slowest_seconds:
+                speed = f", {format_bytes(b.bytes_per_s)}/s" if b.bytes_per_s else ""
+                self._line(f"{label}: slowest rank {b.slowest_seconds:.3g} s{speed}")
+            else:
+                self._line(f"{label}: {b.status}: {b.reason or ''}".rstrip(": "))
+            with self._lock:
+                self.trial, self.rate = "", ""
+        elif isinstance(event, TrialStarted):
             t = event.trial
             warm = " (warm-up)" if t.warmup else ""
             fit = " (fit)" if getattr(t, "fit", False) else ""

@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from loadscope.base.errors import ExitCode, LoadscopeError, PermissionDenied
-from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, run_doctor
+from loadscope.base.units import format_bytes
+from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, MAX_REPORT_BYTES, run_doctor
 from loadscope.model.inspection import open_checked
-from loadscope.report.compare import Row, compare, row_of, to_text
+from loadscope.report.compare import Row, compare, row_of, target_line, to_text
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
 
@@ -196,6 +197,14 @@ class NodeResult:
         """Rank ``rank``'s result as it sent it, checked against the published schema: a
         node whose result is not one (truncated, hostile, another version) is a failed
         node saying why, never the end of the fleet report for the others."""
+        if len(text) > MAX_REPORT_BYTES:
+            return cls(
+                rank,
+                "?",
+                "failed",
+                reason=f"its result is {format_bytes(len(text))}, over the"
+                f" {format_bytes(MAX_REPORT_BYTES)} a report can be",
+            )
         try:
             d = json.loads(text)
             check_schema(d, "node")
@@ -513,7 +522,8 @@ def fleet_markdown(fleet: Fleet) -> str:
     lines = [
         "# loadscope fleet report",
         "",
-        f"{ok} of {len(fleet.nodes)} nodes reported.",
+        f"{ok} of {len(fleet.nodes)} nodes reported."
+        + (f" {_capital(target_line(fleet.rows))}." if fleet.rows else ""),
         "",
         "| node | storage | p50 4 KiB | best cold strategy | rate | verdict | outlier |",
         "|---|---|---|---|---|---|---|",
@@ -535,6 +545,10 @@ def fleet_markdown(fleet: Fleet) -> str:
     if findings:
         lines += ["", "## Findings", "", *(f"- {f}" for f in findings)]
     return "\n".join(lines)
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def fleet_html(fleet: Fleet) -> str:
@@ -559,6 +573,7 @@ def fleet_html(fleet: Fleet) -> str:
         )
     findings = "".join(f"<li>{e(f)}</li>" for f in _findings(fleet))
     ok = sum(n.status == "ok" for n in fleet.nodes)
+    target = f" {e(_capital(target_line(fleet.rows)))}." if fleet.rows else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>loadscope fleet report</title>
 <style>
@@ -567,7 +582,7 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding
 tr.outlier td {{ background: #fff3cd; }} tr.failed td {{ background: #f8d7da; }}
 </style></head><body>
 <h1>loadscope fleet report</h1>
-<p>{ok} of {len(fleet.nodes)} nodes reported.</p>
+<p>{ok} of {len(fleet.nodes)} nodes reported.{target}</p>
 <table><thead><tr><th>node</th><th>storage</th><th>p50 4 KiB</th><th>best cold strategy</th>
 <th>rate</th><th>verdict</th><th>outlier</th></tr></thead>
 <tbody>{"".join(rows)}</tbody></table>

@@ -340,7 +340,7 @@ def run_doctor(
     ``ranks`` N >= 2 adds multi-rank trials (independent reads vs rank-0 read +
     broadcast vs sharded) in the last 40% of the trial budget; None means one rank
     per GPU when there are several. ``fio`` also runs the fio jobs that reproduce the
-    probe's measurements (~15 s, outside the budget)."""
+    probe's measurements (up to ~30 s, outside the budget)."""
     started = time.monotonic()
     failures: list[str] = []
 

@@ -595,6 +595,8 @@ class _Launch:
                     rank.exit_code = -signal.SIGKILL if rank.exit_code is None else rank.exit_code
                 if not rank.done and not rank.failed:
                     rank.join(1)  # its last stderr lines carry the reason
+                    # The trial it died in: the first the ranks had not all finished.
+                    current = next((t for t in self.plan if t.id not in out.complete), None)
                     problem(
                         0,
                         exit_reason(
@@ -605,6 +607,11 @@ class _Launch:
                             killed="was ",
                             clean_exit="exited before finishing the plan",
                             unclean_exit="without saying why",
+                            during=(
+                                f"during trial #{current.id} ({current.mode}, {current.cache})"
+                                if current is not None
+                                else ""
+                            ),
                         ),
                     )
             elif isinstance(item, RankProtocolError):

@@ -24,6 +24,7 @@ from loadscope.base.safeio import StorageStalled, bounded, stall_timeout_s
 from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.model.targets import Target
 from loadscope.probes import blockdev, fio, mounts
+from loadscope.probes.fio import FioJob
 from loadscope.probes.gpu import GpuFacts, probe_gpus
 from loadscope.probes.hfcache import HubCacheLocation, hub_cache_location
 from loadscope.probes.iobench import (
@@ -150,29 +151,30 @@ class ProbeReport:
             "fio": self.fio_dict(),
         }
 
-    def probe_value(self, measures: str) -> float | None:
-        """The probe's own figure a fio job stands beside."""
-        if measures == "latency":
+    def probe_value(self, job: FioJob) -> float | None:
+        """The probe's own figure ``job`` stands beside."""
+        if job.measures == "latency":
             return self.latency.data.p50_us if self.latency.data else None
         thr = self.throughput.data
         if thr is None:
             return None
-        points = thr.sequential if measures == "sequential" else thr.parallel
-        if measures == "sequential":
-            biggest = max(points, key=lambda p: p.block_bytes, default=None)
-            return biggest.bytes_per_s if biggest else None
-        best = max(points, key=lambda p: p.bytes_per_s, default=None)
+        if job.measures == "sequential":
+            same = [p for p in thr.sequential if p.block_bytes == job.block_bytes]
+            return same[0].bytes_per_s if same else None
+        best = max(thr.parallel, key=lambda p: p.bytes_per_s, default=None)
         return best.bytes_per_s if best else None
 
     def fio_dict(self) -> dict[str, Any]:
-        measured = {m.job.measures: m for m in self.fio.data or []}
+        measured = {m.job: m for m in self.fio.data or []}
         jobs = []
         for job in self.fio_jobs:
-            mine = self.probe_value(job.measures)
-            got = measured.get(job.measures)
+            mine = self.probe_value(job)
+            got = measured.get(job)
             jobs.append(
                 {
                     "measures": job.measures,
+                    "label": job.label,
+                    **({"block_bytes": job.block_bytes} if job.block_bytes else {}),
                     "metric": job.metric,
                     "command": fio.command_line(job),
                     "probe": mine,
@@ -284,7 +286,7 @@ def run_probes(
     """Probe the storage under ``target``; never raises for a probe that cannot run.
 
     With ``run_fio``, the fio jobs that reproduce the latency, sequential and parallel
-    measurements run after them (outside the budget: ~15 s more) on the largest file."""
+    measurements run after them (outside the budget: up to ~30 s more) on the largest file."""
     say = progress or (lambda _msg: None)
     start = time.monotonic()
     deadline = start + budget_s - _MARGIN_S
@@ -387,7 +389,7 @@ def run_probes(
             primary.path,
             primary.size_bytes,
             direct=direct,
-            seq_block=max(p.block_bytes for p in thr.sequential),
+            seq_blocks=[p.block_bytes for p in thr.sequential],
             readers=best.readers,
             par_block=best.block_bytes,
             latency_samples=latency.data.samples if latency.data else 256,
@@ -738,10 +740,10 @@ def _fio_lines(report: ProbeReport) -> list[str]:
             continue
         if job["metric"] == "p50_us":
             mine = format_us(job["probe"]) if job["probe"] else "-"
-            text = f"{job['measures']}: p50 {format_us(job['fio'])} (probe {mine})"
+            text = f"{job['label']}: p50 {format_us(job['fio'])} (probe {mine})"
         else:
             mine = format_rate(job["probe"]) if job["probe"] else "-"
-            text = f"{job['measures']}: {format_rate(job['fio'])} (probe {mine})"
+            text = f"{job['label']}: {format_rate(job['fio'])} (probe {mine})"
         ratio = job["fio_over_probe"]
         lines.append(_wrap("fio", text + (f", fio/probe {ratio:.2f}x" if ratio else "")))
     lines.append(_wrap("fio", "the jobs (read-only):"))

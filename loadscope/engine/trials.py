@@ -95,17 +95,20 @@ def exit_reason(
     killed: str = "",
     clean_exit: str = "exited with code 0 without a result",
     unclean_exit: str = "without a result",
+    during: str = "",
 ) -> str:
     """Why ``who`` (``worker``, ``rank 1``) ended without its result, with the last line
     it wrote to stderr: the signal after ``killed`` ("was "; an OOM kill told apart by
     the kernel's counters), else its exit code (``clean_exit`` for 0, else "exited with
-    code N" and ``unclean_exit``)."""
+    code N" and ``unclean_exit``), then ``during`` (what it was doing: "during trial #6")."""
     if returncode < 0:
         reason = f"{who} {killed}" + describe_death(signal.Signals(-returncode).name, oom_before)
     elif returncode == 0:
         reason = f"{who} {clean_exit}"
     else:
         reason = f"{who} exited with code {returncode} {unclean_exit}"
+    if during:
+        reason += f" {during}"
     last = next((line for line in reversed(stderr_tail) if line.strip()), None)
     return f"{reason}: {last.strip()[:200]}" if last else reason
 

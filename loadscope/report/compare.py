@@ -31,28 +31,75 @@ class Row:
     total_bytes: int | None = None
 
 
+def _text(value: Any, default: str = "?") -> str:
+    """A field a row shows as text: a string as it is, anything else (a hostile or broken
+    report's number, list or object) as the default, never an exception in a renderer."""
+    return value if isinstance(value, str) and value else default
+
+
+def _number(value: Any) -> float | None:
+    """A field a row computes with: a positive finite number, else None (not measured)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 < value < float("inf") else None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def row_of(source: str, doc: dict[str, Any]) -> Row:
-    probe = doc.get("probe") or {}
-    files = probe.get("files") or [{}]
-    mount = files[0].get("mount") or {}
-    lat = probe.get("latency") or {}
+    """One report's row; every field read defensively (a node's report is another
+    machine's word: a wrong type shows as "?" or "-", it does not end the comparison)."""
+    probe = _object(doc.get("probe"))
+    files = probe.get("files")
+    first = _object(files[0]) if isinstance(files, list) and files else {}
+    mount = _object(first.get("mount"))
+    lat = _object(probe.get("latency"))
+    summary = _object(doc.get("bench")).get("summary")
     cold = [
         s
-        for s in (doc.get("bench") or {}).get("summary", [])
-        if s.get("cache") == "cold" and s.get("median_bytes_per_s")
+        for s in (summary if isinstance(summary, list) else [])
+        if isinstance(s, dict) and s.get("cache") == "cold" and _number(s.get("median_bytes_per_s"))
     ]
-    best = max(cold, key=lambda s: s["median_bytes_per_s"], default=None)
+    best = max(cold, key=lambda s: float(s["median_bytes_per_s"]), default=None)
+    target = _object(doc.get("target"))
+    size = target.get("total_bytes")
     return Row(
         source=source,
-        host=(doc.get("host") or {}).get("hostname", "?"),
-        storage_class=mount.get("storage_class", "?"),
-        latency_p50_us=lat.get("p50_us"),
-        best_strategy=best["strategy"] if best else None,
-        best_bytes_per_s=best["median_bytes_per_s"] if best else None,
-        verdict=(doc.get("verdict") or {}).get("status", "?"),
+        host=_text(_object(doc.get("host")).get("hostname")),
+        storage_class=_text(mount.get("storage_class")),
+        latency_p50_us=_number(lat.get("p50_us")),
+        best_strategy=_text(best.get("strategy")) if best else None,
+        best_bytes_per_s=_number(best.get("median_bytes_per_s")) if best else None,
+        verdict=_text(_object(doc.get("verdict")).get("status")),
         outlier=[],
-        target=str((doc.get("target") or {}).get("spec", "?")),
-        total_bytes=(doc.get("target") or {}).get("total_bytes"),
+        target=_text(target.get("spec")),
+        total_bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
+    )
+
+
+def labels(rows: list[Row]) -> list[str]:
+    """What names each row: its host, or, where two rows share a host (containers, one VM
+    run twice), the host and the report it came from."""
+    hosts = [r.host for r in rows]
+    return [r.host if hosts.count(r.host) == 1 else f"{r.host} ({_short(r.source)})" for r in rows]
+
+
+def _short(source: str) -> str:
+    return source.rsplit("/", 1)[-1]
+
+
+def target_line(rows: list[Row]) -> str:
+    """The model every row measured, or, when they differ, each row's."""
+
+    def named(row: Row) -> str:
+        return row.target + (f" ({format_bytes(row.total_bytes)})" if row.total_bytes else "")
+
+    if len({(r.target, r.total_bytes) for r in rows}) == 1:
+        return f"target: {named(rows[0])}"
+    return "targets differ: " + "; ".join(
+        f"{label}: {named(r)}" for label, r in zip(labels(rows), rows, strict=True)
     )
 
 
@@ -79,28 +126,20 @@ def compare(rows: list[Row]) -> list[Row]:
 
 
 def to_text(rows: list[Row]) -> str:
-    header = f"{'host':<18}{'storage':<14}{'p50 4K':>9}  {'best strategy':<16}{'rate':>10}  verdict"
-    lines = []
-    targets = {(r.target, r.total_bytes) for r in rows}
-    if len(targets) == 1:
-        ((spec, size),) = targets
-        lines.append(f"target: {spec}" + (f" ({format_bytes(size)})" if size else ""))
-    else:  # different models: the comparison says so, row by row
-        lines.append(
-            "targets differ: "
-            + "; ".join(
-                f"{r.host}: {r.target}"
-                + (f" ({format_bytes(r.total_bytes)})" if r.total_bytes else "")
-                for r in rows
-            )
-        )
-    lines += [header, "-" * len(header)]
-    for r in rows:
+    if not rows:
+        return "(no report to compare)"
+    names = labels(rows)
+    width = max(18, min(40, max(len(n) for n in names) + 1))
+    header = (
+        f"{'host':<{width}}{'storage':<14}{'p50 4K':>9}  {'best strategy':<16}{'rate':>10}  verdict"
+    )
+    lines = [target_line(rows), header, "-" * len(header)]
+    for name, r in zip(names, rows, strict=True):
         lat = format_us(r.latency_p50_us) if r.latency_p50_us else "-"
         rate = format_rate(r.best_bytes_per_s) if r.best_bytes_per_s else "-"
         mark = "  <- " + "; ".join(r.outlier) if r.outlier else ""
         lines.append(
-            f"{r.host[:17]:<18}{r.storage_class:<14}{lat:>9}  {r.best_strategy or '-':<16}"
-            f"{rate:>10}  {r.verdict}{mark}"
+            f"{name[: width - 1]:<{width}}{r.storage_class:<14}{lat:>9}  "
+            f"{r.best_strategy or '-':<16}{rate:>10}  {r.verdict}{mark}"
         )
     return "\n".join(lines)

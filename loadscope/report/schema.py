@@ -223,7 +223,6 @@ def generate() -> dict[str, Any]:
         props = {**data.get("properties", {}), **_PROBE_STATUS}
         return {"type": "object", "properties": props}
 
-    nullable_obj: dict[str, Any] = {"type": ["object", "null"]}
     defs["probe_report"] = {
         "type": "object",
         "properties": {
@@ -285,10 +284,11 @@ def generate() -> dict[str, Any]:
             "tool": {
                 "type": "object",
                 "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
+                "required": ["version"],
             },
             "created": {"type": "string"},
-            "host": {"type": "object"},
-            "target": nullable_obj,
+            "host": _HOST,
+            "target": _TARGET,
             "verdict": {"$ref": ref.format(model="Verdict")},
             "recommendations": {
                 "type": "array",
@@ -301,7 +301,8 @@ def generate() -> dict[str, Any]:
             "conversion": {"$ref": ref.format(model="ConversionTrial")},
             "failures": _STRINGS,
         },
-        "required": ["schema_version", "verdict", "recommendations"],
+        # What the renderers read without a default (the Markdown's and HTML's first lines).
+        "required": ["schema_version", "tool", "created", "target", "verdict", "recommendations"],
     }
     defs["node_report"] = {
         "type": "object",
@@ -341,6 +342,23 @@ _READ: dict[str, tuple[str, ...]] = {
     "BroadcastSummary": ("mode", "cache", "median_seconds"),
 }
 _STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+#: What a report names as its model (every reader shows the spec, the file count and size).
+_TARGET: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "spec": {"type": "string"},
+        "kind": {"type": "string"},
+        "root": {"type": "string"},
+        "files": {"type": "integer", "minimum": 0},
+        "total_bytes": {"type": "integer", "minimum": 0},
+        "source": {"type": "string"},
+    },
+    "required": ["spec", "files", "total_bytes"],
+}
+_HOST: dict[str, Any] = {
+    "type": "object",
+    "properties": {"hostname": {"type": "string"}, "kernel": {"type": "string"}},
+}
 _PROBE_STATUS: dict[str, Any] = {
     "status": {"enum": ["ok", "unavailable", "failed", "skipped"]},
     "reason": {"type": ["string", "null"]},

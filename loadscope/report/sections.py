@@ -367,7 +367,7 @@ def _fio(doc: dict[str, Any]) -> Section | None:
             said = f"probe {format_rate(mine)}" if mine else "probe: not measured"
             said += f", fio {format_rate(theirs)}" if theirs else ""
         blocks += [
-            Bullets((f"{job.get('measures')} ({said}):",)),
+            Bullets((f"{job.get('label') or job.get('measures')} ({said}):",)),
             Code(str(job.get("command")), "sh"),
         ]
     return Section("fio", "reproduce the storage numbers with fio", tuple(blocks))

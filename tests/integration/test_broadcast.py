@@ -340,3 +340,46 @@ def test_default_timeouts_grow_with_the_model() -> None:
     trial, whole = timeouts(BroadcastOptions(), 100 * 10**9, 2)
     assert trial == pytest.approx(20_000) and whole == pytest.approx(40_120)
     assert timeouts(BroadcastOptions(trial_timeout_s=5, timeout_s=7), 1 << 40, 9) == (5, 7)
+
+
+def test_bench_ranks_with_a_killed_rank_exits_1_and_names_its_trial(tmp_path: Path) -> None:
+    """Issue 22: `bench --ranks` gave exit 0 after a rank was killed, and named the wrong
+    trial. A rank killed after trial 2's line: exit 1, and the reason names the trial the
+    report marks failed (the first one the ranks had not all finished)."""
+    import subprocess
+    import sys
+    import threading
+
+    out = tmp_path / "ranks.json"
+    cmd = [sys.executable, "-m", "loadscope", "bench", "synthetic:16MiB", "--ranks", "2"]
+    cmd += ["--modes", "independent,broadcast", "--no-warmup", "--repeats", "4"]
+    cmd += ["--no-progress", "--json", str(out), "--synth-dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True)
+    reader.start()
+    victim = None
+    deadline = time.monotonic() + 90
+    while victim is None and proc.poll() is None and time.monotonic() < deadline:
+        if any("trial 2/8" in line for line in lines):
+            servers = [
+                c
+                for c in psutil.Process(proc.pid).children(recursive=True)
+                if "loadscope.loaders.forkserver" in " ".join(c.cmdline())
+            ]
+            # The ranks are the fork server's children (their env is set after the fork).
+            ranks = [c for c in servers if c.ppid() in {s.pid for s in servers}]
+            if len(ranks) == 2:
+                victim = max(ranks, key=lambda c: c.pid)
+                victim.send_signal(signal.SIGKILL)
+        time.sleep(0.02)
+    stdout, _ = proc.communicate(timeout=120)
+    reader.join(5)
+    assert victim is not None, "".join(lines)
+    assert proc.returncode == 1, (stdout, lines)
+    report = json.loads(out.read_text())
+    failed = [t for t in report["trials"] if t["status"] == "failed"]
+    assert failed and failed[0]["id"] > 2, report["trials"]
+    killed = next(f for f in report["failures"] if "was killed by SIGKILL" in f)
+    assert f"during trial #{failed[0]['id']} (" in killed, killed
+    assert killed in stdout or killed.split(":")[0] in stdout

@@ -82,7 +82,10 @@ def test_inspect_text_report(synth_sharded: SyntheticCheckpoint) -> None:
         "unaligned",
     ):
         assert needle in result.out
-    assert max(len(line) for line in result.out.splitlines()) <= 80
+    # Every line fits 80 columns but those naming the checkpoint's own path, which is as
+    # long as the user's folder name (and must stay whole to be copied).
+    root = str(synth_sharded.root)
+    assert max(len(line) for line in result.out.splitlines() if root not in line) <= 80
 
 
 def test_inspect_synthetic_target_cleans_up(tmp_path: Path) -> None:

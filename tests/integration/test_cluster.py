@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 
 def _free_port() -> int:
@@ -146,6 +147,62 @@ def test_two_nodes_under_slurm_need_no_other_setup(tmp_path: Path) -> None:
     summary = json.loads((out / "fleet.json").read_text())
     assert [n["status"] for n in summary["nodes"]] == ["ok", "ok"]
     assert "2 of 2 nodes reported" in (out / "fleet.md").read_text()
+
+
+def _slurm_env(rank: int, port: int) -> dict[str, str]:
+    """What srun gives task ``rank`` of two (plus the port; the master is the list's first)."""
+    nodes = "localhost,127.0.0.1"
+    return {"SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": nodes, "SLURM_PROCID": str(rank)} | {
+        "MASTER_PORT": str(port)
+    }
+
+
+def _k8s_env(rank: int, port: int) -> dict[str, str]:
+    """What pod ``rank`` of `cluster --k8s 2`'s Indexed Job gets: the manifest's fixed
+    env, its completion index as RANK, pod 0 (here 127.0.0.1) as the master."""
+    command = ["cluster", "--k8s", "2", "synthetic:8MiB", "--image", "registry.example/train:1"]
+    r = subprocess.run(
+        [sys.executable, "-m", "loadscope", *command],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    job = next(d for d in _yaml_docs(r.stdout) if d["kind"] == "Job")
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    fixed = {e["name"]: e["value"] for e in env if "value" in e}
+    assert fixed["WORLD_SIZE"] == "2", fixed
+    fixed.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return fixed | {"RANK": str(rank), "JOB_COMPLETION_INDEX": str(rank)}
+
+
+def _yaml_docs(text: str) -> list[dict[str, object]]:
+    import pytest
+
+    yaml = pytest.importorskip("yaml")
+    return list(yaml.safe_load_all(text))
+
+
+@pytest.mark.parametrize("launcher", ["slurm", "k8s"])
+def test_a_killed_node_under_slurm_or_k8s_is_named_failed(tmp_path: Path, launcher: str) -> None:
+    """Issue 19: the same rendezvous under srun's and the Job's environment names a node
+    killed mid-trials as failed, and the other node still reports."""
+    port, out = _free_port(), tmp_path / "fleet"
+    envs = _slurm_env if launcher == "slurm" else _k8s_env
+    args = ("synthetic:16MiB", "--budget", "6", "--synth-dir", str(tmp_path))
+    args += ("--heartbeat-timeout", "3")
+    nodes = [_node(envs(i, port), out, *args) for i in (0, 1)]
+    victim = psutil.Process(nodes[1].pid)
+    _wait_for_trials(victim)  # joined (it beats before it probes) and running trials
+    victim.send_signal(signal.SIGKILL)
+    log0 = nodes[0].communicate(timeout=180)[0]
+    nodes[1].communicate(timeout=60)
+    assert nodes[0].returncode != 0 and nodes[1].returncode != 0, log0
+    assert "node-1: failed: stopped answering" in log0
+    summary = json.loads((out / "fleet.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["ok", "failed"]
+    assert (out / "node-0.json").exists() and not (out / "node-1.json").exists()
+    assert "1 of 2 nodes reported" in (out / "fleet.md").read_text()
 
 
 def test_the_k8s_manifest_is_valid_and_its_env_onboards_two_nodes(tmp_path: Path) -> None:

@@ -171,7 +171,15 @@ def test_fio_jobs_reproduce_the_probe_and_run_beside_it(tmp_path: Path) -> None:
     before = (src / "model.safetensors").read_bytes()
     plain = run_probes(resolve(str(src)), budget_s=4)
     commands = plain.to_dict()["fio"]["jobs"]
-    assert [j["measures"] for j in commands] == ["latency", "sequential", "parallel"]
+    measured = sorted(p["block_bytes"] for p in plain.to_dict()["throughput"]["sequential"])
+    assert [j["measures"] for j in commands] == [
+        "latency",
+        *["sequential"] * len(measured),
+        "parallel",
+    ]
+    # one sequential job per block size the probe swept, each named by its size
+    assert [j.get("block_bytes") for j in commands[1:-1]] == measured
+    assert all(j["label"].startswith("sequential ") for j in commands[1:-1])
     assert all(" --readonly " in j["command"] and str(src) in j["command"] for j in commands)
     assert plain.fio.status is Status.SKIPPED and "fio" in to_text(plain)
     if fio.unavailable_reason() or fuse_unavailable_reason():

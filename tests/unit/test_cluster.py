@@ -61,7 +61,10 @@ class FakeClock:
 def _doc(p50_us: float, rate: float) -> dict[str, Any]:
     return {
         "schema_version": 1,
+        "tool": {"name": "loadscope", "version": "0.0.0"},
+        "created": "2026-12-03T12:00:00+00:00",
         "host": {"hostname": "same-vm"},
+        "target": {"spec": "/models/m", "files": 1, "total_bytes": 1 << 30},
         "verdict": {"status": "healthy", "headline": "nothing is wrong here"},
         "recommendations": [],
         "probe": {
@@ -300,3 +303,56 @@ def test_a_node_says_sent_only_once_rank_0_confirmed() -> None:
     nodes = collect(store, 2, join_timeout_s=5, clock=FakeClock(store, {}))
     assert [n.status for n in nodes] == ["ok", "ok"]
     wait_for_ack(store, 1, 5)  # rank 0 read it: the ack is there
+
+
+def test_rows_sharing_a_hostname_are_told_apart_and_the_fleet_names_its_target(
+    tmp_path: Path,
+) -> None:
+    """Issue 22: compare labelled rows by hostname only (every node "vm" here), and the
+    fleet's Markdown and HTML named no target or size."""
+    from loadscope.report.compare import row_of, to_text
+
+    doc = _doc(500.0, 1e9)
+    rows = [row_of("/reports/a.json", doc), row_of("/reports/b.json", doc)]
+    text = to_text(rows)
+    assert "same-vm (a.json)" in text and "same-vm (b.json)" in text, text
+    assert text.startswith("target: /models/m (1 GiB)")
+    nodes = [NodeResult(i, "same-vm", "ok", report=doc) for i in (0, 1)]
+    write_fleet(nodes, tmp_path / "fleet")
+    for name in ("fleet.md", "fleet.html"):
+        body = (tmp_path / "fleet" / name).read_text()
+        assert "Target: /models/m (1 GiB)" in body, name
+        assert "node-0 (same-vm)" in body and "node-1 (same-vm)" in body, name
+
+
+@pytest.mark.parametrize(
+    "poison",
+    [
+        {"probe": {"files": [{"mount": {"storage_class": 7}}], "latency": {"p50_us": "fast"}}},
+        {"probe": {"files": [{"mount": {"storage_class": ["x"]}}]}, "host": {"hostname": []}},
+        {"bench": {"summary": [{"cache": "cold", "median_bytes_per_s": "1e9", "strategy": 3}]}},
+        {"target": {"spec": 5, "total_bytes": "big"}, "verdict": {"status": 1, "headline": "x"}},
+    ],
+)
+def test_a_schema_valid_node_with_odd_field_types_does_not_stop_the_fleet(
+    tmp_path: Path, poison: dict[str, Any]
+) -> None:
+    """Issue 20: fields the schema leaves open (a mount's storage class, a host's name)
+    reached html.escape and f-string padding as they came; the fleet report died with
+    every node's result in it."""
+    bad = _doc(500.0, 1e9) | poison
+    nodes = [
+        NodeResult(0, "a", "ok", report=_doc(500.0, 1e9)),
+        NodeResult(1, "b", "ok", report=bad),
+    ]
+    fleet = write_fleet(nodes, tmp_path / "fleet")
+    assert len(fleet.rows) == 2
+    assert "2 of 2 nodes reported" in (tmp_path / "fleet" / "fleet.md").read_text()
+    assert "node-1 (b)" in (tmp_path / "fleet" / "fleet.html").read_text()
+
+
+def test_an_oversized_node_result_is_a_failed_node() -> None:
+    from loadscope.diagnosis.doctor import MAX_REPORT_BYTES
+
+    node = NodeResult.from_json(" " * (MAX_REPORT_BYTES + 1), 1)
+    assert node.status == "failed" and "over the 256 MiB a report can be" in (node.reason or "")

@@ -63,6 +63,16 @@ BAD: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         "written by an older loadscope (schema_version 0); this one reads schema_version 1",
     ),
     "a newer version": (_set("schema_version", 2), "written by a newer loadscope"),
+    # Issue 20: what the renderers read without a default passed the schema when missing
+    # or mistyped, and ended in "internal error: KeyError" instead of the file's fault.
+    "no target": (lambda d: d.pop("target"), "the report: missing 'target'"),
+    "a target without its size": (
+        lambda d: d["target"].pop("total_bytes"),
+        "target: missing 'total_bytes'",
+    ),
+    "a target spec a number": (_set("target.spec", 5), "target.spec: expected a string"),
+    "a hostname a list": (_set("host.hostname", []), "host.hostname: expected a string"),
+    "no tool version": (lambda d: d["tool"].pop("version"), "tool: missing 'version'"),
     "a snippet's stack a number": (
         _set("recommendations.0.snippets", [{"stack": 1, "code": ""}]),
         "recommendations[0].snippets[0].stack: expected a string, got an integer",
