@@ -64,6 +64,7 @@ from loadscope.tui.screens import (
     ProfileScreen,
     PromptScreen,
     SnippetPickScreen,
+    TextScreen,
 )
 from loadscope.tui.views import APPLICABLE, AdviceView, BenchView, ProbesView
 
@@ -396,10 +397,17 @@ class LoadscopeApp(App[int]):
             refused = clipboard_refused()
             if refused:
                 self.notify(
-                    f"{what} of '{rec['title']}' was not copied: {refused}; select it by"
-                    " hand in the Advice view",
+                    f"{what} of '{rec['title']}' was not copied: {refused}; it is shown"
+                    " to select by hand",
                     severity="warning",
                     timeout=10,
+                )
+                self.push_screen(
+                    TextScreen(
+                        f"{what} of '{rec['title']}'",
+                        text,
+                        "select it with the mouse (Shift+drag in most terminals); Escape closes",
+                    )
                 )
             else:
                 self.notify(

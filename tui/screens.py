@@ -28,6 +28,7 @@ from textual.widgets import (
     RadioSet,
     Select,
     Static,
+    TextArea,
 )
 from textual.widgets.option_list import Option
 
@@ -400,6 +401,25 @@ class CompareScreen(ModalScreen[None]):
         ]
         for name, get in fields:
             table.add_row(name, *[get(r) for r in self.rows])
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class TextScreen(ModalScreen[None]):
+    """Text the clipboard did not take, shown whole to be selected by hand."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close")]
+
+    def __init__(self, title: str, text: str, hint: str) -> None:
+        super().__init__()
+        self.title_text, self.text, self.hint = title, text, hint
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield TextArea(self.text, read_only=True, id="text-to-copy", soft_wrap=False)
+            yield Label(self.hint, classes="dialog-hint")
 
     def action_close(self) -> None:
         self.dismiss(None)

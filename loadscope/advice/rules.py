@@ -127,6 +127,8 @@ class Facts:
     latency_p50_us: float | None = None
     #: A pickle-only model: a sample converted to safetensors and both formats timed.
     conversion: ConversionTrial | None = None
+    #: The FUSE mount's fusectl folder (/sys/fs/fuse/connections/N), when the probe found it.
+    fuse_connection_path: str | None = None
 
     def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
         """Whole-model time of ``base_name`` over ``strategy``'s (measured, or extrapolated
@@ -240,6 +242,7 @@ def facts_from(
         read_ahead_kb=bdi.read_ahead_kb if bdi else None,
         bdi_path=bdi.path if bdi else None,
         fuse=mount is not None and mount.fstype.startswith("fuse"),
+        fuse_connection_path=primary.storage.fuse.data.path if primary.storage.fuse.data else None,
         formats=set(bench.target["formats"]) if bench else {"safetensors"},
         cold=cold,
         warm=warm,
@@ -390,7 +393,16 @@ def rule_readahead(f: Facts) -> list[Recommendation]:
         return []
     cmd = f"echo 8192 | sudo tee {shlex.quote(f.bdi_path + '/read_ahead_kb')}" if f.bdi_path else ""
     if f.fuse:
-        cmd += "\n# and for FUSE: echo 64 | sudo tee /sys/fs/fuse/connections/<N>/max_background"
+        # The mount's own fusectl folder when the probe found it (its number changes at
+        # every mount); else where to look it up.
+        conn = f.fuse_connection_path
+        if conn:
+            cmd += f"\n# and for FUSE: echo 64 | sudo tee {shlex.quote(conn + '/max_background')}"
+        else:
+            cmd += (
+                "\n# and for FUSE (N: the mount's device minor, mountpoint -d MOUNT):"
+                "\n# echo 64 | sudo tee /sys/fs/fuse/connections/N/max_background"
+            )
     return [
         Recommendation(
             id="raise-readahead",

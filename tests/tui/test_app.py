@@ -395,6 +395,30 @@ def test_a_greyed_key_says_why_it_cannot_run() -> None:
     asyncio.run(go())
 
 
+def test_r_c_and_e_say_why_they_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22: every action that cannot run says why (r, c, e beside s, f, a)."""
+    from loadscope.tui.views import AdviceView
+
+    async def go() -> None:
+        app = _app(report=str(GOLDEN))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            app.last_request, app.report = None, None
+            monkeypatch.setattr(AdviceView, "highlighted", lambda self: None)
+            for key, action, says in (
+                ("r", "rerun", "nothing to re-run yet"),
+                ("c", "copy", "no recommendation is highlighted"),
+                ("e", "export", "no report yet"),
+            ):
+                assert app.check_action(action, ()) is None, key
+                await pilot.press(key)
+                await pilot.pause()
+                assert any(says in t for t in _toasts(app)), (key, _toasts(app))
+            assert not app.running
+
+    asyncio.run(go())
+
+
 def test_question_mark_and_escape_close_the_keys_panel() -> None:
     async def go() -> None:
         app = _app(report=str(GOLDEN))
@@ -473,6 +497,11 @@ def test_r_after_opening_a_report_reruns_its_model(tmp_path: Path) -> None:
             app.open_report(str(path))
             assert app.last_request is not None
             assert app.last_request.spec == str(tmp_path / "the model")
+            started: list[Any] = []
+            app.start = started.append  # type: ignore[method-assign]
+            await pilot.press("r")  # the key itself, as a user presses it
+            await pilot.pause()
+            assert [r.spec for r in started] == [str(tmp_path / "the model")]
 
     asyncio.run(go())
 
@@ -517,5 +546,16 @@ def test_copy_says_when_tmux_drops_the_clipboard(
             await pilot.pause()
             notes = [n.message for n in app._notifications]
             assert any("was not copied" in m and "set-clipboard" in m for m in notes), notes
+            # Issue 22: the text itself is on screen, to select by hand.
+            from textual.widgets import TextArea
+
+            from loadscope.tui.screens import TextScreen
+
+            assert isinstance(app.screen, TextScreen)
+            shown = app.screen.query_one(TextArea).text
+            assert shown == app.clipboard and shown.strip(), shown
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, TextScreen)
 
     asyncio.run(go())

@@ -46,6 +46,7 @@ def facts(
         cold={k: _summary(k, "cold", v, model) for k, v in cold.items()},
         warm={k: _summary(k, "warm", v, model) for k, v in (warm or {}).items()},
         trial_ids={(k, "cold"): [i + 1] for i, k in enumerate(cold)},
+        fuse_connection_path=extra.get("fuse_connection_path"),
     )
 
 
@@ -112,6 +113,13 @@ def test_raise_readahead_on_latency_bound_fuse() -> None:
     assert "128 KiB" in rec.action
     assert "/sys/class/bdi/0:42/read_ahead_kb" in code(rec, "shell")
     assert "max_background" in code(rec, "shell")
+    assert "<N>" not in code(rec, "shell")  # issue 22: the real value, or how to find it
+    assert "mountpoint -d" in code(rec, "shell")
+    known = advise_facts(
+        facts({"mmap": 15.3}, read_ahead_kb=128, fuse_connection_path="/sys/fs/fuse/connections/61")
+    )
+    rec = next(r for r in known.recommendations if r.id == "raise-readahead")
+    assert "echo 64 | sudo tee /sys/fs/fuse/connections/61/max_background" in code(rec, "shell")
 
 
 def test_no_readahead_advice_on_local_disk_or_when_already_large() -> None:
