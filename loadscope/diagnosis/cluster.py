@@ -220,6 +220,22 @@ class NodeResult:
         return cls(rank, d["host"], d["status"], d.get("reason"), report)
 
 
+def _unmeasured(doc: dict[str, Any]) -> str | None:
+    """Why a node's report measured nothing to compare (None when it did): the doctor
+    could not measure, the storage stopped answering, or no trial gave a time."""
+    verdict = doc.get("verdict") or {}
+    headline = str(verdict.get("headline") or "no verdict")
+    if verdict.get("status") == "unmeasured":
+        return headline
+    stalled = (doc.get("probe") or {}).get("stalled")
+    if stalled:
+        return f"the storage stopped answering: {stalled}"
+    summary = (doc.get("bench") or {}).get("summary") or []
+    if not any(isinstance(s, dict) and s.get("median_seconds") for s in summary):
+        return f"no trial gave a time ({headline})"
+    return None
+
+
 def diagnose_node(
     rank: int,
     target: str,
@@ -235,11 +251,10 @@ def diagnose_node(
         with open_checked(target, synth_dir=synth_dir, loads=True) as t:
             report = doctor(t, budget_s=budget_s, **watch)
         doc = json.loads(report.to_json())
-        verdict = doc.get("verdict") or {}
-        if verdict.get("status") == "unmeasured":
+        if (why := _unmeasured(doc)) is not None:
             # Its storage stalled, or no trial completed: a node that measured nothing is a
             # failed node in the fleet's count (its report is kept, saying why).
-            return NodeResult(rank, host, "failed", reason=verdict.get("headline"), report=doc)
+            return NodeResult(rank, host, "failed", reason=why, report=doc)
         return NodeResult(rank, host, "ok", report=doc)
     except LoadscopeError as exc:
         return NodeResult(rank, host, "failed", reason=str(exc))
@@ -302,6 +317,37 @@ class Fleet:
     nodes: list[NodeResult]
     rows: list[Row] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
+
+
+#: Rank 0's word to every node once it checked --out: "go", or why the fleet stops.
+GO_KEY = f"{PREFIX}/go"
+#: How long rank 0 keeps the store up for the nodes to read a stop (its own store dies
+#: with it when it is the rendezvous host).
+STOP_NOTICE_S = 30.0
+
+
+def _wait_for_go(store: Any, rank: int) -> None:
+    """Block until rank 0's word (the store's timeout bounds it); ClusterError on a stop."""
+    try:
+        word = store.get(GO_KEY).decode(errors="replace")
+    except Exception as exc:  # noqa: BLE001  (the store's errors: timeout, master gone)
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise ClusterError(f"node-{rank}: rank 0 never said to start ({first})") from None
+    if word != "go":
+        raise ClusterError(f"node-{rank}: rank 0 stopped the fleet before any work: {word}")
+
+
+def _stay_until_joined(store: Any, world_size: int, timeout_s: float) -> None:
+    """Rank 0, stopping the fleet: until every node joined (so it read why) or timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if all(store.add(f"{PREFIX}/beat/{r}", 0) > 0 for r in range(1, world_size)):
+                time.sleep(0.5)  # their get of the word is in flight
+                return
+        except Exception:  # noqa: BLE001  (a node's store error is not rank 0's to report)
+            return
+        time.sleep(0.2)
 
 
 def wait_for_ack(store: Any, rank: int, timeout_s: float) -> None:
@@ -383,12 +429,24 @@ def run_cluster(
     """This node's part; on rank 0 also the fleet (returned), elsewhere None. ``watch``
     (``listener``, ``progress``) follows this node's diagnosis."""
     env = env or ClusterEnv.from_environ()
+    refused: LoadscopeError | None = None
     if env.rank == 0:
-        check_out_dir(out_dir)  # before any node works: not after the whole fleet ran
+        try:
+            check_out_dir(out_dir)  # before any node works: not after the whole fleet ran
+        except (ClusterError, PermissionDenied) as exc:
+            refused = exc
     store = _store(env, timeout_s=join_timeout_s)
+    if env.rank == 0:
+        # Every node waits for this word before it works: "go", or why the fleet stops.
+        store.set(GO_KEY, "go" if refused is None else str(refused))
+        if refused is not None:
+            _stay_until_joined(store, env.world_size, min(join_timeout_s, STOP_NOTICE_S))
+            raise refused
     # Joined: counted from here, so a node stopped before its heartbeat thread starts is
     # reported after the heartbeat timeout, not the join timeout.
     store.add(f"{PREFIX}/beat/{env.rank}", 1)
+    if env.rank != 0:
+        _wait_for_go(store, env.rank)
     beat = _Heartbeat(env, timeout_s=join_timeout_s)
     try:
         mine = diagnose_node(env.rank, target, budget_s, synth_dir, **watch)

@@ -265,3 +265,52 @@ def test_the_k8s_manifest_is_valid_and_its_env_onboards_two_nodes(tmp_path: Path
     assert [n.returncode for n in nodes] == [0, 0], logs
     summary = json.loads((out / "fleet.json").read_text())
     assert [n["status"] for n in summary["nodes"]] == ["ok", "ok"]
+
+
+def test_an_unwritable_out_stops_every_node_before_any_work(tmp_path: Path) -> None:
+    """Issue 22: with --out unwritable the whole fleet ran, then rank 0 crashed and every
+    report was lost. Now rank 0 refuses at once and tells the other nodes, which stop
+    before their diagnosis (no fork server, no trial) instead of working for nothing."""
+    port = _free_port()
+    (tmp_path / "afile").write_text("not a folder")
+    out = tmp_path / "afile" / "out"
+    args = ("synthetic:8MiB", "--budget", "4", "--synth-dir", str(tmp_path))
+    start = time.monotonic()
+    nodes = [_node(_slurm_env(i, port), out, *args) for i in (0, 1)]
+    logs = [n.communicate(timeout=90)[0] for n in nodes]
+    took = time.monotonic() - start
+    assert nodes[0].returncode != 0 and nodes[1].returncode != 0, logs
+    assert f"--out {out}: cannot write the fleet report there" in logs[0], logs[0]
+    assert "rank 0 stopped the fleet before any work: --out" in logs[1], logs[1]
+    assert "Traceback" not in logs[0] + logs[1]
+    assert took < 45, took  # not the 120 s join timeout, nor a whole diagnosis
+    assert not any(p.name.startswith("node-") for p in tmp_path.rglob("*.json"))
+
+
+def test_a_node_whose_storage_stalls_is_a_failed_node(tmp_path: Path) -> None:
+    """Issue 22: a node whose storage stopped answering was counted as reported ("2 of 2
+    nodes reported, no outliers, no failures", exit 0). Node 1's model sits on an emulated
+    disk that stops answering after 1 MiB; the fleet counts it failed, with the reason."""
+    from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+    from loadscope.tools.synth import synthesize
+
+    if (why := fuse_unavailable_reason()) is not None:
+        pytest.skip(f"emulated disk unavailable: {why}")
+    src = synthesize(tmp_path / "src", 12 << 20, seed=31, shards=2).root
+    settings = EmulatorSettings(
+        latency_s=0.0005, jitter_s=0.0, readahead_kb=128, stall_after_bytes=1 << 20
+    )
+    port, out = _free_port(), tmp_path / "fleet"
+    with emulated_disk(src, tmp_path / "mnt", settings) as disk:
+        stall = {"LOADSCOPE_STALL_TIMEOUT": "2"}
+        nodes = [
+            _node(_slurm_env(0, port), out, str(src), "--budget", "6"),
+            _node(_slurm_env(1, port) | stall, out, str(disk.path), "--budget", "6"),
+        ]
+        log0 = nodes[0].communicate(timeout=180)[0]
+    log1 = nodes[1].communicate(timeout=60)[0]
+    assert nodes[0].returncode != 0, log0  # a failed node fails the fleet's command
+    summary = json.loads((out / "fleet.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["ok", "failed"], (log0, log1)
+    assert "stopped answering" in (summary["nodes"][1]["reason"] or ""), summary
+    assert "1 of 2 nodes reported" in (out / "fleet.md").read_text()
