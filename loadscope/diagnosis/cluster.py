@@ -454,6 +454,8 @@ def run_cluster(
         if env.rank != 0:
             # Rank 0 reads the results after its own diagnosis: wait that long for it to
             # confirm (beating meanwhile), so "sent" is never said of a lost report.
+            if "progress" in watch:
+                watch["progress"]("report posted; waiting for rank 0 to confirm it")
             wait_for_ack(store, env.rank, budget_s + join_timeout_s)
     finally:
         beat.stop()

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -314,3 +315,31 @@ def test_a_node_whose_storage_stalls_is_a_failed_node(tmp_path: Path) -> None:
     assert [n["status"] for n in summary["nodes"]] == ["ok", "failed"], (log0, log1)
     assert "stopped answering" in (summary["nodes"][1]["reason"] or ""), summary
     assert "1 of 2 nodes reported" in (out / "fleet.md").read_text()
+
+
+def test_a_node_whose_rank_0_dies_never_says_sent(tmp_path: Path) -> None:
+    """Issue 22: a node printed "report sent to rank 0" and exited 0 after the store was
+    gone. Rank 0 (the rendezvous host under srun) is killed once node 1 has posted its
+    report: node 1 says the report may be lost and fails."""
+    port, out = _free_port(), tmp_path / "fleet"
+    common = ("synthetic:8MiB", "--synth-dir", str(tmp_path), "--no-progress")
+    nodes = [
+        _node(_slurm_env(0, port), out, *common, "--budget", "30"),
+        _node(_slurm_env(1, port), out, *common, "--budget", "3"),
+    ]
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(nodes[1].stdout or []), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not any("waiting for rank 0" in x for x in lines):
+        time.sleep(0.05)
+    assert any("waiting for rank 0" in x for x in lines), lines
+    nodes[0].kill()
+    nodes[0].wait(timeout=30)
+    nodes[1].wait(timeout=60)
+    reader.join(5)
+    log1 = "".join(lines)
+    assert nodes[1].returncode != 0, log1
+    assert "report sent to rank 0" not in log1
+    assert "rank 0 did not confirm it received this node's report" in log1, log1
+    assert "it may be lost" in log1
