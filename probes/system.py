@@ -11,8 +11,10 @@ visible; the parent never imports torch for them.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import platform
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +89,34 @@ class SystemInfo:
     packages: dict[str, str | None] = field(default_factory=dict)
     gpus: tuple[Gpu, ...] = ()
     gpu_note: str = ""
+    #: The NVIDIA kernel driver's version (/proc/driver/nvidia/version), None without one.
+    nvidia_driver: str | None = None
+    #: The CUDA version the installed torch was built for ("cpu": a CPU-only build; None:
+    #: no torch), read from torch/version.py without importing torch.
+    torch_cuda: str | None = None
+
+
+def nvidia_driver_version(root: Path = Path("/")) -> str | None:
+    """``NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ...`` -> ``550.54.15``."""
+    text = read_text(root / "proc/driver/nvidia/version") or ""
+    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", text)
+    return match[1] if match else None
+
+
+def torch_cuda_build() -> str | None:
+    """``torch.version.cuda`` without the seconds an import of torch costs: the installed
+    package's version.py, read as text (None when torch is not installed)."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for folder in locations:
+        text = read_text(Path(folder) / "version.py") or ""
+        match = re.search(r"^cuda\s*(?::[^=]*)?=\s*(None|'([^']*)'|\"([^\"]*)\")", text, re.M)
+        if match:
+            return "cpu" if match[1] == "None" else (match[2] or match[3] or None)
+    return None
 
 
 def headroom_bytes(available: int, cgroup: CgroupMemory | None) -> int:
@@ -151,6 +181,8 @@ def probe_system(root: Path = Path("/")) -> SystemInfo:
         packages=package_versions(),
         gpus=gpus,
         gpu_note=gpu_note,
+        nvidia_driver=nvidia_driver_version(root),
+        torch_cuda=torch_cuda_build(),
     )
 
 

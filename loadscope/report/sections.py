@@ -113,13 +113,27 @@ def _system_info(doc: dict[str, Any]) -> Section | None:
     virt = [x for x in (sysinfo.get("virtualization"), sysinfo.get("container")) if x]
     if virt or sysinfo.get("wsl"):
         lines.append(f"- Environment: {', '.join(virt + (['WSL'] if sysinfo.get('wsl') else []))}")
+    cuda = sysinfo.get("torch_cuda")
+    if cuda:
+        lines.append(f"- torch CUDA build: {'none (CPU-only torch)' if cuda == 'cpu' else cuda}")
+    if sysinfo.get("nvidia_driver"):
+        lines.append(f"- NVIDIA driver version: {sysinfo['nvidia_driver']}")
     gpus = sysinfo.get("gpus") or []
     lines.append(
         f"- GPUs: {len(gpus) or 'none'}"
         + (f" ({sysinfo['gpu_note']})" if not gpus and sysinfo.get("gpu_note") else "")
     )
-    lines += [f"  - {g}" for g in gpus]
+    lines += [_gpu_line(g) for g in gpus]
     return Section("system", "System Info", (Code("\n".join(lines)),))
+
+
+def _gpu_line(gpu: Any) -> str:
+    """``  - GPU 0: NVIDIA H100 80GB HBM3, 80 GiB`` (a report's GPU entry, any shape)."""
+    if not isinstance(gpu, dict):
+        return f"  - {gpu}"
+    memory = gpu.get("memory_bytes")
+    size = f", {format_bytes(memory)}" if isinstance(memory, int) and memory > 0 else ""
+    return f"  - GPU {gpu.get('index', '?')}: {gpu.get('name', '?')}{size}"
 
 
 def _storage(doc: dict[str, Any]) -> Section | None:
@@ -374,7 +388,10 @@ def _fio(doc: dict[str, Any]) -> Section | None:
 
 
 def _notes(doc: dict[str, Any]) -> Section | None:
-    notes = doc.get("notes") or []
+    # The doctor's notes, then the bench's own (trials the budget left out, files loaded
+    # whole although sampled, how a cache state was verified): each said once.
+    bench_notes = (doc.get("bench") or {}).get("notes") or []
+    notes = list(dict.fromkeys([*(doc.get("notes") or []), *bench_notes]))
     if not notes:
         return None
     return Section("notes", "", tuple(Quote(str(n)) for n in notes), collapsed=False)

@@ -409,6 +409,15 @@ def test_the_markdown_is_a_bug_report_and_fits_github() -> None:
     assert len(big) <= 65_536 and "trimmed to fit GitHub's 65,536-character limit" in big
     assert big.count("<details>") == big.count("</details>")
     assert sum(line.startswith("```") for line in big.splitlines()) % 2 == 0
+    # The largest list is what is shortened (and says by how much); the sections after
+    # it — the notes, the failed steps — are all still there.
+    assert re.search(r"… \d+ more \(trimmed\)", big), big[-2000:]
+    assert "strategy-0" in big and "strategy-999" not in big
+    for note in doc["notes"]:
+        assert note in big, note
+    # The bench's own notes (trials the budget left out, ...) are in the report too.
+    doc["bench"]["notes"] = ["3 of 40 trials not run: the time budget was spent"]
+    assert "3 of 40 trials not run: the time budget was spent" in to_markdown(doc)
 
 
 def test_a_pickle_only_model_gets_a_measured_conversion(tmp_path: Path) -> None:

@@ -147,3 +147,34 @@ def test_gpus_come_from_the_driver_never_from_torch(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "NVIDIA driver present" in done.stdout or "nvidia-smi" in done.stdout
+
+
+def test_driver_and_cuda_build_reach_the_system_info_block(tmp_path: Path) -> None:
+    """Issue 20: the System Info block had no CUDA or driver version and printed GPUs as
+    raw dicts; what a maintainer asks for first."""
+    import json
+
+    from loadscope.probes.system import nvidia_driver_version, torch_cuda_build
+    from loadscope.report.markdown import to_markdown
+
+    version = tmp_path / "proc/driver/nvidia/version"
+    version.parent.mkdir(parents=True)
+    version.write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build\n"
+    )
+    assert nvidia_driver_version(tmp_path) == "570.86.15"
+    assert nvidia_driver_version(tmp_path / "none") is None
+    import torch
+
+    assert torch_cuda_build() == (torch.version.cuda or "cpu")  # read without importing
+    golden = Path(__file__).parents[1] / "golden" / "doctor_emulated.json"
+    doc = json.loads(golden.read_text())
+    system = doc["probe"]["system"]
+    system.update(
+        nvidia_driver="570.86.15",
+        torch_cuda="12.8",
+        gpus=[{"index": 0, "name": "NVIDIA H200", "memory_bytes": 141 << 30}],
+    )
+    md = to_markdown(doc)
+    assert "- torch CUDA build: 12.8" in md and "- NVIDIA driver version: 570.86.15" in md
+    assert "  - GPU 0: NVIDIA H200, 141 GiB" in md and "{'index'" not in md
