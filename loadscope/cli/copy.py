@@ -94,21 +94,103 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _report_of(path: str, target: Any) -> dict[str, Any]:
-    """The doctor report at ``path``, refused unless it is of this model (bytes, files)."""
+    """The doctor report at ``path``, refused unless it is of this model.
+
+    Its size (total bytes, file count) must be this model's, and so must what names the
+    model: the folder it measured (``target.source``, the model's own folder when the
+    report measured an emulator's mount of it; else ``target.root``; else a path spec).
+    A folder of this machine must be this model's (another one of the same size is
+    another model, a fine-tune of the same base as like as not); one this machine does
+    not have (measured on another host, or since moved) must have listed this model's
+    file names and sizes (``probe.files``). Checked before any byte is copied.
+    """
     doc = load_report(path)
     found = doc.get("target")
     theirs: dict[str, Any] = found if isinstance(found, dict) else {}
     files = theirs.get("files")
-    same = theirs.get("total_bytes") == target.total_bytes and (
+    ours = str(target.served_from or target.report_spec)
+    same_size = theirs.get("total_bytes") == target.total_bytes and (
         not isinstance(files, int) or files == len(target.files)
     )
-    if not same:
+    why = None if same_size else "another size"
+    if why is None:
+        why = _other_model(doc, theirs, target)
+    if why is not None:
+        name = next(
+            (str(theirs[k]) for k in ("source", "root", "spec") if isinstance(theirs.get(k), str)),
+            "?",
+        )
         raise UsageError(
-            f"--report {path}: a report of another model ({theirs.get('spec', '?')},"
-            f" {format_bytes(int(theirs.get('total_bytes') or 0))}), not of this one"
-            f" ({format_bytes(target.total_bytes)} in {len(target.files)} file(s))"
+            f"--report {path}: a report of another model ({name},"
+            f" {format_bytes(int(theirs.get('total_bytes') or 0))}: {why}), not of this one"
+            f" ({ours}, {format_bytes(target.total_bytes)} in {len(target.files)} file(s))"
         )
     return doc
+
+
+def _other_model(doc: dict[str, Any], theirs: dict[str, Any], target: Any) -> str | None:
+    """Why the report ``doc`` (its ``target`` section: ``theirs``) is of another model than
+    ``target``, or None when it is of this one."""
+    spec = theirs.get("spec")
+    folder = next(
+        (theirs[k] for k in ("source", "root") if isinstance(theirs.get(k), str) and theirs[k]),
+        spec if isinstance(spec, str) and os.path.isabs(spec) else None,
+    )
+    if folder is not None and os.path.exists(folder):
+        # A folder of this machine: this model's, or another one (the weights of two
+        # fine-tunes of one base have the same names and sizes: they cannot tell).
+        folders = (p for p in (target.root, target.served_from) if p is not None)
+        if any(_same_file(folder, p) for p in folders):
+            return None
+        return "another folder"
+    # Measured where this machine has no such folder (another host, a mount point since
+    # moved): the same file names and sizes, or nothing else naming the model.
+    listed = _listed_files(doc, theirs)
+    if listed is not None:
+        mine = sorted(
+            (_relative(str(f.path), str(target.root)), f.size_bytes) for f in target.files
+        )
+        same = listed == mine
+        return None if same else "other file names or sizes"
+    if folder is not None:
+        return "a folder not on this machine, and the report lists no files to compare"
+    if isinstance(spec, str) and spec != target.report_spec:
+        return "another spec"
+    return None  # nothing names the model beyond its size: taken as it is
+
+
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _listed_files(doc: dict[str, Any], theirs: dict[str, Any]) -> list[tuple[str, int]] | None:
+    """The report's weight files as (path relative to its model folder, size), sorted; None
+    when it does not list them."""
+    probe = doc.get("probe")
+    entries = probe.get("files") if isinstance(probe, dict) else None
+    if not entries:
+        return None
+    root = theirs.get("root")
+    out = []
+    for e in entries:
+        if not (isinstance(e, dict) and isinstance(e.get("path"), str)):
+            return None
+        if not isinstance(e.get("size_bytes"), int):
+            return None
+        out.append((_relative(e["path"], root if isinstance(root, str) else ""), e["size_bytes"]))
+    return sorted(out)
+
+
+def _relative(path: str, root: str) -> str:
+    """``path`` as its model folder names it: relative to ``root`` when under it, else (a
+    single-file target, or no root) its file name."""
+    base = root.rstrip("/")
+    if base and path.startswith(base + "/"):
+        return path[len(base) + 1 :]
+    return os.path.basename(path)
 
 
 def _suggest_destinations(target: Any, out: TextIO) -> ExitCode:

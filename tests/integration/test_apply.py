@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -22,7 +23,7 @@ from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import residency
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
-from tests.conftest import run_loadscope
+from tests.conftest import CliRunner, run_loadscope
 
 
 def _tree(root: Path) -> dict[str, tuple[int, str, int]]:
@@ -317,6 +318,38 @@ def test_a_source_changed_mid_copy_is_not_passed_off_as_a_copy(tmp_path: Path, c
     assert not list(dest.glob(f"*{PARTIAL_SUFFIX}"))
 
 
+def test_a_source_changed_mid_copy_fails_the_command_in_one_line(
+    tmp_path: Path, cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same through ``loadscope copy``: its exit code and its one line, not exit 0."""
+    import loadscope.cli.copy as copy_cli
+
+    root = synthesize(tmp_path / "model", 8 << 20, seed=5).root
+    shard = root / "model.safetensors"
+    dest = tmp_path / "dest"
+    changed = []
+
+    class Meter:  # the command's progress: where the shard is changed, mid-copy
+        def __init__(self, *args: object) -> None:
+            pass
+
+        def __call__(self, done: int, total: int, seconds: float) -> None:
+            if not changed and done >= 1 << 20:  # the shard's block is written, not renamed
+                _in_another_process(_REWRITE, str(shard))
+                changed.append(done)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(copy_cli, "ByteMeter", Meter)
+    r = cli("copy", str(root), str(dest), "--quiet")
+    assert changed
+    assert r.code == 7 and "changed while it was copied" in r.err, r
+    assert r.err.count("\n") == 1 and "Traceback" not in r.err and "matched" not in r.out, r
+    assert not (dest / "model.safetensors").exists()
+    assert not list(dest.glob(f"*{PARTIAL_SUFFIX}"))
+
+
 def test_a_second_copy_into_the_same_dest_is_refused(model: Path, tmp_path: Path) -> None:
     """Two copies into one DEST collided (a truncated partial, internal errors)."""
     dest = tmp_path / "dest"
@@ -373,3 +406,67 @@ def test_a_report_of_another_model_is_refused_before_the_copy(model: Path, tmp_p
     r = run_loadscope("copy", str(model), str(tmp_path / "dest"), "--report", str(bench_like))
     assert r.code != 0 and "not a loadscope doctor report" in r.err, r
     assert not (tmp_path / "dest").exists()
+
+
+def _report_for(model: Path, at: Path, *, root: Path, listed: list[Path] | None = None) -> Path:
+    """The golden doctor report, made a report of ``root`` (of ``model``'s size), listing
+    the files ``listed`` (under ``root``, with ``model``'s sizes) when given."""
+    golden = Path(__file__).parents[1] / "golden" / "doctor_report.json"
+    doc = json.loads(golden.read_text())
+    target = resolve(str(model))
+    doc["target"] = {
+        "spec": str(root),
+        "kind": "directory",
+        "root": str(root),
+        "files": len(target.files),
+        "total_bytes": target.total_bytes,
+    }
+    if listed is not None:
+        doc["probe"] = {
+            "files": [
+                {"path": str(p), "size_bytes": wf.size_bytes}
+                for p, wf in zip(listed, target.files, strict=True)
+            ]
+        }
+    at.write_text(json.dumps(doc))
+    return at
+
+
+def test_a_report_of_another_folder_of_the_same_size_is_refused(
+    model: Path, tmp_path: Path
+) -> None:
+    """Issue 22: only the total bytes and the file count were compared, so a report of
+    another model of the same size (a fine-tune of the same base) was taken for this one's."""
+    twin = tmp_path / "twin"
+    shutil.copytree(model, twin)  # the same names and sizes, even the same bytes
+    dest = tmp_path / "dest"
+    target = resolve(str(model))
+    names = [Path(wf.path).relative_to(model) for wf in target.files]
+    gone = tmp_path / "not-here"
+    for report in (
+        _report_for(model, tmp_path / "twin.json", root=twin),
+        _report_for(
+            model, tmp_path / "twin-listed.json", root=twin, listed=[twin / n for n in names]
+        ),
+        # A folder this machine does not have: its files are not this model's names.
+        _report_for(
+            model, tmp_path / "renamed.json", root=gone, listed=[gone / f"x{n}" for n in names]
+        ),
+        _report_for(model, tmp_path / "unlisted.json", root=gone),
+    ):
+        r = run_loadscope("copy", str(model), str(dest), "--report", str(report))
+        assert r.code == 2 and "a report of another model" in r.err, (report.name, r)
+        assert str(model) in r.err and r.err.count("\n") == 1, (report.name, r)
+        assert not dest.exists(), report.name  # refused before any byte
+    assert (
+        str(twin)
+        in run_loadscope("copy", str(model), str(dest), "--report", str(tmp_path / "twin.json")).err
+    )
+    # This model's report: of its folder, or of a folder not here listing its files.
+    for report in (
+        _report_for(model, tmp_path / "same.json", root=model),
+        _report_for(model, tmp_path / "moved.json", root=gone, listed=[gone / n for n in names]),
+    ):
+        r = run_loadscope("copy", str(model), str(dest), "--report", str(report))
+        assert r.code == 0 and "break-even:" in r.out, (report.name, r)
+    assert (dest / "config.json").read_bytes() == (model / "config.json").read_bytes()
