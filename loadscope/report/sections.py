@@ -72,6 +72,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
         _recommendations(doc),
         _fix_in_your_stack(doc),
         _trials(doc),
+        _formats(doc),
         _conversion(doc),
         _not_run(doc),
         _ranks(doc),
@@ -385,6 +386,20 @@ def _fio(doc: dict[str, Any]) -> Section | None:
             Code(str(job.get("command")), "sh"),
         ]
     return Section("fio", "reproduce the storage numbers with fio", tuple(blocks))
+
+
+def _formats(doc: dict[str, Any]) -> Section | None:
+    """Seed 000's comparison, when the model is there in both formats: safetensors against
+    torch.load on the same tensors, cold and warm."""
+    from loadscope.engine.bench import format_lines
+
+    bench = doc.get("bench")
+    lines = format_lines(bench) if isinstance(bench, dict) else []
+    if not lines:
+        return None
+    return Section(
+        "formats", "safetensors vs torch.load", (Bullets(tuple(lines)),), collapsed=False
+    )
 
 
 def _notes(doc: dict[str, Any]) -> Section | None:

@@ -449,3 +449,22 @@ def test_a_pickle_only_model_gets_a_measured_conversion(tmp_path: Path) -> None:
     doc = json.loads(report.to_json())
     check_schema(doc, "doctor")
     assert "a sample converted to safetensors" in to_markdown(doc)
+
+
+def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path) -> None:
+    """Issue 20: on a folder with both formats the doctor ran torch.load without mmap=True
+    only and printed no seed-000 ratio in its text, Markdown or HTML."""
+    root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root
+    md, page = tmp_path / "r.md", tmp_path / "r.html"
+    result = run_loadscope(
+        "doctor", str(root), "--budget", "30", "--md", str(md), "--html", str(page), timeout=300
+    )
+    assert result.code == 0, result.err
+    doc_md, doc_html = md.read_text(), html.unescape(page.read_text())
+    for cache in ("cold", "warm"):
+        said = [x for x in result.out.splitlines() if x.startswith(f"formats, {cache}:")]
+        assert said, result.out
+        line = said[0]
+        assert " faster than " in line and "on CPU here" in line, line
+        assert "torch.load(mmap=True)" in line and "digests checked" in line, line
+        assert line in doc_md and line in doc_html, line
