@@ -468,3 +468,31 @@ def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path)
         assert " faster than " in line and "on CPU here" in line, line
         assert "torch.load(mmap=True)" in line and "digests checked" in line, line
         assert line in doc_md and line in doc_html, line
+
+
+def test_the_markdown_of_a_1000_shard_model_fits_github(tmp_path: Path) -> None:
+    """Issue 20: a real doctor run on a 1,000-shard checkpoint; its Markdown holds the
+    report's sections and stays under GitHub's 65,536-character body limit."""
+    import torch
+    from safetensors.torch import save_file
+
+    root = tmp_path / "shards"
+    root.mkdir()
+    weight_map = {}
+    for i in range(1000):
+        name = f"model-{i + 1:05d}-of-01000.safetensors"
+        save_file({f"layers.{i}.weight": torch.full((32, 32), float(i))}, str(root / name))
+        weight_map[f"layers.{i}.weight"] = name
+    (root / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
+    md = tmp_path / "r.md"
+    result = run_loadscope(
+        "doctor", str(root), "--budget", "10", "--md", str(md), "--quiet", timeout=300
+    )
+    assert result.code == 0, result.err
+    text = md.read_text()
+    assert len(text) < 65_536, len(text)
+    assert text.startswith("### loadscope doctor:") and "1000 file(s)" in text
+    for section in ("System Info", "Storage", "trials (median seconds)"):
+        assert f"<summary>{section}</summary>" in text, section
