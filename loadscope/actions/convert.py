@@ -3,10 +3,11 @@ so that "convert to safetensors" carries a measured number.
 
 The user's file is only read: ``torch.load(weights_only=True, mmap=True)`` in a child
 process (no code in the pickle runs, a crash or a kill stays there), ``save_file`` into
-``.loadscope-convert-<pid>-*`` beside the model (its filesystem, so the converted
-file is measured on the storage the user would keep it on) when that folder is
-writable, else in the local temp dir, and said which. A directory left by a run that
-was killed (its pid gone) is removed by the next one.
+``.loadscope-convert-<pid>-*`` beside the model when that folder is on the model's
+filesystem (same ``st_dev``: the converted file is measured on the storage the user
+would keep it on) and writable, else in the temp dir, and said which filesystem that
+is (read from the mount table: "another filesystem: tmpfs at /tmp, in RAM"). A
+directory left by a run that was killed (its pid gone) is removed by the next one.
 
 May import: ``loadscope.model``, ``loadscope.loaders``, ``loadscope.probes``,
 ``loadscope.base``.
@@ -27,6 +28,8 @@ from pathlib import Path
 
 from loadscope.base.errors import LoadscopeError
 from loadscope.model.targets import WeightFile
+from loadscope.probes import mounts
+from loadscope.probes.result import Unavailable
 
 PREFIX = ".loadscope-convert-"
 
@@ -73,13 +76,53 @@ class ConversionTrial:
 
 
 def conversion_folder(model_root: Path, need_bytes: int) -> tuple[Path, str]:
-    """A new folder for the converted sample: beside the model when its parent is
-    writable with room for ``need_bytes``, else in the local temp dir."""
+    """A new folder for the converted sample, with room for ``need_bytes``, and where it is.
+
+    On the model's filesystem when it can be: beside the model (its parent) when the
+    parent is on the model's device (``st_dev``); a model folder that is itself a mount
+    point (a FUSE or NFS mount) has its parent on another filesystem, and nothing is ever
+    written inside the user's model folder. Else in the temp dir, labelled with the
+    filesystem it is really on ("another filesystem: tmpfs at /tmp, in RAM").
+    """
+    table = _mount_table()
+    try:
+        model_dev = os.stat(model_root).st_dev
+    except OSError as exc:
+        raise ConversionFailed(
+            f"cannot stat the model's folder: {exc.strerror or exc}", path=model_root
+        ) from None
+    model_fs = _filesystem(model_root, table)
     tried: list[str] = []
-    for base, where in (
-        (model_root.parent, f"beside the model ({model_root.parent}, the model's filesystem)"),
-        (Path(tempfile.gettempdir()), f"in {tempfile.gettempdir()} (a local disk)"),
-    ):
+    candidates: list[tuple[Path, str]] = []
+    parent = model_root.parent
+    try:
+        same = os.stat(parent).st_dev == model_dev
+    except OSError as exc:
+        tried.append(f"beside the model: {parent}: {exc.strerror or exc}")
+    else:
+        if same:
+            candidates.append(
+                (parent, f"beside the model ({parent}, the model's filesystem: {model_fs})")
+            )
+        else:
+            tried.append(
+                f"not beside the model: its folder is a mount point, its parent {parent}"
+                f" is on another filesystem ({_filesystem(parent, table)})"
+            )
+    tmp = Path(tempfile.gettempdir())
+    if tmp != parent or not candidates:
+        try:
+            on_model_fs = os.stat(tmp).st_dev == model_dev
+        except OSError:
+            on_model_fs = False
+        where = (
+            f"in {tmp} (the model's filesystem: {model_fs})"
+            if on_model_fs
+            else f"in {tmp} (another filesystem: {_filesystem(tmp, table)};"
+            f" the model's: {model_fs})"
+        )
+        candidates.append((tmp, where))
+    for base, where in candidates:
         _reap(base)
         try:
             if shutil.disk_usage(base).free < need_bytes * 1.1:
@@ -89,9 +132,25 @@ def conversion_folder(model_root: Path, need_bytes: int) -> tuple[Path, str]:
         except OSError as exc:
             tried.append(f"{base}: {exc.strerror or exc}")
             continue
-        said = where + (f"; beside the model: {tried[-1]}" if tried else "")
-        return folder, said
+        return folder, "; ".join([where, *tried])
     raise ConversionFailed("no folder to convert a sample into: " + "; ".join(tried))
+
+
+def _mount_table() -> list[mounts.Mount]:
+    try:
+        return mounts.read_mountinfo()
+    except Unavailable:
+        return []
+
+
+def _filesystem(path: Path, table: list[mounts.Mount]) -> str:
+    """The filesystem under ``path`` as "tmpfs at /tmp, in RAM", "ext4 at /"."""
+    try:
+        mount = mounts.mount_of(path, table)
+    except Unavailable:
+        return "an unknown filesystem"
+    memory = ", in RAM" if mount.fstype in mounts.MEMORY_FILESYSTEMS else ""
+    return f"{mount.full_fstype} at {mount.mount_point}{memory}"
 
 
 def _reap(base: Path) -> None:

@@ -12,6 +12,8 @@ import datetime as _dt
 import json
 import os
 import platform
+import posixpath
+import re
 import shutil
 import textwrap
 import threading
@@ -385,15 +387,17 @@ def run_doctor(
     if device == "cpu" and formats == {"safetensors"} and target.alternates:
         # The same model as pickles beside the safetensors: measure the formats side by
         # side (seed 000) when whole loads fit; they cannot be sampled.
+        # torch.load(weights_only=True), with and without mmap=True, beside load_file.
+        torch_ways = ("pickle", "pickle-mmap")
         if sample is None:
-            strategies = (*strategies, "pickle")
-            trials += [("pickle", "cold"), ("pickle", "warm")]
+            strategies = (*strategies, *torch_ways)
+            trials += [(s, c) for s in torch_ways for c in ("cold", "warm")]
             repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
         if sample is not None:
-            if "pickle" in strategies:
-                strategies = tuple(x for x in strategies if x != "pickle")
+            if any(s in strategies for s in torch_ways):
+                strategies = tuple(x for x in strategies if x not in torch_ways)
                 repeats, sample, sample_sizes = plan_trials(
-                    probe, [t for t in trials if t[0] != "pickle"], remaining
+                    probe, [t for t in trials if t[0] not in torch_ways], remaining
                 )
             failures.append(
                 "torch files beside the safetensors: not measured (loaded whole, they do not"
@@ -682,6 +686,15 @@ def to_text(report: DoctorReport) -> str:
 def redact(doc: dict[str, Any]) -> dict[str, Any]:
     """A copy without the hostname or the model's paths (for reports shared outside a team).
 
+    Hidden in every string of the report, wherever it is nested (recommendations'
+    actions, evidence, snippets and apply, notes, failures, the conversion, the probes):
+    the model's paths (``<model>``) and the folders above it (``<model>/..``, as a
+    conversion beside the model names its parent), the model's folder name where a copy
+    destination repeats it (``.../loadscope-copies/<model>``), the mounts it is served
+    from (``<mount>``), the user's home (``~``) and name (``<user>``) as path components,
+    the local-disk folders the probe measured that are not conventional ones
+    (``<local-disk-N>``), and the hostname (``<host>``).
+
     Reports never hold environment variables or tokens in the first place.
     """
     host = str((doc.get("host") or {}).get("hostname", ""))
@@ -698,12 +711,52 @@ def redact(doc: dict[str, Any]) -> dict[str, Any]:
                 if isinstance(mount.get(key), str) and mount[key] not in labels:
                     labels[mount[key]] = "<mount>"
     labels[host] = "<host>"
-    secrets = sorted((s for s in labels if len(s) > 2), key=len, reverse=True)
+    # Replaced as whole paths (not inside a longer name): the folders above the model,
+    # the home folder, the local disks' folders; checked after the labels above.
+    paths: dict[str, str] = {}
+    home = posixpath.normpath(os.path.expanduser("~"))
+    public = _public_dirs(home)
+    for key in ("root", "source"):
+        if isinstance(target.get(key), str) and target[key].startswith("/"):
+            for above, label in _folders_above(target[key], public):
+                paths.setdefault(above, label)
+    if home.count("/") >= 1 and len(home) > 2:
+        paths.setdefault(home, "~")
+    local = ((doc.get("probe") or {}).get("local_disks") or {}).get("disks") or []
+    folders = {d.get("directory") for d in local if isinstance(d, dict)}
+    for folder in sorted(posixpath.normpath(f) for f in folders if isinstance(f, str)):
+        if folder not in public and folder not in paths and folder not in labels:
+            paths[folder] = (
+                f"<local-disk-{sum(v.startswith('<local') for v in paths.values()) + 1}>"
+            )
+    subs: list[tuple[str, re.Pattern[str], str]] = [
+        (s, re.compile(re.escape(s)), labels[s]) for s in labels if len(s) > 2
+    ]
+    subs += [
+        (s, re.compile(rf"(?<![\w.~/-]){re.escape(s)}(?![\w.-])"), label)
+        for s, label in paths.items()
+        if s not in labels
+    ]
+    subs.sort(key=lambda sub: len(sub[0]), reverse=True)
+    # After the paths: what is left of a name is a path component, never a word.
+    for key in ("root", "source"):
+        name = posixpath.basename(str(target.get(key, "")).rstrip("/"))
+        if len(name) > 2:
+            subs.append(
+                (
+                    name,
+                    re.compile(rf"(?<=/loadscope-copies/){re.escape(name)}(?![\w.-])"),
+                    "<model>",
+                )
+            )
+    user = _user_name(home)
+    if user:
+        subs.append((user, re.compile(rf"(?<=/){re.escape(user)}(?![\w.-])"), "<user>"))
 
     def clean(value: Any) -> Any:
         if isinstance(value, str):
-            for s in secrets:
-                value = value.replace(s, labels[s])
+            for _, pattern, label in subs:
+                value = pattern.sub(label, value)  # labels hold no backslash
             return value
         if isinstance(value, dict):
             return {k: clean(v) for k, v in value.items()}
@@ -718,6 +771,47 @@ def redact(doc: dict[str, Any]) -> dict[str, Any]:
         if isinstance(holder, dict) and "hostname" in holder:
             holder["hostname"] = "<host>"
     return out
+
+
+def _public_dirs(home: str) -> set[str]:
+    """Folders every machine has (the temp dirs, the conventional local disks, the home
+    folder and those above it): no secret, and where redacting the folders above the
+    model stops."""
+    import tempfile
+
+    from loadscope.engine.probing import CONVENTIONAL_LOCAL_DIRS
+
+    public = {"/", "/tmp", "/var/tmp", "/dev/shm", *CONVENTIONAL_LOCAL_DIRS}
+    public.add(posixpath.normpath(tempfile.gettempdir()))
+    folder = home
+    while folder not in ("/", ""):
+        public.add(folder)
+        folder = posixpath.dirname(folder)
+    return public
+
+
+def _folders_above(path: str, public: set[str]) -> list[tuple[str, str]]:
+    """The folders above the model's ``path`` as ``<model>/..``, ``<model>/../..``, up to
+    a top-level folder (``/data``) or a public one (the temp dir, the home folder)."""
+    out: list[tuple[str, str]] = []
+    label, folder = "<model>", posixpath.normpath(path)
+    while True:
+        folder, label = posixpath.dirname(folder), label + "/.."
+        if folder in public or folder.count("/") < 2:
+            return out
+        out.append((folder, label))
+
+
+def _user_name(home: str) -> str | None:
+    """The user's login name when it could be told from other words in a path (a
+    folder named after the user elsewhere: /scratch/alice); root's is no secret."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = posixpath.basename(home)
+    return user if len(user) > 2 and user != "root" else None
 
 
 def _snippet_lines(snippets: list[dict[str, Any]]) -> list[str]:
