@@ -124,7 +124,9 @@ def test_doctor_follows_the_trials_in_each_regime(tmp_path: Path, regime: str) -
         if s.cache == "cold" and s.median_seconds
     }
     assert "mmap" in cold, report.failures
-    fastest = min(cold, key=lambda k: cold[k])
+    # api is loadscope.load_file: auto's own choice per file, never recommended apart from
+    # auto (the same code), so noise alone may put it first: the advice is held to the rest.
+    fastest = min((k for k in cold if k != "api"), key=lambda k: cold[k])
     gain = cold["mmap"] / cold[fastest]
     problems = [
         r for r in report.advice.recommendations if not r.optional and r.strategy is not None
