@@ -193,7 +193,7 @@ def inspect_target(target: Target) -> Inspection:
     if target.weight_map is not None and target.index is not None and owners:
         _check_weight_map(target, owners)
     return Inspection(
-        spec=target.spec,
+        spec=target.report_spec,
         kind=target.kind,
         root=str(target.root),
         index=str(target.index) if target.index else None,

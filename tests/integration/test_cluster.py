@@ -343,3 +343,30 @@ def test_a_node_whose_rank_0_dies_never_says_sent(tmp_path: Path) -> None:
     assert "report sent to rank 0" not in log1
     assert "rank 0 did not confirm it received this node's report" in log1, log1
     assert "it may be lost" in log1
+
+
+def test_a_node_killed_as_it_joins_is_reported_within_the_heartbeat_timeout(
+    tmp_path: Path,
+) -> None:
+    """Issue 22: a node stopped before its first heartbeat was reported only after the
+    120 s join timeout. Killed at its first step (it has joined the store), with the join
+    timeout left at its default: rank 0 names it failed once its own diagnosis is done."""
+    port, out = _free_port(), tmp_path / "fleet"
+    args = ("synthetic:8MiB", "--budget", "4", "--synth-dir", str(tmp_path), "--no-progress")
+    args += ("--heartbeat-timeout", "3")
+    start = time.monotonic()
+    nodes = [_node(_slurm_env(i, port), out, *args) for i in (0, 1)]
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(nodes[1].stdout or []), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not any("node-1: system" in x for x in lines):
+        time.sleep(0.01)
+    assert any("node-1: system" in x for x in lines), lines
+    nodes[1].kill()
+    log0 = nodes[0].communicate(timeout=90)[0]
+    took = time.monotonic() - start
+    assert "node-1: failed: stopped answering" in log0, log0
+    assert took < 60, took  # its budget and the heartbeat timeout, not the join timeout
+    summary = json.loads((out / "fleet.json").read_text())
+    assert [n["status"] for n in summary["nodes"]] == ["ok", "failed"]

@@ -287,3 +287,7 @@ def test_a_report_keeps_an_absolute_path_for_a_relative_target(
     assert target.spec == "my model"
     assert target.report_spec == str(tmp_path / "my model")
     assert resolve(str(tmp_path / "my model")).report_spec == str(tmp_path / "my model")
+    from loadscope.model.inspection import inspect_target
+
+    # inspect --json too (it kept the relative spec, which names nothing elsewhere)
+    assert inspect_target(target).to_dict()["target"]["spec"] == str(tmp_path / "my model")
