@@ -953,30 +953,31 @@ def to_text(report: BroadcastReport) -> str:
     """One screen for the CLI: the summary table, then what failed or was left out."""
     target, ranks = _header_lines(report)
     lines = [f"target   {target}", f"ranks    {ranks}", ""]
+    # 79 columns: fits an 80-column terminal (the legend below says what each is).
     header = (
-        f"{'mode':<16}{'cache':<6}{'median':>8}{'rate':>11}{'x indep':>8}"
-        f"{'read amp':>9}{'storage':>8}{'held':>9}{'RSS sum':>9}{'first':>8}"
+        f"{'mode':<16}{'cache':<5}{'median':>8}{'rate':>10}{'x ind':>6}"
+        f"{'amp':>6}{'stor':>6}{'held':>7}{'RSS':>7}{'first':>8}"
     )
     lines += [header, "-" * len(header)]
     for s in report.summary:
         if s.median_seconds is None:
-            lines.append(f"{s.mode:<16}{s.cache:<6}failed (below)")
+            lines.append(f"{s.mode:<16}{s.cache:<5}failed (below)")
             continue
         lines.append(
-            f"{s.mode:<16}{s.cache:<6}{_secs(s.median_seconds):>8}"
-            f"{_rate(s.median_bytes_per_s):>11}{_x(s.speedup_vs_independent):>8}"
-            f"{_x(s.read_amplification):>9}{_x(s.storage_amplification):>8}"
-            f"{_size(s.rss_delta_bytes_total):>9}{_size(s.peak_rss_bytes_total):>9}"
+            f"{s.mode:<16}{s.cache:<5}{_secs(s.median_seconds):>8}"
+            f"{_rate(s.median_bytes_per_s):>10}{_x(s.speedup_vs_independent):>6}"
+            f"{_x(s.read_amplification):>6}{_x(s.storage_amplification):>6}"
+            f"{_size(s.rss_delta_bytes_total):>7}{_size(s.peak_rss_bytes_total):>7}"
             f"{_secs(s.first_run_seconds):>8}"
         )
     lines.append(
         textwrap.fill(
             "median: the slowest rank's time (the load ends when the last rank has every"
-            " tensor); rate: model bytes / that time; x indep: speed-up over independent reads"
-            " in the same cache state; read amp: bytes the ranks read / model bytes; storage:"
+            " tensor); rate: model bytes / that time; x ind: speed-up over independent reads"
+            " in the same cache state; amp: bytes the ranks read / model bytes; stor:"
             " bytes that reached storage (/proc/<pid>/io) / model bytes; held: RSS the ranks"
-            " gained (the copies of the model in RAM); RSS sum: peak RSS over ranks; first:"
-            " the warm-up round.",
+            " gained (the copies of the model in RAM); RSS: peak RSS summed over ranks;"
+            " first: the warm-up round.",
             80,
         )
     )

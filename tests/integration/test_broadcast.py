@@ -83,6 +83,8 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
     sizes = [f.size_bytes for f in target.files]
     tensors = sum(len(read_header(f.path).tensors) for f in target.files)
     assert report.failures == [] and report.skipped == {}
+    # The table fits an 80-column terminal (it wrapped at 92).
+    assert max(len(line) for line in to_text(report).splitlines()) <= 80, to_text(report)
     assert [r.rank for r in report.ranks] == list(range(ranks))
     assert {r.backend for r in report.ranks} == {"gloo"}
     assert {(t.mode, t.cache) for t in report.trials} == {
