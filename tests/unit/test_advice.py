@@ -211,6 +211,8 @@ def test_copy_to_local_disk_with_the_break_even() -> None:
         "dest": "/local/loadscope-copies/MODEL_DIR",
     }
     assert "vllm serve /local/loadscope-copies/MODEL_DIR" in code(rec, "vllm")
+    for snippet in rec.snippets:  # every stack loads from the same copy
+        assert "/local/loadscope-copies/MODEL_DIR" in snippet.code, snippet.stack
     assert a.verdict.status == "problem" and "estimated" in a.verdict.headline
 
 
