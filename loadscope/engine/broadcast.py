@@ -906,8 +906,8 @@ def _secs(value: float | None) -> str:
     return f"{value:.3g}s" if value < 100 else f"{value:.0f}s"
 
 
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def _x(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}x"
 
 
 def _rate(value: float | None) -> str:
@@ -953,10 +953,10 @@ def to_text(report: BroadcastReport) -> str:
     """One screen for the CLI: the summary table, then what failed or was left out."""
     target, ranks = _header_lines(report)
     lines = [f"target   {target}", f"ranks    {ranks}", ""]
-    # 79 columns: fits an 80-column terminal (the legend below says what each is).
+    # 80 columns: fits an 80-column terminal (the legend below says what each is).
     header = (
-        f"{'mode':<16}{'cache':<5}{'median':>8}{'rate':>10}{'x ind':>6}"
-        f"{'amp':>6}{'stor':>6}{'held':>7}{'RSS':>7}{'first':>8}"
+        f"{'mode':<16}{'cache':<5}{'median':>9}{'rate':>10}{'x ind':>6}"
+        f"{'amp':>6}{'stor':>5}{'held':>8}{'RSS':>7}{'first':>8}"
     )
     lines += [header, "-" * len(header)]
     for s in report.summary:
@@ -964,10 +964,10 @@ def to_text(report: BroadcastReport) -> str:
             lines.append(f"{s.mode:<16}{s.cache:<5}failed (below)")
             continue
         lines.append(
-            f"{s.mode:<16}{s.cache:<5}{_secs(s.median_seconds):>8}"
+            f"{s.mode:<16}{s.cache:<5}{_secs(s.median_seconds):>9}"
             f"{_rate(s.median_bytes_per_s):>10}{_x(s.speedup_vs_independent):>6}"
-            f"{_x(s.read_amplification):>6}{_x(s.storage_amplification):>6}"
-            f"{_size(s.rss_delta_bytes_total):>7}{_size(s.peak_rss_bytes_total):>7}"
+            f"{_x(s.read_amplification, 1):>6}{_x(s.storage_amplification, 1):>5}"
+            f"{_size(s.rss_delta_bytes_total):>8}{_size(s.peak_rss_bytes_total):>7}"
             f"{_secs(s.first_run_seconds):>8}"
         )
     lines.append(
