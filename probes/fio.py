@@ -167,16 +167,16 @@ def run_job(job: FioJob, timeout_s: float = JOB_SECONDS * 4 + 10) -> FioMeasure:
             list(job.args), capture_output=True, text=True, timeout=timeout_s, check=False
         )
     except subprocess.TimeoutExpired:
-        raise Unavailable(f"fio {job.measures}: no result in {timeout_s:.0f} s") from None
+        raise Unavailable(f"fio {job.label}: no result in {timeout_s:.0f} s") from None
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        raise Unavailable(f"fio {job.measures} failed: {tail[:200]}")
+        raise Unavailable(f"fio {job.label} failed: {tail[:200]}")
     try:
         # fio may print notes before its JSON: start at the first brace.
         doc = json.loads(proc.stdout[proc.stdout.index("{") :])
         read = doc["jobs"][0]["read"]
     except (ValueError, KeyError, IndexError, TypeError):
-        raise Unavailable(f"fio {job.measures}: output is not fio's JSON") from None
+        raise Unavailable(f"fio {job.label}: output is not fio's JSON") from None
     clat = read.get("clat_ns") or {}
     pct = clat.get("percentile") or {}
     detail = {
@@ -189,5 +189,5 @@ def run_job(job: FioJob, timeout_s: float = JOB_SECONDS * 4 + 10) -> FioMeasure:
     if "99.000000" in pct:
         detail["p99_us"] = float(pct["99.000000"]) / 1e3
     if job.metric not in detail or detail[job.metric] <= 0:
-        raise Unavailable(f"fio {job.measures}: no {job.metric} in its output")
+        raise Unavailable(f"fio {job.label}: no {job.metric} in its output")
     return FioMeasure(job, detail[job.metric], detail)

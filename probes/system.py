@@ -91,8 +91,8 @@ class SystemInfo:
     gpu_note: str = ""
     #: The NVIDIA kernel driver's version (/proc/driver/nvidia/version), None without one.
     nvidia_driver: str | None = None
-    #: The CUDA version the installed torch was built for ("cpu": a CPU-only build; None:
-    #: no torch), read from torch/version.py without importing torch.
+    #: The CUDA version the installed torch was built for ("ROCm 6.2" for a ROCm build,
+    #: "cpu": a CPU-only build; None: no torch), read from torch/version.py, not imported.
     torch_cuda: str | None = None
 
 
@@ -104,8 +104,9 @@ def nvidia_driver_version(root: Path = Path("/")) -> str | None:
 
 
 def torch_cuda_build() -> str | None:
-    """``torch.version.cuda`` without the seconds an import of torch costs: the installed
-    package's version.py, read as text (None when torch is not installed)."""
+    """``torch.version.cuda`` (or ``"ROCm <hip>"`` for a ROCm build) without the seconds an
+    import of torch costs: the installed package's version.py, read as text (None when
+    torch is not installed)."""
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
@@ -113,10 +114,24 @@ def torch_cuda_build() -> str | None:
     locations = list(spec.submodule_search_locations or []) if spec else []
     for folder in locations:
         text = read_text(Path(folder) / "version.py") or ""
-        match = re.search(r"^cuda\s*(?::[^=]*)?=\s*(None|'([^']*)'|\"([^\"]*)\")", text, re.M)
-        if match:
-            return "cpu" if match[1] == "None" else (match[2] or match[3] or None)
+        if (build := gpu_build(text)) is not None:
+            return build
     return None
+
+
+def gpu_build(version_py: str) -> str | None:
+    """What torch's version.py says it was built for: its CUDA version, "ROCm <hip>",
+    "cpu" (neither), or None when the text is not torch's version.py."""
+    cuda, hip = (_version_py_value(version_py, name) for name in ("cuda", "hip"))
+    if cuda or hip:
+        return cuda or f"ROCm {hip}"
+    return "cpu" if re.search(r"^cuda\s*(?::[^=]*)?=", version_py, re.M) else None
+
+
+def _version_py_value(text: str, name: str) -> str | None:
+    """``name = '12.8'`` (or ``name: Optional[str] = '12.8'``) in torch's version.py."""
+    match = re.search(rf"^{name}\s*(?::[^=]*)?=\s*(?:'([^']*)'|\"([^\"]*)\")", text, re.M)
+    return (match[1] or match[2] or None) if match else None
 
 
 def headroom_bytes(available: int, cgroup: CgroupMemory | None) -> int:

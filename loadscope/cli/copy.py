@@ -132,9 +132,15 @@ def _other_model(doc: dict[str, Any], theirs: dict[str, Any], target: Any) -> st
     """Why the report ``doc`` (its ``target`` section: ``theirs``) is of another model than
     ``target``, or None when it is of this one."""
     spec = theirs.get("spec")
+    # Only an absolute path names a folder of this machine (an older report of a
+    # relative target holds "llama", which is some other folder from here).
     folder = next(
-        (theirs[k] for k in ("source", "root") if isinstance(theirs.get(k), str) and theirs[k]),
-        spec if isinstance(spec, str) and os.path.isabs(spec) else None,
+        (
+            theirs[k]
+            for k in ("source", "root", "spec")
+            if isinstance(theirs.get(k), str) and os.path.isabs(theirs[k])
+        ),
+        None,
     )
     if folder is not None and os.path.exists(folder):
         # A folder of this machine: this model's, or another one (the weights of two

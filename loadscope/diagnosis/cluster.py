@@ -331,8 +331,12 @@ def _wait_for_go(store: Any, rank: int) -> None:
     try:
         word = store.get(GO_KEY).decode(errors="replace")
     except Exception as exc:  # noqa: BLE001  (the store's errors: timeout, master gone)
-        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        raise ClusterError(f"node-{rank}: rank 0 never said to start ({first})") from None
+        why = f"rank 0 never said to start ({_first_line(exc)})"
+        # Said to rank 0 too, should it come late: this node's reason, not "stopped answering".
+        with contextlib.suppress(Exception):
+            failed = NodeResult(rank, platform.node(), "failed", reason=why)
+            store.set(f"{PREFIX}/result/{rank}", failed.to_json())
+        raise ClusterError(f"node-{rank}: {why}") from None
     if word != "go":
         raise ClusterError(f"node-{rank}: rank 0 stopped the fleet before any work: {word}")
 
@@ -355,11 +359,16 @@ def wait_for_ack(store: Any, rank: int, timeout_s: float) -> None:
     try:
         store.wait([f"{PREFIX}/ack/{rank}"], timedelta(seconds=timeout_s))
     except Exception as exc:  # noqa: BLE001  (the store's errors: timeout, master gone)
-        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
         raise ClusterError(
             f"node-{rank}: rank 0 did not confirm it received this node's report within"
-            f" {timeout_s:.0f} s ({first}); it may be lost"
+            f" {timeout_s:.0f} s ({_first_line(exc)}); it may be lost"
         ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """A store error's first line (c10d appends its C++ stack), or its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:160] if text else type(exc).__name__
 
 
 def collect(
@@ -435,7 +444,12 @@ def run_cluster(
             check_out_dir(out_dir)  # before any node works: not after the whole fleet ran
         except (ClusterError, PermissionDenied) as exc:
             refused = exc
-    store = _store(env, timeout_s=join_timeout_s)
+    try:
+        store = _store(env, timeout_s=join_timeout_s)
+    except ClusterError:
+        if refused is not None:
+            raise refused from None  # the user's --out is the first thing to mend
+        raise
     if env.rank == 0:
         # Every node waits for this word before it works: "go", or why the fleet stops.
         store.set(GO_KEY, "go" if refused is None else str(refused))

@@ -1131,7 +1131,7 @@ def _run_bench(
         target={
             "spec": target.report_spec,
             "kind": target.kind,
-            "root": str(target.root),
+            "root": target.report_root,
             "files": len(files),
             "total_bytes": total,
             "formats": sorted(target.formats),

@@ -595,8 +595,13 @@ class _Launch:
                     rank.exit_code = -signal.SIGKILL if rank.exit_code is None else rank.exit_code
                 if not rank.done and not rank.failed:
                     rank.join(1)  # its last stderr lines carry the reason
-                    # The trial it died in: the first the ranks had not all finished.
-                    current = next((t for t in self.plan if t.id not in out.complete), None)
+                    # The trial it died in: the first it had not reported (none when it
+                    # died starting up, before it said it had joined).
+                    current = next(
+                        (t for t in self.plan if rank_no not in self.results[t.id]), None
+                    )
+                    if rank_no not in out.infos:
+                        current = None
                     problem(
                         0,
                         exit_reason(
@@ -850,7 +855,7 @@ def run_broadcast(
         target={
             "spec": target.report_spec,
             "kind": target.kind,
-            "root": str(target.root),
+            "root": target.report_root,
             "files": len(files),
             "total_bytes": model_bytes,
             "formats": sorted(target.formats),
@@ -901,8 +906,11 @@ def _mark_unfinished(plan: list[BroadcastTrial], outcome: _Outcome, failures: li
 
 
 def _secs(value: float | None) -> str:
+    """At most six characters: "8.69ms", "1.23s", "123s"."""
     if value is None:
         return "-"
+    if value < 1:
+        return f"{value * 1000:.3g}ms"
     return f"{value:.3g}s" if value < 100 else f"{value:.0f}s"
 
 
@@ -953,10 +961,10 @@ def to_text(report: BroadcastReport) -> str:
     """One screen for the CLI: the summary table, then what failed or was left out."""
     target, ranks = _header_lines(report)
     lines = [f"target   {target}", f"ranks    {ranks}", ""]
-    # 80 columns: fits an 80-column terminal (the legend below says what each is).
+    # 79 columns, each wider than its widest value: fits an 80-column terminal.
     header = (
-        f"{'mode':<16}{'cache':<5}{'median':>9}{'rate':>10}{'x ind':>6}"
-        f"{'amp':>6}{'stor':>5}{'held':>8}{'RSS':>7}{'first':>8}"
+        f"{'mode':<16}{'cache':<5}{'median':>7}{'rate':>10}{'x ind':>6}"
+        f"{'amp':>6}{'stor':>6}{'held':>8}{'RSS':>8}{'first':>7}"
     )
     lines += [header, "-" * len(header)]
     for s in report.summary:
@@ -964,11 +972,11 @@ def to_text(report: BroadcastReport) -> str:
             lines.append(f"{s.mode:<16}{s.cache:<5}failed (below)")
             continue
         lines.append(
-            f"{s.mode:<16}{s.cache:<5}{_secs(s.median_seconds):>9}"
+            f"{s.mode:<16}{s.cache:<5}{_secs(s.median_seconds):>7}"
             f"{_rate(s.median_bytes_per_s):>10}{_x(s.speedup_vs_independent):>6}"
-            f"{_x(s.read_amplification, 1):>6}{_x(s.storage_amplification, 1):>5}"
-            f"{_size(s.rss_delta_bytes_total):>8}{_size(s.peak_rss_bytes_total):>7}"
-            f"{_secs(s.first_run_seconds):>8}"
+            f"{_x(s.read_amplification, 1):>6}{_x(s.storage_amplification, 1):>6}"
+            f"{_size(s.rss_delta_bytes_total):>8}{_size(s.peak_rss_bytes_total):>8}"
+            f"{_secs(s.first_run_seconds):>7}"
         )
     lines.append(
         textwrap.fill(

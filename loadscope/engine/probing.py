@@ -399,7 +399,7 @@ def run_probes(
     )
     if run_fio:
         say("fio")
-        fio_result = run_probe("fio", lambda: _run_fio(jobs, stalled))
+        fio_result = run_probe("fio", lambda: _run_fio(jobs, stalled, notes))
     local: ProbeResult[list[LocalDisk]]
     if not local_disks:
         local = ProbeResult("local_disks", Status.SKIPPED, reason="not asked for")
@@ -415,7 +415,7 @@ def run_probes(
         target={
             "spec": target.report_spec,
             "kind": target.kind,
-            "root": str(target.root),
+            "root": target.report_root,
             "files": len(target.files),
             "total_bytes": target.total_bytes,
             **({"source": str(target.served_from)} if target.served_from else {}),
@@ -436,14 +436,23 @@ def run_probes(
     )
 
 
-def _run_fio(jobs: list[fio.FioJob], stalled: list[str]) -> list[fio.FioMeasure]:
+def _run_fio(jobs: list[fio.FioJob], stalled: list[str], notes: list[str]) -> list[fio.FioMeasure]:
     if why := fio.unavailable_reason():
         raise Unavailable(why)
     if stalled:
         raise Unavailable(f"not run: {stalled[0]}")
     if not jobs:
         raise Unavailable("the probe's own throughput was not measured: nothing to set beside")
-    return [fio.run_job(job) for job in jobs]
+    measured, failed = [], []
+    for job in jobs:  # one job that fails does not take the others' figures with it
+        try:
+            measured.append(fio.run_job(job))
+        except Unavailable as exc:
+            failed.append(str(exc))
+    if not measured:
+        raise Unavailable("; ".join(failed))
+    notes.extend(failed)
+    return measured
 
 
 def _gpu_lines(result: ProbeResult[GpuFacts]) -> list[str]:

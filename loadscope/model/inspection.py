@@ -195,7 +195,7 @@ def inspect_target(target: Target) -> Inspection:
     return Inspection(
         spec=target.report_spec,
         kind=target.kind,
-        root=str(target.root),
+        root=target.report_root,
         index=str(target.index) if target.index else None,
         files=files,
     )

@@ -146,6 +146,11 @@ class Target:
         return os.path.abspath(path)
 
     @property
+    def report_root(self) -> str:
+        """The model's folder as a report keeps it: absolute, like :attr:`report_spec`."""
+        return os.path.abspath(self.root)
+
+    @property
     def formats(self) -> set[WeightFormat]:
         return {f.format for f in self.files}
 

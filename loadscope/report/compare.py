@@ -81,13 +81,23 @@ def row_of(source: str, doc: dict[str, Any]) -> Row:
 
 def labels(rows: list[Row]) -> list[str]:
     """What names each row: its host, or, where two rows share a host (containers, one VM
-    run twice), the host and the report it came from."""
-    hosts = [r.host for r in rows]
-    return [r.host if hosts.count(r.host) == 1 else f"{r.host} ({_short(r.source)})" for r in rows]
+    run twice), the host and as much of the report's path as tells them apart
+    (``vm (before/report.json)``, ``vm (after/report.json)``)."""
+    out = []
+    for r in rows:
+        twins = [t.source for t in rows if t.host == r.host]
+        out.append(r.host if len(twins) == 1 else f"{r.host} ({_tail(r.source, twins)})")
+    return out
 
 
-def _short(source: str) -> str:
-    return source.rsplit("/", 1)[-1]
+def _tail(source: str, among: list[str]) -> str:
+    """The fewest trailing path parts of ``source`` that no other of ``among`` ends with."""
+    parts = source.split("/")
+    for n in range(1, len(parts) + 1):
+        tail = "/".join(parts[-n:])
+        if sum(s == tail or s.endswith("/" + tail) for s in among) == 1:
+            return tail
+    return source
 
 
 def target_line(rows: list[Row]) -> str:

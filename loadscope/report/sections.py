@@ -18,6 +18,7 @@ from typing import Any
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.engine.bench import format_lines
 from loadscope.engine.sampling import whole_rate, whole_seconds_text
 
 
@@ -391,8 +392,6 @@ def _fio(doc: dict[str, Any]) -> Section | None:
 def _formats(doc: dict[str, Any]) -> Section | None:
     """Seed 000's comparison, when the model is there in both formats: safetensors against
     torch.load on the same tensors, cold and warm."""
-    from loadscope.engine.bench import format_lines
-
     bench = doc.get("bench")
     lines = format_lines(bench) if isinstance(bench, dict) else []
     if not lines:

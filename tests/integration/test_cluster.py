@@ -317,6 +317,21 @@ def test_a_node_whose_storage_stalls_is_a_failed_node(tmp_path: Path) -> None:
     assert "1 of 2 nodes reported" in (out / "fleet.md").read_text()
 
 
+def _watch_until(
+    proc: subprocess.Popen[str], needle: str, timeout: float = 90
+) -> tuple[list[str], threading.Thread]:
+    """Read ``proc``'s output on a thread until a line holds ``needle``: the lines so far
+    (the list keeps filling) and the reader, to join once the process ended."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not any(needle in x for x in lines):
+        time.sleep(0.01)
+    assert any(needle in x for x in lines), lines
+    return lines, reader
+
+
 def test_a_node_whose_rank_0_dies_never_says_sent(tmp_path: Path) -> None:
     """Issue 22: a node printed "report sent to rank 0" and exited 0 after the store was
     gone. Rank 0 (the rendezvous host under srun) is killed once node 1 has posted its
@@ -327,13 +342,7 @@ def test_a_node_whose_rank_0_dies_never_says_sent(tmp_path: Path) -> None:
         _node(_slurm_env(0, port), out, *common, "--budget", "30"),
         _node(_slurm_env(1, port), out, *common, "--budget", "3"),
     ]
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(nodes[1].stdout or []), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not any("waiting for rank 0" in x for x in lines):
-        time.sleep(0.05)
-    assert any("waiting for rank 0" in x for x in lines), lines
+    lines, reader = _watch_until(nodes[1], "waiting for rank 0")
     nodes[0].kill()
     nodes[0].wait(timeout=30)
     nodes[1].wait(timeout=60)
@@ -356,13 +365,7 @@ def test_a_node_killed_as_it_joins_is_reported_within_the_heartbeat_timeout(
     args += ("--heartbeat-timeout", "3")
     start = time.monotonic()
     nodes = [_node(_slurm_env(i, port), out, *args) for i in (0, 1)]
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(nodes[1].stdout or []), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not any("node-1: system" in x for x in lines):
-        time.sleep(0.01)
-    assert any("node-1: system" in x for x in lines), lines
+    _watch_until(nodes[1], "node-1: system")
     nodes[1].kill()
     log0 = nodes[0].communicate(timeout=90)[0]
     took = time.monotonic() - start

@@ -316,6 +316,9 @@ def test_rows_sharing_a_hostname_are_told_apart_and_the_fleet_names_its_target(
     rows = [row_of("/reports/a.json", doc), row_of("/reports/b.json", doc)]
     text = to_text(rows)
     assert "same-vm (a.json)" in text and "same-vm (b.json)" in text, text
+    # Two files of one name: as much of their paths as tells them apart.
+    pair = [row_of("/r/before/report.json", doc), row_of("/r/after/report.json", doc)]
+    assert "same-vm (before/report.json)" in to_text(pair), to_text(pair)
     assert text.startswith("target: /models/m (1 GiB)")
     nodes = [NodeResult(i, "same-vm", "ok", report=doc) for i in (0, 1)]
     write_fleet(nodes, tmp_path / "fleet")

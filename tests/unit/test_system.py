@@ -167,6 +167,12 @@ def test_driver_and_cuda_build_reach_the_system_info_block(tmp_path: Path) -> No
     import torch
 
     assert torch_cuda_build() == (torch.version.cuda or "cpu")  # read without importing
+    from loadscope.probes.system import gpu_build
+
+    assert gpu_build("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n") == "12.8"
+    assert gpu_build("cuda: Optional[str] = None\nhip: Optional[str] = '6.2.4'\n") == "ROCm 6.2.4"
+    assert gpu_build("cuda = None\nhip = None\n") == "cpu"
+    assert gpu_build("something else") is None
     golden = Path(__file__).parents[1] / "golden" / "doctor_emulated.json"
     doc = json.loads(golden.read_text())
     system = doc["probe"]["system"]

@@ -291,3 +291,4 @@ def test_a_report_keeps_an_absolute_path_for_a_relative_target(
 
     # inspect --json too (it kept the relative spec, which names nothing elsewhere)
     assert inspect_target(target).to_dict()["target"]["spec"] == str(tmp_path / "my model")
+    assert inspect_target(target).to_dict()["target"]["root"] == str(tmp_path / "my model")
