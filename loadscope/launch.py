@@ -75,7 +75,27 @@ def _supervise() -> tuple[int | None, int | None]:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             code = os.waitstatus_to_exitcode(status)
+            if code < 0:
+                _say_killed(-code)
             return (128 - code if code < 0 else code), None
+
+
+def _say_killed(signum: int) -> None:
+    """The command's child died of a signal (one that came as it was exiting, after its
+    handlers were gone, or SIGKILL): say so in one line, as the child would have."""
+    if signum == signal.SIGINT:
+        what = "interrupted"
+    elif signum == signal.SIGTERM:
+        what = "terminated"
+    elif signum == signal.SIGKILL:
+        what = "killed (SIGKILL: out of memory, or killed by hand)"
+    else:
+        try:
+            what = f"killed by {signal.Signals(signum).name}"
+        except ValueError:
+            what = f"killed by signal {signum}"
+    with contextlib.suppress(OSError):
+        os.write(2, f"{PROG}: {what}\n".encode())
 
 
 def _report_early_exit(code: int, fd: int | None) -> None:

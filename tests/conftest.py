@@ -116,6 +116,16 @@ def tagged_processes(tag: str) -> list[Any]:
     return found
 
 
+def cmdline_of(proc: Any) -> list[str]:
+    """A process's command line, or [] once it has ended (a zombie or gone: psutil raises)."""
+    import psutil
+
+    try:
+        return list(proc.cmdline())
+    except (psutil.Error, OSError):
+        return []
+
+
 # --- The hardening tally (issue 10): how many hostile cases were tried and how they went. ---
 #
 # A test joins the tally with ``@pytest.mark.hardening("category")`` (or a module-level

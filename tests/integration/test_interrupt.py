@@ -33,7 +33,7 @@ import pytest
 from loadscope.actions.localcopy import PARTIAL_SUFFIX
 from loadscope.tools.emulator import fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
-from tests.conftest import REPO_ROOT, tagged_processes
+from tests.conftest import REPO_ROOT, cmdline_of, tagged_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("interruption")]
 
@@ -168,7 +168,7 @@ def test_a_signal_at_a_random_moment_leaves_nothing_behind(
     deadline = time.monotonic() + 10
     while (left := tagged_processes(tag)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    names = [f"{p.pid} {' '.join(p.cmdline())[:120]}" for p in left]
+    names = [f"{p.pid} {' '.join(cmdline_of(p))[:120]}" for p in left]
     for p in left:
         p.kill()
     assert not left, f"left running after {sig.name}: {names}"

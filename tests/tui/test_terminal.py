@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, tagged_processes
+from tests.conftest import REPO_ROOT, cmdline_of, tagged_processes
 
 pytestmark = pytest.mark.integration
 
@@ -85,8 +85,8 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
         while time.monotonic() < deadline and "B/s│" not in _capture(session):
             time.sleep(0.3)
         assert "B/s│" in _capture(session), "the trials never started"
-        app = [p for p in tagged_processes(tag) if "tui" in p.cmdline()]
-        assert len(app) == 1, [p.cmdline() for p in tagged_processes(tag)]
+        app = [p for p in tagged_processes(tag) if "tui" in cmdline_of(p)]
+        assert len(app) == 1, [cmdline_of(p) for p in tagged_processes(tag)]
         app[0].terminate()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not status.exists():
@@ -97,7 +97,7 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
         deadline = time.monotonic() + 10
         while (left := tagged_processes(tag)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not left, [p.cmdline() for p in left]
+        assert not left, [cmdline_of(p) for p in left]
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
 
@@ -138,7 +138,7 @@ def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path, attempt: 
     deadline = time.monotonic() + 5
     while (left := tagged_processes(tag)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not left, [p.cmdline() for p in left]
+    assert not left, [cmdline_of(p) for p in left]
     assert list(tmp_path.iterdir()) == [], "the synthetic checkpoint was left behind"
 
 
