@@ -4,9 +4,10 @@ Per storage regime — the emulated FUSE disk (5 ms, readahead 128 KiB), the emu
 network block volume (ext4 on a loop device over that disk, ``emulate --block``) and
 the local disk — on one synthetic model (default 2 GiB, 4 shards):
 
-1. the probe's best parallel-reader throughput on the mount (its ceiling), and the
-   same reads (its best readers x block size) landing in a fresh buffer the size of
-   the largest shard, cold: the ceiling for any loader that must hold the bytes in RAM;
+1. the probe's best parallel-reader throughput on the mount (its ceiling), the probe's
+   own into-RAM point (those readers and request size landing in one fresh buffer of up
+   to 1 GiB), and the same reads landing the largest shard, cold, in a fresh buffer of
+   its size, once per round: the ceiling for any loader that must hold the bytes in RAM;
 2. rounds of cold trials, interleaved in one bench run: ``auto`` (its read buffers
    ``MADV_HUGEPAGE``), ``auto`` with ``huge_pages=no`` is a second run in the same
    round (order swapped every round), and the installed peers;
@@ -91,6 +92,8 @@ def measure(model: Path, rounds: int, slow: bool) -> dict[str, float]:
     probe = run_probes(target, budget_s=30)
     thr = probe.throughput.data
     ceiling = max((p.bytes_per_s for p in thr.parallel), default=0.0) if thr else 0.0
+    # The probe's own into-RAM point (one read, up to a quarter of the memory headroom).
+    probe_ram = thr.into_ram.bytes_per_s if thr and thr.into_ram else 0.0
     hints = {}
     if thr and thr.parallel:
         best = max(thr.parallel, key=lambda p: p.bytes_per_s)
@@ -135,6 +138,7 @@ def measure(model: Path, rounds: int, slow: bool) -> dict[str, float]:
     out = {
         "ceiling": ceiling,
         "into_ram": statistics.median(ram_rates),
+        "probe_ram": probe_ram,
         "auto": total / med["auto cold"],
         "auto_4k": total / med["auto-4k cold"],
         "warm_x": med["mmap warm (vs mmap)"] / med["auto warm (vs mmap)"],
@@ -163,10 +167,10 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated regime prefixes to run")
     args = ap.parse_args()
     lines = [
-        "| storage | model | probe ceiling | into RAM | `auto` cold | auto / ceiling"
-        " | auto / into RAM | 4 KiB pages"
+        "| storage | model | probe ceiling | probe into RAM | into RAM | `auto` cold"
+        " | auto / ceiling | auto / probe into RAM | auto / into RAM | 4 KiB pages"
         " | huge-page gain | best peer | auto / peer | warm auto vs mmap |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     missed = False
     # The model on the local disk (its own regime), served from there by the emulators.
@@ -180,11 +184,14 @@ def main() -> int:
                 m = measure(path, args.rounds, slow)
                 vs_ceiling = m["auto"] / m["ceiling"] if m["ceiling"] else 0.0
                 vs_peer = m["auto"] / m["peer"] if m["peer"] else 0.0
+                vs_probe_ram = m["auto"] / m["probe_ram"] if m["probe_ram"] else 0.0
                 missed |= vs_ceiling < 0.9 or m["warm_x"] < 1.0 or (slow and 0 < vs_peer < 1.5)
                 lines.append(
                     f"| {name} | {format_bytes(args.size)} | {format_rate(m['ceiling'])}"
+                    f" | {format_rate(m['probe_ram']) if m['probe_ram'] else '-'}"
                     f" | {format_rate(m['into_ram'])} | {format_rate(m['auto'])}"
                     f" | {vs_ceiling:.2f}x"
+                    f" | {f'{vs_probe_ram:.2f}x' if vs_probe_ram else '-'}"
                     f" | {m['auto'] / m['into_ram']:.2f}x | {format_rate(m['auto_4k'])}"
                     f" | {m['auto'] / m['auto_4k']:.2f}x"
                     f" | {format_rate(m['peer']) if m['peer'] else '-'}"

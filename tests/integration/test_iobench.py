@@ -102,3 +102,37 @@ def test_tiny_files_are_unavailable(tmp_path: Path) -> None:
     bench = IoBench([(str(path), 100)], cold=ColdCache(), direct=False)
     with pytest.raises(Unavailable, match="smaller than"):
         bench.latency(time.monotonic() + 1)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_into_ram_lands_the_region_in_fresh_memory_within_its_cap(
+    big_file: Path, direct: bool
+) -> None:
+    if direct and not o_direct_support(str(big_file))[0]:
+        pytest.skip("no O_DIRECT here")
+    bench = IoBench([(str(big_file), big_file.stat().st_size)], cold=ColdCache(), direct=direct)
+    point = bench.into_ram(4, 30.0, 1 << 20, 32 << 20)
+    # Every request of the capped region was read once, whole, by the readers asked for.
+    assert (point.readers, point.block_bytes, point.stopped_by) == (4, 1 << 20, "bytes")
+    assert point.bytes_read == 32 << 20 and point.requests == 32
+    assert point.bytes_per_s == pytest.approx(point.bytes_read / point.seconds)
+    t0 = time.monotonic()
+    short = bench.into_ram(2, 0.05, 4096, 64 << 20)
+    assert time.monotonic() - t0 < 2 and short.bytes_read <= 64 << 20
+
+
+def test_the_probe_names_why_it_did_not_land_reads_in_ram(big_file: Path) -> None:
+    from loadscope.engine.probing import _into_ram
+
+    bench = IoBench([(str(big_file), big_file.stat().st_size)], cold=ColdCache(), direct=False)
+    par = bench.parallel(4, 0.3)
+    assert _into_ram(bench, [], 1.0, 1 << 30) == (
+        None,
+        "not measured: the parallel scan did not run",
+    )
+    assert _into_ram(bench, [par], 1.0, None)[1] == "not measured: the memory headroom is unknown"
+    point, why = _into_ram(bench, [par], 1.0, 40 << 20)
+    assert point is None and "a quarter of the memory headroom (40 MiB)" in why
+    point, why = _into_ram(bench, [par], 5.0, 1 << 30)
+    assert why == "" and point is not None and point.readers == 4
+    assert point.bytes_read == REGION  # the whole file: under a quarter of the headroom

@@ -52,6 +52,12 @@ def test_probe_synthetic_within_budget_and_stable_paths(tmp_path: Path) -> None:
     assert [p["block_bytes"] for p in seq] == [4096, 65536, 1 << 20, 16 << 20]
     assert all(p["bytes_per_s"] > 0 for p in seq)
     assert [p["readers"] for p in report["throughput"]["parallel"]] == [1, 4, 16, 64]
+    # The best parallel point again, into fresh memory: the ceiling a loader can reach.
+    best = max(report["throughput"]["parallel"], key=lambda p: p["bytes_per_s"])
+    ram = report["throughput"]["into_ram"]
+    assert (ram["readers"], ram["block_bytes"]) == (best["readers"], best["block_bytes"])
+    assert ram["bytes_read"] > 0 and report["throughput"]["into_ram_reason"] == ""
+    assert "into fresh RAM, where a loader lands it" in result.out
     for probe in ("system", "latency", "throughput", "hf_cache"):
         assert report[probe]["status"] in ("ok", "unavailable", "error")
     assert "storage" in result.out and "latency" in result.out and "throughput" in result.out
