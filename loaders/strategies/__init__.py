@@ -2,7 +2,7 @@
 
 CPU strategies for safetensors (``mmap``, ``pread``, ``fullread``, ``prefetch``,
 ``vllm-prefetch``, ``prewarm``, ``parallel``, ``direct``, ``auto``, ``api``), for
-torch checkpoints (``pickle``, ``pickle-mmap``), peers when installed
+torch checkpoints (``pickle``, ``pickle-mmap``; ``pickle-cuda`` on the GPU), peers when installed
 (``fastsafetensors``, ``runai``), and GPU strategies for ``--device cuda``
 (``mmap-cuda``, ``read-to-cuda``, ``staged``, ``gds``). Broadcast strategies register
 here too when they arrive.
@@ -21,7 +21,7 @@ from loadscope.loaders.strategies.mmap_cuda import MmapCuda
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategies.parallel import Parallel
 from loadscope.loaders.strategies.peers import FastSafetensors, RunAI
-from loadscope.loaders.strategies.pickle_load import Pickle, PickleMmap
+from loadscope.loaders.strategies.pickle_load import Pickle, PickleCuda, PickleMmap
 from loadscope.loaders.strategies.pread import SafetensorsPread
 from loadscope.loaders.strategies.prefetch import Prefetch
 from loadscope.loaders.strategies.prewarm import Prewarm
@@ -50,6 +50,7 @@ STRATEGIES: dict[str, Strategy] = {
         PublicLoadFile(),
         Pickle(),
         PickleMmap(),
+        PickleCuda(),
         FastSafetensors(),
         RunAI(),
         FromPretrained(),

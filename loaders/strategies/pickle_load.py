@@ -1,4 +1,6 @@
-"""``pickle`` and ``pickle-mmap``: ``torch.load(weights_only=True)`` of torch checkpoints.
+"""``pickle``, ``pickle-mmap`` and ``pickle-cuda``: ``torch.load(weights_only=True)`` of
+torch checkpoints, to the CPU (with and without ``mmap=True``) or straight to the GPU
+(``map_location="cuda:N"``, what a GPU user of ``torch.load`` writes).
 
 Never executes pickled code: ``weights_only=True`` always, and refused outright
 on torch older than 2.6, whose ``weights_only`` loader had a remote-code
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from loadscope.loaders.cuda import cuda_device, cuda_unavailable
 from loadscope.loaders.errors import TorchTooOld, UnsafePickle
 from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
 
@@ -101,6 +104,9 @@ class Pickle(Strategy):
     def unavailable(self) -> str | None:
         return torch_too_old()
 
+    def map_location(self, ctx: LoadContext) -> Any:
+        return "cpu"
+
     def load(
         self, files: list[FileRequest], ctx: LoadContext
     ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -109,7 +115,10 @@ class Pickle(Strategy):
         for f in files:
             try:
                 state = torch.load(
-                    f.path, map_location="cpu", weights_only=True, mmap=self.use_mmap
+                    f.path,
+                    map_location=self.map_location(ctx),
+                    weights_only=True,
+                    mmap=self.use_mmap,
                 )
             except pickle.UnpicklingError as exc:
                 raise _weights_only_refusal(exc, f.path) from None
@@ -124,3 +133,19 @@ class PickleMmap(Pickle):
     summary = "torch.load(weights_only=True, mmap=True)"
     requires = Requirements(formats=frozenset({"torch"}), ram_multiple=0.0)
     use_mmap = True
+
+
+class PickleCuda(Pickle):
+    """The GPU side of seed 000's comparison: ``torch.load`` onto the device, beside
+    ``mmap-cuda`` (``load_file(device="cuda:N")``) on the same tensors."""
+
+    name = "pickle-cuda"
+    summary = "torch.load(weights_only=True, map_location='cuda:N')"
+    # torch.load reads each storage into host memory before copying it to the device.
+    requires = Requirements(formats=frozenset({"torch"}), gpu=True, ram_multiple=1.0)
+
+    def unavailable(self) -> str | None:
+        return torch_too_old() or cuda_unavailable()
+
+    def map_location(self, ctx: LoadContext) -> Any:
+        return cuda_device(ctx.device)
