@@ -69,6 +69,80 @@ def _size(n: int) -> str:
     return str(n)
 
 
+def _common_args(path: str, *, direct: bool) -> tuple[str, ...]:
+    """What every job shares: the file, read-only, synchronous reads, a cold page cache."""
+    return (
+        f"--filename={path}",
+        "--readonly",
+        "--ioengine=psync",
+        f"--direct={1 if direct else 0}",
+        "--invalidate=1",
+        "--output-format=json",
+    )
+
+
+def _job_args(name: str, common: Sequence[str], *specific: str) -> tuple[str, ...]:
+    """One job's command: its name, the shared arguments, its own, and the time bound."""
+    return ("fio", f"--name=loadscope-{name}", *common, *specific, f"--runtime={JOB_SECONDS}")
+
+
+def _latency_job(common: Sequence[str], size: int, samples: int) -> FioJob:
+    """Cold 4 KiB reads, each in a region of its own (as many as the file has, at most)."""
+    regions = max(1, size >> 20)
+    return FioJob(
+        "latency",
+        _job_args(
+            "latency",
+            common,
+            "--rw=randread",
+            "--bs=4k",
+            "--blockalign=1m",
+            f"--number_ios={max(1, min(samples, regions))}",
+            "--iodepth=1",
+            "--numjobs=1",
+        ),
+        "p50_us",
+    )
+
+
+def _sequential_job(common: Sequence[str], size: int, block: int) -> FioJob:
+    """One reader through the file (at most :data:`SEQ_MAX_BYTES`) in ``block``-byte reads."""
+    return FioJob(
+        "sequential",
+        _job_args(
+            f"sequential-{_size(block)}",
+            common,
+            "--rw=read",
+            f"--bs={_size(block)}",
+            "--iodepth=1",
+            "--numjobs=1",
+            f"--size={_size(max(block, min(size, SEQ_MAX_BYTES) // block * block))}",
+        ),
+        "bytes_per_s",
+        block,
+    )
+
+
+def _parallel_job(common: Sequence[str], size: int, readers: int, par_block: int) -> FioJob:
+    """``readers`` readers, each through its own share of the file, reported as one."""
+    share = max(par_block, min(size, SEQ_MAX_BYTES) // max(1, readers) // par_block * par_block)
+    return FioJob(
+        "parallel",
+        _job_args(
+            "parallel",
+            common,
+            "--rw=read",
+            f"--bs={_size(par_block)}",
+            "--iodepth=1",
+            f"--numjobs={readers}",
+            f"--size={_size(share)}",
+            f"--offset_increment={_size(share)}",
+            "--group_reporting",
+        ),
+        "bytes_per_s",
+    )
+
+
 def jobs_for(
     path: str,
     size: int,
@@ -84,72 +158,11 @@ def jobs_for(
     The latency job reads as the probe does: each 4 KiB read in a different 1 MiB region
     (``--blockalign=1m`` with fio's random map: no region twice, so no read is served by
     the previous one's read-around), as many reads as the probe took."""
-    path = os.path.abspath(path)
-    regions = max(1, size >> 20)
-    common = [
-        f"--filename={path}",
-        "--readonly",
-        "--ioengine=psync",
-        f"--direct={1 if direct else 0}",
-        "--invalidate=1",
-        "--output-format=json",
-    ]
-    share = max(par_block, min(size, SEQ_MAX_BYTES) // max(1, readers) // par_block * par_block)
-    latency = FioJob(
-        "latency",
-        (
-            "fio",
-            "--name=loadscope-latency",
-            *common,
-            "--rw=randread",
-            "--bs=4k",
-            "--blockalign=1m",
-            f"--number_ios={max(1, min(latency_samples, regions))}",
-            "--iodepth=1",
-            "--numjobs=1",
-            f"--runtime={JOB_SECONDS}",
-        ),
-        "p50_us",
-    )
-    sequential = [
-        FioJob(
-            "sequential",
-            (
-                "fio",
-                f"--name=loadscope-sequential-{_size(block)}",
-                *common,
-                "--rw=read",
-                f"--bs={_size(block)}",
-                "--iodepth=1",
-                "--numjobs=1",
-                f"--size={_size(max(block, min(size, SEQ_MAX_BYTES) // block * block))}",
-                f"--runtime={JOB_SECONDS}",
-            ),
-            "bytes_per_s",
-            block,
-        )
-        for block in sorted(set(seq_blocks))
-    ]
+    common = _common_args(os.path.abspath(path), direct=direct)
     return [
-        latency,
-        *sequential,
-        FioJob(
-            "parallel",
-            (
-                "fio",
-                "--name=loadscope-parallel",
-                *common,
-                "--rw=read",
-                f"--bs={_size(par_block)}",
-                "--iodepth=1",
-                f"--numjobs={readers}",
-                f"--size={_size(share)}",
-                f"--offset_increment={_size(share)}",
-                "--group_reporting",
-                f"--runtime={JOB_SECONDS}",
-            ),
-            "bytes_per_s",
-        ),
+        _latency_job(common, size, latency_samples),
+        *(_sequential_job(common, size, block) for block in sorted(set(seq_blocks))),
+        _parallel_job(common, size, readers, par_block),
     ]
 
 

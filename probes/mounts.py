@@ -1,12 +1,15 @@
-"""Which mount a path lives on, and what kind of storage that mount really is.
+"""What kind of storage a mount really is.
 
-Parses ``/proc/self/mountinfo`` (see proc(5)), finds the mount under a path the way
-``findmnt -T`` does, and sorts it into one of the classes of
+Sorts a mount of the table (:mod:`loadscope.probes.mounttable`) into one of the classes of
 :data:`loadscope.probes.result.StorageClass` with a reason naming the evidence
 ("nfs4 mount of fs1:/export (vers=4.2, nconnect=8): an NFS export"), because a verdict
-nobody can check is a verdict nobody should act on. Only the mount table is read here;
-whether a disk that looks local is really a cloud volume is the block-device probe's
-call, and its verdict is passed in as ``device_network``.
+nobody can check is a verdict nobody should act on; an overlay is followed down to the
+storage under its upperdir. Only the mount table is read here; whether a disk that looks
+local is really a cloud volume is the block-device probe's call, and its verdict is
+passed in as ``device_network``. The mount table's names (:class:`Mount`,
+:func:`read_mountinfo`, :func:`mount_of`, ...) are importable from here too.
+
+May import: ``loadscope.probes.result``, ``loadscope.probes.mounttable``.
 """
 
 from __future__ import annotations
@@ -14,14 +17,54 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-import stat as stat_module
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias
+from typing import TypeAlias
 
+from loadscope.probes.mounttable import (
+    MOUNTINFO_PATH,
+    MalformedMountLine,
+    Mount,
+    block_device_of,
+    mount_of,
+    parse_mountinfo,
+    parse_mountinfo_line,
+    parse_options,
+    read_mountinfo,
+    unescape,
+)
 from loadscope.probes.result import StorageClass, Unavailable
 
-MOUNTINFO_PATH = "/proc/self/mountinfo"
+__all__ = [
+    "BLOCK_FILESYSTEMS",
+    "FUSE_FILESYSTEMS",
+    "FUSE_SUBTYPES",
+    "MEMORY_FILESYSTEMS",
+    "MOUNTINFO_PATH",
+    "NETWORK_FILESYSTEMS",
+    "NETWORK_FUSE_SUBTYPES",
+    "OVERLAY_FILESYSTEMS",
+    "PSEUDO_FILESYSTEMS",
+    "Classification",
+    "DeviceNetwork",
+    "DeviceVerdict",
+    "MalformedMountLine",
+    "Mount",
+    "MountReport",
+    "block_device_of",
+    "classify",
+    "describe_mount",
+    "fuse_subtype",
+    "interesting_options",
+    "mount_of",
+    "overlay_dirs",
+    "parse_mountinfo",
+    "parse_mountinfo_line",
+    "parse_options",
+    "read_mountinfo",
+    "resolve_overlay",
+    "unescape",
+]
 
 #: Filesystems whose files live in RAM.
 MEMORY_FILESYSTEMS: dict[str, str] = {
@@ -184,43 +227,6 @@ _REASON_OPTIONS: dict[str, tuple[str, ...]] = {
 _MAX_OVERLAY_DEPTH = 4
 
 
-class MalformedMountLine(ValueError):
-    """A mountinfo line that does not have the shape proc(5) describes; the message says how."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """One line of ``/proc/self/mountinfo``, with the kernel's octal escapes decoded.
-
-    ``fstype`` is the filesystem type before any dot and ``subtype`` what follows it
-    ("fuse.gcsfuse" is fuse / gcsfuse); see :func:`fuse_subtype` for plain "fuse" mounts
-    whose daemon named itself only in the source.
-    """
-
-    mount_id: int
-    parent_id: int
-    major: int
-    minor: int
-    root: str  # the directory of the filesystem that is mounted here ("/" unless a bind mount)
-    mount_point: str
-    mount_options: dict[str, str | None] = field(hash=False)
-    optional_fields: tuple[str, ...]
-    fstype: str
-    subtype: str | None
-    source: str
-    super_options: dict[str, str | None] = field(hash=False)
-
-    @property
-    def full_fstype(self) -> str:
-        """The type as the kernel and findmnt print it: "fuse.sshfs", "ext4"."""
-        return f"{self.fstype}.{self.subtype}" if self.subtype else self.fstype
-
-    @property
-    def device(self) -> str:
-        """The ``st_dev`` of files on this mount as "major:minor"."""
-        return f"{self.major}:{self.minor}"
-
-
 #: (the device is a network volume posing as a local disk, the evidence for saying so).
 DeviceVerdict: TypeAlias = tuple[bool, str]
 #: A verdict for the mount being described, or a function asked for each block-backed
@@ -243,204 +249,6 @@ class MountReport:
     reason: str
     resolved_class: StorageClass | None = None  # overlay only: the storage under its upperdir
     resolved_reason: str | None = None
-
-
-# ---------------------------------------------------------------------------- parsing
-
-# The kernel escapes space, tab, newline, backslash (and '#') in paths as \ooo.
-_OCTAL_ESCAPE = re.compile(r"\\([0-3][0-7]{2})")
-_DECIMAL = re.compile(r"[0-9]+")
-
-
-def _decode_escape(match: re.Match[str]) -> str:
-    value = int(match.group(1), 8)
-    # Bytes above ASCII in the surrogateescape form, so os.fsencode gives the bytes back.
-    return chr(value) if value < 0x80 else chr(0xDC00 + value)
-
-
-def unescape(text: str) -> str:
-    r"""A mountinfo field with its octal escapes decoded (``\040`` is a space)."""
-    return _OCTAL_ESCAPE.sub(_decode_escape, text) if "\\" in text else text
-
-
-def parse_options(text: str) -> dict[str, str | None]:
-    """``rw,vers=4.2,hard`` as ``{"rw": None, "vers": "4.2", "hard": None}``.
-
-    Commas inside double quotes do not split: SELinux prints
-    ``context="system_u:object_r:container_file_t:s0:c1,c2"``. The quotes are dropped.
-    """
-    items: list[str] = []
-    current: list[str] = []
-    quoted = False
-    for char in text:
-        if char == '"':
-            quoted = not quoted
-        elif char == "," and not quoted:
-            items.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    items.append("".join(current))
-    options: dict[str, str | None] = {}
-    for item in items:
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        if sep and len(value) >= 2 and value[0] == value[-1] == '"':
-            value = value[1:-1]
-        options[unescape(key)] = unescape(value) if sep else None
-    return options
-
-
-def _decimal(text: str, what: str) -> int:
-    if not _DECIMAL.fullmatch(text):
-        raise MalformedMountLine(f"{what} {text!r} is not a decimal number")
-    return int(text)
-
-
-def parse_mountinfo_line(line: str) -> Mount:
-    """One mountinfo line as a :class:`Mount`; raises :class:`MalformedMountLine` saying why.
-
-    The shape (proc(5)): ``ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] -
-    FSTYPE SOURCE SUPER_OPTIONS``, fields separated by single spaces (a field can be
-    empty, e.g. a mount whose source was given as "").
-    """
-    fields = line.rstrip("\n").split(" ")
-    try:
-        separator = fields.index("-", 6)
-    except ValueError:
-        raise MalformedMountLine(
-            f"no ' - ' separator after the sixth field ({len(fields)} fields)"
-        ) from None
-    after = fields[separator + 1 :]
-    if len(after) != 3:
-        raise MalformedMountLine(
-            f"expected fstype, source and super options after ' - ', found {len(after)} fields"
-        )
-    mount_id = _decimal(fields[0], "mount ID")
-    parent_id = _decimal(fields[1], "parent ID")
-    major_text, colon, minor_text = fields[2].partition(":")
-    if not colon:
-        raise MalformedMountLine(f"device {fields[2]!r} is not major:minor")
-    major = _decimal(major_text, "major")
-    minor = _decimal(minor_text, "minor")
-    mount_point = unescape(fields[4])
-    if not mount_point.startswith("/"):
-        raise MalformedMountLine(f"mount point {mount_point!r} is not an absolute path")
-    full_type = unescape(after[0])
-    fstype, dot, subtype = full_type.partition(".")
-    if not fstype:
-        raise MalformedMountLine(f"empty filesystem type {full_type!r}")
-    return Mount(
-        mount_id=mount_id,
-        parent_id=parent_id,
-        major=major,
-        minor=minor,
-        root=unescape(fields[3]),
-        mount_point=mount_point,
-        mount_options=parse_options(fields[5]),
-        optional_fields=tuple(f for f in fields[6:separator] if f),
-        fstype=fstype,
-        subtype=subtype if dot and subtype else None,
-        source=unescape(after[1]),
-        super_options=parse_options(after[2]),
-    )
-
-
-def parse_mountinfo(text: str) -> list[Mount]:
-    """Every well-formed line of a mountinfo text, in order; malformed lines are skipped.
-
-    Use :func:`parse_mountinfo_line` to learn why a line was refused.
-    """
-    mounts: list[Mount] = []
-    # Split on "\n" only: str.splitlines would also cut at \x1c or U+2028, which the kernel
-    # leaves unescaped in paths.
-    for line in text.split("\n"):
-        if not line.strip():
-            continue
-        try:
-            mounts.append(parse_mountinfo_line(line))
-        except MalformedMountLine:
-            continue  # one odd line (a future kernel's format) must not hide all other mounts
-    return mounts
-
-
-def read_mountinfo(path: str | os.PathLike[str] = MOUNTINFO_PATH) -> list[Mount]:
-    """The mount table of this process's mount namespace (or of ``path``)."""
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise Unavailable(f"{path} does not exist (not Linux, or /proc is not mounted)") from None
-    except OSError as exc:
-        raise Unavailable(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_mountinfo(text)
-
-
-# ---------------------------------------------------------------------------- lookup
-
-
-def _components(path: str) -> tuple[str, ...]:
-    return tuple(part for part in posixpath.normpath(path).split("/") if part)
-
-
-def mount_of(path: str | os.PathLike[str], mounts: Sequence[Mount]) -> Mount:
-    """The mount that serves ``path``: symlinks resolved, then the longest mount point.
-
-    Mount points match whole components (/mnt/data2 is not under /mnt/data). Order in
-    mountinfo is not mount order (mounts moved from the initramfs are listed before "/"),
-    so a shorter later mount never hides a longer one; where several mounts share the
-    winning mount point, the one stacked on top wins: the one no other mount there has as
-    its parent, and among those the last in mountinfo order (as ``findmnt -T`` does).
-    """
-    real = os.path.realpath(path)
-    parts = _components(real)
-    best: list[Mount] = []
-    best_depth = -1
-    for mount in mounts:
-        point = _components(mount.mount_point)
-        if len(point) < best_depth or parts[: len(point)] != point:
-            continue
-        if len(point) > best_depth:
-            best, best_depth = [mount], len(point)
-        else:
-            best.append(mount)
-    if not best:
-        raise Unavailable(f"no mount in the mount table contains {real}")
-    ids = {m.mount_id for m in best}
-    covered = {m.parent_id for m in best if m.parent_id in ids and m.parent_id != m.mount_id}
-    on_top = [m for m in best if m.mount_id not in covered]
-    return (on_top or best)[-1]
-
-
-class _StatResult(Protocol):
-    @property
-    def st_mode(self) -> int: ...
-    @property
-    def st_rdev(self) -> int: ...
-
-
-def block_device_of(
-    mount: Mount, *, stat: Callable[[str], _StatResult] = os.stat
-) -> tuple[int, int] | None:
-    """The (major, minor) of the block device under ``mount``, or None when there is none.
-
-    btrfs (and bcachefs, and some others) report an anonymous device number (major 0)
-    in mountinfo and ``st_dev``, so the real disk comes from stat'ing the source
-    (``/dev/sda2``); a source that is not a block device (a zfs dataset, "tmpfs",
-    a host:path) gives None.
-    """
-    if mount.major != 0:
-        return (mount.major, mount.minor)
-    if not mount.source.startswith("/dev/"):
-        return None
-    try:
-        st = stat(mount.source)
-    except OSError:
-        return None
-    if not stat_module.S_ISBLK(st.st_mode):
-        return None
-    return (os.major(st.st_rdev), os.minor(st.st_rdev))
 
 
 # ---------------------------------------------------------------------------- classifying
@@ -489,6 +297,10 @@ def _option_text(mount: Mount, keys: Sequence[str]) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
+def _source_text(mount: Mount) -> str:
+    return mount.source or "(no source)"
+
+
 def _verdict(device_network: DeviceNetwork, mount: Mount) -> DeviceVerdict | None:
     if callable(device_network):
         return device_network(mount)
@@ -509,7 +321,7 @@ def _network_device_by_name(source: str) -> str | None:
 
 def _block_reason(mount: Mount) -> str:
     """What the mount table alone says about a block-backed filesystem."""
-    source = mount.source or "(no source)"
+    source = _source_text(mount)
     if mount.fstype == "zfs":
         return f"zfs dataset {source}: a ZFS pool (the disks behind it are not in the mount table)"
     base = f"{mount.fstype} on {source}"
@@ -525,25 +337,20 @@ def _block_reason(mount: Mount) -> str:
     return f"{base}: a block-device filesystem, and nothing says the disk is remote"
 
 
-def classify(
-    mount: Mount, *, wsl: bool, device_network: DeviceNetwork = None
-) -> tuple[StorageClass, str]:
-    """The storage class of ``mount`` and the reason, naming the evidence.
+#: A storage class and the reason for it, naming the evidence.
+Classification: TypeAlias = tuple[StorageClass, str]
 
-    ``wsl`` says this system is WSL (from the system probe), which makes any 9p mount a
-    Windows-side share. ``device_network`` is the block-device probe's verdict on the
-    disk under a block-backed filesystem: only it can tell an EBS or Persistent Disk
-    volume from a local NVMe, since both look the same in the mount table.
-    """
+
+def _memory_class(mount: Mount) -> Classification:
+    opts = _option_text(mount, ("size",))
+    why = MEMORY_FILESYSTEMS[mount.fstype]
+    return "memory", f"{mount.fstype} at {mount.mount_point}{opts}: {why}"
+
+
+def _wsl_class(mount: Mount, *, wsl: bool) -> Classification | None:
+    """A Windows drive or share seen from WSL, or None (a 9p mount elsewhere is a network fs)."""
     fstype = mount.fstype
-    full = mount.full_fstype
-    source = mount.source or "(no source)"
-    at = mount.mount_point
-
-    if fstype in MEMORY_FILESYSTEMS:
-        opts = _option_text(mount, ("size",))
-        return "memory", f"{fstype} at {at}{opts}: {MEMORY_FILESYSTEMS[fstype]}"
-
+    source = _source_text(mount)
     if fstype in ("9p", "v9fs"):
         aname = mount.super_options.get("aname") or ""
         aname_parts = aname.split(";")
@@ -565,55 +372,93 @@ def classify(
         return "wsl", f"{fstype} mount of {source}: the WSL1 Linux tree, stored in Windows files"
     if fstype == "virtiofs" and wsl and source.lower().startswith("drvfs"):
         return "wsl", f"virtiofs mount of {source} on a WSL system: a Windows drive seen from WSL2"
+    return None
 
+
+def _network_fs_class(mount: Mount) -> Classification:
+    source = _source_text(mount)
+    opts = _option_text(mount, _REASON_OPTIONS.get(mount.fstype, ()))
+    why = NETWORK_FILESYSTEMS[mount.fstype]
+    return "network-fs", f"{mount.full_fstype} mount of {source}{opts}: {why}"
+
+
+def _fuse_class(mount: Mount) -> Classification:
+    """A FUSE mount: the native client of a network filesystem, or a userspace daemon."""
+    full = mount.full_fstype
+    source = _source_text(mount)
+    subtype = fuse_subtype(mount)
+    opts = _option_text(mount, _REASON_OPTIONS["fuse"])
+    named = "" if subtype is None or mount.subtype else f" (subtype {subtype} from the source)"
+    if subtype in NETWORK_FUSE_SUBTYPES:
+        why = NETWORK_FUSE_SUBTYPES[subtype]
+        return "network-fs", f"{full} mount of {source}{named}{opts}: {why}"
+    if subtype in FUSE_SUBTYPES:
+        why = FUSE_SUBTYPES[subtype]
+    elif mount.fstype == "fuseblk":
+        why = "a FUSE driver over a block device (e.g. ntfs-3g)"
+    else:
+        why = "a FUSE filesystem; every read goes through a userspace daemon"
+    return "fuse", f"{full} mount of {source}{named}{opts}: {why}"
+
+
+def _overlay_class(mount: Mount) -> Classification:
+    dirs = overlay_dirs(mount)
+    if "upperdir" in dirs or "lowerdir" in dirs:
+        layers = len([d for d in dirs.get("lowerdir", "").split(":") if d])
+        upper = f"upperdir={dirs['upperdir']}, " if "upperdir" in dirs else ""
+        evidence = f" ({upper}{layers} lower layer{'s' if layers != 1 else ''})"
+    else:
+        evidence = ""
+    return "overlay", (
+        f"{mount.fstype} at {mount.mount_point}{evidence}: layered container storage; "
+        "the bytes live on the filesystem under its layers"
+    )
+
+
+def _block_class(mount: Mount, device_network: DeviceNetwork) -> Classification:
+    """A block-backed filesystem: local, or a network volume by verdict or device name."""
+    fstype = mount.fstype
+    source = _source_text(mount)
+    verdict = _verdict(device_network, mount)
+    if verdict is not None and verdict[0]:
+        return "network-block", f"{fstype} on {source}: {verdict[1]}"
+    by_name = _network_device_by_name(mount.source)
+    if by_name is not None:
+        # The name wins over a "local" verdict: sysfs shows nothing remote about an
+        # nbd or rbd device, the network is behind the driver.
+        return "network-block", f"{fstype} on {source}: {by_name}"
+    if verdict is not None:
+        return "local-block", f"{fstype} on {source}: {verdict[1]}"
+    return "local-block", _block_reason(mount)
+
+
+def classify(mount: Mount, *, wsl: bool, device_network: DeviceNetwork = None) -> Classification:
+    """The storage class of ``mount`` and the reason, naming the evidence.
+
+    ``wsl`` says this system is WSL (from the system probe), which makes any 9p mount a
+    Windows-side share. ``device_network`` is the block-device probe's verdict on the
+    disk under a block-backed filesystem: only it can tell an EBS or Persistent Disk
+    volume from a local NVMe, since both look the same in the mount table.
+    """
+    fstype = mount.fstype
+    if fstype in MEMORY_FILESYSTEMS:
+        return _memory_class(mount)
+    windows = _wsl_class(mount, wsl=wsl)
+    if windows is not None:
+        return windows
     if fstype in NETWORK_FILESYSTEMS:
-        opts = _option_text(mount, _REASON_OPTIONS.get(fstype, ()))
-        return "network-fs", f"{full} mount of {source}{opts}: {NETWORK_FILESYSTEMS[fstype]}"
-
+        return _network_fs_class(mount)
     if fstype in FUSE_FILESYSTEMS:
-        subtype = fuse_subtype(mount)
-        opts = _option_text(mount, _REASON_OPTIONS["fuse"])
-        named = "" if subtype is None or mount.subtype else f" (subtype {subtype} from the source)"
-        if subtype in NETWORK_FUSE_SUBTYPES:
-            why = NETWORK_FUSE_SUBTYPES[subtype]
-            return "network-fs", f"{full} mount of {source}{named}{opts}: {why}"
-        if subtype in FUSE_SUBTYPES:
-            why = FUSE_SUBTYPES[subtype]
-        elif fstype == "fuseblk":
-            why = "a FUSE driver over a block device (e.g. ntfs-3g)"
-        else:
-            why = "a FUSE filesystem; every read goes through a userspace daemon"
-        return "fuse", f"{full} mount of {source}{named}{opts}: {why}"
-
+        return _fuse_class(mount)
     if fstype in OVERLAY_FILESYSTEMS:
-        dirs = overlay_dirs(mount)
-        if "upperdir" in dirs or "lowerdir" in dirs:
-            layers = len([d for d in dirs.get("lowerdir", "").split(":") if d])
-            upper = f"upperdir={dirs['upperdir']}, " if "upperdir" in dirs else ""
-            evidence = f" ({upper}{layers} lower layer{'s' if layers != 1 else ''})"
-        else:
-            evidence = ""
-        return "overlay", (
-            f"{fstype} at {at}{evidence}: layered container storage; "
-            "the bytes live on the filesystem under its layers"
-        )
-
+        return _overlay_class(mount)
     if fstype in BLOCK_FILESYSTEMS:
-        verdict = _verdict(device_network, mount)
-        if verdict is not None and verdict[0]:
-            return "network-block", f"{fstype} on {source}: {verdict[1]}"
-        by_name = _network_device_by_name(mount.source)
-        if by_name is not None:
-            # The name wins over a "local" verdict: sysfs shows nothing remote about an
-            # nbd or rbd device, the network is behind the driver.
-            return "network-block", f"{fstype} on {source}: {by_name}"
-        if verdict is not None:
-            return "local-block", f"{fstype} on {source}: {verdict[1]}"
-        return "local-block", _block_reason(mount)
-
+        return _block_class(mount, device_network)
+    at = mount.mount_point
     if fstype in PSEUDO_FILESYSTEMS:
         return "unknown", f"{fstype} at {at}: {PSEUDO_FILESYSTEMS[fstype]}, not storage"
-    return "unknown", f"unrecognised filesystem type {full} (source {source}) at {at}"
+    source = _source_text(mount)
+    return "unknown", f"unrecognised filesystem type {mount.full_fstype} (source {source}) at {at}"
 
 
 def resolve_overlay(

@@ -1,49 +1,40 @@
 """The loadscope app: onboarding, probes, live benchmark and advice over the same engine.
 
-The engine runs in a child process (``loadscope.diagnosis.engine_process``: no GIL shared
-with the UI); one thread worker reads its JSON-line events and posts them as
-typed messages. Stopping closes the child's stdin, which sets the engine's
-cancel event and kills the running trial worker's process group within ~0.1 s.
-The UI thread owns every buffer the views draw, and redraws the live charts at
-5 Hz.
+The engine runs in a child process that :mod:`loadscope.tui.engine_link` starts, reads
+and stops; one thread worker posts its events as typed messages. The UI thread owns
+every buffer the views draw, and redraws the live charts at 5 Hz. The app's actions
+(keys, palette, availability) are declared once in :mod:`loadscope.tui.actions`; what
+copy and apply do is in :mod:`loadscope.tui.fixes`, the files it writes in
+:mod:`loadscope.tui.report_files`.
+
+Owns: the layout, the actions' handlers, the run's lifecycle and the engine's messages.
+May import: everything in the core and the rest of ``loadscope.tui``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import json
-import os
-import select
-import signal
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding, BindingType
+from textual.app import App, ComposeResult
+from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from loadscope.advice.rules import copy_destination
 from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.base.errors import ExitCode, LoadscopeError
-from loadscope.base.units import format_bytes
 from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, load_report
-from loadscope.diagnosis.engine_process import EngineProcess, copy_job, job_for, warm_job
+from loadscope.diagnosis.engine_process import job_for
 from loadscope.diagnosis.session import SessionRequest
 from loadscope.report.compare import compare, row_of
-from loadscope.report.html import to_html
-from loadscope.report.markdown import to_markdown
 from loadscope.tools.emulator import EmulatorSettings, fuse_unavailable_reason
+from loadscope.tui import actions, fixes
+from loadscope.tui.engine_link import EngineLink
 from loadscope.tui.messages import (
     ApplyFinished,
     ApplyProgress,
@@ -55,138 +46,20 @@ from loadscope.tui.messages import (
     TrialBegan,
     TrialEnded,
     TrialSample,
-    message_from_wire,
 )
+from loadscope.tui.probes_view import ProbesView
+from loadscope.tui.report_files import export_report, save_screenshot
 from loadscope.tui.screens import (
     CompareScreen,
-    ConfirmScreen,
     OnboardingScreen,
     ProfileScreen,
     PromptScreen,
     SnippetPickScreen,
-    TextScreen,
 )
-from loadscope.tui.views import APPLICABLE, AdviceView, BenchView, ProbesView
-
-#: After SIGTERM or SIGHUP, how long the graceful stop may take before the app exits anyway.
-STOP_GRACE_S = 3.0
+from loadscope.tui.views import AdviceView, BenchView
 
 #: Redraws per second of the live charts (the engine samples faster; stale samples drop).
 REDRAW_HZ = 5
-
-
-def clipboard_refused() -> str | None:
-    """Why an OSC 52 copy cannot reach the clipboard, when that can be known: inside tmux
-    with ``set-clipboard off`` (tmux then drops the sequence). Other terminals give no
-    answer to OSC 52, so None means "sent", not "copied"."""
-    if not os.environ.get("TMUX"):
-        return None
-    try:
-        out = subprocess.run(
-            ["tmux", "show-options", "-gv", "set-clipboard"],
-            capture_output=True,
-            text=True,
-            timeout=2,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode == 0 and out.stdout.strip() == "off":
-        return "tmux has set-clipboard off (tmux set -g set-clipboard on allows it)"
-    return None
-
-
-def screenshot_folder() -> Path:
-    """~/Downloads when it exists (Textual's default), else the working directory."""
-    downloads = Path.home() / "Downloads"
-    return downloads if downloads.is_dir() else Path.cwd()
-
-
-@dataclass(frozen=True, slots=True)
-class AppAction:
-    """One of the app's actions: its key and footer label, its command-palette entry, and
-    its availability rule (why it cannot run now, or None when it can)."""
-
-    key: str
-    action: str
-    label: str
-    title: str
-    help: str
-    why_not: Callable[[LoadscopeApp], str | None]
-
-
-_BUSY = "a run is in progress: stop it first (s)"
-
-
-def _idle(app: LoadscopeApp) -> str | None:
-    return _BUSY if app.running else None
-
-
-def _stop_rule(app: LoadscopeApp) -> str | None:
-    return None if app.running else "nothing is running"
-
-
-def _profile_rule(app: LoadscopeApp) -> str | None:
-    if not app.running:
-        return "no trial is running: f profiles the running trial's worker"
-    return None if app.can_profile() else "between two trials: press f again soon"
-
-
-def _rerun_rule(app: LoadscopeApp) -> str | None:
-    if app.running:
-        return _BUSY
-    return None if app.last_request is not None else "nothing to re-run yet (n)"
-
-
-def _copy_rule(app: LoadscopeApp) -> str | None:
-    if app.query_one(AdviceView).highlighted() is None:
-        return "no recommendation is highlighted (tab 3, Advice)"
-    return None
-
-
-def _apply_rule(app: LoadscopeApp) -> str | None:
-    if app.running:
-        return _BUSY
-    kind, why = app.apply_plan()
-    return why if kind is None else None
-
-
-def _export_rule(app: LoadscopeApp) -> str | None:
-    return None if app.report is not None else "no report yet: n diagnoses, o opens one"
-
-
-#: The one declaration of the app's actions: the bindings, the palette, the greyed keys
-#: and the "why not" feedback all come from it.
-ACTIONS = (
-    AppAction(
-        "n", "new", "New", "New diagnosis", "pick a model and run probes, trials, advice", _idle
-    ),
-    AppAction("s", "stop", "Stop", "Stop the run", "kill the running worker", _stop_rule),
-    AppAction("r", "rerun", "Re-run", "Re-run", "the same diagnosis again", _rerun_rule),
-    AppAction(
-        "f",
-        "profile",
-        "Profile",
-        "Profile the running trial",
-        "py-spy dump and record",
-        _profile_rule,
-    ),
-    AppAction(
-        "c", "copy", "Copy", "Copy the snippets", "of the highlighted recommendation", _copy_rule
-    ),
-    AppAction(
-        "a",
-        "apply",
-        "Apply",
-        "Apply the fix",
-        "warm the page cache or copy to a local disk, after a confirmation",
-        _apply_rule,
-    ),
-    AppAction("e", "export", "Export", "Export the report", "JSON, Markdown or HTML", _export_rule),
-    AppAction("o", "open_report", "Open", "Open a saved report", "a doctor JSON report", _idle),
-    AppAction("m", "compare", "Compare", "Compare reports", "side by side, outliers marked", _idle),
-)
-_RULES = {a.action: a.why_not for a in ACTIONS}
 
 
 class LoadscopeApp(App[int]):
@@ -194,14 +67,7 @@ class LoadscopeApp(App[int]):
 
     TITLE = "loadscope"
     CSS_PATH = "app.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        *(Binding(a.key, a.action, a.label) for a in ACTIONS),
-        Binding("1", "tab('probes')", "Probes", show=False),
-        Binding("2", "tab('bench')", "Bench", show=False),
-        Binding("3", "tab('advice')", "Advice", show=False),
-        Binding("question_mark", "toggle_keys", "Keys"),
-        Binding("escape", "hide_keys", "Close keys", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = actions.bindings()
 
     def __init__(
         self,
@@ -228,12 +94,7 @@ class LoadscopeApp(App[int]):
         self.report: dict[str, Any] | None = None
         self.last_request: SessionRequest | None = None
         self.running = False
-        self._cancel = threading.Event()
-        self._done = threading.Event()
-        self._forced_exit: threading.Timer | None = None
-        self._engine_pid: int | None = None
-        self._exited = threading.Event()
-        self._done.set()
+        self._link = EngineLink()
         self.messages_seen: list[str] = []
         self._applying: str | None = None  # what fix is running, for its progress line
         self._profilable = False
@@ -260,22 +121,7 @@ class LoadscopeApp(App[int]):
         gc.collect()
         gc.freeze()
         if not self.is_headless:
-            # SIGTERM (kill, a scheduler) and SIGHUP (the terminal went away): stop the run
-            # like ctrl+q does, so the terminal is restored and no worker is left behind.
-            # Plain signal handlers, not the event loop's: they run even when the loop is
-            # stuck (Textual's shutdown blocked writing to a terminal that is gone), and
-            # arm the forced exit before asking the loop for the graceful stop.
-            loop = asyncio.get_running_loop()
-
-            def on_signal(_signum: int, _frame: object) -> None:
-                self._arm_forced_exit()
-                with contextlib.suppress(RuntimeError):  # the loop has already closed
-                    loop.call_soon_threadsafe(self._on_stop_signal)
-
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                with contextlib.suppress(ValueError, OSError):
-                    signal.signal(signum, on_signal)
-            self._watch_terminal(loop)
+            self._link.watch_for_hangup(asyncio.get_running_loop(), self._on_stop_signal)
         self.set_interval(1 / REDRAW_HZ, self._redraw)
         if self.initial_report:
             self.open_report(self.initial_report)
@@ -299,10 +145,9 @@ class LoadscopeApp(App[int]):
     # -- actions ----------------------------------------------------------------------------------
 
     def why_not(self, action: str) -> str | None:
-        """Why ``action`` cannot run now (None: it can), by its rule in :data:`ACTIONS`.
+        """Why ``action`` cannot run now (None: it can), by its rule in the actions table.
         Greys its key in the footer; pressing the key anyway says this."""
-        rule = _RULES.get(action)
-        return rule(self) if rule else None
+        return actions.why_not(self, action)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Greyed out (None), not hidden, when an action cannot run now."""
@@ -325,8 +170,7 @@ class LoadscopeApp(App[int]):
 
     def get_system_commands(self, screen: Screen[Any]) -> Any:
         yield from super().get_system_commands(screen)
-        for a in ACTIONS:
-            yield SystemCommand(a.title, a.help, getattr(self, f"action_{a.action}"))
+        yield from actions.palette_commands(self)
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
@@ -354,7 +198,7 @@ class LoadscopeApp(App[int]):
 
     def action_stop(self) -> None:
         if self.running:
-            self._cancel.set()
+            self._link.cancel.set()
             self.notify("stopping: killing the worker's process group")
 
     def action_rerun(self) -> None:
@@ -388,32 +232,8 @@ class LoadscopeApp(App[int]):
             return
 
         def copy(choice: int | None) -> None:
-            if choice is None:
-                return
-            chosen = snippets if choice < 0 else [snippets[choice]]
-            text = "\n\n".join(f"# {snippet_heading(s)}\n{s['code']}" for s in chosen)
-            self.copy_to_clipboard(text)
-            what = "every snippet" if choice < 0 else f"the {chosen[0]['stack']} snippet"
-            refused = clipboard_refused()
-            if refused:
-                self.notify(
-                    f"{what} of '{rec['title']}' was not copied: {refused}; it is shown"
-                    " to select by hand",
-                    severity="warning",
-                    timeout=10,
-                )
-                self.push_screen(
-                    TextScreen(
-                        f"{what} of '{rec['title']}'",
-                        text,
-                        "select it with the mouse (Shift+drag in most terminals); Escape closes",
-                    )
-                )
-            else:
-                self.notify(
-                    f"sent {what} to the terminal's clipboard (OSC 52); a terminal"
-                    " that ignores OSC 52 keeps nothing: select it in the Advice view"
-                )
+            if choice is not None:
+                fixes.copy_snippets(self, rec, snippets, choice)
 
         if len(snippets) == 1:
             copy(0)
@@ -424,60 +244,23 @@ class LoadscopeApp(App[int]):
 
     def apply_plan(self) -> tuple[str | None, str]:
         """(the highlighted fix's kind, the model spec) or (None, why it cannot be applied)."""
-        rec = self.query_one(AdviceView).highlighted()
-        if rec is None or rec["id"] not in APPLICABLE:
-            return None, "the highlighted recommendation is not one loadscope applies"
-        spec = self._source_spec
-        if not spec or spec.startswith("synthetic:"):
-            return None, "the synthetic model of this run was removed when it ended"
-        source = (rec.get("apply") or {}).get("source")
-        if source:
-            spec = str(source)  # the advice's own source: one name everywhere
-        return ("warm" if rec["id"] == "prewarm" else "copy"), spec
-
-    def _copy_destination(self, spec: str) -> str:
-        rec = self.query_one(AdviceView).highlighted()
-        dest = ((rec or {}).get("apply") or {}).get("dest")
-        if dest:
-            return str(dest)  # the one the advice's snippet names
-        disks = (((self.report or {}).get("probe") or {}).get("local_disks") or {}).get("disks")
-        fast = [d for d in disks or [] if d.get("speed")]
-        best = max(fast, key=lambda d: d["speed"]["cold_read_bytes_per_s"], default=None)
-        # A report from before recommendations carried their apply: the same rule.
-        return copy_destination(best["directory"] if best else str(Path.home()), spec)
+        return fixes.apply_plan(self.query_one(AdviceView).highlighted(), self._source_spec)
 
     def action_apply(self) -> None:
         kind, spec = self.apply_plan()
         if kind is None:
             self.notify(spec, severity="warning")
             return
-        size = format_bytes(int(((self.report or {}).get("target") or {}).get("total_bytes", 0)))
-        if kind == "warm":
-            screen = ConfirmScreen(
-                "Warm the page cache",
-                f"Read {size} of {spec} into the page cache with 8 parallel readers, so the"
-                " next load is served from RAM. Reads only: nothing is written, moved or"
-                " deleted. Refused if the model does not fit in available memory.",
-            )
-        else:
-            screen = ConfirmScreen(
-                "Copy the model to a local disk",
-                f"Copy the weight files and the config/tokenizer files of {spec} ({size}) to"
-                " the directory below. Free space is checked first; each file is written under"
-                " a temporary name, fsynced, read back and compared with the source, then"
-                " renamed. The source is never touched; an existing different file stops it.",
-                self._copy_destination(spec),
-            )
+        rec = self.query_one(AdviceView).highlighted()
 
         def confirmed(value: str | None) -> None:
             if value is None:
                 return
-            job = warm_job(spec) if kind == "warm" else copy_job(spec, value)
-            self._applying = "warming" if kind == "warm" else f"copying to {value}"
+            job, self._applying = fixes.fix_job(kind, spec, value)
             self.query_one(AdviceView).applying(f"{self._applying}: starting")
             self._launch(job)
 
-        self.push_screen(screen, confirmed)
+        self.push_screen(fixes.confirmation(kind, spec, rec, self.report), confirmed)
 
     def action_export(self) -> None:
         if self.report is None:
@@ -498,22 +281,7 @@ class LoadscopeApp(App[int]):
 
     def export(self, path: str) -> Path | None:
         assert self.report is not None
-        out = Path(path).expanduser()
-        render = {
-            ".json": lambda d: json.dumps(d, indent=2, default=str),
-            ".md": to_markdown,
-            ".html": to_html,
-        }.get(out.suffix.lower())
-        if render is None:
-            self.notify(f"{out.name}: use .json, .md or .html", severity="error")
-            return None
-        try:
-            out.write_text(render(self.report) + "\n")
-        except OSError as exc:
-            self.notify(f"cannot write {out}: {exc.strerror}", severity="error")
-            return None
-        self.notify(f"wrote {out.resolve()}")
-        return out
+        return export_report(self, self.report, path)
 
     def action_open_report(self) -> None:
         def chosen(path: str | None) -> None:
@@ -546,16 +314,7 @@ class LoadscopeApp(App[int]):
         else ~/Downloads when it exists, else the working directory; the path or the
         reason it could not be written is said (Textual's default folder is ~/Downloads,
         absent on most servers, and its failure gives no reason)."""
-        folder = Path(path).expanduser() if path else screenshot_folder()
-        name = filename or f"loadscope-{time.strftime('%Y%m%d-%H%M%S')}.svg"
-        out = folder / name
-        try:
-            out.write_text(self.export_screenshot())
-        except OSError as exc:
-            self.notify(f"cannot save the screenshot to {out}: {exc.strerror}", severity="error")
-            return None
-        self.notify(f"saved the screenshot to {out.resolve()}", title="Screenshot")
-        return str(out)
+        return save_screenshot(self, filename, path)
 
     def action_compare(self) -> None:
         def chosen(text: str | None) -> None:
@@ -580,54 +339,12 @@ class LoadscopeApp(App[int]):
 
     async def _stop_and_exit(self, code: int) -> None:
         if self.running:
-            self._cancel.set()
-            await asyncio.get_running_loop().run_in_executor(None, self._done.wait, 15)
+            self._link.cancel.set()
+            await asyncio.get_running_loop().run_in_executor(None, self._link.done.wait, 15)
         self.exit(code)
 
-    def _arm_forced_exit(self) -> None:
-        """Losing the terminal must end the app: Textual's own shutdown can wait forever
-        writing to a terminal that is gone (an SSH drop), so the graceful stop gets
-        STOP_GRACE_S, then the process exits anyway, after asking the engine's process
-        group to stop (it also sees its stdin close, and cleans up: workers, emulator,
-        synthetic files). Safe from a signal handler and from any thread."""
-        if self._forced_exit is not None:
-            return
-        self._cancel.set()  # the run's stopper thread closes the engine's stdin now
-
-        def force() -> None:
-            if self._engine_pid is not None:
-                with contextlib.suppress(OSError):
-                    os.killpg(self._engine_pid, signal.SIGTERM)
-            os._exit(int(ExitCode.TERMINATED))
-
-        self._forced_exit = threading.Timer(STOP_GRACE_S, force)
-        self._forced_exit.daemon = True
-        self._forced_exit.start()
-
-    def _watch_terminal(self, loop: asyncio.AbstractEventLoop) -> None:
-        """A thread that notices the terminal hang up (POLLHUP on stdin) even when no
-        SIGHUP arrives and the UI thread is blocked; it stops the app like SIGHUP does."""
-        try:
-            fd = sys.stdin.fileno()
-        except (AttributeError, OSError, ValueError):
-            return
-        if not os.isatty(fd):
-            return
-
-        def watch() -> None:
-            poller = select.poll()
-            poller.register(fd, 0)  # HUP, ERR and NVAL are always reported
-            while not self._exited.is_set():
-                if poller.poll(500):
-                    self._arm_forced_exit()
-                    with contextlib.suppress(RuntimeError):
-                        loop.call_soon_threadsafe(self._on_stop_signal)
-                    return
-
-        threading.Thread(target=watch, daemon=True, name="terminal-watch").start()
-
     def _on_stop_signal(self) -> None:
-        self._arm_forced_exit()
+        self._link.arm_forced_exit()
         self.run_worker(self._stop_and_exit(ExitCode.TERMINATED), exclusive=True, group="stop")
 
     # -- the run ----------------------------------------------------------------------------------
@@ -646,35 +363,13 @@ class LoadscopeApp(App[int]):
     def _launch(self, job: dict[str, Any]) -> None:
         """Run one engine job (a diagnosis, or a fix being applied) in its child process."""
         self.running = True
-        self._cancel = threading.Event()
-        self._done = threading.Event()
+        cancel, done = self._link.renew()
         self.refresh_bindings()
-        self._run(job, self._cancel, self._done)
+        self._run(job, cancel, done)
 
     @work(thread=True, exclusive=True, group="run", exit_on_error=False)
     def _run(self, job: dict[str, Any], cancel: threading.Event, done: threading.Event) -> None:
-        try:
-            engine = EngineProcess(job)
-        except OSError as exc:
-            self.post_message(RunFailed(f"cannot start the engine: {exc}"))
-            done.set()
-            return
-        self._engine_pid = engine.proc.pid
-
-        def stop_when_asked() -> None:
-            cancel.wait()
-            engine.cancel()
-
-        stopper = threading.Thread(target=stop_when_asked, daemon=True, name="run-stop")
-        stopper.start()
-        try:
-            for event in engine.events():  # blocking reads: the GIL is free meanwhile
-                message = message_from_wire(event)
-                if message is not None:
-                    self.post_message(message)
-        finally:
-            done.set()
-            cancel.set()  # releases the stopper (closing a finished child's stdin is harmless)
+        self._link.pump(job, cancel, done, self.post_message)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one error funnel: a worker that died of a bug is shown, never swallowed."""
@@ -747,11 +442,8 @@ class LoadscopeApp(App[int]):
     @on(ApplyProgress)
     def _apply_progress(self, m: ApplyProgress) -> None:
         self._seen(m)
-        rate = f", {format_bytes(m.done / m.seconds)}/s" if m.seconds > 0 else ""
         self.query_one(AdviceView).applying(
-            f"{self._applying}: {format_bytes(m.done)} of {format_bytes(m.total)}{rate} (s stops)",
-            m.done,
-            m.total,
+            fixes.progress_text(self._applying, m.done, m.total, m.seconds), m.done, m.total
         )
 
     @on(ApplyFinished)
@@ -759,46 +451,31 @@ class LoadscopeApp(App[int]):
         self._seen(m)
         self.running = False
         self._applying = None
-        r = m.result
-        if r["kind"] == "warm":
-            after = [f["after"] for f in r["files"]]
-            known = [a for a in after if a is not None]
-            resident = f"{min(known):.0%}" if len(known) == len(after) else "unknown"
-            text = (
-                f"warmed {format_bytes(r['bytes_read'])} in {r['seconds']:.2f} s;"
-                f" every file now at least {resident} resident"
-            )
-        else:
-            copied = sum(1 for f in r["files"] if f["status"] == "copied")
-            kept = len(r["files"]) - copied
-            text = (
-                f"copied {copied} file(s) to {r['dest']} ({kept} already there), verified;"
-                f' load it with from_pretrained("{r["dest"]}") or vllm serve {r["dest"]}'
-            )
+        text = fixes.outcome_text(m.result)
         self.query_one(AdviceView).applied(text)
         self.notify(text, title="applied")
         self.refresh_bindings()
 
-    @on(RunFailed)
-    def _failed(self, m: RunFailed) -> None:
-        self._seen(m)
+    def _cut_short(self, outcome: str, reason: str) -> None:
+        """A run that ``outcome`` ("failed", "stopped"): a fix's line says so, the keys
+        come back, the subtitle says it."""
         if self._applying is not None:
-            self.query_one(AdviceView).applied(f"{self._applying} failed: {m.reason}")
+            self.query_one(AdviceView).applied(f"{self._applying} {outcome}: {reason}")
             self._applying = None
         self.running = False
         self.refresh_bindings()
-        self.sub_title = "failed"
+        self.sub_title = outcome
+
+    @on(RunFailed)
+    def _failed(self, m: RunFailed) -> None:
+        self._seen(m)
+        self._cut_short("failed", m.reason)
         self.notify(m.reason, title="the diagnosis failed", severity="error", timeout=30)
 
     @on(RunCancelled)
     def _cancelled(self, m: RunCancelled) -> None:
         self._seen(m)
-        if self._applying is not None:
-            self.query_one(AdviceView).applied(f"{self._applying} stopped: {m.reason}")
-            self._applying = None
-        self.running = False
-        self.refresh_bindings()
-        self.sub_title = "stopped"
+        self._cut_short("stopped", m.reason)
         self.notify(m.reason, title="stopped")
 
     def show_report(self, doc: dict[str, Any], *, live: bool = False) -> None:
@@ -829,17 +506,9 @@ def run_app(
     try:
         code = app.run()
     finally:
-        app._exited.set()
+        app._link.exited.set()
     return int(code if code is not None else ExitCode.OK)
 
 
-def _explainer(action: str) -> Any:
-    def key_handler(self: LoadscopeApp) -> None:
-        self.explain(action)
-
-    return key_handler
-
-
 # Textual calls ``key_<name>`` when no enabled binding took the key: a greyed action's key.
-for _a in ACTIONS:
-    setattr(LoadscopeApp, f"key_{_a.key}", _explainer(_a.action))
+actions.install_explainers(LoadscopeApp)

@@ -1,8 +1,12 @@
-"""The app's three views — probes, live benchmark, advice — each drawn from report dicts.
+"""The app's live benchmark and advice views, each drawn from report dicts.
 
 A live run and a saved report feed the same views: the probe and doctor JSON
 (``to_dict``) is the one model, so what the app shows is what the report says.
-The live benchmark view also takes the trial events as they arrive.
+The live benchmark view also takes the trial events as they arrive. The third view,
+the probes', is :mod:`loadscope.tui.probes_view`.
+
+Owns: :class:`BenchView`, :class:`AdviceView` and :data:`APPLICABLE`.
+May import: the core's units, snippets and trial type, the charts; nothing else of the app.
 """
 
 from __future__ import annotations
@@ -14,194 +18,20 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.reactive import reactive
-from textual.widget import Widget
 from textual.widgets import DataTable, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import Trial
 from loadscope.tui.charts import (
-    Bar,
     RateChart,
     Series,
-    bar_lines,
     plot_width,
     rates_from_progress,
     shared_scale,
     theme_color,
 )
-
-# -- probes -------------------------------------------------------------------------------------
-
-
-class BarChart(Widget):
-    """Labelled horizontal bars with values and units, redrawn to the widget's width."""
-
-    DEFAULT_CSS = "BarChart { height: auto; }"
-    bars: reactive[tuple[Bar, ...]] = reactive((), layout=True)
-
-    def __init__(self, title: str, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.title = title
-
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        return len(self.bars) + 2 if self.bars else 2
-
-    def render(self) -> Text:
-        out = Text(self.title, style="bold", no_wrap=True)
-        unit_max = (self.bars and max(self.bars, key=lambda b: b.value).text) or ""
-        for line in bar_lines(
-            self.bars, self.size.width, unit_max=unit_max, color=theme_color(self, "accent")
-        ):
-            out.append("\n")
-            out.append_text(line)
-        return out
-
-
-def _result_line(name: str, result: dict[str, Any]) -> str:
-    return f"{name}: {result.get('status')}: {result.get('reason') or ''}"
-
-
-class ProbesView(VerticalScroll):
-    """Storage class and its evidence, devices, latency, throughput, RAM, page cache."""
-
-    def compose(self) -> ComposeResult:
-        yield Static("The probes have not run yet.", id="probe-summary")
-        yield BarChart("Cold 4 KiB read latency percentiles", id="latency")
-        yield BarChart("Cold throughput, one reader, by request size", id="by-block")
-        yield BarChart("Cold throughput by parallel readers (1 MiB requests)", id="by-readers")
-        yield BarChart("Memory", id="memory")
-        yield Static("", id="probe-cache")
-
-    def show(self, probe: dict[str, Any]) -> None:
-        # Text objects, not markup: paths and reasons may hold brackets.
-        summary: list[Text] = []
-        t = probe.get("target", {})
-        summary.append(
-            _labelled(
-                "target",
-                f"{t.get('spec')} — {t.get('files')} file(s),"
-                f" {format_bytes(t.get('total_bytes') or 0)}",
-            )
-        )
-        files = probe.get("files") or []
-        if files:
-            m = files[0].get("mount", {})
-            if m.get("status") == "ok":
-                summary.append(
-                    Text.assemble(
-                        ("storage", "bold"),
-                        " ",
-                        (f" {m.get('storage_class')} ", "reverse"),
-                        f" {m.get('reason')}",
-                    )
-                )
-                summary.append(
-                    Text(f"  mount {m.get('mount_point')} ({m.get('fstype')}, {m.get('source')})")
-                )
-                if m.get("resolved_class"):
-                    summary.append(Text(f"  under the overlay: {m['resolved_class']}"))
-            else:
-                summary.append(Text(_result_line("storage", m)))
-            bdi = files[0].get("bdi", {})
-            if bdi.get("read_ahead_kb") is not None:
-                summary.append(Text(f"  read_ahead_kb {bdi['read_ahead_kb']} ({bdi.get('path')})"))
-            fuse = files[0].get("fuse_connection", {})
-            if fuse.get("status") == "ok":
-                summary.append(
-                    Text(
-                        f"  FUSE max_background {fuse.get('max_background')},"
-                        f" congestion {fuse.get('congestion_threshold')}"
-                    )
-                )
-            dev = files[0].get("device", {})
-            for disk in dev.get("disks") or []:
-                summary.append(
-                    Text(
-                        f"  disk {disk.get('name')}: {disk.get('transport')},"
-                        f" {disk.get('model') or 'no model string'}"
-                    )
-                )
-        lat = probe.get("latency", {})
-        if lat.get("status") == "ok":
-            summary.append(
-                _labelled(
-                    "latency",
-                    f"cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
-                    f" p50 {format_us(lat['p50_us'])}  p90 {format_us(lat['p90_us'])}"
-                    f"  p99 {format_us(lat['p99_us'])}",
-                )
-            )
-        else:
-            summary.append(Text(_result_line("latency", lat)))
-        self.query_one("#probe-summary", Static).update(Text("\n").join(summary))
-        self.query_one("#latency", BarChart).bars = (
-            tuple(
-                Bar(q, lat[f"{q}_us"], format_us(lat[f"{q}_us"]))
-                for q in ("p50", "p90", "p99")
-                if lat.get(f"{q}_us") is not None
-            )
-            if lat.get("status") == "ok"
-            else ()
-        )
-        thr = probe.get("throughput", {})
-        seq = thr.get("sequential") or []
-        par = thr.get("parallel") or []
-        self.query_one("#by-block", BarChart).bars = tuple(
-            Bar(format_bytes(p["block_bytes"]), p["bytes_per_s"], format_rate(p["bytes_per_s"]))
-            for p in seq
-        )
-        self.query_one("#by-readers", BarChart).bars = tuple(
-            Bar(f"{p['readers']} readers", p["bytes_per_s"], format_rate(p["bytes_per_s"]))
-            for p in par
-        )
-        sysr = probe.get("system", {})
-        model = t.get("total_bytes") or 0
-        mem: list[Bar] = [Bar("model", model, format_bytes(model))]
-        if sysr.get("status") == "ok":
-            avail = sysr.get("ram_available_bytes") or 0
-            mem.append(Bar("available", avail, format_bytes(avail)))
-            limit = (sysr.get("cgroup") or {}).get("limit_bytes")
-            if limit:
-                mem.append(Bar("cgroup limit", limit, format_bytes(limit)))
-        self.query_one("#memory", BarChart).bars = tuple(mem)
-        lines = [_labelled("page cache", "residency per file, before probing")]
-        for f in files[:12]:
-            r = f.get("residency", {})
-            frac = r.get("fraction")
-            shown = (
-                f"{frac:.0%}"
-                if frac is not None
-                else f"unknown ({r.get('reason') or r.get('note')})"
-            )
-            lines.append(Text(f"  {shown:>5}  {f.get('path')}"))
-        if len(files) > 12:
-            lines.append(Text(f"  ... and {len(files) - 12} more"))
-        local = probe.get("local_disks") or {}
-        for d in local.get("disks") or []:
-            speed = d.get("speed")
-            how = (
-                f"writes {format_rate(speed['write_bytes_per_s'])},"
-                f" reads {format_rate(speed['cold_read_bytes_per_s'])} cold"
-                if speed
-                else d.get("reason", "")
-            )
-            lines.append(
-                _labelled(
-                    "local disk",
-                    f"{d['directory']} ({format_bytes(d['free_bytes'])} free): {how}",
-                )
-            )
-        for note in probe.get("notes") or []:
-            lines.append(_labelled("note", str(note)))
-        self.query_one("#probe-cache", Static).update(Text("\n").join(lines))
-
-
-def _labelled(label: str, text: str) -> Text:
-    return Text.assemble((label, "bold"), " ", text)
-
 
 # -- benchmark ------------------------------------------------------------------------------------
 

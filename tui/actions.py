@@ -1,0 +1,156 @@
+"""The app's actions as data (``loadscope.tui.actions``): one table, :data:`ACTIONS`.
+
+Each row gives an action its key and footer label, its command-palette entry and its
+availability rule (why it cannot run now, or None when it can). The app's
+``BINDINGS``, its palette commands, its greyed footer keys and the "why not" said when
+a greyed key is pressed anyway are all generated from that table, never restated.
+
+Owns: :class:`AppAction`, the rules and the generators of bindings, palette commands
+and key explainers.
+May import: Textual's binding and command types, the views (a rule reads the
+highlighted recommendation); the app for typing only (the rules read its state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from textual.app import SystemCommand
+from textual.binding import Binding, BindingType
+
+from loadscope.tui.views import AdviceView
+
+if TYPE_CHECKING:
+    from loadscope.tui.app import LoadscopeApp
+
+#: An availability rule: why the action cannot run now, or None when it can.
+Rule = Callable[["LoadscopeApp"], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class AppAction:
+    """One of the app's actions: its key and footer label, its command-palette entry
+    (``title`` and ``help``; none when ``title`` is empty), its availability rule (none:
+    always available) and whether the footer shows its key."""
+
+    key: str
+    action: str
+    label: str
+    title: str = ""
+    help: str = ""
+    why_not: Rule | None = None
+    show: bool = True
+
+
+_BUSY = "a run is in progress: stop it first (s)"
+
+
+def _idle(app: LoadscopeApp) -> str | None:
+    return _BUSY if app.running else None
+
+
+def _stop_rule(app: LoadscopeApp) -> str | None:
+    return None if app.running else "nothing is running"
+
+
+def _profile_rule(app: LoadscopeApp) -> str | None:
+    if not app.running:
+        return "no trial is running: f profiles the running trial's worker"
+    return None if app.can_profile() else "between two trials: press f again soon"
+
+
+def _rerun_rule(app: LoadscopeApp) -> str | None:
+    if app.running:
+        return _BUSY
+    return None if app.last_request is not None else "nothing to re-run yet (n)"
+
+
+def _copy_rule(app: LoadscopeApp) -> str | None:
+    if app.query_one(AdviceView).highlighted() is None:
+        return "no recommendation is highlighted (tab 3, Advice)"
+    return None
+
+
+def _apply_rule(app: LoadscopeApp) -> str | None:
+    if app.running:
+        return _BUSY
+    kind, why = app.apply_plan()
+    return why if kind is None else None
+
+
+def _export_rule(app: LoadscopeApp) -> str | None:
+    return None if app.report is not None else "no report yet: n diagnoses, o opens one"
+
+
+#: The one declaration of the app's actions, in footer order: the bindings, the palette,
+#: the greyed keys and the "why not" feedback all come from it.
+ACTIONS = (
+    AppAction(
+        "n", "new", "New", "New diagnosis", "pick a model and run probes, trials, advice", _idle
+    ),
+    AppAction("s", "stop", "Stop", "Stop the run", "kill the running worker", _stop_rule),
+    AppAction("r", "rerun", "Re-run", "Re-run", "the same diagnosis again", _rerun_rule),
+    AppAction(
+        "f",
+        "profile",
+        "Profile",
+        "Profile the running trial",
+        "py-spy dump and record",
+        _profile_rule,
+    ),
+    AppAction(
+        "c", "copy", "Copy", "Copy the snippets", "of the highlighted recommendation", _copy_rule
+    ),
+    AppAction(
+        "a",
+        "apply",
+        "Apply",
+        "Apply the fix",
+        "warm the page cache or copy to a local disk, after a confirmation",
+        _apply_rule,
+    ),
+    AppAction("e", "export", "Export", "Export the report", "JSON, Markdown or HTML", _export_rule),
+    AppAction("o", "open_report", "Open", "Open a saved report", "a doctor JSON report", _idle),
+    AppAction("m", "compare", "Compare", "Compare reports", "side by side, outliers marked", _idle),
+    AppAction("1", "tab('probes')", "Probes", show=False),
+    AppAction("2", "tab('bench')", "Bench", show=False),
+    AppAction("3", "tab('advice')", "Advice", show=False),
+    AppAction("question_mark", "toggle_keys", "Keys"),
+    AppAction("escape", "hide_keys", "Close keys", show=False),
+)
+_RULES = {a.action: a.why_not for a in ACTIONS if a.why_not is not None}
+
+
+def bindings() -> list[BindingType]:
+    """The app's key bindings, one per row of :data:`ACTIONS`."""
+    return [Binding(a.key, a.action, a.label, show=a.show) for a in ACTIONS]
+
+
+def why_not(app: LoadscopeApp, action: str) -> str | None:
+    """Why ``action`` cannot run now (None: it can), by its rule in :data:`ACTIONS`."""
+    rule = _RULES.get(action)
+    return rule(app) if rule else None
+
+
+def palette_commands(app: LoadscopeApp) -> Iterator[SystemCommand]:
+    """The command-palette entries of the rows that have one."""
+    for a in ACTIONS:
+        if a.title:
+            yield SystemCommand(a.title, a.help, getattr(app, f"action_{a.action}"))
+
+
+def _explainer(action: str) -> Callable[[LoadscopeApp], None]:
+    def key_handler(self: LoadscopeApp) -> None:
+        self.explain(action)
+
+    return key_handler
+
+
+def install_explainers(app_class: type[Any]) -> None:
+    """Give ``app_class`` a ``key_<name>`` handler for each key with a rule: Textual calls it
+    when no enabled binding took the key, that is when the action's key is greyed."""
+    for a in ACTIONS:
+        if a.why_not is not None:
+            setattr(app_class, f"key_{a.key}", _explainer(a.action))
