@@ -423,7 +423,7 @@ def test_backgrounded_emulate_dies_with_its_parent_shell(
 
 def test_a_served_model_keeps_the_users_name_and_folder(tmp_path: Path) -> None:
     """An emulated run's report names the model, not the mountpoint that is gone after."""
-    from loadscope.advice.rules import _model_path
+    from loadscope.advice.facts import _model_path
     from loadscope.diagnosis.session import _served
     from loadscope.engine.probing import run_probes
     from loadscope.model.targets import resolve

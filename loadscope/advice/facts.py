@@ -1,0 +1,212 @@
+"""What the rules read: the facts taken once from the probe, bench and rank reports.
+
+:class:`Facts` holds the storage's class and measured limits, the memory headroom,
+the bench's cold and warm timings with their trial ids, the multi-rank trials and
+the fastest local disk; its methods give a strategy's speed-up and rate over the
+whole model. :func:`facts_from` builds it from the reports; every rule reads only it.
+May import: ``loadscope.engine`` and ``loadscope.actions`` (their report types).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from loadscope.actions.convert import ConversionTrial
+from loadscope.engine.bench import BenchReport, Summary
+from loadscope.engine.broadcast import BroadcastReport, BroadcastSummary
+from loadscope.engine.probing import ProbeReport
+
+
+@dataclass(frozen=True, slots=True)
+class LocalDiskFacts:
+    directory: str
+    free_bytes: int
+    write_bytes_per_s: float
+    cold_read_bytes_per_s: float
+    cold_verified: bool
+
+
+@dataclass(slots=True)
+class Facts:
+    """What the rules read, extracted once from the reports."""
+
+    storage_class: str
+    model_bytes: int
+    headroom_bytes: int | None
+    cgroup_limit_bytes: int | None
+    limit_bytes_per_s: float | None  # best measured probe throughput (sequential or parallel)
+    sequential_limit_bytes_per_s: float | None  # best single-reader probe throughput
+    parallel_scaling: float | None  # best parallel rate / one reader
+    read_ahead_kb: int | None
+    bdi_path: str | None
+    fuse: bool
+    formats: set[str]
+    cold: dict[str, Summary]
+    warm: dict[str, Summary]
+    trial_ids: dict[tuple[str, str], list[int]]
+    #: Where the model is (for the snippets) and the fastest local disk with room for a copy.
+    model_root: str = "MODEL_DIR"
+    #: What the user would name the model in their stack: the folder, the file, org/name.
+    model_path: str = "MODEL_DIR"
+    #: Strategies the bench skipped or whose every trial failed, with the reason.
+    not_run: dict[str, str] = field(default_factory=dict)
+    local_disk: LocalDiskFacts | None = None
+    #: Multi-rank trials (``--ranks``): per (mode, cache), and the rank count.
+    ranks: int | None = None
+    rank_modes: dict[tuple[str, str], BroadcastSummary] = field(default_factory=dict)
+    rank_backend: str | None = None
+    #: GPUs whose PCIe link trained below its maximum (address, current, max).
+    degraded_links: list[tuple[str, str, str]] = field(default_factory=list)
+    #: A read of the model that got no answer during the probes (what, and for how long).
+    stalled: str | None = None
+    #: The run's failed and skipped steps, in order (why nothing was measured, if so).
+    failures: list[str] = field(default_factory=list)
+    #: Median cold 4 KiB read latency the probe measured (None: not measured).
+    latency_p50_us: float | None = None
+    #: A pickle-only model: a sample converted to safetensors and both formats timed.
+    conversion: ConversionTrial | None = None
+    #: The FUSE mount's fusectl folder (/sys/fs/fuse/connections/N), when the probe found it.
+    fuse_connection_path: str | None = None
+
+    def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
+        """Whole-model time of ``base_name`` over ``strategy``'s (measured, or extrapolated
+        from a sample: sampled strategies read samples of their own sizes, so their sample
+        times cannot be compared)."""
+        base, other = self.seconds(base_name, cache), self.seconds(strategy, cache)
+        if not base or not other:
+            return None
+        return base / other
+
+    def rate(self, strategy: str, cache: str = "cold") -> float | None:
+        """The whole model's bytes per second of ``strategy`` (measured or extrapolated)."""
+        secs = self.seconds(strategy, cache)
+        return self.model_bytes / secs if secs else None
+
+    def cold_trial_ids(self, strategy: str) -> list[int]:
+        return list(self.trial_ids.get((strategy, "cold"), []))
+
+    def why_not_measured(self, strategy: str) -> str | None:
+        return self.not_run.get(strategy)
+
+    def seconds(self, strategy: str, cache: str = "cold") -> float | None:
+        table = self.cold if cache == "cold" else self.warm
+        s = table.get(strategy)
+        return (s.extrapolated_median_seconds or s.median_seconds) if s else None
+
+
+def _model_path(probe: ProbeReport) -> str:
+    """How the user names the model: ``org/name`` from the HF cache, the file, the folder."""
+    target = probe.target
+    if target.get("kind") == "hf-cache":
+        return str(target["spec"])
+    # Served by the emulator: the model's own folder (the mount is gone after the run).
+    root = str(target.get("source") or target["root"])
+    if target.get("kind") == "file" and probe.files:
+        return os.path.join(root, os.path.basename(probe.files[0].path))
+    return root
+
+
+def _not_run(bench: BenchReport | None) -> dict[str, str]:
+    """Why a strategy has no cold trial: skipped (not installed, would not fit), or failed."""
+    if bench is None:
+        return {}
+    out = {name: f"skipped: {why}" for name, why in bench.skipped.items()}
+    for t in bench.trials:
+        if t.status == "failed" and t.cache == "cold" and t.strategy not in out:
+            out[t.strategy] = f"its trial failed: {t.reason}"
+    return out
+
+
+def facts_from(
+    probe: ProbeReport,
+    bench: BenchReport | None,
+    ranks: BroadcastReport | None = None,
+    failures: Sequence[str] = (),
+    conversion: ConversionTrial | None = None,
+) -> Facts:
+    primary = probe.primary
+    mount = primary.storage.mount.data
+    system = probe.system.data
+    thr = probe.throughput.data
+    rates = [p.bytes_per_s for p in (list(thr.sequential) + list(thr.parallel))] if thr else []
+    scaling = None
+    if thr and thr.parallel and thr.parallel[0].bytes_per_s > 0:
+        scaling = max(p.bytes_per_s for p in thr.parallel) / thr.parallel[0].bytes_per_s
+    bdi = primary.storage.bdi.data
+    cold, warm, ids = _timed(bench)
+    return Facts(
+        model_path=_model_path(probe),
+        failures=list(failures),
+        not_run=_not_run(bench),
+        storage_class=mount.storage_class if mount else "unknown",
+        latency_p50_us=probe.latency.data.p50_us if probe.latency.data else None,
+        stalled=probe.stalled,
+        model_bytes=probe.target["total_bytes"],
+        headroom_bytes=system.memory_headroom_bytes if system else None,
+        cgroup_limit_bytes=system.cgroup.limit_bytes if system and system.cgroup else None,
+        limit_bytes_per_s=max(rates) if rates else None,
+        sequential_limit_bytes_per_s=max((p.bytes_per_s for p in thr.sequential), default=None)
+        if thr
+        else None,
+        parallel_scaling=scaling,
+        read_ahead_kb=bdi.read_ahead_kb if bdi else None,
+        bdi_path=bdi.path if bdi else None,
+        fuse=mount is not None and mount.fstype.startswith("fuse"),
+        fuse_connection_path=primary.storage.fuse.data.path if primary.storage.fuse.data else None,
+        formats=set(bench.target["formats"]) if bench else {"safetensors"},
+        cold=cold,
+        warm=warm,
+        trial_ids=ids,
+        model_root=str(probe.target.get("source") or probe.target["root"]),
+        local_disk=_local_disk(probe),
+        ranks=len(ranks.ranks) or int(ranks.options.get("ranks") or 0) if ranks else None,
+        rank_modes={(m.mode, m.cache): m for m in ranks.summary} if ranks else {},
+        rank_backend=str(ranks.options.get("backend")) if ranks else None,
+        degraded_links=_degraded(probe),
+        conversion=conversion,
+    )
+
+
+def _degraded(probe: ProbeReport) -> list[tuple[str, str, str]]:
+    gpus = probe.gpus.data
+    out = []
+    for g in gpus.pci if gpus else ():
+        if g.link_degraded:
+            cur, top = g.current_link, g.max_link
+            out.append((g.address, f"{cur.speed} x{cur.width}", f"{top.speed} x{top.width}"))
+    return out
+
+
+def _local_disk(probe: ProbeReport) -> LocalDiskFacts | None:
+    """The fastest local disk the probe timed (a copy's candidate), or None."""
+    disks = [d for d in (probe.local_disks.data or []) if d.speed is not None]
+    if not disks:
+        return None
+    best = max(disks, key=lambda d: d.speed.cold_read_bytes_per_s if d.speed else 0.0)
+    assert best.speed is not None
+    return LocalDiskFacts(
+        best.directory,
+        best.free_bytes,
+        best.speed.write_bytes_per_s,
+        best.speed.cold_read_bytes_per_s,
+        best.speed.cold_verified,
+    )
+
+
+def _timed(
+    bench: BenchReport | None,
+) -> tuple[dict[str, Summary], dict[str, Summary], dict[tuple[str, str], list[int]]]:
+    """The bench's timed summaries per strategy, cold and warm, and the ok trials' ids."""
+    cold: dict[str, Summary] = {}
+    warm: dict[str, Summary] = {}
+    ids: dict[tuple[str, str], list[int]] = {}
+    if bench is not None:
+        for s in bench.summary:
+            if s.median_seconds is not None:
+                (cold if s.cache == "cold" else warm)[s.strategy] = s
+        for t in bench.trials:
+            if t.status == "ok" and not t.warmup:
+                ids.setdefault((t.strategy, t.cache), []).append(t.id)
+    return cold, warm, ids

@@ -1,0 +1,210 @@
+"""Rules on how the model is read: the loading code's fixes, each timed in a trial here.
+
+Deep-parallel large reads instead of page faults, whole-file reads (only when RAM
+allows the second copy), pinned staged copies to the GPU, and — with several
+ranks — rank 0 reading once and broadcasting. Each fires only when its trial
+beats the default load by ``WORTH_IT``.
+May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
+:mod:`loadscope.advice.snippets`, ``loadscope.engine`` (its report types).
+"""
+
+from __future__ import annotations
+
+from loadscope.advice.facts import Facts
+from loadscope.advice.results import (
+    WORTH_IT,
+    Evidence,
+    Recommendation,
+    ids_of,
+    ram_risk,
+    remeasure,
+)
+from loadscope.advice.snippets import command, load_snippets
+from loadscope.engine.broadcast import BroadcastSummary
+
+
+def rule_parallel(f: Facts) -> list[Recommendation]:
+    """Deep-parallel large reads, when a parallel strategy beats mmap cold by WORTH_IT."""
+    best = max(
+        (s for s in ("auto", "direct", "parallel") if f.speedup(s)),
+        key=lambda s: f.speedup(s) or 0,
+        default=None,
+    )
+    gain = f.speedup(best) if best else None
+    if best is None or gain is None or gain < WORTH_IT:
+        return []
+    need = f.model_bytes
+    evidence = [
+        Evidence(f"{best} cold", f.seconds(best), "s", ids_of(f, (best, "cold"))),
+        Evidence("mmap load_file cold", f.seconds("mmap"), "s", ids_of(f, ("mmap", "cold"))),
+    ]
+    if f.parallel_scaling:
+        evidence.append(
+            Evidence(
+                "probe: best parallel readers vs one reader", round(f.parallel_scaling, 2), "x"
+            )
+        )
+    return [
+        Recommendation(
+            id="parallel-reads",
+            title="Read with many large requests in flight instead of page faults",
+            action=f"load with deep-parallel large reads (loadscope's '{best}' strategy):"
+            f" {f.seconds(best):.3g} s vs {f.seconds('mmap'):.3g} s cold, {gain:.1f}x",
+            strategy=best,
+            expected_speedup=gain,
+            evidence=evidence,
+            ram_bytes_needed=need,
+            risk=ram_risk(f, need),
+            confidence="high" if gain >= 2 else "medium",
+            snippets=[
+                *load_snippets("parallel-reads", f, f.model_path),
+                remeasure(f, "--strategies mmap,api,auto,prewarm,vllm-prefetch"),
+            ],
+        )
+    ]
+
+
+def rule_fullread(f: Facts) -> list[Recommendation]:
+    """The maintainer's fix — only when the trials show it faster and RAM allows it."""
+    gain = f.speedup("fullread")
+    if gain is None:
+        return []
+    need = 2 * f.model_bytes
+    if gain < WORTH_IT:
+        return []
+    if f.headroom_bytes is not None and need > f.headroom_bytes:
+        return []  # guarded: would not fit (see rule_fullread_contradiction for the note)
+    return [
+        Recommendation(
+            id="read-whole-files",
+            title="Read whole files instead of memory-mapping them",
+            action=f"load(open(p,'rb').read()): {f.seconds('fullread'):.3g} s vs"
+            f" {f.seconds('mmap'):.3g} s cold, {gain:.1f}x",
+            strategy="fullread",
+            expected_speedup=gain,
+            evidence=[
+                Evidence(
+                    "fullread cold", f.seconds("fullread"), "s", ids_of(f, ("fullread", "cold"))
+                ),
+                Evidence("mmap cold", f.seconds("mmap"), "s", ids_of(f, ("mmap", "cold"))),
+            ],
+            ram_bytes_needed=need,
+            risk="holds the file twice at the peak; with N ranks per node, N copies. "
+            + ram_risk(f, need),
+            confidence="medium",
+            snippets=load_snippets("read-whole-files", f, f.model_path),
+        )
+    ]
+
+
+def rule_gpu_staged(f: Facts) -> list[Recommendation]:
+    """Pinned, overlapped staging to the GPU, when it beats safetensors' own device load."""
+    gain = f.speedup("staged", base_name="mmap-cuda")
+    if gain is None or gain < WORTH_IT:
+        return []
+    return [
+        Recommendation(
+            id="gpu-staged",
+            title="Stage reads through pinned memory with overlapped copies to the GPU",
+            action=f"loadscope's 'staged' path: {f.seconds('staged'):.3g} s vs"
+            f" {f.seconds('mmap-cuda'):.3g} s for load_file(device='cuda') cold, {gain:.1f}x",
+            strategy="staged",
+            expected_speedup=gain,
+            evidence=[
+                Evidence("staged cold", f.seconds("staged"), "s", ids_of(f, ("staged", "cold"))),
+                Evidence(
+                    "mmap-cuda cold", f.seconds("mmap-cuda"), "s", ids_of(f, ("mmap-cuda", "cold"))
+                ),
+            ],
+            risk="host memory bounded by the pinned ring; no full CPU copy of the model",
+            confidence="high" if gain >= 2 else "medium",
+            snippets=[
+                command("peers", "pip install fastsafetensors  # or runai-model-streamer"),
+                remeasure(f, "--device cuda"),
+            ],
+        )
+    ]
+
+
+def broadcast_code(mode: str) -> str:
+    """Rank 0 reads each file once and broadcasts its bytes (sync, or overlapped)."""
+    wait = (
+        "    work = dist.broadcast(data, src=0, async_op=True)  # overlap with the next read\n"
+        "    work.wait()\n"
+        if mode == "broadcast-async"
+        else "    dist.broadcast(data, src=0)\n"
+    )
+    return (
+        "# rank 0 reads each file once; the other ranks receive its bytes\n"
+        "# (gloo on CPU; with NCCL move `data` to the rank's GPU first)\n"
+        "import torch, torch.distributed as dist\n"
+        "from safetensors.torch import load\n"
+        "state = {}\n"
+        "for path in files:\n"
+        "    if dist.get_rank() == 0:\n"
+        "        raw = open(path, 'rb').read()\n"
+        "        size = torch.tensor([len(raw)])\n"
+        "    else:\n"
+        "        size = torch.tensor([0])\n"
+        "    dist.broadcast(size, src=0)\n"
+        "    data = (torch.frombuffer(bytearray(raw), dtype=torch.uint8)\n"
+        "            if dist.get_rank() == 0 else torch.empty(int(size), dtype=torch.uint8))\n"
+        + wait
+        + "    state.update(load(data.numpy().tobytes()))"
+    )
+
+
+def rank_comparison(f: Facts) -> tuple[str, BroadcastSummary | None, list[BroadcastSummary]]:
+    """The cache state compared (cold when measured), independent reads, the other modes."""
+    cache = "cold" if any(c == "cold" for _, c in f.rank_modes) else "warm"
+    indep = f.rank_modes.get(("independent", cache))
+    others = [
+        s
+        for (mode, c), s in f.rank_modes.items()
+        if c == cache and mode != "independent" and s.speedup_vs_independent
+    ]
+    return cache, indep, others
+
+
+def rule_broadcast(f: Facts) -> list[Recommendation]:
+    """Rank 0 reads, the others receive: when the multi-rank trials show it faster."""
+    if not f.ranks or not f.rank_modes:
+        return []
+    cache, indep, others = rank_comparison(f)
+    best = max(others, key=lambda s: s.speedup_vs_independent or 0, default=None)
+    if indep is None or best is None or not indep.median_seconds or not best.median_seconds:
+        return []
+    gain = best.speedup_vs_independent or 0
+    if gain < WORTH_IT:
+        return []
+    amp = (
+        f"; storage reads {best.read_amplification:.1f}x the model instead of"
+        f" {indep.read_amplification:.1f}x"
+        if best.read_amplification is not None and indep.read_amplification is not None
+        else ""
+    )
+    return [
+        Recommendation(
+            id="broadcast",
+            title="Read once on rank 0 and broadcast to the other ranks",
+            action=f"'{best.mode}' with {f.ranks} ranks ({f.rank_backend}):"
+            f" {best.median_seconds:.3g} s vs {indep.median_seconds:.3g} s for independent"
+            f" reads ({cache}), {gain:.1f}x{amp}",
+            strategy=best.mode,
+            expected_speedup=gain,
+            evidence=[
+                Evidence(f"{best.mode} {cache}, slowest rank", best.median_seconds, "s"),
+                Evidence(f"independent {cache}, slowest rank", indep.median_seconds, "s"),
+                Evidence("ranks", f.ranks),
+            ],
+            ram_bytes_needed=int(best.rss_delta_bytes_total)
+            if best.rss_delta_bytes_total
+            else None,
+            risk="every rank still holds its copy of the model; the gain is in reads",
+            confidence="high" if gain >= 2 else "medium",
+            snippets=[
+                command("torch.distributed", broadcast_code(best.mode)),
+                remeasure(f, f"--ranks {f.ranks} --modes independent,{best.mode}"),
+            ],
+        )
+    ]

@@ -1,0 +1,181 @@
+"""Rules that move the bytes closer before the load: prewarm the page cache, copy locally.
+
+These are the two fixes loadscope's own apply carries out (``loadscope warm``,
+``loadscope copy``), so each names its source and destination in ``apply``. The
+copy's gain is estimated, not trialled (the copy does not exist yet):
+:class:`CopyEstimate` holds the estimate, its cost and its break-even, and
+:func:`copy_destination` the folder a copy goes to, which the app's apply dialog
+uses too.
+May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
+:mod:`loadscope.advice.snippets`, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from dataclasses import dataclass
+
+from loadscope.advice.facts import Facts, LocalDiskFacts
+from loadscope.advice.results import WORTH_IT, Evidence, Recommendation, ids_of
+from loadscope.advice.snippets import Snippet, commands, load_snippets
+from loadscope.base.units import format_bytes
+
+
+def rule_prewarm(f: Facts) -> list[Recommendation]:
+    """Prewarm the page cache when loads repeat, RAM holds the model and warm is much faster."""
+    cold, warm = f.seconds("mmap"), f.seconds("mmap", "warm")
+    if not cold or not warm or cold / warm < 3:
+        return []
+    if f.headroom_bytes is not None and f.model_bytes > f.headroom_bytes:
+        return []
+    return [
+        Recommendation(
+            id="prewarm",
+            title="Prewarm the page cache before loads that repeat",
+            action=f"a warm load took {warm:.3g} s vs {cold:.3g} s cold ({cold / warm:.0f}x):"
+            " read the files once ahead of time (the page cache decays, so shortly before)",
+            evidence=[
+                Evidence("mmap warm", warm, "s", ids_of(f, ("mmap", "warm"))),
+                Evidence("mmap cold", cold, "s", ids_of(f, ("mmap", "cold"))),
+            ],
+            ram_bytes_needed=f.model_bytes,
+            risk="page cache is shared and reclaimable: other memory pressure evicts it",
+            confidence="medium",
+            snippets=load_snippets("prewarm", f, f.model_path),
+            apply={"kind": "warm", "source": f.model_path},
+            optional=True,
+        )
+    ]
+
+
+def copy_destination(directory: str, model_root: str) -> str:
+    """Where a copy to the local disk ``directory`` goes: one folder per model under
+    ``loadscope-copies`` (the advice's snippet and the app's apply dialog agree)."""
+    name = os.path.basename(model_root.rstrip("/")) or "model"
+    return f"{directory.rstrip('/')}/loadscope-copies/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class CopyEstimate:
+    """A copy to the local disk: its estimated cold load, what it costs and repays."""
+
+    disk: LocalDiskFacts
+    #: The default load here, cold, and the estimated cold load on the local disk.
+    mmap_s: float
+    local_s: float
+    gain: float
+    #: The fastest strategy measured in place, and its cold time.
+    best_name: str
+    best_s: float
+    copy_s: float
+    #: Cold loads after which the copy has paid for itself.
+    break_even: int
+    beats_in_place: bool
+
+
+def copy_estimate(f: Facts) -> CopyEstimate | None:
+    """The copy's estimate when a local disk would load ``WORTH_IT`` faster, else None.
+
+    The local load time is estimated from the candidate's measured cold read rate
+    (the copy does not exist yet, so it cannot be trialled); the copy's cost from
+    the slower of the fastest measured cold read here and the candidate's write rate.
+    """
+    disk, mmap_s = f.local_disk, f.seconds("mmap")
+    if disk is None or not mmap_s or f.storage_class in ("local-block", "memory"):
+        return None
+    # A load is never faster than the same load from the page cache (the warm trials).
+    warm_floor = min((t for s in f.warm if (t := f.seconds(s, "warm"))), default=0.0)
+    local_s = max(f.model_bytes / disk.cold_read_bytes_per_s, warm_floor)
+    gain = mmap_s / local_s
+    if gain < WORTH_IT:
+        return None
+    in_place = {s: t for s in f.cold if (t := f.seconds(s))}
+    best_name = min(in_place, key=lambda s: in_place[s])
+    best_s = in_place[best_name]
+    copy_rate = min(f.model_bytes / best_s, disk.write_bytes_per_s)
+    copy_s = f.model_bytes / copy_rate
+    saved = mmap_s - local_s
+    break_even = max(1, math.ceil(copy_s / saved))
+    beats_in_place = local_s * WORTH_IT <= best_s
+    return CopyEstimate(
+        disk, mmap_s, local_s, gain, best_name, best_s, copy_s, break_even, beats_in_place
+    )
+
+
+def rule_copy_local(f: Facts) -> list[Recommendation]:
+    """Copy to a local disk with room when it is measured faster, with the break-even."""
+    e = copy_estimate(f)
+    if e is None:
+        return []
+    dest = copy_destination(e.disk.directory, f.model_root)
+    return [
+        Recommendation(
+            id="copy-to-local-disk",
+            title="Copy the model to a local disk",
+            action=_copy_action(e),
+            expected_speedup=e.gain,
+            evidence=_copy_evidence(f, e),
+            risk=f"needs {format_bytes(f.model_bytes)} of disk space; the copy goes stale when"
+            " the model is updated",
+            confidence="medium",
+            snippets=_copy_snippets(f.model_root, dest),
+            optional=not e.beats_in_place,
+            measured=False,
+            apply={"kind": "copy", "source": f.model_root, "dest": dest},
+        )
+    ]
+
+
+def _copy_action(e: CopyEstimate) -> str:
+    action = (
+        f"copy the model to {e.disk.directory} (local disk, {format_bytes(e.disk.free_bytes)}"
+        f" free): a cold load there ~{e.local_s:.3g} s vs {e.mmap_s:.3g} s here, {e.gain:.1f}x;"
+        f" the copy takes ~{e.copy_s:.3g} s, repaid after {e.break_even} cold load(s)"
+    )
+    if not e.beats_in_place:
+        action += (
+            f" (but '{e.best_name}' already loads in {e.best_s:.3g} s in place: a copy gains"
+            f" {e.best_s / e.local_s:.1f}x over that)"
+        )
+    return action
+
+
+def _copy_evidence(f: Facts, e: CopyEstimate) -> list[Evidence]:
+    disk = e.disk
+    return [
+        Evidence(
+            f"probe: {disk.directory} cold read"
+            + ("" if disk.cold_verified else " (cold not verified)"),
+            round(disk.cold_read_bytes_per_s),
+            "B/s",
+        ),
+        Evidence(f"probe: {disk.directory} write", round(disk.write_bytes_per_s), "B/s"),
+        Evidence(
+            "estimated cold load there (its read rate, floored at the warm load)",
+            round(e.local_s, 4),
+            "s",
+        ),
+        Evidence("mmap cold here", e.mmap_s, "s", ids_of(f, ("mmap", "cold"))),
+        Evidence(
+            f"fastest in place ({e.best_name})", e.best_s, "s", ids_of(f, (e.best_name, "cold"))
+        ),
+        Evidence("break-even", e.break_even, "cold loads"),
+    ]
+
+
+def _copy_snippets(source: str, dest: str) -> list[Snippet]:
+    return commands(
+        [
+            (
+                "shell",
+                f"loadscope copy {shlex.quote(source)} {shlex.quote(dest)}"
+                "   # verified, resumable; or: rsync -a"
+                f" {shlex.quote(source + '/')} {shlex.quote(dest + '/')}",
+            ),
+            ("transformers", f"model = AutoModelForCausalLM.from_pretrained({dest!r})"),
+            ("vllm", f"vllm serve {shlex.quote(dest)}"),
+            ("sglang", f"python -m sglang.launch_server --model-path {shlex.quote(dest)}"),
+        ]
+    )
