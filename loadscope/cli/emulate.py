@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import (
@@ -24,36 +25,41 @@ from loadscope.cli.common import (
     size_arg,
 )
 
+if TYPE_CHECKING:
+    from loadscope.tools.emulator import EmulatorSettings
+
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from pathlib import Path
-
-    from loadscope.tools.emulator import (
-        EmulatorError,
-        EmulatorSettings,
-        check_mountpoint,
-        check_source,
-        die_with_parent,
-        emulated_disk,
-        serve,
-        unmount_emulator,
-    )
-
     if args.unmount:
-        if args.source or args.mountpoint:
-            raise UsageError("emulate --unmount takes only the MOUNTPOINT")
-        from loadscope.tools.blockemu import is_block_emulator_mount, unmount_block
-        from loadscope.tools.emulator import mounts_at
-
-        if any(is_block_emulator_mount(m) for m in mounts_at(args.unmount)):
-            unmount_block(args.unmount)
-        else:
-            unmount_emulator(args.unmount)
-        out.write(f"unmounted {args.unmount}\n")
-        return ExitCode.OK
+        return _unmount(args, out)
     if not args.source or not args.mountpoint:
         raise UsageError("emulate needs SRC and MOUNTPOINT (or --unmount MOUNTPOINT)")
-    settings = EmulatorSettings(
+    settings = _settings(args)
+    if args.serve_here:
+        _serve_here(args, settings)
+        return ExitCode.OK
+    return _supervise(args, settings, out)
+
+
+def _unmount(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    """``--unmount MOUNTPOINT``: a block volume or a FUSE disk the emulator made, else refused."""
+    if args.source or args.mountpoint:
+        raise UsageError("emulate --unmount takes only the MOUNTPOINT")
+    from loadscope.tools.blockemu import is_block_emulator_mount, unmount_block
+    from loadscope.tools.emulator import mounts_at, unmount_emulator
+
+    if any(is_block_emulator_mount(m) for m in mounts_at(args.unmount)):
+        unmount_block(args.unmount)
+    else:
+        unmount_emulator(args.unmount)
+    out.write(f"unmounted {args.unmount}\n")
+    return ExitCode.OK
+
+
+def _settings(args: argparse.Namespace) -> EmulatorSettings:
+    from loadscope.tools.emulator import EmulatorSettings
+
+    return EmulatorSettings(
         latency_s=args.latency,
         jitter_s=args.jitter,
         bandwidth_bytes_per_s=args.bandwidth,
@@ -68,22 +74,38 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         stall_after_bytes=0 if args.stall else args.stall_after,
         eio_rate=args.eio_rate,
     )
-    if args.serve_here and args.block:
+
+
+def _serve_here(args: argparse.Namespace, settings: EmulatorSettings) -> None:
+    """The server itself (started by ``emulated_disk`` or ``emulated_block_disk``)."""
+    if args.block:
         from loadscope.tools.blockemu import serve_block
 
         serve_block(args.source, args.mountpoint, settings)  # handles its own signals
-        return ExitCode.OK
-    if args.serve_here:
-        # The server itself (started by emulated_disk). libfuse installs its own
-        # SIGINT/SIGTERM/SIGHUP handlers (leave the loop, unmount), but only over the
-        # default disposition: hand the signals back to it.
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        serve(args.source, args.mountpoint, settings)
-        return ExitCode.OK
-    # The user's command supervises a server child: a signal in any moment (even while
-    # libfuse is still mounting, before its handlers exist) reaches this process, which
-    # stops the server and unmounts whatever is there; never a mount left behind.
+        return
+    from loadscope.tools.emulator import serve
+
+    # libfuse installs its own SIGINT/SIGTERM/SIGHUP handlers (leave the loop, unmount),
+    # but only over the default disposition: hand the signals back to it.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    serve(args.source, args.mountpoint, settings)
+
+
+def _supervise(args: argparse.Namespace, settings: EmulatorSettings, out: TextIO) -> ExitCode:
+    """The user's command: supervise a server child until a signal, then take it down.
+
+    A signal in any moment (even while libfuse is still mounting, before its handlers
+    exist) reaches this process, which stops the server and unmounts whatever is there;
+    never a mount left behind.
+    """
+    from loadscope.tools.emulator import (
+        EmulatorError,
+        check_mountpoint,
+        check_source,
+        die_with_parent,
+    )
+
     check_source(args.source)
     if not Path(args.mountpoint).is_dir():
         raise EmulatorError(f"{args.mountpoint}: mount point is not a directory")
@@ -91,14 +113,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     # As the help says: when the shell or program that started us goes away, so do we
     # (SIGTERM, which unmounts below), also when it was started in the background.
     die_with_parent()
-    if args.block:
-        from loadscope.tools.blockemu import emulated_block_disk
-
-        served: Any = emulated_block_disk(args.source, args.mountpoint, settings)
-        what = "the emulated block volume"
-    else:
-        served = emulated_disk(args.source, args.mountpoint, settings)
-        what = "the emulated disk"
+    served, what = _served(args, settings)
     try:
         with served as disk:
             if sys.stderr.isatty():
@@ -112,6 +127,19 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         out.write(f"unmounted {args.mountpoint}\n")  # the way to stop it: not an error
         return ExitCode.OK
     raise EmulatorError(f"{what} at {args.mountpoint} stopped on its own")
+
+
+def _served(args: argparse.Namespace, settings: EmulatorSettings) -> tuple[Any, str]:
+    """The context manager that serves SRC (a block volume or a FUSE disk), and its name."""
+    if args.block:
+        from loadscope.tools.blockemu import emulated_block_disk
+
+        return emulated_block_disk(args.source, args.mountpoint, settings), (
+            "the emulated block volume"
+        )
+    from loadscope.tools.emulator import emulated_disk
+
+    return emulated_disk(args.source, args.mountpoint, settings), "the emulated disk"
 
 
 COMMAND = Command(

@@ -16,8 +16,8 @@ death, unmounts the ext4, detaches the loop device, stops the FUSE server and
 removes the image, in that order. :func:`emulated_block_disk` starts one and waits
 until it is mounted; :func:`unmount_block` removes a stale one (its server killed).
 
-Imports the FUSE emulator and the mount table; needs root, ``mkfs.ext4`` and loop
-devices.
+Imports the FUSE emulator (:mod:`loadscope.tools.emulator` and its lower modules) and
+the mount table; needs root, ``mkfs.ext4`` and loop devices.
 """
 
 from __future__ import annotations
@@ -38,19 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadscope.probes.mounts import Mount, read_mountinfo
-from loadscope.tools.emulator import (
+from loadscope.tools.emucommon import (
     EmulatorError,
     EmulatorSettings,
-    check_mountpoint,
     check_source,
     die_with_parent,
-    emulated_disk,
     fuse_unavailable_reason,
-    mounts_at,
-    read_ready,
-    start_server,
-    unmount,
 )
+from loadscope.tools.emulator import emulated_disk, read_ready, start_server
+from loadscope.tools.emumounts import mounts_at, prepare_mount, unmount
 
 READY_LINE = "loadscope-emulate-block: ready"
 #: The work directory's prefix: a loop device whose image lies under one is ours.
@@ -71,6 +67,12 @@ def block_unavailable_reason() -> str | None:
     if not Path("/dev/loop-control").exists():
         return "no loop devices here (/dev/loop-control is missing)"
     return None
+
+
+def _require_block() -> None:
+    """Refuse to go on where the block emulation cannot run, saying why."""
+    if why := block_unavailable_reason():
+        raise EmulatorError(f"cannot emulate a block volume here: {why}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +180,7 @@ def serve_block(source: str, mountpoint: str, settings: EmulatorSettings) -> Non
     """Build, serve, attach and mount; block until signalled; then take it all down."""
     src = check_source(source)
     mnt = os.path.realpath(mountpoint)  # as the mount table will show it
-    if why := block_unavailable_reason():
-        raise EmulatorError(f"cannot emulate a block volume here: {why}")
+    _require_block()
     stop = threading.Event()
 
     def on_signal(_sig: int, _frame: object) -> None:
@@ -241,12 +242,8 @@ def emulated_block_disk(
     """Mount ``source`` as an emulated network block volume at ``mountpoint`` for the
     ``with`` block; always takes it down (mount, loop device, FUSE server, image)."""
     settings = settings or EmulatorSettings()
-    if why := block_unavailable_reason():
-        raise EmulatorError(f"cannot emulate a block volume here: {why}")
-    src = check_source(source)
-    check_mountpoint(mountpoint)
-    mnt = Path(os.path.abspath(mountpoint))
-    mnt.mkdir(parents=True, exist_ok=True)
+    _require_block()
+    src, mnt = prepare_mount(source, mountpoint)
     proc = start_server(src, mnt, settings, "--block")
     try:
         loop = read_ready(proc, READY_LINE, _READY_TIMEOUT_S, "the emulated block volume")[0]
