@@ -23,6 +23,8 @@ final file that differs from the source is never overwritten without ``force``.
 
 The source is opened read-only, never written, moved or deleted; DEST may not
 be inside the model folder, nor the model inside DEST.
+
+May import: ``loadscope.model``, ``loadscope.base``, and :mod:`loadscope.actions.throughput`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadscope.actions.throughput import rate, timing_fields
 from loadscope.base.errors import ExitCode, LoadscopeError, ReadFailed
 from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
 from loadscope.base.units import format_bytes
@@ -88,16 +91,14 @@ class CopyReport:
 
     @property
     def bytes_per_s(self) -> float | None:
-        return self.bytes_copied / self.seconds if self.seconds > 0 and self.bytes_copied else None
+        return rate(self.bytes_copied, self.seconds)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "schema_version": 1,
             "source": self.source_root,
             "dest": self.dest,
-            "bytes_copied": self.bytes_copied,
-            "seconds": round(self.seconds, 4),
-            "bytes_per_s": self.bytes_per_s,
+            **timing_fields("bytes_copied", self.bytes_copied, self.seconds),
             "files": [
                 {
                     "relative": f.relative,
@@ -428,7 +429,7 @@ def _copy_one(
     src = open_regular(f.source)
     out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     completed = False
-    stuck = False
+    blocks: _BlockCopy | None = None
     try:
         before = _identity(os.fstat(src))
         size = before[2]
@@ -438,90 +439,138 @@ def _copy_one(
                 path=f.source,
             )
         os.ftruncate(out, size)
-        blocks = list(range(0, size, block_bytes))
-        crcs: dict[int, tuple[int, int]] = {}
-        errors: list[BaseException] = []
-        it = iter(blocks)
-        lock = threading.Lock()
-        abort = threading.Event()  # set when this thread is interrupted (Ctrl-C)
-        in_flight: dict[int, int] = {}  # copier -> the offset it reads
-        moved = [time.monotonic()]
+        blocks = _BlockCopy(src, out, f.source, partial, size, block_bytes, stop, tick)
+        blocks.run(threads, stall_timeout_s)
+        if stop.is_set():
+            return
+        f.crc32 = _commit(blocks, final, before)
+        f.status = "copied"
+        completed = True
+    finally:
+        # A copier stuck in pread() may still pwrite(): never reuse its fds.
+        if blocks is None or not blocks.stuck:
+            os.close(src)
+            os.close(out)
+        if not completed and partial.exists():
+            partial.unlink()
 
-        def worker() -> None:
-            try:
-                while not stop.is_set() and not abort.is_set() and not errors:
-                    with lock:
-                        off = next(it, None)
-                    if off is None:
-                        return
-                    length = min(block_bytes, size - off)
-                    in_flight[threading.get_ident()] = off
-                    data = bytearray(length)
-                    pread_exactly(src, memoryview(data), off, f.source)
-                    if abort.is_set():
-                        return
-                    view = memoryview(data)
-                    written = 0
-                    try:
-                        while written < length:
-                            written += os.pwrite(out, view[written:], off + written)
-                    except OSError as exc:
-                        raise CopyError(
-                            f"writing at offset {off + written}: {exc.strerror}", path=partial
-                        ) from None
-                    crcs[off] = (zlib.crc32(data), length)
-                    moved[0] = time.monotonic()
-                    tick(length)
-            except BaseException as exc:  # noqa: BLE001  (re-raised below)
-                errors.append(exc)
 
-        pool = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, threads))]
+class _BlockCopy:
+    """One file's blocks copied from ``src`` to ``out`` by a pool of threads, each block's
+    crc32 kept (offset -> (crc32, length)) to check the copy read back."""
+
+    def __init__(
+        self,
+        src: int,
+        out: int,
+        source: str,
+        partial: Path,
+        size: int,
+        block_bytes: int,
+        stop: threading.Event,
+        tick: Callable[[int], None],
+    ) -> None:
+        self.src, self.out, self.source, self.partial = src, out, source, partial
+        self.size, self.block_bytes, self.stop, self.tick = size, block_bytes, stop, tick
+        self.crcs: dict[int, tuple[int, int]] = {}
+        self.errors: list[BaseException] = []
+        self.abort = threading.Event()  # set when the caller is interrupted (Ctrl-C)
+        #: Set when the copiers stopped answering: their fds must stay open (see _copy_one).
+        self.stuck = False
+        self._offsets = iter(range(0, size, block_bytes))
+        self._lock = threading.Lock()
+        self._in_flight: dict[int, int] = {}  # copier -> the offset it reads
+        self._moved = time.monotonic()
+
+    def run(self, threads: int, stall_timeout_s: float) -> None:
+        """Copy every block (or stop early with ``stop``); the first copier's error, or
+        :class:`ReadFailed` when no byte moved for ``stall_timeout_s``, is raised."""
+        pool = [threading.Thread(target=self._worker, daemon=True) for _ in range(max(1, threads))]
         try:
             for t in pool:
                 t.start()
             while any(t.is_alive() for t in pool):
                 for t in pool:
                     t.join(timeout=0.1)
-                if time.monotonic() - moved[0] > stall_timeout_s:
-                    abort.set()
-                    stuck = True  # copiers blocked in the kernel keep their fds: see finally
-                    where = ", ".join(str(o) for o in sorted(set(in_flight.values()))[:3])
-                    note_stuck(f"{f.source} at offset {where}", pool)
-                    raise ReadFailed(
-                        f"no byte copied for {stall_timeout_s:g} s (reading at offset {where}):"
-                        " the storage stopped answering; nothing renamed",
-                        path=f.source,
-                    )
+                if time.monotonic() - self._moved > stall_timeout_s:
+                    self._give_up(pool, stall_timeout_s)
         except BaseException:
-            abort.set()  # no thread may write after the fds below are closed
-            if not stuck:
+            self.abort.set()  # no thread may write after the caller closes the fds
+            if not self.stuck:
                 for t in pool:
                     if t.ident is not None:  # a signal may land between two start() calls
                         t.join()
             raise
-        if errors:
-            raise errors[0]
-        if stop.is_set():
-            return
-        # Every block was read from the file as it was when the copy began, or it is not
-        # the same file: a write in the middle would give a copy of neither version.
-        _check_unchanged(src, f.source, before)
-        os.fsync(out)
-        os.posix_fadvise(out, 0, 0, os.POSIX_FADV_DONTNEED)  # read back what is on disk
-        crc = _verify_back(partial, crcs, block_bytes) if size else f"{zlib.crc32(b''):08x}"
-        if crc is None or os.fstat(out).st_size != size:
-            raise CopyError(f"{partial}: read back differs from {f.source}; not renamed")
-        _check_unchanged(src, f.source, before)
-        os.replace(partial, final)
-        _fsync_dir(final.parent)
-        f.status, f.crc32 = "copied", crc
-        completed = True
-    finally:
-        if not stuck:  # a copier stuck in pread() may still pwrite(): never reuse its fds
-            os.close(src)
-            os.close(out)
-        if not completed and partial.exists():
-            partial.unlink()
+        if self.errors:
+            raise self.errors[0]
+
+    def _give_up(self, pool: list[threading.Thread], stall_timeout_s: float) -> None:
+        self.abort.set()
+        self.stuck = True  # copiers blocked in the kernel keep their fds
+        where = ", ".join(str(o) for o in sorted(set(self._in_flight.values()))[:3])
+        note_stuck(f"{self.source} at offset {where}", pool)
+        raise ReadFailed(
+            f"no byte copied for {stall_timeout_s:g} s (reading at offset {where}):"
+            " the storage stopped answering; nothing renamed",
+            path=self.source,
+        )
+
+    def _worker(self) -> None:
+        try:
+            while not self.stop.is_set() and not self.abort.is_set() and not self.errors:
+                with self._lock:
+                    off = next(self._offsets, None)
+                if off is None:
+                    return
+                self._in_flight[threading.get_ident()] = off
+                if not self._copy_block(off):
+                    return
+        except BaseException as exc:  # noqa: BLE001  (re-raised by run)
+            self.errors.append(exc)
+
+    def _copy_block(self, off: int) -> bool:
+        """The block at ``off`` read, written and counted; False when aborted meanwhile."""
+        length = min(self.block_bytes, self.size - off)
+        data = bytearray(length)
+        pread_exactly(self.src, memoryview(data), off, self.source)
+        if self.abort.is_set():
+            return False
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < length:
+                written += os.pwrite(self.out, view[written:], off + written)
+        except OSError as exc:
+            raise CopyError(
+                f"writing at offset {off + written}: {exc.strerror}", path=self.partial
+            ) from None
+        self.crcs[off] = (zlib.crc32(data), length)
+        self._moved = time.monotonic()
+        self.tick(length)
+        return True
+
+
+def _commit(blocks: _BlockCopy, final: Path, before: tuple[int, int, int, int, int]) -> str:
+    """The copied file checked, made durable, read back and renamed to ``final``; its crc32.
+
+    Every block was read from the file as it was when the copy began, or it is not the
+    same file: a write in the middle would give a copy of neither version.
+    """
+    src, out, source, partial = blocks.src, blocks.out, blocks.source, blocks.partial
+    _check_unchanged(src, source, before)
+    os.fsync(out)
+    os.posix_fadvise(out, 0, 0, os.POSIX_FADV_DONTNEED)  # read back what is on disk
+    crc = (
+        _verify_back(partial, blocks.crcs, blocks.block_bytes)
+        if blocks.size
+        else f"{zlib.crc32(b''):08x}"
+    )
+    if crc is None or os.fstat(out).st_size != blocks.size:
+        raise CopyError(f"{partial}: read back differs from {source}; not renamed")
+    _check_unchanged(src, source, before)
+    os.replace(partial, final)
+    _fsync_dir(final.parent)
+    return crc
 
 
 def _verify_back(path: Path, crcs: dict[int, tuple[int, int]], block_bytes: int) -> str | None:

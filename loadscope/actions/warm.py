@@ -12,6 +12,9 @@ per file, verified with ``mincore``.
 
 Files are opened read-only and never written: this works on a read-only
 model, and as a user who may only read it (residency then reads "unknown").
+
+May import: ``loadscope.model``, ``loadscope.loaders``, ``loadscope.probes``,
+``loadscope.base``, and :mod:`loadscope.actions.throughput`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loadscope.actions.throughput import rate, timing_fields
 from loadscope.base.errors import ExitCode, LoadscopeError, NotEnoughMemory, ReadFailed
 from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular
 from loadscope.base.units import format_bytes
@@ -69,15 +73,13 @@ class WarmReport:
 
     @property
     def bytes_per_s(self) -> float | None:
-        return self.bytes_read / self.seconds if self.seconds > 0 and self.bytes_read else None
+        return rate(self.bytes_read, self.seconds)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "schema_version": 1,
             "mode": self.mode,
-            "bytes_read": self.bytes_read,
-            "seconds": round(self.seconds, 4),
-            "bytes_per_s": self.bytes_per_s,
+            **timing_fields("bytes_read", self.bytes_read, self.seconds),
             "locked_bytes": self.locked_bytes,
             "lock_note": self.lock_note,
             "files": [
@@ -122,9 +124,7 @@ def warm(
     """Read every weight file in parallel blocks; residency before and after."""
     if threads < 1 or block_bytes < 4096:
         raise LoadscopeError("--threads must be >= 1 and --block >= 4KiB")
-    files = [
-        FileResidency(str(wf.path), wf.size_bytes, _fraction(str(wf.path))) for wf in target.files
-    ]
+    files = _residencies(target)
     check_fits(files, available())
     report = WarmReport("warm", files)
     fill = PageFill(
@@ -133,8 +133,27 @@ def warm(
         block_bytes=block_bytes,
         stop=cancel,
     )
-    total = fill.total_bytes
     start = time.monotonic()
+    _fill(fill, start, progress, stall_timeout_s)
+    report.seconds = time.monotonic() - start
+    report.bytes_read = fill.done_bytes
+    if fill.errors:
+        raise fill.errors[0]
+    if cancel is not None and cancel.is_set():
+        raise WarmCancelled(
+            f"stopped after {format_bytes(fill.done_bytes)} of {format_bytes(fill.total_bytes)}"
+        )
+    for f in files:
+        report.bytes_read += _top_up(f, block_bytes)
+    report.seconds = time.monotonic() - start
+    report.notes += _residency_notes(files)
+    return report
+
+
+def _fill(fill: PageFill, start: float, progress: Progress | None, stall_timeout_s: float) -> None:
+    """Run ``fill`` to its end, its progress said; :class:`ReadFailed` when no byte was read
+    for ``stall_timeout_s`` (its readers are then left to the kernel, their fds open)."""
+    total = fill.total_bytes
     stalled: str | None = None
     try:
         fill.start()
@@ -146,12 +165,7 @@ def warm(
             if fill.done_bytes != last_done:
                 last_done, last_moved = fill.done_bytes, now
             elif now - last_moved > stall_timeout_s:
-                waiting = sorted(set(fill.in_flight.values()))
-                where = ", ".join(f"{p} at offset {o}" for p, o in waiting[:3]) or "?"
-                stalled = (
-                    f"no byte read for {stall_timeout_s:g} s (waiting on {where}):"
-                    " the storage stopped answering"
-                )
+                stalled, where = _stalled(fill, stall_timeout_s)
                 note_stuck(where, fill.pool)
                 fill.stop.set()
                 break
@@ -166,35 +180,49 @@ def warm(
         # else: readers are stuck in the kernel; their fds stay open until they return
     if stalled is not None:
         raise ReadFailed(stalled)
-    report.seconds = time.monotonic() - start
-    report.bytes_read = fill.done_bytes
-    if fill.errors:
-        raise fill.errors[0]
-    if cancel is not None and cancel.is_set():
-        raise WarmCancelled(
-            f"stopped after {format_bytes(fill.done_bytes)} of {format_bytes(total)}"
-        )
-    for f in files:
+
+
+def _stalled(fill: PageFill, stall_timeout_s: float) -> tuple[str, str]:
+    """What a person is told when no byte moved, and where the readers wait."""
+    waiting = sorted(set(fill.in_flight.values()))
+    where = ", ".join(f"{p} at offset {o}" for p, o in waiting[:3]) or "?"
+    said = (
+        f"no byte read for {stall_timeout_s:g} s (waiting on {where}):"
+        " the storage stopped answering"
+    )
+    return said, where
+
+
+def _top_up(f: FileResidency, block_bytes: int) -> int:
+    """``f``'s residency after warming (``f.after``), and the bytes read to top it up.
+
+    Memory pressure (or a proactive reclaimer such as DAMON) may have taken pages back
+    while the rest was read: a file not fully resident is read again, twice at most.
+    """
+    f.after = _fraction(f.path)
+    read = 0
+    for _ in range(TOP_UP_PASSES):
+        if f.after is None or f.after >= 1.0:
+            break
+        read += _read_file(f.path, block_bytes)
         f.after = _fraction(f.path)
-        # Top up: memory pressure (or a proactive reclaimer such as DAMON) may have taken
-        # pages back while the rest was read. Re-read a file not fully resident, twice at most.
-        for _ in range(TOP_UP_PASSES):
-            if f.after is None or f.after >= 1.0:
-                break
-            report.bytes_read += _read_file(f.path, block_bytes)
-            f.after = _fraction(f.path)
-    report.seconds = time.monotonic() - start
+    return read
+
+
+def _residency_notes(files: list[FileResidency]) -> list[str]:
+    """What the residency after warming tells a person: pressure, or no way to see it."""
+    notes = []
     if any(f.after is not None and f.after < 1.0 for f in files):
-        report.notes.append(
+        notes.append(
             "some pages were evicted again right after being read: memory is under pressure"
             " here (or a proactive reclaimer runs); --lock keeps them resident"
         )
     if any(f.after is None for f in files):
-        report.notes.append(
+        notes.append(
             "residency unknown for files this user does not own (mincore reports only the"
             " caller's own mappings since Linux 5.2): run as the owner or root to see it"
         )
-    return report
+    return notes
 
 
 def _read_file(path: str, block_bytes: int) -> int:
@@ -211,9 +239,7 @@ def _read_file(path: str, block_bytes: int) -> int:
 
 def evict(target: Target, *, allow_drop_caches: bool = False) -> WarmReport:
     """Drop every weight file from this machine's page cache and verify it."""
-    files = [
-        FileResidency(str(wf.path), wf.size_bytes, _fraction(str(wf.path))) for wf in target.files
-    ]
+    files = _residencies(target)
     report = WarmReport("evict", files)
     cold = ColdCache(allow_drop_caches=allow_drop_caches)
     start = time.monotonic()

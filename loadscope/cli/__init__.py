@@ -36,11 +36,11 @@ from loadscope.cli import (
 )
 from loadscope.cli.common import (
     PROG,
-    SECONDS,
     SYNTH_DIR,
     Command,
     Terminated,
     UsageError,
+    budget,
     check_outputs,
     on_sigterm,
     opt,
@@ -87,13 +87,7 @@ TUI = Command(
     " terminal; headless, use 'loadscope doctor'.",
     arguments=(
         SYNTH_DIR,
-        opt(
-            "--budget",
-            type=SECONDS,
-            default=None,
-            metavar="SECONDS",
-            help="time budget of the diagnosis (default 120 s)",
-        ),
+        budget("time budget of the diagnosis (default 120 s)"),
         opt(
             "--emulate",
             action="store_true",

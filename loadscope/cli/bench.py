@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import (
     COUNT,
-    PROGRESS,
+    MEASURING,
     RANKS,
-    REPORT,
     SECONDS,
-    SYNTH_DIR,
     Command,
     UsageError,
+    budget,
     check_device_usable,
     device_arg,
     emit,
@@ -166,9 +165,7 @@ COMMAND = Command(
     " throughput, x vs mmap load_file, faults, I/O sizes and peak RSS, and check every"
     " strategy returns the same tensors. One warm-up round is reported as first-run cost.",
     arguments=(
-        SYNTH_DIR,
-        *REPORT,
-        *PROGRESS,
+        *MEASURING,
         opt(
             "--strategies",
             metavar="A,B,...",
@@ -182,12 +179,8 @@ COMMAND = Command(
         ),
         opt("--repeats", type=COUNT, default=3, help="timed rounds after the warm-up (default 3)"),
         opt("--no-warmup", action="store_true", help="skip the warm-up round"),
-        opt(
-            "--budget",
-            type=SECONDS,
-            metavar="SECONDS",
-            help="fit the run in SECONDS: sample the model and extrapolate when full loads do"
-            " not fit",
+        budget(
+            "fit the run in SECONDS: sample the model and extrapolate when full loads do not fit"
         ),
         opt(
             "--device",

@@ -16,6 +16,7 @@ from loadscope.cli.common import (
     SECONDS,
     Command,
     UsageError,
+    budget,
     opt,
 )
 from loadscope.cli.progress import Progress, mode_for
@@ -42,13 +43,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         for host in hosts:
             if not valid_host(host):
                 raise UsageError(f"--hosts: {host!r} is not a host name or an IP address")
-        forwarded: list[str] = []
-        if args.join_timeout != JOIN_TIMEOUT_S:
-            forwarded += ["--join-timeout", f"{args.join_timeout:g}"]
-        if args.heartbeat_timeout != HEARTBEAT_TIMEOUT_S:
-            forwarded += ["--heartbeat-timeout", f"{args.heartbeat_timeout:g}"]
-        if args.synth_dir:
-            forwarded += ["--synth-dir", args.synth_dir]
+        forwarded = _forwarded(args)
         out.write("Run on each node (the first host writes the fleet report):\n")
         lines = torchrun_lines(
             hosts,
@@ -83,6 +78,18 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return exit_code(fleet)
 
 
+def _forwarded(args: argparse.Namespace) -> list[str]:
+    """The options each node's command is given as they were given here (not the defaults)."""
+    forwarded: list[str] = []
+    if args.join_timeout != JOIN_TIMEOUT_S:
+        forwarded += ["--join-timeout", f"{args.join_timeout:g}"]
+    if args.heartbeat_timeout != HEARTBEAT_TIMEOUT_S:
+        forwarded += ["--heartbeat-timeout", f"{args.heartbeat_timeout:g}"]
+    if args.synth_dir:
+        forwarded += ["--synth-dir", args.synth_dir]
+    return forwarded
+
+
 def _k8s(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.diagnosis.k8s import K8sPlan, check_name, manifest, to_yaml
 
@@ -95,13 +102,7 @@ def _k8s(args: argparse.Namespace, out: TextIO) -> ExitCode:
         raise UsageError(f"--name: {why}")
     if args.model_pvc and args.model_host_path:
         raise UsageError("--model-pvc and --model-host-path are two places: pick one")
-    forwarded: list[str] = []
-    if args.join_timeout != JOIN_TIMEOUT_S:
-        forwarded += ["--join-timeout", f"{args.join_timeout:g}"]
-    if args.heartbeat_timeout != HEARTBEAT_TIMEOUT_S:
-        forwarded += ["--heartbeat-timeout", f"{args.heartbeat_timeout:g}"]
-    if args.synth_dir:
-        forwarded += ["--synth-dir", args.synth_dir]
+    forwarded = _forwarded(args)
     plan = K8sPlan(
         nodes=args.k8s,
         target=args.target,
@@ -143,9 +144,7 @@ COMMAND = Command(
         opt("target", metavar="TARGET", help="a path every node sees, or synthetic:SIZE"),
         opt("--out", default="loadscope-fleet", metavar="DIR", help="(rank 0) reports"),
         *PROGRESS,
-        opt(
-            "--budget", type=SECONDS, default=60.0, metavar="SECONDS", help="per node (default 60)"
-        ),
+        budget("per node (default 60)", 60.0),
         opt("--hosts", metavar="H0,H1,...", help="print the torchrun line for each host and exit"),
         opt("--port", type=PORT, default=29500, help="master port for --hosts and --k8s (1-65535)"),
         opt(

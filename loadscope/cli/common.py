@@ -335,6 +335,28 @@ SYNTH_DIR = opt(
 )
 
 
+#: What the measuring commands (probe, bench, doctor) take first.
+MEASURING = (SYNTH_DIR, *REPORT, *PROGRESS)
+#: --max-background of the emulated disk (demo's, emulate's).
+MAX_BACKGROUND_OPTION = opt(
+    "--max-background",
+    type=MAX_BACKGROUND,
+    default=12,
+    help="async requests in flight (default 12)",
+)
+
+
+def acting(*arguments: Opt) -> tuple[Opt, ...]:
+    """The arguments of a command that acts on TARGET (warm, copy): --synth-dir and the
+    progress options, then its own ``arguments``, then --json."""
+    return (SYNTH_DIR, *PROGRESS, *arguments, JSON_RESULT)
+
+
+def budget(text: str, default: float | None = None) -> Opt:
+    """--budget SECONDS: a command's time budget (``text``, its help, says of what)."""
+    return opt("--budget", type=SECONDS, default=default, metavar="SECONDS", help=text)
+
+
 def stall_timeout(verb: str) -> Opt:
     return opt(
         "--stall-timeout",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -10,18 +11,8 @@ from typing import Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes
-from loadscope.cli.common import (
-    JSON_RESULT,
-    PROGRESS,
-    SYNTH_DIR,
-    THREADS,
-    Command,
-    UsageError,
-    emit,
-    opt,
-    stall_timeout,
-)
-from loadscope.cli.progress import ByteMeter, mode_for
+from loadscope.cli.common import THREADS, Command, UsageError, acting, emit, opt, stall_timeout
+from loadscope.cli.progress import ByteMeter, mode_for, rate_suffix
 from loadscope.diagnosis.doctor import load_report
 
 
@@ -38,8 +29,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             raise UsageError("DEST '-': a copy is a directory, it cannot go to stdout")
         # Before any byte: a report of another model would give a break-even of nothing.
         doc = _report_of(args.report, target) if args.report else None
-        meter = ByteMeter("copying", mode_for(args, sys.stderr))
-        try:
+        with contextlib.closing(ByteMeter("copying", mode_for(args, sys.stderr))) as meter:
             report = copy_model(
                 target,
                 args.dest,
@@ -48,14 +38,12 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 progress=meter,
                 stall_timeout_s=args.stall_timeout,
             )
-        finally:
-            meter.close()
     copied = [f for f in report.files if f.status == "copied"]
     kept = [f for f in report.files if f.status == "already-there"]
-    rate = f", {format_bytes(report.bytes_per_s)}/s" if report.bytes_per_s else ""
     lines = [
         f"copied {len(copied)} file(s), {format_bytes(report.bytes_copied)} in"
-        f" {report.seconds:.2f} s{rate}; {len(kept)} already there (verified)",
+        f" {report.seconds:.2f} s{rate_suffix(report.bytes_per_s)}; {len(kept)} already"
+        " there (verified)",
         "every file was fsynced, read back and matched the source; the source was not touched",
     ]
     if doc is not None:
@@ -232,9 +220,7 @@ COMMAND = Command(
     " source, then renamed; an existing different file is never overwritten without"
     " --force; rerun to resume an interrupted copy. Without DEST, suggests local"
     " directories measured by the probes. --report DOCTOR.json adds the break-even.",
-    arguments=(
-        SYNTH_DIR,
-        *PROGRESS,
+    arguments=acting(
         opt("dest", metavar="DEST", nargs="?", help="destination directory"),
         opt("--threads", type=THREADS, default=4, help="parallel block copies (default 4)"),
         opt("--force", action="store_true", help="replace files that differ in DEST"),
@@ -244,7 +230,6 @@ COMMAND = Command(
             metavar="DOCTOR.json",
             help="a doctor report of this model: prints the copy's break-even from its cold load",
         ),
-        JSON_RESULT,
     ),
     run=run,
     target="required",

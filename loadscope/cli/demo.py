@@ -7,7 +7,15 @@ from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import parse_size
-from loadscope.cli.common import KIB, MAX_BACKGROUND, SECONDS, Command, duration_arg, opt, size_arg
+from loadscope.cli.common import (
+    KIB,
+    MAX_BACKGROUND_OPTION,
+    Command,
+    budget,
+    duration_arg,
+    opt,
+    size_arg,
+)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -45,19 +53,8 @@ COMMAND = Command(
         ),
         opt("--latency", type=duration_arg, default=0.005, help="per-request delay (default 5ms)"),
         opt("--readahead-kb", type=KIB, default=128, help="the mount's readahead (default 128)"),
-        opt(
-            "--max-background",
-            type=MAX_BACKGROUND,
-            default=12,
-            help="async requests in flight (default 12)",
-        ),
-        opt(
-            "--budget",
-            type=SECONDS,
-            default=40.0,
-            metavar="SECONDS",
-            help="diagnosis budget (default 40)",
-        ),
+        MAX_BACKGROUND_OPTION,
+        budget("diagnosis budget (default 40)", 40.0),
         opt("--work-dir", metavar="DIR", help="where to build it (default /var/tmp)"),
         opt(
             "--block",

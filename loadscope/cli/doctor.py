@@ -8,13 +8,11 @@ from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import (
-    PROGRESS,
+    MEASURING,
     RANKS,
-    REPORT,
-    SECONDS,
-    SYNTH_DIR,
     Command,
     UsageError,
+    budget,
     check_device_usable,
     device_or_auto_arg,
     emit,
@@ -91,9 +89,7 @@ COMMAND = Command(
     " code 0 when healthy, 10 when a problem worth fixing was found. Without TARGET, a"
     " 512 MiB synthetic checkpoint.",
     arguments=(
-        SYNTH_DIR,
-        *REPORT,
-        *PROGRESS,
+        *MEASURING,
         opt(
             "--fio",
             action="store_true",
@@ -117,13 +113,7 @@ COMMAND = Command(
             action="store_true",
             help="hide the hostname and the model's paths in the written reports",
         ),
-        opt(
-            "--budget",
-            type=SECONDS,
-            default=120.0,
-            metavar="SECONDS",
-            help="time budget for the whole diagnosis (default 120)",
-        ),
+        budget("time budget for the whole diagnosis (default 120)", 120.0),
         opt(
             "--device",
             default="auto",

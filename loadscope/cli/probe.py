@@ -7,7 +7,7 @@ import sys
 from typing import TextIO
 
 from loadscope.base.errors import ExitCode
-from loadscope.cli.common import PROGRESS, REPORT, SECONDS, SYNTH_DIR, Command, emit, opt
+from loadscope.cli.common import MEASURING, Command, budget, emit, opt
 from loadscope.cli.progress import Progress, mode_for
 
 
@@ -37,22 +37,14 @@ COMMAND = Command(
     " block size and by parallel readers, RAM and cgroup limit, the Hugging Face cache."
     " Reads only; evicts the files from this machine's page cache to measure them cold.",
     arguments=(
-        SYNTH_DIR,
-        *REPORT,
-        *PROGRESS,
+        *MEASURING,
         opt(
             "--fio",
             action="store_true",
             help="also run the fio jobs that reproduce the measurements (read-only, up to ~30 s)"
             " and show fio's figures beside the probe's",
         ),
-        opt(
-            "--budget",
-            type=SECONDS,
-            default=15.0,
-            metavar="SECONDS",
-            help="time budget for the whole probe run (default 15)",
-        ),
+        budget("time budget for the whole probe run (default 15)", 15.0),
     ),
     run=run,
     target="required",

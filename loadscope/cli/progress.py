@@ -27,6 +27,11 @@ Mode = Literal["live", "lines", "off"]
 LINE_RE = re.compile(r"^\[\s*\d+\.\d+s\] ")
 
 
+def rate_suffix(bytes_per_s: float | None) -> str:
+    """``, 65 MB/s`` after a time, or nothing when no rate was measured."""
+    return f", {format_bytes(bytes_per_s)}/s" if bytes_per_s else ""
+
+
 def mode_for(args: Any, stream: TextIO) -> Mode:
     """``off`` with --quiet, ``lines`` with --no-progress or when ``stream`` is no terminal."""
     if getattr(args, "quiet", False):
@@ -90,35 +95,23 @@ class Progress:
         if isinstance(event, BroadcastTrialStarted):
             b = event.trial
             warm = " (warm-up)" if b.warmup else ""
-            with self._lock:
-                self.phase = "trials"
-                self.trial = f"trial {event.index + 1}/{event.total} {b.mode} {b.cache}{warm}"
-                self.rate, self._ranks_done = "", 0
+            self._started(f"trial {event.index + 1}/{event.total} {b.mode} {b.cache}{warm}")
         elif isinstance(event, RankFinished):
             with self._lock:
                 self._ranks_done += 1
                 self.rate = f"{self._ranks_done} rank(s) done"
         elif isinstance(event, BroadcastTrialFinished):
             b = event.trial
-            with self._lock:
-                label = self.trial or f"{b.mode} {b.cache}"
-            if b.status == "ok" and b.slowest_seconds:
-                speed = f", {format_bytes(b.bytes_per_s)}/s" if b.bytes_per_s else ""
-                self._line(f"{label}: slowest rank {b.slowest_seconds:.3g} s{speed}")
-            else:
-                self._line(f"{label}: {b.status}: {b.reason or ''}".rstrip(": "))
-            with self._lock:
-                self.trial, self.rate = "", ""
+            ok = b.status == "ok" and b.slowest_seconds
+            took = f"slowest rank {b.slowest_seconds:.3g} s" if ok else None
+            self._finished(f"{b.mode} {b.cache}", took, b.bytes_per_s, b.status, b.reason)
         elif isinstance(event, TrialStarted):
             t = event.trial
             warm = " (warm-up)" if t.warmup else ""
             fit = " (fit)" if getattr(t, "fit", False) else ""
-            with self._lock:
-                self.phase = "trials"
-                self.trial = (
-                    f"trial {event.index + 1}/{event.total} {t.strategy} {t.cache}{warm}{fit}"
-                )
-                self.rate = ""
+            self._started(
+                f"trial {event.index + 1}/{event.total} {t.strategy} {t.cache}{warm}{fit}"
+            )
         elif isinstance(event, TrialProgress):
             if event.total_bytes:
                 pct = 100 * event.bytes_done / event.total_bytes
@@ -129,15 +122,33 @@ class Progress:
                     )
         elif isinstance(event, TrialFinished):
             t = event.trial
-            with self._lock:
-                label = self.trial or f"{t.strategy} {t.cache}"
-            if t.status == "ok" and t.seconds:
-                speed = f", {format_bytes(t.bytes_per_s)}/s" if t.bytes_per_s else ""
-                self._line(f"{label}: {t.seconds:.3g} s{speed}")
-            else:
-                self._line(f"{label}: {t.status}: {t.reason or ''}".rstrip(": "))
-            with self._lock:
-                self.trial, self.rate = "", ""
+            took = f"{t.seconds:.3g} s" if t.status == "ok" and t.seconds else None
+            self._finished(f"{t.strategy} {t.cache}", took, t.bytes_per_s, t.status, t.reason)
+
+    def _started(self, trial: str) -> None:
+        with self._lock:
+            self.phase = "trials"
+            self.trial = trial
+            self.rate, self._ranks_done = "", 0
+
+    def _finished(
+        self,
+        fallback: str,
+        took: str | None,
+        bytes_per_s: float | None,
+        status: str,
+        reason: str | None,
+    ) -> None:
+        """A trial's line: its label, then how long it took (and its rate) when ``took``
+        says, else its status and reason."""
+        with self._lock:
+            label = self.trial or fallback
+        if took is not None:
+            self._line(f"{label}: {took}{rate_suffix(bytes_per_s)}")
+        else:
+            self._line(f"{label}: {status}: {reason or ''}".rstrip(": "))
+        with self._lock:
+            self.trial, self.rate = "", ""
 
     def note(self, text: str) -> None:
         """A one-off line (both modes): something worth a line of its own."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import time
@@ -12,18 +13,16 @@ from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes, parse_size
 from loadscope.cli.common import (
     BLOCK,
-    JSON_RESULT,
-    PROGRESS,
     SECONDS,
-    SYNTH_DIR,
     THREADS,
     Command,
     UsageError,
+    acting,
     emit,
     opt,
     stall_timeout,
 )
-from loadscope.cli.progress import ByteMeter, mode_for
+from loadscope.cli.progress import ByteMeter, mode_for, rate_suffix
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -38,8 +37,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         if args.evict:
             report = evict(target, allow_drop_caches=args.allow_drop_caches)
         else:
-            meter = ByteMeter("warming", mode_for(args, sys.stderr))
-            try:
+            with contextlib.closing(ByteMeter("warming", mode_for(args, sys.stderr))) as meter:
                 report = warm(
                     target,
                     threads=args.threads,
@@ -47,16 +45,14 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
                     progress=meter,
                     stall_timeout_s=args.stall_timeout,
                 )
-            finally:
-                meter.close()
         lines = []
         for f in report.files:
             b = "unknown" if f.before is None else f"{f.before:.0%}"
             a = "unknown" if f.after is None else f"{f.after:.0%}"
             lines.append(f"{b:>8} -> {a:<8} {format_bytes(f.size_bytes):>10}  {f.path}")
-        rate = f", {format_bytes(report.bytes_per_s)}/s" if report.bytes_per_s else ""
         head = (
-            f"warmed {format_bytes(report.bytes_read)} in {report.seconds:.2f} s{rate}"
+            f"warmed {format_bytes(report.bytes_read)} in {report.seconds:.2f} s"
+            f"{rate_suffix(report.bytes_per_s)}"
             if report.mode == "warm"
             else f"evicted {len(report.files)} file(s) in {report.seconds:.2f} s"
         )
@@ -95,9 +91,7 @@ COMMAND = Command(
     " cgroup limit. --lock keeps the files resident (mlock; root or ulimit -l) until"
     " interrupted; --evict drops them from this machine's page cache, verified (for cold"
     " tests). Reads only: never writes, moves or deletes the model.",
-    arguments=(
-        SYNTH_DIR,
-        *PROGRESS,
+    arguments=acting(
         opt("--threads", type=THREADS, default=8, help="parallel readers (default 8)"),
         opt("--block", type=BLOCK, default=parse_size("16MiB"), help="read size (default 16MiB)"),
         opt("--lock", action="store_true", help="mlock the files until interrupted"),
@@ -115,7 +109,6 @@ COMMAND = Command(
             action="store_true",
             help="with --evict: write /proc/sys/vm/drop_caches when a file will not evict",
         ),
-        JSON_RESULT,
     ),
     run=run,
     target="required",

@@ -86,9 +86,12 @@ def check(doc: Any, kind: str) -> None:
     if not isinstance(doc, dict):
         raise SchemaError(f"expected an object, got {_what(doc)}")
     schema = _schema()
-    version = doc.get("schema_version") if kind != "node" else 1
-    if kind != "node" and version != schema["properties"]["schema_version"]["const"]:
-        mine = schema["properties"]["schema_version"]["const"]
+    mine = schema["properties"]["schema_version"]["const"]
+    version = doc.get("schema_version")
+    if kind == "node":  # a node's result has no version of its own: its report has
+        inner = doc.get("report")
+        version = inner.get("schema_version", mine) if isinstance(inner, dict) else mine
+    if version != mine:
         if isinstance(version, int) and not isinstance(version, bool):
             age = "an older" if version < mine else "a newer"
             raise SchemaError(
@@ -162,43 +165,60 @@ def _say(error: Any, defs: dict[str, Any]) -> str:
 
 def generate() -> dict[str, Any]:
     """The schema, from the report types (needs pydantic, a development dependency)."""
+    schemas, defs = _type_defs()
+    defs["probe_report"] = _probe_report(schemas, defs)
+    defs["bench_report"] = _bench_report()
+    defs["ranks_report"] = _ranks_report()
+    defs["doctor_report"] = _doctor_report()
+    defs["node_report"] = _node_report()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://github.com/loadscope/loadscope/report.schema.json",
+        "title": "loadscope report",
+        "description": (
+            "The JSON reports of loadscope doctor, probe, bench and bench --ranks, and a"
+            " fleet node's result ($defs: doctor_report, probe_report, bench_report,"
+            " ranks_report, node_report). Generated from loadscope's report types."
+        ),
+        "$ref": "#/$defs/doctor_report",
+        "properties": {"schema_version": {"const": 1}},
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+#: The ProbeReport sections whose data is a ProbeResult's (each gets its ``probe_*_data``).
+_PROBE_SECTIONS = ("system", "latency", "throughput", "hf_cache", "gpus")
+
+
+def _ref(model: str) -> dict[str, str]:
+    return {"$ref": f"#/$defs/{model}"}
+
+
+def _list_of(model: str) -> dict[str, Any]:
+    return {"type": "array", "items": _ref(model)}
+
+
+def _or_null(model: str) -> dict[str, Any]:
+    return {"anyOf": [_ref(model), {"type": "null"}]}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def _type_defs() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Each report type's own schema, by name, and the shared ``$defs`` pydantic wrote for
+    them: titles dropped, ``required`` cut to what the readers index (:data:`_READ`)."""
     from pydantic import TypeAdapter
 
-    from loadscope.actions.convert import ConversionTrial
-    from loadscope.advice.rules import Recommendation, Verdict
-    from loadscope.engine.bench import Sample, Summary, Trial
-    from loadscope.engine.broadcast import BroadcastSummary, BroadcastTrial, RankInfo
-    from loadscope.engine.probing import ProbeReport
-
-    ref = "#/$defs/{model}"
-    types: dict[str, Any] = {
-        "Verdict": Verdict,
-        "Recommendation": Recommendation,
-        "Trial": Trial,
-        "Summary": Summary,
-        "Sample": Sample,
-        "BroadcastTrial": BroadcastTrial,
-        "BroadcastSummary": BroadcastSummary,
-        "RankInfo": RankInfo,
-        "ConversionTrial": ConversionTrial,
-    }
-    hints = typing.get_type_hints(ProbeReport)
-    probe_data: dict[str, Any] = {}
-    for name in ("system", "latency", "throughput", "hf_cache", "gpus"):
-        (inner,) = typing.get_args(hints[name])
-        probe_data[name] = inner
-    types.update({f"probe_{n}_data": t for n, t in probe_data.items()})
+    types = _report_types()
     keys, shared = TypeAdapter.json_schemas(
         [(name, "serialization", TypeAdapter(t)) for name, t in types.items()],
-        ref_template=ref,
+        ref_template="#/$defs/{model}",
     )
+    schemas = {name: dict(keys[(name, "serialization")]) for name in types}
     defs: dict[str, Any] = dict(shared.get("$defs", {}))
-
-    def of(name: str) -> dict[str, Any]:
-        return dict(keys[(name, "serialization")])
-
-    for name in types:
-        schema = of(name)
+    for name, schema in schemas.items():
         if "$ref" not in schema:
             defs[name] = schema
     defs = {k: _loosen(v) for k, v in defs.items()}
@@ -215,22 +235,51 @@ def generate() -> dict[str, Any]:
     defs["Recommendation"]["properties"]["snippets"] = {
         "anyOf": [snippets, {"type": "object", "additionalProperties": {"type": "string"}}]
     }
+    return schemas, defs
 
+
+def _report_types() -> dict[str, Any]:
+    """The types the reports serialize, by the name their schema gets."""
+    from loadscope.actions.convert import ConversionTrial
+    from loadscope.advice.rules import Recommendation, Verdict
+    from loadscope.engine.bench import Sample, Summary, Trial
+    from loadscope.engine.broadcast import BroadcastSummary, BroadcastTrial, RankInfo
+    from loadscope.engine.probing import ProbeReport
+
+    types: dict[str, Any] = {
+        "Verdict": Verdict,
+        "Recommendation": Recommendation,
+        "Trial": Trial,
+        "Summary": Summary,
+        "Sample": Sample,
+        "BroadcastTrial": BroadcastTrial,
+        "BroadcastSummary": BroadcastSummary,
+        "RankInfo": RankInfo,
+        "ConversionTrial": ConversionTrial,
+    }
+    hints = typing.get_type_hints(ProbeReport)
+    for name in _PROBE_SECTIONS:
+        (inner,) = typing.get_args(hints[name])
+        types[f"probe_{name}_data"] = inner
+    return types
+
+
+def _probe_report(schemas: dict[str, dict[str, Any]], defs: dict[str, Any]) -> dict[str, Any]:
     def probe_result(name: str) -> dict[str, Any]:
         # A ProbeResult's JSON: status, reason and elapsed_s beside its data's own fields,
         # which are there only when the status is ok.
-        data = _loosen(_resolve(of(f"probe_{name}_data"), defs))
+        data = _loosen(_resolve(schemas[f"probe_{name}_data"], defs))
         props = {**data.get("properties", {}), **_PROBE_STATUS}
         return {"type": "object", "properties": props}
 
-    defs["probe_report"] = {
+    return {
         "type": "object",
         "properties": {
             "schema_version": {"const": 1},
             "target": {"type": "object"},
             "budget_s": {"type": "number"},
             "elapsed_s": {"type": "number"},
-            **{n: probe_result(n) for n in probe_data},
+            **{n: probe_result(n) for n in _PROBE_SECTIONS},
             "files": {"type": "array", "items": _FILE},
             "local_disks": {
                 "type": "object",
@@ -243,41 +292,41 @@ def generate() -> dict[str, Any]:
         # The renderers read every section with a default: a report may leave any out.
         "required": [],
     }
-    defs["bench_report"] = {
-        "type": "object",
-        "properties": {
-            "schema_version": {"const": 1},
-            "target": {"type": "object"},
-            "options": {"type": "object"},
-            "trials": {"type": "array", "items": {"$ref": ref.format(model="Trial")}},
-            "summary": {"type": "array", "items": {"$ref": ref.format(model="Summary")}},
-            "skipped": {"type": "object", "additionalProperties": {"type": "string"}},
-            "sample": {"anyOf": [{"$ref": ref.format(model="Sample")}, {"type": "null"}]},
+
+
+def _bench_report() -> dict[str, Any]:
+    return _object(
+        {
+            **_RUN_HEAD,
+            "trials": _list_of("Trial"),
+            "summary": _list_of("Summary"),
+            "skipped": _REASONS,
+            "sample": _or_null("Sample"),
             "notes": _STRINGS,
         },
-        "required": ["summary"],
-    }
-    defs["ranks_report"] = {
-        "type": "object",
-        "properties": {
-            "schema_version": {"const": 1},
-            "target": {"type": "object"},
-            "options": {"type": "object"},
+        required=["summary"],
+    )
+
+
+def _ranks_report() -> dict[str, Any]:
+    return _object(
+        {
+            **_RUN_HEAD,
             "model_bytes": {"type": "integer"},
             "tensors": {"type": "integer"},
-            "ranks": {"type": "array", "items": {"$ref": ref.format(model="RankInfo")}},
-            "trials": {"type": "array", "items": {"$ref": ref.format(model="BroadcastTrial")}},
-            "summary": {
-                "type": "array",
-                "items": {"$ref": ref.format(model="BroadcastSummary")},
-            },
-            "skipped": {"type": "object", "additionalProperties": {"type": "string"}},
+            "ranks": _list_of("RankInfo"),
+            "trials": _list_of("BroadcastTrial"),
+            "summary": _list_of("BroadcastSummary"),
+            "skipped": _REASONS,
             "failures": _STRINGS,
             "notes": _STRINGS,
         },
-        "required": ["summary"],
-    }
-    defs["doctor_report"] = {
+        required=["summary"],
+    )
+
+
+def _doctor_report() -> dict[str, Any]:
+    return {
         "type": "object",
         "properties": {
             "schema_version": {"const": 1},
@@ -289,44 +338,31 @@ def generate() -> dict[str, Any]:
             "created": {"type": "string"},
             "host": _HOST,
             "target": _TARGET,
-            "verdict": {"$ref": ref.format(model="Verdict")},
-            "recommendations": {
-                "type": "array",
-                "items": {"$ref": ref.format(model="Recommendation")},
-            },
+            "verdict": _ref("Verdict"),
+            "recommendations": _list_of("Recommendation"),
             "notes": _STRINGS,
-            "probe": {"anyOf": [{"$ref": "#/$defs/probe_report"}, {"type": "null"}]},
-            "bench": {"anyOf": [{"$ref": "#/$defs/bench_report"}, {"type": "null"}]},
-            "ranks": {"anyOf": [{"$ref": "#/$defs/ranks_report"}, {"type": "null"}]},
-            "conversion": {"$ref": ref.format(model="ConversionTrial")},
+            "probe": _or_null("probe_report"),
+            "bench": _or_null("bench_report"),
+            "ranks": _or_null("ranks_report"),
+            "conversion": _ref("ConversionTrial"),
             "failures": _STRINGS,
         },
         # What the renderers read without a default (the Markdown's and HTML's first lines).
         "required": ["schema_version", "tool", "created", "target", "verdict", "recommendations"],
     }
-    defs["node_report"] = {
+
+
+def _node_report() -> dict[str, Any]:
+    return {
         "type": "object",
         "properties": {
             "rank": {"type": "integer", "minimum": 0},
             "host": {"type": "string"},
             "status": {"enum": ["ok", "failed"]},
             "reason": {"type": ["string", "null"]},
-            "report": {"anyOf": [{"$ref": "#/$defs/doctor_report"}, {"type": "null"}]},
+            "report": _or_null("doctor_report"),
         },
         "required": ["rank", "host", "status"],
-    }
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://github.com/loadscope/loadscope/report.schema.json",
-        "title": "loadscope report",
-        "description": (
-            "The JSON reports of loadscope doctor, probe, bench and bench --ranks, and a"
-            " fleet node's result ($defs: doctor_report, probe_report, bench_report,"
-            " ranks_report, node_report). Generated from loadscope's report types."
-        ),
-        "$ref": "#/$defs/doctor_report",
-        "properties": {"schema_version": {"const": 1}},
-        "$defs": dict(sorted(defs.items())),
     }
 
 
@@ -342,6 +378,14 @@ _READ: dict[str, tuple[str, ...]] = {
     "BroadcastSummary": ("mode", "cache", "median_seconds"),
 }
 _STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+#: What was skipped and why: {name: reason}.
+_REASONS: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+#: The first fields of a bench or bench --ranks report.
+_RUN_HEAD: dict[str, Any] = {
+    "schema_version": {"const": 1},
+    "target": {"type": "object"},
+    "options": {"type": "object"},
+}
 #: What a report names as its model (every reader shows the spec, the file count and size).
 _TARGET: dict[str, Any] = {
     "type": "object",

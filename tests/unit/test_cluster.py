@@ -278,6 +278,11 @@ def test_compare_names_the_target_and_refuses_the_same_report_twice(tmp_path: Pa
             ' "verdict": [], "recommendations": []}}',
             "verdict: expected an object, got a list",
         ),
+        (
+            '{"rank": 1, "host": "h", "status": "ok", "report": {"schema_version": 0,'
+            ' "verdict": {}, "recommendations": []}}',
+            "written by an older loadscope (schema_version 0); this one reads schema_version 1",
+        ),
         ('{"rank": 1, "host": 7, "status": "ok"}', "host: expected a string, got an integer"),
         ('{"rank": 0, "host": "h", "status": "ok"}', "says it is rank 0"),
     ],
