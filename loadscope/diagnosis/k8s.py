@@ -62,34 +62,11 @@ def manifest(plan: K8sPlan) -> list[dict[str, Any]]:
     meta: dict[str, Any] = {"name": plan.name, "labels": labels}
     if plan.namespace:
         meta["namespace"] = plan.namespace
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta,
-        "spec": {
-            "clusterIP": "None",
-            "selector": {"loadscope/onboard": plan.name},
-            "ports": [{"name": "rendezvous", "port": plan.port, "targetPort": plan.port}],
-        },
-    }
     args = ["cluster", plan.target, "--out", plan.out, "--no-progress"]
     if plan.budget_s:
         args += ["--budget", f"{plan.budget_s:g}"]
     args += list(plan.options)
-    mounts: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
-    model_dir = _model_dir(plan.target)
-    if plan.model_pvc or plan.model_host_path:
-        source: dict[str, Any] = (
-            {"persistentVolumeClaim": {"claimName": plan.model_pvc, "readOnly": True}}
-            if plan.model_pvc
-            else {"hostPath": {"path": plan.model_host_path, "type": "Directory"}}
-        )
-        volumes.append({"name": "model", **source})
-        mounts.append({"name": "model", "mountPath": model_dir, "readOnly": True})
-    if plan.out_pvc:
-        volumes.append({"name": "fleet", "persistentVolumeClaim": {"claimName": plan.out_pvc}})
-        mounts.append({"name": "fleet", "mountPath": plan.out})
+    volumes, mounts = _volumes(plan)
     container: dict[str, Any] = {
         "name": "loadscope",
         "image": plan.image,
@@ -137,7 +114,41 @@ def manifest(plan: K8sPlan) -> list[dict[str, Any]]:
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
-    return [service, job]
+    return [_service(plan, meta), job]
+
+
+def _service(plan: K8sPlan, meta: dict[str, Any]) -> dict[str, Any]:
+    """The headless Service that names pod 0 for the rendezvous."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "clusterIP": "None",
+            "selector": {"loadscope/onboard": plan.name},
+            "ports": [{"name": "rendezvous", "port": plan.port, "targetPort": plan.port}],
+        },
+    }
+
+
+def _volumes(plan: K8sPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the container's mounts of them: the model's (read-only, at
+    the target's folder) and the fleet report's, when given."""
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    model_dir = _model_dir(plan.target)
+    if plan.model_pvc or plan.model_host_path:
+        source: dict[str, Any] = (
+            {"persistentVolumeClaim": {"claimName": plan.model_pvc, "readOnly": True}}
+            if plan.model_pvc
+            else {"hostPath": {"path": plan.model_host_path, "type": "Directory"}}
+        )
+        volumes.append({"name": "model", **source})
+        mounts.append({"name": "model", "mountPath": model_dir, "readOnly": True})
+    if plan.out_pvc:
+        volumes.append({"name": "fleet", "persistentVolumeClaim": {"claimName": plan.out_pvc}})
+        mounts.append({"name": "fleet", "mountPath": plan.out})
+    return volumes, mounts
 
 
 def _model_dir(target: str) -> str:

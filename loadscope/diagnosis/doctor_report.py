@@ -1,0 +1,167 @@
+"""The doctor's report: the object a run returns, its JSON, its terminal text, and a saved
+report read back.
+
+The report is one JSON document (tool version, time, host facts, target, probes, trials
+with downsampled series, recommendations, and every failed or skipped step with its
+reason); its Markdown and HTML are ``loadscope.report``'s.
+
+May import: ``loadscope.report``, ``loadscope.advice``, ``loadscope.engine``,
+``loadscope.actions``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import textwrap
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loadscope.actions.convert import ConversionTrial
+from loadscope.advice.rules import Advice, advice_dict
+from loadscope.advice.snippets import short_label, snippet_heading
+from loadscope.base._version import __version__
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.units import format_bytes
+from loadscope.engine.bench import BenchReport
+from loadscope.engine.bench import to_text as bench_text
+from loadscope.engine.broadcast import BroadcastReport
+from loadscope.engine.broadcast import to_text as ranks_text
+from loadscope.engine.probing import ProbeReport
+from loadscope.engine.probing import to_text as probe_text
+from loadscope.report.schema import SchemaError
+from loadscope.report.schema import check as check_schema
+from loadscope.report.sections import other_failures
+
+SCHEMA_VERSION = 1
+
+
+class ReportError(LoadscopeError):
+    """A file that is not a loadscope doctor report."""
+
+    exit_code = ExitCode.CORRUPT
+
+
+#: A report larger than this is not one loadscope wrote (a 1,000-shard model's is ~10 MiB).
+MAX_REPORT_BYTES = 256 << 20
+
+
+def load_report(path: str, kind: str = "doctor") -> dict[str, Any]:
+    """A saved report (JSON), checked against the published schema
+    (:mod:`loadscope.report.schema`) before anything reads it: a bad file is one line
+    naming it and the first offending path."""
+    from loadscope.base.safeio import open_regular, pread_exact
+
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_REPORT_BYTES:
+            raise ReportError(
+                f"not a loadscope report: {format_bytes(size)}, over the"
+                f" {format_bytes(MAX_REPORT_BYTES)} a report can be",
+                path=path,
+            )
+        raw = pread_exact(fd, size, 0, path=path)
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise ReportError("not a loadscope report: JSON nested too deeply", path=path) from None
+    except ValueError as exc:
+        raise ReportError(f"not a JSON report ({exc})", path=path) from None
+    try:
+        check_schema(doc, kind)
+    except SchemaError as exc:
+        raise ReportError(f"not a loadscope {kind} report: {exc}", path=path) from None
+    out: dict[str, Any] = doc
+    return out
+
+
+@dataclass(slots=True)
+class DoctorReport:
+    probe: ProbeReport
+    bench: BenchReport | None
+    advice: Advice
+    created: str
+    failures: list[str]
+    #: Multi-rank trials (--ranks, or one rank per GPU when there are several).
+    ranks: BroadcastReport | None = None
+    #: A pickle-only model: a sample converted to safetensors and both timed.
+    conversion: ConversionTrial | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "loadscope", "version": __version__},
+            "created": self.created,
+            "host": {"hostname": platform.node(), "kernel": platform.release()},
+            "target": self.probe.target,
+            "verdict": advice_dict(self.advice)["verdict"],
+            "recommendations": advice_dict(self.advice)["recommendations"],
+            "notes": self.advice.notes,
+            "probe": self.probe.to_dict(),
+            "bench": self.bench.to_dict() if self.bench else None,
+            **({"ranks": self.ranks.to_dict()} if self.ranks else {}),
+            **({"conversion": asdict(self.conversion)} if self.conversion else {}),
+            "failures": self.failures,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+
+def to_text(report: DoctorReport) -> str:
+    a = report.advice
+    lines = [f"verdict: {a.verdict.headline}", ""]
+    for i, r in enumerate(a.recommendations, 1):
+        tag = " (optional)" if r.optional else ""
+        lines.append(f"{i}. {r.title}{tag}")
+        lines.append(_indent(r.action))
+        if r.risk:
+            lines.append(_indent(f"cost/risk: {r.risk}"))
+        lines += _snippet_lines([asdict(snip) for snip in r.snippets])
+    for note in a.notes:
+        lines.append(textwrap.fill(f"note: {note}", 80, subsequent_indent="      "))
+    lines += ["", "evidence:", "", probe_text(report.probe)]
+    if report.bench is not None:
+        lines += ["", bench_text(report.bench)]
+    if report.ranks is not None:
+        lines += ["", ranks_text(report.ranks)]
+    if steps := other_failures(report.failures, report.bench.skipped if report.bench else {}):
+        lines += ["", "failed or skipped steps:"] + [f"  {f}" for f in steps]
+    return "\n".join(lines)
+
+
+def _snippet_lines(snippets: list[dict[str, Any]]) -> list[str]:
+    """Per stack, its best measured snippet in full, the other routes in one line each."""
+    lines: list[str] = []
+    shown: set[str] = set()
+    for snip in snippets:
+        stack = str(snip["stack"])
+        if snip.get("strategy") and stack in shown:
+            continue  # folded into the "also here" line below
+        shown.add(stack)
+        lines.append(f"   {snippet_heading(snip)}:")
+        lines += [f"     {line}" for line in str(snip["code"]).splitlines()]
+        if not snip.get("strategy"):
+            continue
+        others = [
+            s for s in snippets if s["stack"] == stack and s is not snip and s.get("strategy")
+        ]
+        if others:
+            also = "; ".join(short_label(s) for s in others)
+            lines.append(
+                textwrap.fill(
+                    f"other routes: {also}",
+                    80,
+                    initial_indent="     ",
+                    subsequent_indent="       ",
+                )
+            )
+    return lines
+
+
+def _indent(text: str) -> str:
+    return textwrap.fill(text, 80, initial_indent="   ", subsequent_indent="   ")

@@ -1,0 +1,298 @@
+"""The doctor's plan within its budget: which trials to run, how often, on how much.
+
+Before any trial has run, the probe's rates price each ``(strategy, cache)`` trial
+(:func:`cost_model`) and the planner (:func:`~loadscope.engine.planning.plan_budget`)
+fits repeats and, when whole loads cannot fit, a sample size into the budget;
+:func:`plan_doctor` draws the whole plan for one run (device, strategies, the time for
+trials, the multi-rank trials), noting what it leaves out.
+
+May import: ``loadscope.engine``, ``loadscope.model``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from loadscope.engine.bench import GPU_STRATEGIES, BenchError, describe_strategies
+from loadscope.engine.broadcast import Mode
+from loadscope.engine.planning import CostModel, plan_budget
+from loadscope.engine.probing import ProbeReport
+from loadscope.model.targets import Target
+
+#: The user's own load end to end (with transformers installed and a config.json beside
+#: the weights): from_pretrained as is, and after loadscope warm (the no-code-change fix).
+#: ``hf-load-model`` (from_config + load_state_dict) stays a bench strategy: from_config's
+#: random init made it the slowest route here (benchmarks/RESULTS.md).
+TRANSFORMERS_STRATEGIES = ("hf-pretrained", "hf-prewarm")
+
+
+def builds_with_transformers(probe: ProbeReport) -> bool:
+    """transformers is installed (found, not imported) and the model has a config.json."""
+    import importlib.util
+
+    root = str(probe.target.get("root", ""))
+    return (
+        bool(root)
+        and os.path.isfile(os.path.join(root, "config.json"))
+        and (importlib.util.find_spec("transformers") is not None)
+    )
+
+
+def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
+    """The trials worth running here: the default, the parallel family (direct only where
+    the filesystem takes O_DIRECT), then the folklore fix and prefetch.
+
+    The order is the order they run in: when the budget runs out, what is cut is the
+    buffered strategies, which cost the most on slow storage and rarely win there.
+    """
+    names = [
+        "mmap",
+        "auto",
+        "parallel",
+        # The fix in each stack's own terms (the snippets' numbers): the public API, the
+        # no-code-change prewarm, vLLM's prefetch flag, then the peers where installed.
+        "api",
+        "prewarm",
+        "vllm-prefetch",
+        "fastsafetensors",
+        "runai",
+        *(TRANSFORMERS_STRATEGIES if builds_with_transformers(probe) else ()),
+        "fullread",
+        "prefetch",
+    ]
+    thr = probe.throughput.data
+    if thr is not None and thr.method == "o_direct":
+        names.insert(2, "direct")
+    return tuple(names)
+
+
+#: A trial's fixed cost beyond its load: the worker's fork, the cache put in the asked
+#: state and verified (eviction, mincore), the digest check. Measured 0.2-0.5 s per
+#: trial on this project's 2-core VM (a doctor of an 8 MiB model without a config.json:
+#: 14 trials and the probes in 3.0 s of wall time).
+TRIAL_OVERHEAD_S = 0.4
+#: More for the trials that build a transformers model before their clock (the model's
+#: code, on the meta device; the fork server imports transformers once, ~3.3 s here).
+HF_TRIAL_OVERHEAD_S = 2.0
+#: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
+SERVER_START_S = 3.0
+#: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
+WARM_STRATEGIES = ("mmap", "auto", "api", "pickle", "pickle-mmap", "mmap-cuda", "staged")
+#: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
+#: and the sharded read.
+RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded")
+MIN_SAMPLE_BYTES = 8 << 20
+#: The most rounds of trials a diagnosis runs when the measured ones show they fit.
+MAX_ROUNDS = 3
+
+
+#: Strategies that read through the page cache in the mount's readahead windows.
+BUFFERED_STRATEGIES = (
+    "mmap",
+    "fullread",
+    "prefetch",
+    "vllm-prefetch",
+    "pickle",
+    "pickle-mmap",
+    "mmap-cuda",
+    "read-to-cuda",
+)
+#: Warm trials are memory copies; a deliberately slow figure for one.
+WARM_RATE = 1e9
+
+
+def estimate_rates(probe: ProbeReport) -> tuple[float, float]:
+    """Slow-side cold rates (buffered, parallel) for planning, from the probe.
+
+    A buffered load streams in readahead-sized requests, so its rate is the probe's
+    single-reader rate at a block the size of the readahead (interpolated between the
+    block sizes the probe measured; 4 KiB when readahead is off); the parallel family
+    is planned at the 1 MiB single-reader rate, which it beats.
+    """
+    thr = probe.throughput.data
+    if thr is None or not thr.sequential:
+        return 50e6, 50e6
+    bdi = probe.primary.storage.bdi.data
+    ra = (bdi.read_ahead_kb or 0) * 1024 if bdi and bdi.read_ahead_kb is not None else 128 << 10
+    window = max(4096, ra)
+    points = sorted(thr.sequential, key=lambda p: p.block_bytes)
+    under = [p for p in points if p.block_bytes <= window] or points[:1]
+    over = [p for p in points if p.block_bytes > window]
+    low = under[-1]
+    buffered = low.bytes_per_s
+    if over and low.block_bytes < window:
+        # Latency-bound between two measured sizes: the rate grows with the request,
+        # no faster than in proportion to it.
+        high = over[0]
+        step = (window - low.block_bytes) / (high.block_bytes - low.block_bytes)
+        buffered = min(
+            low.bytes_per_s * window / low.block_bytes,
+            low.bytes_per_s + step * (high.bytes_per_s - low.bytes_per_s),
+        )
+    mib = [p.bytes_per_s for p in points if p.block_bytes >= 1 << 20] or [points[-1].bytes_per_s]
+    return max(buffered, 1.0), max(min(mib), 1.0)
+
+
+def cost_model(probe: ProbeReport, trials: list[tuple[str, str]]) -> CostModel:
+    """The planner's cost model before any trial has run: rates from the probe."""
+    buffered, parallel = estimate_rates(probe)
+
+    def rate(strategy: str, cache: str) -> float:
+        if cache == "warm":
+            return WARM_RATE
+        return buffered if strategy in BUFFERED_STRATEGIES else parallel
+
+    return CostModel(
+        seconds_per_byte={(s, c): 1.0 / rate(s, c) for s, c in trials},
+        fixed_s=TRIAL_OVERHEAD_S,
+        fixed_s_for=dict.fromkeys(TRANSFORMERS_STRATEGIES, HF_TRIAL_OVERHEAD_S),
+        # Warm trials' page cache is filled as `loadscope warm` fills it: parallel reads.
+        fill_s_per_byte=1.0 / parallel,
+        start_s=SERVER_START_S,
+    )
+
+
+def plan_trials(
+    probe: ProbeReport, trials: list[tuple[str, str]], budget_s: float
+) -> tuple[int, int | None, dict[str, int]]:
+    """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)``
+    trials, with the bytes each strategy's sample may hold: the planner
+    (:func:`~loadscope.engine.planning.plan_budget`) on the probe's rates."""
+    plan = plan_budget(
+        cost_model(probe, trials),
+        trials,
+        probe.target["total_bytes"],
+        budget_s,
+        repeats=(2, 1),
+        floor_bytes=MIN_SAMPLE_BYTES,
+    )
+    return plan.repeats, plan.sample, plan.sizes
+
+
+def gpu_count(probe: ProbeReport) -> int:
+    """NVIDIA GPUs the probe saw (nvidia-smi rows, else PCI functions)."""
+    g = probe.gpus.data
+    return max(len(g.smi), len(g.pci)) if g else 0
+
+
+def resolve_device(device: str, probe: ProbeReport) -> tuple[str, str | None]:
+    """``auto``: cuda when the probe saw a GPU and a worker can use it; else cpu, and why."""
+    if device != "auto":
+        return device, None
+    if gpu_count(probe) == 0:
+        return "cpu", None
+    try:
+        info = describe_strategies().get("mmap-cuda") or {}
+    except BenchError as exc:
+        return "cpu", f"GPU trials not run: {exc}"
+    if info.get("unavailable"):
+        return "cpu", f"a GPU is present but not usable from torch: {info['unavailable']}"
+    return "cuda", None
+
+
+def hints_from(probe: ProbeReport) -> dict[str, Any]:
+    """What ``auto`` should use for cold files: the reader count the parallel probe found best."""
+    thr = probe.throughput.data
+    if thr is None or not thr.parallel:
+        return {}
+    best = max(thr.parallel, key=lambda p: p.bytes_per_s)
+    return {"threads": max(4, best.readers), "block_bytes": best.block_bytes}
+
+
+#: torch.load(weights_only=True), with and without mmap=True: what measures pickles.
+TORCH_STRATEGIES = ("pickle", "pickle-mmap")
+
+
+@dataclass(frozen=True, slots=True)
+class TrialPlan:
+    """One run's trials: where tensors land, which strategies, how often, on how much."""
+
+    device: str
+    strategies: tuple[str, ...]
+    repeats: int
+    #: The bytes a sampled trial loads (None: whole loads), and per strategy.
+    sample: int | None
+    sample_sizes: dict[str, int]
+    #: Seconds for the single-rank trials (what the probes left, less the others' share).
+    trial_s: float
+    #: Ranks for the multi-rank trials (None: none are run).
+    ranks: int | None
+
+
+def plan_doctor(
+    target: Target,
+    probe: ProbeReport,
+    budget_s: float,
+    device: str,
+    ranks: int | None,
+    failures: list[str],
+) -> TrialPlan:
+    """The trials for what is left of ``budget_s`` after the probes; what the plan leaves
+    out or cannot use (an unusable GPU, torch files that do not fit) goes to ``failures``.
+
+    ``device`` "auto" is resolved (:func:`resolve_device`); ``ranks`` None means one rank
+    per GPU when there are several, and multi-rank trials take 40% of the time."""
+    formats = target.formats
+    device, device_note = resolve_device(device, probe)
+    if device_note:
+        failures.append(device_note)
+    if formats != {"safetensors"}:
+        strategies: tuple[str, ...] = TORCH_STRATEGIES
+        device = "cpu"
+    elif device != "cpu":
+        strategies = GPU_STRATEGIES
+    else:
+        strategies = choose_strategies(probe)
+    trials = [(s, "cold") for s in strategies]
+    trials += [(s, "warm") for s in strategies if s in WARM_STRATEGIES]
+    if ranks is None and device != "cpu" and gpu_count(probe) >= 2:
+        ranks = gpu_count(probe)
+    multi = ranks is not None and ranks >= 2 and formats == {"safetensors"}
+    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0) * (0.6 if multi else 1.0)
+    if formats == {"torch"}:
+        # Half for converting a sample to safetensors and timing both: what makes
+        # "convert to safetensors" a measured number.
+        remaining *= 0.5
+    repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
+    if formats != {"safetensors"}:
+        sample, sample_sizes = None, {}  # torch checkpoints load whole
+    plan = TrialPlan(
+        device, strategies, repeats, sample, sample_sizes, remaining, ranks if multi else None
+    )
+    if device == "cpu" and formats == {"safetensors"} and target.alternates:
+        plan = _with_torch_files(plan, target, probe, trials, budget_s, failures)
+    return plan
+
+
+def _with_torch_files(
+    plan: TrialPlan,
+    target: Target,
+    probe: ProbeReport,
+    trials: list[tuple[str, str]],
+    budget_s: float,
+    failures: list[str],
+) -> TrialPlan:
+    """The same model as pickles beside the safetensors: the formats measured side by side
+    (seed 000) when whole loads fit; they cannot be sampled (else a note saying so)."""
+    strategies, planned = plan.strategies, (plan.repeats, plan.sample, plan.sample_sizes)
+    if plan.sample is None:
+        strategies = (*strategies, *TORCH_STRATEGIES)
+        trials = trials + [(s, c) for s in TORCH_STRATEGIES for c in ("cold", "warm")]
+        planned = plan_trials(probe, trials, plan.trial_s)
+    if planned[1] is not None:
+        if any(s in strategies for s in TORCH_STRATEGIES):
+            strategies = tuple(x for x in strategies if x not in TORCH_STRATEGIES)
+            planned = plan_trials(
+                probe, [t for t in trials if t[0] not in TORCH_STRATEGIES], plan.trial_s
+            )
+        failures.append(
+            "torch files beside the safetensors: not measured (loaded whole, they do not"
+            f" fit {budget_s:g} s; `loadscope bench {target.spec} --strategies"
+            " mmap,pickle` measures them)"
+        )
+    repeats, sample, sample_sizes = planned
+    return TrialPlan(
+        plan.device, strategies, repeats, sample, sample_sizes, plan.trial_s, plan.ranks
+    )
