@@ -21,7 +21,15 @@ from typing import Any
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.doctor_report import MAX_REPORT_BYTES
-from loadscope.report.compare import Row, compare, row_of, target_line, to_text
+from loadscope.report.compare import (
+    FleetNode,
+    FleetSummary,
+    Row,
+    compare,
+    row_of,
+    target_line,
+    to_text,
+)
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
 
@@ -100,11 +108,11 @@ def _clear_previous_run(out_dir: Path) -> None:
     a node that fails this time must not be compared from last time's file."""
     try:
         previous = json.loads((out_dir / "fleet.json").read_text(encoding="utf-8"))
+        check_schema(previous, "fleet")  # not a fleet.json of ours: remove nothing
     except (OSError, ValueError, RecursionError):
         return
-    nodes = previous.get("nodes") if isinstance(previous, dict) else None
-    for node in nodes if isinstance(nodes, list) else []:
-        name = node.get("report") if isinstance(node, dict) else None
+    for node in previous["nodes"]:
+        name = node.get("report")
         if isinstance(name, str) and name.startswith("node-") and "/" not in name:
             with contextlib.suppress(OSError):
                 (out_dir / name).unlink()
@@ -119,22 +127,21 @@ def write_fleet(nodes: list[NodeResult], out_dir: Path) -> Fleet:
             path = out_dir / f"node-{n.rank}.json"
             path.write_text(json.dumps(n.report, indent=2, default=str) + "\n")
             fleet.written.append(path)
-    summary = {
-        "schema_version": 1,
-        "nodes": [
-            {
-                "rank": n.rank,
-                "name": node_name(n),
-                "status": n.status,
-                "reason": n.reason,
-                "report": f"node-{n.rank}.json" if n.report is not None else None,
-            }
+    summary = FleetSummary(
+        nodes=tuple(
+            FleetNode(
+                n.rank,
+                node_name(n),
+                n.status,
+                n.reason,
+                f"node-{n.rank}.json" if n.report is not None else None,
+            )
             for n in nodes
-        ],
-        "outliers": {r.source: r.outlier for r in fleet.rows if r.outlier},
-    }
+        ),
+        outliers={r.source: r.outlier for r in fleet.rows if r.outlier},
+    )
     for name, text in (
-        ("fleet.json", json.dumps(summary, indent=2)),
+        ("fleet.json", json.dumps(summary.to_dict(), indent=2)),
         ("fleet.md", fleet_markdown(fleet)),
         ("fleet.html", fleet_html(fleet)),
     ):

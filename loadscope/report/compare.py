@@ -2,7 +2,8 @@
 
 A node is an outlier when its best measured cold throughput is under half the
 reference, or its cold 4 KiB latency is over twice the reference: the nodes to look
-at before a job sits on them. The reference is the median of all nodes from three
+at before a job sits on them. Also the fleet summary's types (``fleet.json``), which the
+published schema describes. The reference is the median of all nodes from three
 nodes up; with two it is the better node (the median of two is their mean, which no
 node can be twice or half of: an 84 us node beside a 3.3 ms one was never flagged).
 """
@@ -14,6 +15,43 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate, format_us
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNode:
+    """One node in ``fleet.json``: its rank, name, outcome and report file (None when it
+    sent none)."""
+
+    rank: int
+    name: str
+    status: str  # "ok" | "failed"
+    reason: str | None
+    report: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSummary:
+    """``fleet.json``: every node, and the outliers by report, with why each is one."""
+
+    nodes: tuple[FleetNode, ...]
+    outliers: dict[str, list[str]]
+    schema_version: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "nodes": [
+                {
+                    "rank": n.rank,
+                    "name": n.name,
+                    "status": n.status,
+                    "reason": n.reason,
+                    "report": n.report,
+                }
+                for n in self.nodes
+            ],
+            "outliers": self.outliers,
+        }
 
 
 @dataclass(slots=True)

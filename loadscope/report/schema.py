@@ -27,7 +27,7 @@ from typing import Any
 
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 #: The report kinds the schema holds, by the name a reader asks for.
-KINDS = ("doctor", "probe", "bench", "ranks", "node")
+KINDS = ("doctor", "probe", "bench", "ranks", "node", "fleet")
 #: Deeper than any report loadscope writes (about 8 levels) by far; bounded before the
 #: validator and the renderers recurse into it.
 MAX_DEPTH = 64
@@ -171,14 +171,16 @@ def generate() -> dict[str, Any]:
     defs["ranks_report"] = _ranks_report()
     defs["doctor_report"] = _doctor_report()
     defs["node_report"] = _node_report()
+    defs["fleet_report"] = _fleet_report()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://github.com/loadscope/loadscope/report.schema.json",
         "title": "loadscope report",
         "description": (
-            "The JSON reports of loadscope doctor, probe, bench and bench --ranks, and a"
-            " fleet node's result ($defs: doctor_report, probe_report, bench_report,"
-            " ranks_report, node_report). Generated from loadscope's report types."
+            "The JSON reports of loadscope doctor, probe, bench and bench --ranks, a"
+            " fleet node's result and the fleet's summary ($defs: doctor_report,"
+            " probe_report, bench_report, ranks_report, node_report, fleet_report)."
+            " Generated from loadscope's report types."
         ),
         "$ref": "#/$defs/doctor_report",
         "properties": {"schema_version": {"const": 1}},
@@ -245,6 +247,7 @@ def _report_types() -> dict[str, Any]:
     from loadscope.engine.bench import Sample, Summary, Trial
     from loadscope.engine.broadcast import BroadcastSummary, BroadcastTrial, RankInfo
     from loadscope.engine.probing import ProbeReport
+    from loadscope.report.compare import FleetNode
 
     types: dict[str, Any] = {
         "Verdict": Verdict,
@@ -256,6 +259,7 @@ def _report_types() -> dict[str, Any]:
         "BroadcastSummary": BroadcastSummary,
         "RankInfo": RankInfo,
         "ConversionTrial": ConversionTrial,
+        "FleetNode": FleetNode,
     }
     hints = typing.get_type_hints(ProbeReport)
     for name in _PROBE_SECTIONS:
@@ -366,6 +370,17 @@ def _node_report() -> dict[str, Any]:
     }
 
 
+def _fleet_report() -> dict[str, Any]:
+    return _object(
+        {
+            "schema_version": {"const": 1},
+            "nodes": _list_of("FleetNode"),
+            "outliers": {"type": "object", "additionalProperties": _STRINGS},
+        },
+        required=["schema_version", "nodes"],
+    )
+
+
 #: Per report type, the fields the renderers (report, compare, the app, the HTML) index.
 _READ: dict[str, tuple[str, ...]] = {
     "Verdict": ("status", "headline"),
@@ -376,6 +391,7 @@ _READ: dict[str, tuple[str, ...]] = {
     "Summary": ("strategy", "cache", "median_seconds", "median_bytes_per_s", "x_vs_mmap"),
     "BroadcastTrial": ("id", "mode", "cache", "status"),
     "BroadcastSummary": ("mode", "cache", "median_seconds"),
+    "FleetNode": ("rank", "name", "status"),
 }
 _STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
 #: What was skipped and why: {name: reason}.

@@ -213,6 +213,40 @@ def test_a_node_that_measured_nothing_is_failed_and_old_reports_are_cleared(
     assert "1 of 2 nodes reported" in (out / "fleet.md").read_text()
 
 
+def test_fleet_json_is_of_the_published_schema_and_a_foreign_one_removes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Issue 20: fleet.json has a schema; a rerun trusts only a fleet.json of that shape."""
+    from loadscope.diagnosis.cluster import NodeResult, write_fleet
+    from loadscope.report.schema import SchemaError, check
+
+    out = tmp_path / "fleet"
+    write_fleet(
+        [
+            NodeResult(0, "a", "ok", report=json.loads(_ok(0))["report"]),
+            NodeResult(1, "b", "ok", report=json.loads(_ok(1, p50_us=5000.0))["report"]),
+            NodeResult(2, "?", "failed", "stopped answering"),
+        ],
+        out,
+    )
+    summary = json.loads((out / "fleet.json").read_text())
+    check(summary, "fleet")
+    assert [n["report"] for n in summary["nodes"]] == ["node-0.json", "node-1.json", None]
+    assert summary["nodes"][2]["reason"] == "stopped answering"
+    with pytest.raises(SchemaError, match="nodes: expected a list, got an object"):
+        check({**summary, "nodes": {}}, "fleet")
+    with pytest.raises(SchemaError, match="older loadscope"):
+        check({**summary, "schema_version": 0}, "fleet")
+    # A fleet.json of another shape in --out (not one loadscope wrote): nothing it names
+    # is removed, though it names a node file (the old reader removed node-5.json).
+    (out / "node-5.json").write_text("{}")
+    (out / "fleet.json").write_text(
+        json.dumps({"schema_version": 1, "nodes": [{"report": "node-5.json"}]})
+    )
+    write_fleet([NodeResult(0, "a", "ok", report=json.loads(_ok(0))["report"])], out)
+    assert (out / "node-5.json").exists()
+
+
 def test_an_unwritable_out_is_refused_before_any_node_works(tmp_path: Path) -> None:
     from loadscope.diagnosis.cluster import check_out_dir
 
