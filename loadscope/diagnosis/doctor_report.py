@@ -32,7 +32,7 @@ from loadscope.engine.probing import ProbeReport
 from loadscope.engine.probing import to_text as probe_text
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
-from loadscope.report.sections import other_failures
+from loadscope.report.sections import ceiling_line, other_failures
 
 SCHEMA_VERSION = 1
 
@@ -127,6 +127,8 @@ def to_text(report: DoctorReport) -> str:
     lines += ["", "evidence:", "", probe_text(report.probe)]
     if report.bench is not None:
         lines += ["", bench_text(report.bench)]
+        if line := ceiling_line(report.probe.to_dict(), report.bench.to_dict()):
+            lines += ["", textwrap.fill(line.replace("`", ""), 80)]
     if report.ranks is not None:
         lines += ["", ranks_text(report.ranks)]
     if steps := other_failures(report.failures, report.bench.skipped if report.bench else {}):

@@ -185,6 +185,12 @@ def _storage(doc: dict[str, Any]) -> Section | None:
                 f"parallel readers: best {format_rate(best['bytes_per_s'])} with"
                 f" {best['readers']} x {format_bytes(best['block_bytes'])}"
             )
+        ram = thr.get("into_ram")
+        if isinstance(ram, dict) and ram.get("bytes_per_s"):
+            items.append(
+                f"the same into fresh RAM (a loader's ceiling):"
+                f" {format_rate(ram['bytes_per_s'])} over {format_bytes(ram['bytes_read'])}"
+            )
     if len(files) > 1:
         items.append(f"{len(files)} files; the first shown")
     return Section("storage", "Storage", (Bullets(tuple(items)),))
@@ -278,7 +284,47 @@ def _trials(doc: dict[str, Any]) -> Section | None:
                 " then the sample's own times."
             )
         )
+    if line := ceiling_line(doc.get("probe") or {}, bench):
+        blocks.append(Para(line))
     return Section("trials", "trials (median seconds)", tuple(blocks))
+
+
+def ceiling_line(probe: Mapping[str, Any], bench: Mapping[str, Any]) -> str | None:
+    """The fastest cold CPU load against the ceilings the probe measured on the same
+    mount: into fresh RAM (what a loader that holds the model can reach) and into reused
+    buffers (the storage alone), or None without a cold time or a parallel scan."""
+    if str((bench.get("options") or {}).get("device", "cpu")) != "cpu":
+        return None
+    thr = probe.get("throughput") or {}
+    par = [p for p in thr.get("parallel") or [] if isinstance(p, dict) and p.get("bytes_per_s")]
+    total = int((bench.get("target") or {}).get("total_bytes") or 0)
+    cold = [
+        (rate, str(s.get("strategy")))
+        for s in bench.get("summary") or []
+        if isinstance(s, dict) and s.get("cache") == "cold"
+        if (rate := whole_rate(s, total))
+    ]
+    if thr.get("status") != "ok" or not par or not cold:
+        return None
+    rate, name = max(cold)
+    storage = max(float(p["bytes_per_s"]) for p in par)
+    text = f"fastest cold load: `{name}` at {format_rate(rate)};"
+    ram = thr.get("into_ram")
+    if isinstance(ram, dict) and ram.get("bytes_per_s"):
+        ceiling = float(ram["bytes_per_s"])
+        where = (
+            "at the ceiling a loader can reach here"
+            if rate >= 0.9 * ceiling
+            else f"{1 - rate / ceiling:.0%} under the ceiling a loader can reach here"
+        )
+        text += (
+            f" {rate / ceiling:.2f}x what this storage delivers into fresh RAM"
+            f" ({format_rate(ceiling)}: {where}),"
+        )
+    return (
+        f"{text} {rate / storage:.2f}x its best parallel read into reused buffers"
+        f" ({format_rate(storage)})"
+    )
 
 
 def _g(value: float | None) -> str:
