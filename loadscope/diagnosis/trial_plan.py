@@ -79,7 +79,16 @@ HF_TRIAL_OVERHEAD_S = 2.0
 #: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
 SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
-WARM_STRATEGIES = ("mmap", "auto", "api", "pickle", "pickle-mmap", "mmap-cuda", "staged")
+WARM_STRATEGIES = (
+    "mmap",
+    "auto",
+    "api",
+    "pickle",
+    "pickle-mmap",
+    "mmap-cuda",
+    "pickle-cuda",
+    "staged",
+)
 #: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
 #: and the sharded read.
 RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded")
@@ -202,6 +211,8 @@ def hints_from(probe: ProbeReport) -> dict[str, Any]:
 
 
 #: torch.load(weights_only=True), with and without mmap=True: what measures pickles.
+#: torch.load onto the GPU, beside load_file(device="cuda") (seed 000 on the GPU).
+GPU_TORCH_STRATEGIES = ("pickle-cuda",)
 TORCH_STRATEGIES = ("pickle", "pickle-mmap")
 
 
@@ -261,7 +272,7 @@ def plan_doctor(
     plan = TrialPlan(
         device, strategies, repeats, sample, sample_sizes, remaining, ranks if multi else None
     )
-    if device == "cpu" and formats == {"safetensors"} and target.alternates:
+    if formats == {"safetensors"} and target.alternates:
         plan = _with_torch_files(plan, target, probe, trials, budget_s, failures)
     return plan
 
@@ -275,22 +286,26 @@ def _with_torch_files(
     failures: list[str],
 ) -> TrialPlan:
     """The same model as pickles beside the safetensors: the formats measured side by side
-    (seed 000) when whole loads fit; they cannot be sampled (else a note saying so)."""
+    (seed 000) when whole loads fit, on the CPU or the GPU the plan loads to; they cannot
+    be sampled (else a note saying so)."""
+    gpu = plan.device != "cpu"
+    torch_ways = GPU_TORCH_STRATEGIES if gpu else TORCH_STRATEGIES
     strategies, planned = plan.strategies, (plan.repeats, plan.sample, plan.sample_sizes)
     if plan.sample is None:
-        strategies = (*strategies, *TORCH_STRATEGIES)
-        trials = trials + [(s, c) for s in TORCH_STRATEGIES for c in ("cold", "warm")]
+        strategies = (*strategies, *torch_ways)
+        trials = trials + [(s, c) for s in torch_ways for c in ("cold", "warm")]
         planned = plan_trials(probe, trials, plan.trial_s)
     if planned[1] is not None:
-        if any(s in strategies for s in TORCH_STRATEGIES):
-            strategies = tuple(x for x in strategies if x not in TORCH_STRATEGIES)
+        if any(s in strategies for s in torch_ways):
+            strategies = tuple(x for x in strategies if x not in torch_ways)
             planned = plan_trials(
-                probe, [t for t in trials if t[0] not in TORCH_STRATEGIES], plan.trial_s
+                probe, [t for t in trials if t[0] not in torch_ways], plan.trial_s
             )
+        pair = "mmap-cuda,pickle-cuda --device cuda" if gpu else "mmap,pickle"
         failures.append(
             "torch files beside the safetensors: not measured (loaded whole, they do not"
             f" fit {budget_s:g} s; `loadscope bench {target.spec} --strategies"
-            " mmap,pickle` measures them)"
+            f" {pair}` measures them)"
         )
     repeats, sample, sample_sizes = planned
     return TrialPlan(

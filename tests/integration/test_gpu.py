@@ -382,3 +382,39 @@ def test_h2d_ceiling_measures_pinned_and_pageable() -> None:
     for kind in ("pinned", "pageable"):
         assert out[f"{kind}_bytes_per_s"] > 0
         assert len(out[f"{kind}_samples_bytes_per_s"]) == 3
+
+
+@needs_cuda
+def test_both_formats_side_by_side_on_the_gpu(tmp_path: Path) -> None:
+    """Issue 20 (seed 000 on the GPU): load_file(device="cuda") beside torch.load with
+    map_location="cuda" on the same tensors, digests checked, the ratio said."""
+    from loadscope.engine.bench import to_text
+
+    root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root
+    report = run_bench(
+        resolve(str(root)),
+        BenchOptions(
+            device="cuda",
+            strategies=("mmap-cuda", "pickle-cuda"),
+            cache=("cold", "warm"),
+            repeats=1,
+            warmup=False,
+        ),
+    )
+    assert not report.skipped, report.skipped
+    for t in report.trials:
+        assert t.status == "ok" and t.verified, t
+    text = to_text(report)
+    for cache in ("cold", "warm"):
+        line = next(x for x in text.splitlines() if x.startswith(f"formats, {cache}:"))
+        assert "on the GPU here" in line and "digests checked" in line, line
+
+
+def test_torch_load_to_the_gpu_is_refused_on_the_cpu_with_the_reason(tmp_path: Path) -> None:
+    root = synthesize(tmp_path / "pt", 1 << 20, fmt="torch", seed=3).root
+    report = run_bench(
+        resolve(str(root)),
+        BenchOptions(strategies=("pickle", "pickle-cuda"), repeats=1, warmup=False),
+    )
+    assert report.skipped == {"pickle-cuda": "needs a GPU (--device cuda)"}
+    assert {t.strategy for t in report.trials} == {"pickle"}
