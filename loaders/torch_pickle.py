@@ -219,13 +219,14 @@ def _note_untyped_dtype(scan: PickleScan, items: list[Any]) -> None:
     """``_rebuild_tensor_v3``'s arguments: (storage, offset, size, stride, requires_grad,
     hooks, dtype, ...). Its storage is untyped; the dtype argument names its bytes."""
     first = items[0] if items else None
-    if not (isinstance(first, tuple) and first[:1] == ("storage",)):
+    # (a hostile pickle's tuples may be of any length: every index is checked)
+    if not (isinstance(first, tuple) and len(first) >= 2 and first[0] == "storage"):
         return
     key = first[1]
     if scan.storage_dtypes.get(key) != "UntypedStorage":
         return
     for item in items[1:]:
-        if isinstance(item, tuple) and item[:2] == ("global", "torch"):
+        if isinstance(item, tuple) and len(item) >= 3 and item[:2] == ("global", "torch"):
             name = item[2]
             # A dtype's name (not a qscheme's, nor something hostile to print).
             if (
@@ -386,7 +387,8 @@ def _persistent_id(m: _Machine, _name: str, _arg: Any) -> Any:
     if not (isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage"):
         return None
     storage_type = pid[1]
-    type_name = storage_type[2] if isinstance(storage_type, tuple) else None
+    short = not isinstance(storage_type, tuple) or len(storage_type) < 3
+    type_name = None if short else storage_type[2]
     torch_name = _STORAGE_TORCH_DTYPES.get(str(type_name))
     # UntypedStorage (v3) is named by the rebuild's dtype argument later.
     dtype = str(type_name) if torch_name is None else dtype_label(torch_name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import re
 import zipfile
@@ -80,6 +81,49 @@ def test_zip_that_is_not_a_checkpoint(tmp_path: Path) -> None:
         z.writestr("readme.txt", "hello")
     with pytest.raises(TorchCheckpointError, match=r"data\.pkl"):
         read_torch_info(path)
+
+
+def _with_data_pkl(tmp_path: Path, name: str, pkl: bytes) -> Path:
+    """A real torch checkpoint whose data.pkl is replaced by ``pkl``."""
+    good = tmp_path / "good.bin"
+    torch.save({"w": torch.zeros(4)}, good)
+    path = tmp_path / name
+    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(path, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            zout.writestr(item, pkl if item.filename.endswith("data.pkl") else data)
+    return path
+
+
+def _s(text: str) -> bytes:
+    return b"X" + len(text).to_bytes(4, "little") + text.encode()
+
+
+def test_a_short_storage_tuple_in_a_hostile_pickle_is_no_crash(tmp_path: Path) -> None:
+    """A TUPLE whose first item is ("storage",), a storage record one field short: it
+    ended in "internal error: IndexError"."""
+    path = _with_data_pkl(tmp_path, "short.bin", b"\x80\x02(" + _s("storage") + b"\x85t.")
+    with contextlib.suppress(TorchCheckpointError):
+        read_torch_info(path)
+
+
+def test_every_tuple_the_scan_reads_may_be_short() -> None:
+    """The scan's steps index a pickle's tuples only as far as they go."""
+    from loadscope.loaders.torch_pickle import (
+        PickleScan,
+        _Machine,
+        _note_untyped_dtype,
+        _persistent_id,
+    )
+
+    scan = PickleScan()
+    scan.storage_dtypes["k"] = "UntypedStorage"
+    _note_untyped_dtype(scan, [("storage", "k"), ("global", "torch")])
+    assert scan.storage_dtypes["k"] == "UntypedStorage"
+    machine = _Machine(scan)
+    machine.frames[-1].append(("storage", ("global", "torch"), "key", "cpu", 1))
+    assert _persistent_id(machine, "BINPERSID", None) == ("storage", "key")
+    assert scan.storage_dtypes["key"] == "None"  # a type it cannot name
 
 
 # -- issue 22: counts that match torch.load(weights_only=True), for every torch dtype ----------
