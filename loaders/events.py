@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from typing import Any, Generic, TextIO, TypeVar
 
 SCHEMA_VERSION = 1
+E = TypeVar("E")
 #: Progress events closer together than this are dropped by the emitter.
 PROGRESS_INTERVAL_S = 0.05
 
@@ -70,8 +71,8 @@ _TYPES: dict[str, type[Any]] = {
 }
 
 
-class JsonLines:
-    """A JSON-lines codec for one family of event dataclasses, tagged by name.
+class JsonLines(Generic[E]):
+    """A JSON-lines codec for one family ``E`` of event dataclasses, tagged by name.
 
     Each line is ``{"v": version, "event": name, **fields}``; :meth:`decode` raises
     ``error`` (a ValueError subclass) saying what is wrong with a line. The trial
@@ -82,10 +83,13 @@ class JsonLines:
         self.types, self.error, self.version = types, error, version
         self.names = {cls: name for name, cls in types.items()}
 
-    def encode(self, event: Any) -> str:
-        return json.dumps({"v": self.version, "event": self.names[type(event)], **asdict(event)})
+    def encode(self, event: E) -> str:
+        """One JSON line (no newline) for ``event``."""
+        instance: Any = event  # one of the dataclasses in ``types``
+        return json.dumps({"v": self.version, "event": self.names[type(event)], **asdict(instance)})
 
-    def decode(self, line: str) -> Any:
+    def decode(self, line: str) -> E:
+        """Parse one line into an event; raises ``error`` saying what is wrong."""
         text = line.strip()
         if not text:
             raise self.error("empty line")
@@ -102,35 +106,37 @@ class JsonLines:
             raise self.error(f"unknown event {doc.get('event')!r}")
         fields = {k: v for k, v in doc.items() if k not in ("v", "event")}
         try:
-            return cls(**fields)
+            event: E = cls(**fields)
         except TypeError as exc:
             raise self.error(f"bad {doc['event']} event: {exc}") from None
+        return event
 
 
-_CODEC = JsonLines(_TYPES, ProtocolError, SCHEMA_VERSION)
+_CODEC: JsonLines[Event] = JsonLines(_TYPES, ProtocolError, SCHEMA_VERSION)
+#: One JSON line (no newline) for an event; and one line parsed into an event (raises
+#: :class:`ProtocolError` saying what is wrong).
+encode, decode = _CODEC.encode, _CODEC.decode
 
 
-def encode(event: Event) -> str:
-    """One JSON line (no newline) for ``event``."""
-    return _CODEC.encode(event)
+class LineWriter(Generic[E]):
+    """Writes each event as one JSON line to ``stream`` (a child's stdout), flushed at once
+    so the parent sees it as it happens. The trial worker's and the ranks' events share it."""
+
+    def __init__(self, stream: TextIO, codec: JsonLines[E]) -> None:
+        self.stream = stream
+        self._codec = codec
+
+    def emit(self, event: E) -> None:
+        self.stream.write(self._codec.encode(event) + "\n")
+        self.stream.flush()
 
 
-def decode(line: str) -> Event:
-    """Parse one line into an event; raises :class:`ProtocolError` saying what is wrong."""
-    event: Event = _CODEC.decode(line)
-    return event
-
-
-class Emitter:
+class Emitter(LineWriter[Event]):
     """Writes events to the worker's stdout; rate-limits progress to ~20 Hz."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
+        super().__init__(stream, _CODEC)
         self._last_progress = 0.0
-
-    def emit(self, event: Event) -> None:
-        self.stream.write(encode(event) + "\n")
-        self.stream.flush()
 
     def progress(self, bytes_done: int, tensors_done: int, *, force: bool = False) -> None:
         now = time.monotonic()

@@ -50,9 +50,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final
 
-from loadscope.loaders.events import JsonLines
+from loadscope.loaders.events import JsonLines, LineWriter
 
 if TYPE_CHECKING:
     import torch
@@ -150,26 +150,12 @@ _TYPES: dict[str, type[Any]] = {
 }
 
 
-_CODEC = JsonLines(_TYPES, RankProtocolError, SCHEMA_VERSION)
+_CODEC: JsonLines[RankEvent] = JsonLines(_TYPES, RankProtocolError, SCHEMA_VERSION)
+#: One JSON line for an event; one line parsed (raises :class:`RankProtocolError`).
+encode, decode = _CODEC.encode, _CODEC.decode
 
 
-def encode(event: RankEvent) -> str:
-    return _CODEC.encode(event)
-
-
-def decode(line: str) -> RankEvent:
-    """Parse one line; raises :class:`RankProtocolError` saying what is wrong."""
-    event: RankEvent = _CODEC.decode(line)
-    return event
-
-
-class _Emitter:
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-
-    def emit(self, event: RankEvent) -> None:
-        self.stream.write(encode(event) + "\n")
-        self.stream.flush()
+_Emitter = LineWriter[RankEvent]
 
 
 # -- reading, with this rank's own accounting ---------------------------------------------------
@@ -411,10 +397,8 @@ def _run_trial(
     emitter: _Emitter,
     libc: Any,
 ) -> None:
-    import torch
     import torch.distributed as dist
 
-    from loadscope.loaders.worker import digest_bytes, tensor_bytes, touch
     from loadscope.probes.iosampler import IoSampler, delta
 
     files: list[dict[str, Any]] = plan["files"]
@@ -445,27 +429,12 @@ def _run_trial(
         reads=reads,
         chunk=int(plan.get("read_chunk_bytes", READ_CHUNK_BYTES)),
     )
-    tensors: dict[str, torch.Tensor] = {}
-    nbytes = 0
-    for f, buf in zip(files, loaded.buffers, strict=True):
-        for name, t in _views(buf, str(f["path"])).items():
-            nbytes += touch(t)
-            tensors[name] = t
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    tensors, nbytes = _touched(loaded, files, device)
     seconds = time.perf_counter() - t0
     after = sampler.sample()
     rss_after = _vm_kib("VmRSS")
-    peak = _vm_kib("VmHWM") if scope == "trial" else None
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    if peak is None:
-        scope = "process"
-        peak = maxrss
+    peak, scope, maxrss = _peak_rss(scope)
     io = delta(before, after)
-    digests = {
-        name: digest_bytes(tensor_bytes(t if t.device.type == "cpu" else t.cpu()))
-        for name, t in tensors.items()
-    }
     emitter.emit(
         RankTrial(
             rank=rank,
@@ -484,10 +453,57 @@ def _run_trial(
             tensors=len(tensors),
             tensor_bytes=nbytes,
             collectives=loaded.collectives,
-            digests=digests,
+            digests=_digests(tensors),
         )
     )
     del tensors, loaded
+    _release(libc, device)
+
+
+def _touched(
+    loaded: _Loaded, files: list[dict[str, Any]], device: torch.device
+) -> tuple[dict[str, torch.Tensor], int]:
+    """Still timed: every tensor a view on its file's buffer, every page touched (the GPU
+    synchronised); (tensors, bytes)."""
+    import torch
+
+    from loadscope.loaders.worker import touch
+
+    tensors: dict[str, torch.Tensor] = {}
+    nbytes = 0
+    for f, buf in zip(files, loaded.buffers, strict=True):
+        for name, t in _views(buf, str(f["path"])).items():
+            nbytes += touch(t)
+            tensors[name] = t
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return tensors, nbytes
+
+
+def _peak_rss(scope: str) -> tuple[int, str, int]:
+    """(peak RSS, its scope, ru_maxrss): this trial's VmHWM where the reset worked, else
+    the process's lifetime peak."""
+    peak = _vm_kib("VmHWM") if scope == "trial" else None
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if peak is None:
+        return maxrss, "process", maxrss
+    return peak, scope, maxrss
+
+
+def _digests(tensors: dict[str, torch.Tensor]) -> dict[str, str]:
+    """Every tensor's digest, outside the timed region (a GPU tensor copied back first)."""
+    from loadscope.loaders.worker import digest_bytes, tensor_bytes
+
+    return {
+        name: digest_bytes(tensor_bytes(t if t.device.type == "cpu" else t.cpu()))
+        for name, t in tensors.items()
+    }
+
+
+def _release(libc: Any, device: torch.device) -> None:
+    """Give the trial's memory back before the next one (to the OS, not only to malloc)."""
+    import torch
+
     gc.collect()
     if libc is not None:
         libc.malloc_trim(0)
@@ -562,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     # Events go to the real stdout; stray prints (from any library) go to stderr.
     events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
-    emitter = _Emitter(events)
+    emitter = _Emitter(events, _CODEC)
     rank = -1
     try:
         rank = _env_int("RANK")

@@ -1,12 +1,14 @@
-"""What both trial runners share: the round plan, the reference read, a dead child's
-reason, process-group kills, and the statistics of a group of trials.
+"""What both trial runners share: the round plan, the reference read and its check, a
+dead child's reason, process-group kills, the memory refusal, the report's target, the
+trial-started event and the statistics of a group of trials.
 
 ``bench`` runs one worker per trial; ``broadcast`` one launch of N ranks for a whole
 plan. Both plan interleaved rounds (every cache state, every strategy or mode, round
-0 the warm-up), check every loaded tensor against :func:`reference_digests`, name a
-child that died with :func:`exit_reason`, and summarise a (name, cache) group with
-:func:`spread` (medians over the steady trials, the warm-up's first-run time, the
-range) and :func:`speedups` (over the baseline in the same cache state).
+0 the warm-up), check every loaded tensor against :func:`reference_digests` with
+:func:`digest_mismatch`, name a child that died with :func:`exit_reason`, refuse a
+trial that would not fit in RAM with :func:`ram_refusal`, and summarise a (name, cache)
+group with :func:`spread` (medians over the steady trials, the warm-up's first-run time,
+the range) and :func:`speedups` (over the baseline in the same cache state).
 
 May import: ``loadscope.model``, ``loadscope.loaders``, ``loadscope.probes``,
 ``loadscope.base``.
@@ -23,11 +25,12 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from loadscope.base.units import format_bytes
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.model.targets import WeightFile
+from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.system import describe_death
 
 CacheMode = Literal["cold", "warm"]
@@ -36,6 +39,15 @@ TrialStatus = Literal["ok", "failed", "skipped"]
 T = TypeVar("T")
 K = TypeVar("K")
 N = TypeVar("N")
+
+
+@dataclass(frozen=True, slots=True)
+class Started(Generic[T]):
+    """An event for a live view: ``trial``, the ``index``-th of ``total``, starts now."""
+
+    trial: T
+    index: int
+    total: int
 
 
 def interleaved(
@@ -78,6 +90,21 @@ def reference_digests(
     return out
 
 
+def digest_mismatch(reference: Mapping[str, str], digests: Mapping[str, str]) -> str | None:
+    """How a trial's tensor ``digests`` differ from the ``reference`` read (the first
+    differing and the first missing tensor named), or None when every one matches."""
+    mismatched = sorted(n for n, d in digests.items() if reference.get(n) != d)
+    missing = sorted(set(reference) - set(digests))
+    parts = []
+    if mismatched:
+        parts.append(
+            f"{len(mismatched)} tensor(s) differ from the reference read (first: {mismatched[0]})"
+        )
+    if missing:
+        parts.append(f"{len(missing)} tensor(s) missing (first: {missing[0]})")
+    return "; ".join(parts) or None
+
+
 def kill_group(proc: subprocess.Popen[str] | ForkedProcess) -> None:
     """SIGKILL the child's process group (it and all it spawned), then reap it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -111,6 +138,47 @@ def exit_reason(
         reason += f" {during}"
     last = next((line for line in reversed(stderr_tail) if line.strip()), None)
     return f"{reason}: {last.strip()[:200]}" if last else reason
+
+
+def ram_refusal(need: int, how: str, room: int, room_is: str) -> str | None:
+    """Why a trial holding ``need`` bytes (counted as ``how``) must not run in ``room``
+    (what is ``room_is``: "free", "available"), with the numbers; None when it fits."""
+    if need <= room:
+        return None
+    return (
+        f"would hold ~{format_bytes(need)} in RAM ({how}) but only {format_bytes(room)}"
+        f" is {room_is} within RAM and the cgroup limit ({format_bytes(need - room)} missing)"
+    )
+
+
+def target_record(target: Target) -> dict[str, Any]:
+    """The report's ``target``: what was loaded, as both runners' JSON gives it."""
+    return {
+        "spec": target.report_spec,
+        "kind": target.kind,
+        "root": target.report_root,
+        "files": len(target.files),
+        "total_bytes": target.total_bytes,
+        "formats": sorted(target.formats),
+    }
+
+
+class Ended(Protocol):
+    """A trial record, as far as :func:`first_not_ok` reads it."""
+
+    @property
+    def status(self) -> str: ...
+
+
+E = TypeVar("E", bound=Ended)
+
+
+def first_not_ok(
+    group: Iterable[E], key: Callable[[E], tuple[str, str]], at: tuple[str, str]
+) -> E | None:
+    """The first trial of ``group`` at ``at`` (name, cache) that did not end ok: the one
+    whose reason a table gives for a row without a result."""
+    return next((t for t in group if key(t) == at and t.status != "ok"), None)
 
 
 def median(values: Iterable[float | int | None]) -> float | None:

@@ -1,0 +1,226 @@
+"""The text of a ``bench`` report: the results table, the extrapolation, the formats line.
+
+Owns how a :class:`~loadscope.engine.bench_records.BenchReport` reads on a terminal
+(:func:`to_text`), what each strategy read in a sampled run and how its whole-model
+time was made (:func:`extrapolation_lines`), and safetensors against torch.load from a
+report's JSON (:func:`format_lines`, which the text, the Markdown and the HTML share).
+
+May import: ``loadscope.engine.bench_records``, ``loadscope.engine.sampling``,
+``loadscope.engine.trials``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from loadscope.base.units import format_bytes, format_rate
+from loadscope.engine.bench_records import BenchReport, Summary, Trial
+from loadscope.engine.sampling import error_text
+from loadscope.engine.trials import first_not_ok
+
+
+def _secs(value: float) -> str:
+    return f"{value:.3g}s" if value < 100 else f"{value:.0f}s"
+
+
+def _short(value: float | None) -> str:
+    """Seconds in at most 7 characters: ``24.3s``, ``152ms``, ``0.7ms``, ``0s``."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0s"
+    if value < 1:
+        return f"{value * 1e3:.3g}ms" if value >= 0.001 else f"{value * 1e3:.1f}ms"
+    return _secs(value)
+
+
+def _count(value: int | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 10_000_000:
+        return f"{value / 1e6:.0f}M"
+    return f"{value / 1000:.0f}k" if value >= 10_000 else str(value)
+
+
+def _size(value: float | None) -> str:
+    if not value:
+        return "-"
+    return format_bytes(value).replace(" ", "")
+
+
+def extrapolation_lines(report: BenchReport) -> list[str]:
+    """What each strategy read in a sampled run and how its whole-model time was made."""
+    smp = report.sample
+    assert smp is not None
+    lines = [
+        *textwrap.wrap(
+            f"whole-model times ({format_bytes(smp.total_bytes)}): fixed cost + bytes / rate,"
+            " fitted to each strategy's trials at two sizes: what 'read' says and a quarter"
+            " of it (± one standard error; ±? where the trials cannot measure it); 'whole':"
+            " loaded whole, measured, not extrapolated.",
+            80,
+        ),
+        f"{'strategy':<16}{'cache':<6}{'read':<14}{'time':>8}{'error':>7}{'fixed':>8}"
+        f"{'rate':>10}{'1st':>8}",
+    ]
+    for s in report.summary:
+        if s.median_seconds is None:
+            continue
+        read = (
+            "whole"
+            if s.scope in (None, "whole")
+            else f"{'shards' if s.scope == 'shards' else 'sample'} {_size(s.measured_bytes)}"
+        )
+        head = _short(s.median_first_tensor_s)
+        if s.extrapolated_median_seconds is None:
+            rate = format_rate(s.median_bytes_per_s) if s.median_bytes_per_s else "-"
+            lines.append(
+                f"{s.strategy:<16}{s.cache:<6}{read:<14}"
+                f"{_short(s.median_seconds):>8}{'-':>7}{'-':>8}{rate:>10}{head:>8}"
+            )
+            continue
+        rate = format_rate(s.fit_bytes_per_s) if s.fit_bytes_per_s else "-"
+        lines.append(
+            f"{s.strategy:<16}{s.cache:<6}{read:<14}"
+            f"{'~' + _short(s.extrapolated_median_seconds):>8}{error_text(s.error_estimate):>7}"
+            f"{_short(s.fixed_seconds):>8}{rate:>10}{head:>8}"
+        )
+    return lines
+
+
+def format_lines(bench: dict[str, Any]) -> list[str]:
+    """Safetensors against torch.load on the same tensors, as seed 000 put it: "safetensors
+    is 76.6x faster than torch.load on CPU here" (or the other way, as measured), from a
+    bench report's JSON (the text, the Markdown and the HTML say the same)."""
+    medians = {
+        (s.get("strategy"), s.get("cache")): s.get("median_seconds")
+        for s in bench.get("summary") or []
+        if isinstance(s, dict)
+    }
+    options = bench.get("options") or {}
+    device = "the GPU" if str(options.get("device", "cpu")).startswith("cuda") else "CPU"
+    out = []
+    for cache in ("cold", "warm"):
+        st, pk = medians.get(("mmap", cache)), medians.get(("pickle", cache))
+        if not isinstance(st, (int, float)) or not isinstance(pk, (int, float)) or not st or not pk:
+            continue
+        if pk >= st:
+            text = f"safetensors is {pk / st:.1f}x faster than torch.load on {device} here"
+        else:
+            text = f"torch.load is {st / pk:.1f}x faster than safetensors on {device} here"
+        mm = medians.get(("pickle-mmap", cache))
+        extra = f"; torch.load(mmap=True) {mm:.3g} s" if isinstance(mm, (int, float)) else ""
+        checked = [
+            t.get("verified")
+            for t in bench.get("trials") or []
+            if isinstance(t, dict)
+            and t.get("cache") == cache
+            and str(t.get("strategy", "")).startswith("pickle")
+            and t.get("status") == "ok"
+        ]
+        same = (
+            "the same tensors, digests checked"
+            if checked and all(checked)
+            else "NOT verified to be the same tensors"
+        )
+        out.append(
+            f"formats, {cache}: {text} (load_file {st:.3g} s, torch.load(weights_only=True)"
+            f" {pk:.3g} s{extra}; {same})"
+        )
+    return out
+
+
+def to_text(report: BenchReport) -> str:
+    t = report.target
+    lines = [f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"]
+    if report.sample:
+        lines.append(_sample_line(report))
+    header = (
+        f"{'strategy':<16}{'cache':<5}{'median':>8}{'rate':>10}{'x mmap':>7}"
+        f"{'faults':>11}{'reads':>6}{'avg req':>8}{'RSS':>8}"
+    )
+    lines += ["", header, "-" * len(header)]
+    by_key = {
+        (tr.strategy, tr.cache): tr for tr in report.trials if tr.status == "ok" and not tr.warmup
+    }
+    for s in report.summary:
+        lines.append(_row(report, s, by_key.get((s.strategy, s.cache))))
+    lines.append(
+        textwrap.fill(
+            "x mmap: speed-up over mmap load_file in the same cache state. From one steady"
+            " trial: faults (major/minor), reads (read syscalls), avg req (block-layer request"
+            " size; '-' where storage has no block device) and peak RSS.",
+            80,
+        )
+    )
+    if report.sample:
+        lines += ["", *extrapolation_lines(report)]
+    if formats := format_lines(report.to_dict()):
+        lines += ["", *formats]
+    lines += _trailer(report)
+    return "\n".join(lines)
+
+
+def _sample_line(report: BenchReport) -> str:
+    smp = report.sample
+    assert smp is not None
+    what = (
+        f"{smp.files} of {report.target['files']} whole files"
+        if smp.kind == "shards"
+        else f"{smp.tensors} tensors in {smp.files} file(s)"
+    )
+    return (
+        f"sample   {format_bytes(smp.bytes)} of {format_bytes(smp.total_bytes)}"
+        f" ({what}); times extrapolated to the whole model: {smp.reason}"
+    )
+
+
+def _row(report: BenchReport, s: Summary, example: Trial | None) -> str:
+    """One strategy and cache state: its time, rate, speed-up and one steady trial's
+    counters; or why it has none."""
+    if s.median_seconds is None or example is None:
+        bad = first_not_ok(report.trials, lambda tr: (tr.strategy, tr.cache), (s.strategy, s.cache))
+        why = bad.reason if bad and bad.reason else "no trial with a verified cache"
+        verb = "not run" if bad is not None and bad.status == "skipped" else "failed"
+        return f"{s.strategy:<16}{s.cache:<5}{verb}: {why}"[:160]
+    secs = s.extrapolated_median_seconds or s.median_seconds
+    shown = "~" + _short(secs) if s.extrapolated_median_seconds else _secs(secs)
+    # The rate of the time shown: the whole model's over its extrapolated time.
+    per_s = (
+        report.target["total_bytes"] / secs
+        if s.extrapolated_median_seconds
+        else s.median_bytes_per_s
+    )
+    rate = format_rate(per_s) if per_s else "-"
+    x = f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
+    return (
+        f"{s.strategy:<16}{s.cache:<5}{shown:>8}{rate:>10}{x:>7}"
+        f"{_count(example.major_faults) + '/' + _count(example.minor_faults):>11}"
+        f"{_count(example.read_syscalls):>6}"
+        f"{_size(example.avg_request_bytes):>8}{_size(example.peak_rss_bytes):>8}"
+    )
+
+
+def _trailer(report: BenchReport) -> list[str]:
+    """What was skipped, what failed, what was kept out of the medians, and the notes."""
+    lines: list[str] = []
+    if report.skipped:
+        lines += ["", "skipped:"] + [f"  {k}: {v}" for k, v in report.skipped.items()]
+    failed = [tr for tr in report.trials if tr.status == "failed"]
+    if failed:
+        lines += ["", "failed trials:"] + [
+            f"  #{tr.id} {tr.strategy} {tr.cache}: {tr.reason}" for tr in failed
+        ]
+    unverified = [tr for tr in report.trials if tr.status == "ok" and not tr.cache_verified]
+    if unverified:
+        lines += [
+            "",
+            f"{len(unverified)} trial(s) kept out of the medians: cache state not verified",
+        ]
+        lines += [
+            f"  #{tr.id} {tr.strategy} {tr.cache}: {tr.detail.get('cache_note', '')}"
+            for tr in unverified
+        ]
+    lines += [f"note: {note}" for note in report.notes]
+    return lines

@@ -1,0 +1,433 @@
+"""One launch of ``bench --ranks``: N real ranks running one plan, watched by the parent.
+
+Owns the launch: its timeouts, the rendezvous port, every rank started (forked from the
+fork server, else a fresh interpreter, each in its own process group) with the plan, its
+events turned into each trial's numbers (every rank's, then the trial's aggregate), and
+a rank that dies, fails or hangs turned into a reason that names it, after which every
+rank's group is killed.
+
+May import: ``loadscope.engine.rank_records``, ``loadscope.engine.children``,
+``loadscope.engine.trials``, ``loadscope.loaders``, ``loadscope.model``,
+``loadscope.probes``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from loadscope.engine.children import Child, Pipes, forked, popen, python_module
+from loadscope.engine.rank_records import (
+    BroadcastCancelled,
+    BroadcastListener,
+    BroadcastOptions,
+    BroadcastTrial,
+    BroadcastTrialFinished,
+    BroadcastTrialStarted,
+    RankFinished,
+    RankInfo,
+    RankResult,
+    RankStarted,
+)
+from loadscope.engine.trials import digest_mismatch, exit_reason, kill_group
+from loadscope.loaders.rank import (
+    RankCache,
+    RankDone,
+    RankEvent,
+    RankFailed,
+    RankProtocolError,
+    RankStart,
+    RankTrial,
+    decode,
+)
+from loadscope.model.targets import WeightFile
+from loadscope.probes.system import oom_kills
+
+#: Default timeouts allow reading the model at this rate (a slow network disk).
+SLOWEST_EXPECTED_BYTES_PER_S = 10e6
+#: After the first failure, how long to keep listening for the other ranks' reasons.
+FAILURE_GRACE_S = 1.0
+#: Plans longer than this go to the ranks in a file (argv strings are capped at 128 KiB).
+_INLINE_PLAN_CHARS = 100_000
+_RANK_MODULE = "loadscope.loaders.rank"
+
+
+def timeouts(options: BroadcastOptions, model_bytes: int, trials: int) -> tuple[float, float]:
+    """(one trial's, the whole launch's) timeout in seconds: as asked, else from the model."""
+    trial = options.trial_timeout_s
+    if trial is None:
+        trial = max(600.0, 2 * model_bytes / SLOWEST_EXPECTED_BYTES_PER_S)
+    whole = options.timeout_s
+    if whole is None:
+        whole = trial * trials + 120.0
+    return trial, whole
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on now (rank 0's store binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> Child:
+    """One rank, forked from the fork server (torch already imported), else a fresh interpreter."""
+    proc = forked(args, module=_RANK_MODULE, env=env)
+    return proc if proc is not None else popen([*python_module(_RANK_MODULE), *args], env)
+
+
+_Item = tuple[int, RankEvent | RankProtocolError | None]
+
+
+class _Rank:
+    """One running rank: its process, a reader per pipe, and what it has said."""
+
+    def __init__(self, rank: int, proc: Child, out: queue.Queue[_Item]) -> None:
+        self.rank = rank
+        self.proc = proc
+        self.done = False
+        self.failed = False
+        self.exit_code: int | None = None
+        self.pipes = Pipes(
+            proc, lambda line: out.put((rank, self._decode(line))), lambda: out.put((rank, None))
+        )
+
+    @staticmethod
+    def _decode(line: str) -> RankEvent | RankProtocolError:
+        try:
+            return decode(line)
+        except RankProtocolError as exc:
+            return exc
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the parent saw of one launch."""
+
+    infos: dict[int, RankInfo] = field(default_factory=dict)
+    #: (priority, arrival order, text): deaths first, then the ranks' own reasons.
+    problems: list[tuple[int, int, str]] = field(default_factory=list)
+    protocol_errors: list[str] = field(default_factory=list)
+    #: Trials every rank reported on.
+    complete: set[int] = field(default_factory=set)
+    #: Per trial id, the trial as the ranks left it (cache set up, every rank's numbers).
+    trials: dict[int, BroadcastTrial] = field(default_factory=dict)
+    #: When the first problem came (the others' reasons are awaited a moment longer).
+    failure_at: float | None = None
+
+    def problem(self, priority: int, text: str) -> None:
+        self.problems.append((priority, len(self.problems) + 1, text))
+        if self.failure_at is None:
+            self.failure_at = time.monotonic()
+
+
+class Launch:
+    """N ranks running one plan; events turned into trials, failures into reasons."""
+
+    def __init__(
+        self,
+        plan: list[BroadcastTrial],
+        files: list[WeightFile],
+        options: BroadcastOptions,
+        reference: Mapping[str, str],
+        model_bytes: int,
+        say: BroadcastListener,
+    ) -> None:
+        self.plan = plan
+        self.index = {t.id: i for i, t in enumerate(plan)}
+        #: Per trial id, the trial as it stands (a new record at each step).
+        self.by_id = {t.id: t for t in plan}
+        self.files = files
+        self.options = options
+        self.reference = reference
+        self.model_bytes = model_bytes
+        self.say = say
+        self.results: dict[int, dict[int, RankResult]] = {t.id: {} for t in plan}
+        self.trial_timeout_s, self.timeout_s = timeouts(options, model_bytes, len(plan))
+        self._last_progress = 0.0
+
+    def _plan_json(self) -> str:
+        o = self.options
+        return json.dumps(
+            {
+                "files": [{"path": str(f.path), "size_bytes": f.size_bytes} for f in self.files],
+                "trials": [
+                    {"id": t.id, "mode": t.mode, "cache": t.cache, "repeat": t.repeat}
+                    for t in self.plan
+                ],
+                "device": o.device,
+                "backend": o.backend,
+                # the parent's own timeout fires first, so a hang is reported by rank
+                "collective_timeout_s": self.trial_timeout_s + 60,
+                "allow_drop_caches": o.allow_drop_caches,
+                "read_chunk_bytes": o.read_chunk_bytes,
+            }
+        )
+
+    def _env(self, rank: int, port: int) -> dict[str, str]:
+        o = self.options
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(o.ranks),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(o.ranks),
+            "MASTER_ADDR": o.master_addr,
+            "MASTER_PORT": str(port),
+        }
+        if o.master_addr.startswith("127.") and "GLOO_SOCKET_IFNAME" not in env:
+            env["GLOO_SOCKET_IFNAME"] = "lo"  # every rank is on this host
+        return env
+
+    def run(self) -> Outcome:
+        o = self.options
+        port = free_port(o.master_addr)
+        plan_text = self._plan_json()
+        with tempfile.TemporaryDirectory(prefix="loadscope-ranks-") as tmp:
+            arg = plan_text
+            if len(plan_text) > _INLINE_PLAN_CHARS:
+                path = os.path.join(tmp, "plan.json")
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(plan_text)
+                arg = "@" + path
+            events: queue.Queue[_Item] = queue.Queue()
+            ranks: list[_Rank] = []
+            oom_before = oom_kills()
+            try:
+                for r in range(o.ranks):
+                    ranks.append(_Rank(r, _spawn([arg], self._env(r, port)), events))
+                return self._watch(ranks, events, oom_before)
+            finally:
+                for rank in ranks:
+                    if rank.proc.poll() is None:
+                        kill_group(rank.proc)
+                for rank in ranks:
+                    rank.pipes.join()
+
+    def _watch(
+        self, ranks: list[_Rank], events: queue.Queue[_Item], oom_before: int | None
+    ) -> Outcome:
+        o = self.options
+        out = Outcome(trials=self.by_id)
+        started = time.monotonic()
+        run_deadline = started + self.timeout_s
+        self._last_progress = started
+        while not all(r.exit_code is not None for r in ranks):
+            now = time.monotonic()
+            if o.cancel is not None and o.cancel.is_set():
+                for r in ranks:
+                    kill_group(r.proc)
+                raise BroadcastCancelled("stopped: every rank's process group was killed")
+            if out.failure_at is not None:
+                if now - out.failure_at > FAILURE_GRACE_S:
+                    break
+            elif now > run_deadline or now - self._last_progress > self.trial_timeout_s:
+                limit = self.timeout_s if now > run_deadline else self.trial_timeout_s
+                out.problem(0, self._hang_reason(ranks, out, limit))
+                break
+            try:
+                rank_no, item = events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item is None:  # stdout closed: the rank exited (or is about to)
+                self._exited(ranks[rank_no], out, oom_before)
+            else:
+                self._take(ranks[rank_no], item, out)
+        return out
+
+    def _exited(self, rank: _Rank, out: Outcome, oom_before: int | None) -> None:
+        """The rank's stdout closed: its exit code, and why it died when it had not
+        finished the plan nor said it failed."""
+        try:
+            rank.exit_code = rank.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            kill_group(rank.proc)
+            rank.exit_code = rank.proc.poll()
+            rank.exit_code = -signal.SIGKILL if rank.exit_code is None else rank.exit_code
+        if rank.done or rank.failed:
+            return
+        rank.pipes.join(1)  # its last stderr lines carry the reason
+        # The trial it died in: the first it had not reported (none when it died starting
+        # up, before it said it had joined).
+        current = next((t for t in self.plan if rank.rank not in self.results[t.id]), None)
+        if rank.rank not in out.infos:
+            current = None
+        out.problem(
+            0,
+            exit_reason(
+                f"rank {rank.rank}",
+                rank.exit_code,
+                rank.pipes.stderr,
+                oom_before,
+                killed="was ",
+                clean_exit="exited before finishing the plan",
+                unclean_exit="without saying why",
+                during=(
+                    f"during trial #{current.id} ({current.mode}, {current.cache})"
+                    if current is not None
+                    else ""
+                ),
+            ),
+        )
+
+    def _take(self, rank: _Rank, item: RankEvent | RankProtocolError, out: Outcome) -> None:
+        """One event from ``rank``, into the trials and ``out``."""
+        if isinstance(item, RankProtocolError):
+            out.protocol_errors.append(f"rank {rank.rank}: {item}")
+        elif isinstance(item, RankStart):
+            info = RankInfo(
+                item.rank,
+                item.pid,
+                item.backend,
+                item.device,
+                item.torch_version,
+                item.init_s,
+                item.threads,
+                item.rss_bytes,
+            )
+            out.infos[item.rank] = info
+            self.say(RankStarted(info))
+        elif isinstance(item, RankCache):
+            trial = self.by_id[item.trial] = replace(
+                self.by_id[item.trial],
+                cache_verified=item.verified,
+                residency_before=item.residency,
+                cache_note=item.note,
+                cache_seconds=item.seconds,
+            )
+            self.say(BroadcastTrialStarted(trial, self.index[trial.id], len(self.plan)))
+        elif isinstance(item, RankTrial):
+            if self._add(item):
+                out.complete.add(item.trial)
+                self._last_progress = time.monotonic()
+        elif isinstance(item, RankFailed):
+            rank.failed = True
+            where = f" in trial #{item.trial}" if item.trial is not None else " at start-up"
+            reason = _SOURCE_LOCATION.sub("", item.reason)
+            out.problem(1, f"rank {rank.rank} failed{where}: {reason}"[:400])
+        elif isinstance(item, RankDone):
+            rank.done = True
+
+    def _hang_reason(self, ranks: list[_Rank], out: Outcome, limit: float) -> str:
+        current = next((t for t in self.plan if t.id not in out.complete), None)
+        if current is None:
+            waiting = [r.rank for r in ranks if r.exit_code is None]
+            return f"timed out after {limit:.3g} s at the end: rank(s) {_list(waiting)} still ran"
+        if not out.infos or len(out.infos) < len(ranks):
+            missing = [r.rank for r in ranks if r.rank not in out.infos]
+            return (
+                f"timed out after {limit:.3g} s starting: rank(s) {_list(missing)} never joined"
+                " the process group"
+            )
+        reported = self.results[current.id]
+        late = [r for r in ranks if r.rank not in reported]
+        states = ", ".join(f"rank {r.rank} {_proc_state(r.proc.pid)}" for r in late)
+        return (
+            f"timed out after {limit:.3g} s in trial #{current.id} ({current.mode},"
+            f" {current.cache}): rank(s) {_list([r.rank for r in late])} had not finished it"
+            f" ({states})"
+            + (f"; rank(s) {_list(sorted(reported))} had" if reported else "")
+            + "; every rank was killed"
+        )
+
+    def _add(self, event: RankTrial) -> bool:
+        """Record one rank's result; True when every rank has reported this trial."""
+        trial = self.by_id[event.trial]
+        before, after = event.rss_before_bytes, event.rss_after_bytes
+        wrong = digest_mismatch(self.reference, event.digests)
+        result = RankResult(
+            rank=event.rank,
+            seconds=event.seconds,
+            bytes_read=event.bytes_read,
+            read_calls=event.read_calls,
+            storage_read_bytes=event.storage_read_bytes,
+            rchar=event.rchar,
+            peak_rss_bytes=event.peak_rss_bytes,
+            peak_rss_scope=event.peak_rss_scope,
+            ru_maxrss_bytes=event.ru_maxrss_bytes,
+            rss_delta_bytes=None if before is None or after is None else after - before,
+            tensors=event.tensors,
+            tensor_bytes=event.tensor_bytes,
+            collectives=event.collectives,
+            verified=wrong is None,
+            mismatch=wrong,
+        )
+        self.results[trial.id][event.rank] = result
+        self.say(RankFinished(trial, result))
+        if len(self.results[trial.id]) < self.options.ranks:
+            return False
+        trial = self.by_id[trial.id] = _finished(trial, self.results[trial.id], self.model_bytes)
+        self.say(BroadcastTrialFinished(trial))
+        return True
+
+
+#: gloo and c10 prefix errors with their source file: "[/__w/.../pair.cc:553] ".
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ")
+_STATES = {
+    "R": "running",
+    "S": "waiting (on another rank?)",
+    "D": "in uninterruptible I/O (storage?)",
+    "T": "stopped",
+    "t": "stopped by a debugger",
+    "Z": "exited",
+}
+
+
+def _proc_state(pid: int) -> str:
+    """What a late rank is doing, from ``/proc/<pid>/stat``: a hung read shows as D."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+    return _STATES.get(state, f"in state {state}")
+
+
+def _list(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) or "none"
+
+
+def _finished(
+    trial: BroadcastTrial, results: dict[int, RankResult], model_bytes: int
+) -> BroadcastTrial:
+    """The trial with every rank's numbers and their aggregate."""
+    ranks = [results[r] for r in sorted(results)]
+    slowest = max(ranks, key=lambda r: r.seconds)
+    bytes_read = sum(r.bytes_read for r in ranks)
+    storage = _total([r.storage_read_bytes for r in ranks])
+    verified = all(r.verified for r in ranks)
+    wrong = "; ".join(f"rank {r.rank}: {r.mismatch}" for r in ranks if not r.verified)
+    return replace(
+        trial,
+        status=trial.status if verified else "failed",
+        reason=trial.reason if verified else "wrong tensors: " + wrong,
+        ranks=ranks,
+        slowest_rank=slowest.rank,
+        slowest_seconds=slowest.seconds,
+        bytes_per_s=model_bytes / slowest.seconds if slowest.seconds > 0 else None,
+        bytes_read_total=bytes_read,
+        read_amplification=bytes_read / model_bytes if model_bytes else None,
+        storage_read_bytes_total=storage,
+        storage_amplification=(
+            storage / model_bytes if storage is not None and model_bytes else None
+        ),
+        peak_rss_bytes_total=_total([r.peak_rss_bytes for r in ranks]),
+        rss_delta_bytes_total=_total([r.rss_delta_bytes for r in ranks]),
+        verified=verified,
+    )
+
+
+def _total(values: list[int | None]) -> int | None:
+    """The sum, or None when any rank could not tell."""
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None

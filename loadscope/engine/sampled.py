@@ -1,0 +1,219 @@
+"""A sampled ``bench`` run: the pilot that sizes it, what each strategy reads, the fit.
+
+Owns the parts of a run on a model too big for its budget: the pilot trials that fill
+in the budget planner's cost model and the bytes each strategy's sample may hold
+(:func:`fit_budget`), what each strategy then reads, whole shards, a tensor sample or
+the whole model, or why it cannot run (:func:`choose_scopes`), and the fit that gives every
+sampled trial its whole-model time (:func:`extrapolate_trials`).
+
+May import: ``loadscope.engine.bench_records``, ``loadscope.engine.trial_run``,
+``loadscope.engine.planning``, ``loadscope.engine.sampling``, ``loadscope.engine.trials``,
+``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from loadscope.base.units import format_bytes
+from loadscope.engine.bench_records import BenchOptions, Listener, Trial
+from loadscope.engine.planning import CostModel, plan_budget
+from loadscope.engine.sampling import (
+    SHARD_OVERSHOOT,
+    SMALL_FRACTION,
+    Fit,
+    SampleSet,
+    Scope,
+    choose_sample,
+    choose_shards,
+    extrapolate,
+    fit,
+    sample_size,
+    smaller_sample,
+    smaller_shards,
+)
+from loadscope.engine.trial_run import run_trial
+from loadscope.engine.trials import reference_digests
+from loadscope.model.targets import Target, WeightFile
+from loadscope.probes.pagecache import ColdCache
+
+#: Per strategy: what its trials read at the sample's size and at the fit's smaller one
+#: (None: the whole model).
+SampleSets = dict[str, tuple[SampleSet | None, SampleSet | None]]
+
+
+def _unsampled_reason(info: dict[str, Any], whole: int, sample: int, smallest: int) -> str:
+    what = "the whole model folder" if info.get("sample_files") is False else "whole files"
+    parts = [f"cannot be sampled: it loads {what}"]
+    if info.get("sample_shards") is False:
+        parts.append(
+            "its time on a subset of them does not scale to the whole (it reads the files"
+            " of a load together)"
+        )
+    elif info.get("sample_files") is not False:
+        parts.append(
+            f"the smallest ({format_bytes(smallest)}) is over {SHARD_OVERSHOOT:g}x the sample"
+        )
+    parts.append(
+        f"and a whole load ({format_bytes(whole)}) is {whole / max(sample, 1):.0f}x the"
+        f" {format_bytes(sample)} sample the budget allows"
+    )
+    return ", ".join(parts)
+
+
+def choose_scopes(
+    files: list[WeightFile],
+    names: list[str],
+    available: dict[str, dict[str, Any]],
+    sizes: Mapping[str, int],
+    repeats: int,
+) -> tuple[dict[str, Scope], SampleSets, dict[str, str]]:
+    """Per strategy: what it reads in a sampled run (and at the fit's smaller size), or
+    why it cannot run, given the bytes ``sizes`` allots each (a fast strategy affords a
+    bigger sample in the same time, and a whole load when its share covers the model).
+
+    Whole shards near the size where the model has such shards (a strategy then reads
+    files exactly as the whole load does), else a tensor sample; a strategy that loads
+    whole files runs whole when that costs no more than its sampled trials would, and
+    is skipped when neither fits."""
+    total = sum(f.size_bytes for f in files)
+    tensor_sets: dict[int, tuple[SampleSet, SampleSet | None]] = {}
+    shard_sets: dict[int, tuple[SampleSet, SampleSet | None] | None] = {}
+    scopes: dict[str, Scope] = {}
+    sets: SampleSets = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        info = available[name]
+        want = sizes[name]
+        if want >= total or (
+            info.get("samples") is False and total <= (max(1, repeats) + SMALL_FRACTION) * want
+        ):
+            scopes[name], sets[name] = "whole", (None, None)
+            continue
+        if want not in shard_sets:
+            shards = choose_shards(files, want)
+            shard_sets[want] = (shards, smaller_shards(files, shards)) if shards else None
+        if (
+            shard_sets[want] is not None
+            and info.get("sample_files") is not False
+            and info.get("sample_shards") is not False
+        ):
+            # Whole files, read the way the whole load reads each of its files: the most
+            # faithful sample there is, when the shards are small enough.
+            scopes[name], sets[name] = "shards", shard_sets[want]  # type: ignore[assignment]
+        elif info.get("samples") is not False:
+            if want not in tensor_sets:
+                tensors = choose_sample(files, want)
+                tensor_sets[want] = (tensors, smaller_sample(files, tensors))
+            scopes[name], sets[name] = "sampled", tensor_sets[want]
+        else:
+            smallest = min(f.size_bytes for f in files)
+            skipped[name] = _unsampled_reason(info, total, want, smallest)
+    return scopes, sets, skipped
+
+
+def extrapolate_trials(
+    plan: list[Trial], total: int
+) -> tuple[dict[tuple[str, str], Fit], list[Trial]]:
+    """Fit each sampled strategy's trials (both sizes); the fits, and the trials with
+    every sampled one given its whole-model time. Trials whose cache was not verified are
+    extrapolated, not fitted."""
+    fits: dict[tuple[str, str], Fit] = {}
+    for key in dict.fromkeys((t.strategy, t.cache) for t in plan if t.sampled):
+        group = [t for t in plan if (t.strategy, t.cache) == key and t.sampled and t.bytes]
+        points = [
+            (t.bytes or 0, t.seconds or 0.0)
+            for t in group
+            if not t.warmup and t.status == "ok" and bool(t.cache_verified)
+        ]
+        fitted = fit(points, total)
+        if fitted is not None:
+            fits[key] = fitted
+    return fits, [_extrapolated(t, fits.get((t.strategy, t.cache)), total) for t in plan]
+
+
+def _extrapolated(trial: Trial, fitted: Fit | None, total: int) -> Trial:
+    """A sampled trial that ended ok with its whole-model time, by its strategy's fit."""
+    if fitted is None or not trial.sampled or trial.status != "ok":
+        return trial
+    if trial.seconds is None or not trial.bytes:
+        return trial
+    return replace(
+        trial, extrapolated_seconds=extrapolate(trial.seconds, trial.bytes, total, fitted)
+    )
+
+
+def fit_budget(
+    target: Target,
+    names: list[str],
+    available: dict[str, dict[str, Any]],
+    options: BenchOptions,
+    block_stat: str | None,
+    cold: ColdCache,
+    say: Listener,
+) -> tuple[dict[str, int], str] | None:
+    """Pilot every strategy that reads a sample on a small one; when full loads do not
+    fit the budget, the bytes each strategy's sample may hold, and why (None: they fit).
+
+    A trial's cost is its worker's fixed cost (measured around each pilot trial: fork,
+    cache eviction and check, digests) plus its load, which scales with the bytes; only
+    the load is scaled. Every trial's load is given the same share of the time, so a
+    fast strategy gets a bigger sample (or the whole model) than a slow one. Strategies
+    that load whole files are not piloted (they would read the model) and are planned
+    at the median piloted rate.
+    """
+    assert options.budget_s is not None
+    files = list(target.files)
+    total = target.total_bytes
+    pilot_bytes = min(total // 4, 64 << 20)
+    if pilot_bytes <= 0:
+        return None
+    pilot = choose_sample(files, pilot_bytes)
+    pilot_actual, _ = sample_size(files, pilot)
+    reference = reference_digests(files, pilot)
+    overheads: dict[str, list[float]] = {"cold": [], "warm": []}
+    per_byte: dict[tuple[str, str], float] = {}
+    whole_only = [n for n in names if available[n].get("samples") is False]
+    for name in [n for n in names if n not in whole_only]:
+        for cache in options.cache:
+            began = time.monotonic()
+            t, _ = run_trial(
+                Trial(0, name, cache, 0, True),
+                files,
+                pilot,
+                options=options,
+                reference=reference,
+                block_stat=block_stat,
+                cold=cold,
+                listener=say,
+                total_bytes=pilot_actual,
+            )
+            overheads[cache].append(max(0.0, time.monotonic() - began - (t.seconds or 0.0)))
+            per_byte[(name, cache)] = (t.seconds or 0.0) / max(pilot_actual, 1)
+    if not per_byte:
+        return None
+    for cache in options.cache:
+        typical = statistics.median(v for (_, c), v in per_byte.items() if c == cache)
+        per_byte.update({(n, cache): typical for n in whole_only})
+    fixed = statistics.median(overheads["cold"] or overheads["warm"])
+    # A warm pilot follows its cold one, so its cache preparation read the whole model:
+    # the page-cache fill each warm round pays once.
+    fill = max(0.0, statistics.median(overheads["warm"]) - fixed) if overheads["warm"] else 0.0
+    runs = options.repeats + (1 if options.warmup else 0)
+    plan = plan_budget(
+        CostModel(per_byte, fixed, fill_s_per_byte=fill / max(total, 1)),
+        list(per_byte),
+        total,
+        options.budget_s,
+        repeats=(runs,),
+        floor_bytes=pilot_actual,
+    )
+    if not plan.sizes:
+        return None
+    return plan.sizes, (
+        f"full loads would take ~{plan.whole_s:.0f} s, over the {options.budget_s:g} s budget"
+    )

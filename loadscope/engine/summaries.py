@@ -1,0 +1,122 @@
+"""The summaries of both trial runners: one row per (strategy or mode, cache state).
+
+Owns how a run's trials become its summary, for ``bench`` (:func:`bench_summaries`: the
+steady trials' medians, the warm-up's first-run time, the fit's whole-model time, the
+speed-up over ``mmap``) and ``bench --ranks`` (:func:`rank_summaries`: the slowest
+rank's medians, read and storage amplification, RSS, the speed-up over
+``independent``). Both group the trials the same way and take their times with
+:func:`~loadscope.engine.trials.spread`.
+
+May import: ``loadscope.engine.bench_records``, ``loadscope.engine.rank_records``,
+``loadscope.engine.sampling``, ``loadscope.engine.trials``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import TypeVar
+
+from loadscope.engine.bench_records import Summary, Trial
+from loadscope.engine.rank_records import BroadcastSummary, BroadcastTrial
+from loadscope.engine.sampling import Fit, Scope
+from loadscope.engine.trials import CacheMode, median, speedups, spread
+
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+def _groups(trials: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """The trials per ``key`` (name, cache state), in the plan's order."""
+    out: dict[K, list[T]] = {}
+    for t in trials:
+        out.setdefault(key(t), []).append(t)
+    return out
+
+
+def _first_run(t: Trial | BroadcastTrial) -> bool:
+    """The warm-up round's trial, when it ended ok: the first-run time."""
+    return t.warmup and t.status == "ok"
+
+
+def _counted(t: Trial) -> bool:
+    """A steady ``bench`` trial: what the medians are of."""
+    return not t.warmup and not t.fit and t.status == "ok" and bool(t.cache_verified)
+
+
+def bench_summaries(
+    trials: list[Trial], fits: Mapping[tuple[str, str], Fit], scopes: Mapping[str, Scope]
+) -> list[Summary]:
+    out: list[Summary] = []
+    whole_times: dict[tuple[str, str], float | None] = {}
+    for (strategy, cache), group in _groups(trials, lambda t: (t.strategy, t.cache)).items():
+        summary = _summary(group, strategy, cache, fits.get((strategy, cache)), scopes)
+        whole = summary.extrapolated_median_seconds or summary.median_seconds
+        whole_times[(strategy, cache)] = whole
+        out.append(summary)
+    # Whole-model times on both sides: a sampled strategy's fixed cost is not scaled.
+    faster = speedups(whole_times, "mmap")
+    return [replace(s, x_vs_mmap=faster.get((s.strategy, s.cache))) for s in out]
+
+
+def _summary(
+    group: list[Trial],
+    strategy: str,
+    cache: CacheMode,
+    fitted: Fit | None,
+    scopes: Mapping[str, Scope],
+) -> Summary:
+    times = spread(group, lambda t: t.seconds, steady=_counted, warmup=_first_run)
+    steady = [t for t in group if _counted(t) and t.seconds]
+    med = times.median_s
+    loaded = median(t.bytes for t in steady if t.bytes)
+    used = fitted if med is not None else None
+    return Summary(
+        strategy,
+        cache,
+        times.trials,
+        med,
+        median(t.bytes_per_s for t in steady if t.bytes_per_s),
+        None,
+        times.first_run_s,
+        times.min_s,
+        times.max_s,
+        used.seconds if used else None,
+        median(t.first_tensor_s for t in steady),
+        scopes.get(strategy),
+        fixed_seconds=used.fixed_s if used else None,
+        fit_bytes_per_s=used.bytes_per_s if used else None,
+        error_estimate=used.error if used else None,
+        fit_note=used.note if used else "",
+        measured_bytes=int(loaded) if loaded is not None else None,
+    )
+
+
+def _rank_counted(t: BroadcastTrial) -> bool:
+    """A steady ``--ranks`` trial: what the medians are of."""
+    return not t.warmup and t.status == "ok" and bool(t.cache_verified)
+
+
+def rank_summaries(trials: list[BroadcastTrial]) -> list[BroadcastSummary]:
+    out: list[BroadcastSummary] = []
+    for (mode, cache), group in _groups(trials, lambda t: (t.mode, t.cache)).items():
+        times = spread(group, lambda t: t.slowest_seconds, steady=_rank_counted, warmup=_first_run)
+        steady = [t for t in group if _rank_counted(t) and t.slowest_seconds]
+        out.append(
+            BroadcastSummary(
+                mode,
+                cache,
+                times.trials,
+                times.median_s,
+                median(t.bytes_per_s for t in steady),
+                times.min_s,
+                times.max_s,
+                times.first_run_s,
+                median(t.read_amplification for t in steady),
+                median(t.storage_amplification for t in steady),
+                median(t.peak_rss_bytes_total for t in steady),
+                median(t.rss_delta_bytes_total for t in steady),
+            )
+        )
+    faster = speedups({(s.mode, s.cache): s.median_seconds for s in out}, "independent")
+    return [replace(s, speedup_vs_independent=faster.get((s.mode, s.cache))) for s in out]

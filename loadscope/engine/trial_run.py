@@ -1,0 +1,470 @@
+"""One ``bench`` trial in an isolated worker: the cache put in its state, the worker watched.
+
+Owns what one trial does: the cache evicted or pre-read and *verified*
+(:func:`prepare_cache`), a fresh worker (forked from the fork server unless told
+otherwise) given the trial's spec, its JSON-line events followed until it is done,
+fails, times out or the run is cancelled (its process group killed), the parent's own
+view of it (resident memory, I/O counters from /proc), and its numbers and tensor
+digests checked against the reference read (:func:`run_trial`). Also the worker that
+only describes the strategies, and the reference read given a time limit.
+
+May import: ``loadscope.engine.bench_records``, ``loadscope.engine.children``,
+``loadscope.engine.trials``, ``loadscope.loaders``, ``loadscope.model``,
+``loadscope.probes``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from loadscope.engine.bench_records import (
+    BenchCancelled,
+    BenchError,
+    BenchOptions,
+    Listener,
+    Trial,
+    TrialProgress,
+    WorkerStartFailed,
+)
+from loadscope.engine.children import Child, Pipes, forked, popen, python_module
+from loadscope.engine.trials import (
+    CacheMode,
+    digest_mismatch,
+    exit_reason,
+    kill_group,
+    reference_digests,
+)
+from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
+from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
+from loadscope.model.targets import WeightFile
+from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, checked_fraction
+from loadscope.probes.system import oom_kills
+
+WARM_ENOUGH = 0.95
+_SERIES_POINTS = 50
+#: A trial running when the deadline passes may finish within this much more.
+DEADLINE_GRACE_S = 10.0
+_WORKER_MODULE = "loadscope.loaders.worker"
+
+
+def describe_strategies() -> dict[str, dict[str, Any]]:
+    """Every strategy's declaration and why it is unavailable, asked of a worker process.
+
+    The parent never imports torch or the peers itself: a worker answers.
+    """
+    worker = _Worker(None)
+    try:
+        code = worker.proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        kill_group(worker.proc)
+        raise BenchError("cannot start a loader worker: no answer in 120 s") from None
+    worker.pipes.join_stdout()
+    lines = worker.lines
+    if code != 0 or not lines:
+        tail = list(worker.pipes.stderr)[-1:] or [f"exit code {code}"]
+        raise BenchError(f"cannot start a loader worker: {tail[0]}")
+    result: dict[str, dict[str, Any]] = json.loads(lines[-1])
+    return result
+
+
+def bounded_reference(
+    files: list[WeightFile], tensors: Mapping[Path, tuple[str, ...] | None], timeout_s: float
+) -> dict[str, str]:
+    """The reference read, given at most ``timeout_s``: storage that stops answering makes
+    a clear error, not a hang (the stuck read stays in its thread until the storage
+    answers or goes away)."""
+    out: list[dict[str, str]] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            out.append(reference_digests(files, tensors))
+        except BaseException as exc:  # noqa: BLE001  (re-raised below, in the caller)
+            errors.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True, name="reference-read")
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise BenchError(
+            f"the reference read of {files[0].path.parent} got no answer within"
+            f" {timeout_s:g} s: the storage stopped answering"
+        )
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+NOWAIT_NOTE = (
+    f"mincore is hidden from this user, so {NOWAIT_SAMPLES} pages per file were asked"
+    " with RWF_NOWAIT reads"
+)
+
+
+def prepare_cache(
+    files: list[WeightFile], mode: CacheMode, cold: ColdCache
+) -> tuple[bool, float | None, str]:
+    """Put every file in ``mode`` and verify it; (verified, mean residency, note).
+
+    Residency is mincore's, or sampled with RWF_NOWAIT reads where mincore is hidden
+    from this user (``checked_fraction``): asked once per file, right before the trial."""
+    notes: list[str] = []
+    fractions: list[float | None] = []
+    sampled = False
+    if mode == "cold":
+        ok = True
+        for wf in files:
+            ev = cold.evict(wf.path)
+            fractions.append(ev.after)
+            sampled = sampled or "sampling" in ev.method
+            if not ev.verified:
+                ok = False
+                notes.append(f"{wf.path.name}: {ev.note}")
+    else:
+        # As `loadscope warm` reads: many large requests in flight, so that on slow
+        # storage the warm-up costs what the fix costs, not a single-stream read.
+        PageFill(
+            whole_files([(str(wf.path), wf.size_bytes) for wf in files]),
+            threads=WARM_THREADS,
+            block_bytes=WARM_BLOCK_BYTES,
+        ).run()
+        for wf in files:
+            fraction, by_sampling = checked_fraction(wf.path)
+            fractions.append(fraction)
+            sampled = sampled or by_sampling
+    known = [f for f in fractions if f is not None]
+    mean = sum(known) / len(known) if known and len(known) == len(fractions) else None
+    if mode == "warm":
+        ok = mean is not None and mean >= WARM_ENOUGH
+        if not ok:
+            notes.append(
+                "residency unknown"
+                if mean is None
+                else f"only {mean:.0%} resident after pre-reading"
+            )
+    if ok and sampled:
+        notes.append(f"verified {mode} by sampling: {NOWAIT_NOTE}")
+    return ok, mean, "; ".join(notes)
+
+
+def _preload_for(strategy: str, files: list[WeightFile]) -> list[str]:
+    """The modules ``strategy``'s worker imports before its clock, for the fork server to
+    import once (``transformers-model``: the modeling module of the model's config.json,
+    read here as JSON: the parent never imports transformers)."""
+    from loadscope.loaders.strategies import STRATEGIES
+
+    wanted = getattr(STRATEGIES.get(strategy), "preload", ())
+    out = [m for m in wanted if m != "transformers-model"]
+    if "transformers-model" in wanted and files:
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            config = json.loads((files[0].path.parent / "config.json").read_text())
+            kind = str(config["model_type"]).replace("-", "_")
+            if kind.isidentifier():
+                out.append(f"transformers.models.{kind}.modeling_{kind}")
+    return out
+
+
+_Event = Start | Progress | Done | Failed | ProtocolError | None
+
+
+class _Worker:
+    """One running worker: its events, its stderr tail, and a kill switch.
+
+    Forked from the fork server (torch already imported) unless ``argv`` names
+    another command or ``LOADSCOPE_FORKSERVER=0``; ``spec`` None asks it to describe
+    the strategies instead (its answer is in ``lines``).
+    """
+
+    def __init__(
+        self,
+        spec: dict[str, Any] | None,
+        argv: tuple[str, ...] | None = None,
+        preload: list[str] | None = None,
+    ) -> None:
+        args = ["--describe"] if spec is None else [json.dumps(spec)]
+        proc: Child | None = None
+        if argv is None:
+            proc = forked(args, module=_WORKER_MODULE, preload=preload)
+        if proc is None:
+            command = list(argv or python_module(_WORKER_MODULE))
+            try:
+                proc = popen([*command, *args])
+            except OSError as exc:
+                raise WorkerStartFailed(command[0], exc) from None
+        self.proc: Child = proc
+        self.events: queue.Queue[_Event] = queue.Queue()
+        self.lines: list[str] = []  # raw stdout (for --describe)
+        on_line = self.lines.append if spec is None else self._decode
+        self.pipes = Pipes(proc, on_line, lambda: self.events.put(None))
+
+    def _decode(self, line: str) -> None:
+        try:
+            self.events.put(decode(line))
+        except ProtocolError as exc:
+            self.events.put(exc)
+
+
+def _rss_kib(pid: int) -> int | None:
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh,
+    ):
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return None
+
+
+def _io_counters(pid: int) -> tuple[int | None, int | None, int | None]:
+    """(major faults, read syscalls, bytes read) of a running process, from /proc."""
+    majflt = syscr = rchar = None
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh,
+    ):
+        # fields after the parenthesised name: state is [0], majflt is field 12 => [9]
+        majflt = int(fh.read().rsplit(")", 1)[1].split()[9])
+    with (
+        contextlib.suppress(OSError, ValueError, KeyError),
+        open(f"/proc/{pid}/io", encoding="ascii", errors="replace") as fh,
+    ):
+        io = dict(line.split(": ", 1) for line in fh.read().splitlines() if ": " in line)
+        syscr, rchar = int(io["syscr"]), int(io["rchar"])
+    return majflt, syscr, rchar
+
+
+def _downsample(
+    points: list[tuple[float, int]], n: int = _SERIES_POINTS
+) -> list[tuple[float, int]]:
+    if len(points) <= n:
+        return points
+    step = (len(points) - 1) / (n - 1)
+    return [points[round(i * step)] for i in range(n)]
+
+
+def run_trial(
+    trial: Trial,
+    files: list[WeightFile],
+    sample: dict[Path, tuple[str, ...]] | None,
+    *,
+    options: BenchOptions,
+    reference: dict[str, str],
+    block_stat: str | None,
+    cold: ColdCache,
+    listener: Listener,
+    total_bytes: int,
+    scratch_dir: str | None = None,
+) -> tuple[Trial, dict[str, str]]:
+    """Run one planned trial; returns it finished and its tensors' digests.
+    ``scratch_dir``: where the worker's libraries may write caches (removed by the caller)."""
+    began = time.monotonic()
+    verified, resident, note = prepare_cache(files, trial.cache, cold)
+    detail = dict(trial.detail)
+    if note:
+        detail["cache_note"] = note
+    spec = _spec(trial, files, sample, options, block_stat, scratch_dir, total_bytes)
+    oom_before = oom_kills()
+    worker = _Worker(spec, options.worker_argv, _preload_for(trial.strategy, files))
+    watched = _watch(worker, trial, options, listener, total_bytes, oom_before)
+    if watched.protocol:
+        detail["protocol_errors"] = watched.protocol[:5]
+    detail["rss_series"] = _downsample(watched.rss)
+    series = _downsample(watched.points)
+    if isinstance(watched.result, Failed):
+        failed = replace(
+            trial,
+            status="failed",
+            reason=watched.result.reason,
+            residency_before=resident,
+            cache_verified=verified,
+            series=series,
+            detail=detail,
+            wall_s=time.monotonic() - began,
+        )
+        return failed, {}
+    assert isinstance(watched.result, Done)
+    done = watched.result
+    finished = _finished(trial, done, reference, detail, (verified, resident), series, began)
+    return finished, done.digests
+
+
+def _spec(
+    trial: Trial,
+    files: list[WeightFile],
+    sample: dict[Path, tuple[str, ...]] | None,
+    options: BenchOptions,
+    block_stat: str | None,
+    scratch_dir: str | None,
+    total_bytes: int,
+) -> dict[str, Any]:
+    """What the worker is told to load, and how (its one argument, as JSON)."""
+    return {
+        "strategy": trial.strategy,
+        "files": [
+            {
+                "path": str(wf.path),
+                "size_bytes": wf.size_bytes,
+                "format": wf.format,
+                "tensors": None if sample is None else list(sample.get(wf.path, ())),
+            }
+            for wf in files
+            if sample is None or wf.path in sample
+        ],
+        "knobs": options.knobs.get(trial.strategy, {}),
+        "hints": options.hints,
+        "device": options.device,
+        "block_stat": block_stat,
+        "scratch_dir": scratch_dir,
+        "total_bytes": total_bytes,
+        "total_tensors": 0,
+    }
+
+
+@dataclass(slots=True)
+class _Watched:
+    """What the parent saw of one worker: how it ended, and what it said on the way."""
+
+    result: Done | Failed | None = None
+    started: Start | None = None
+    #: (seconds since the worker's start, bytes done), as the worker reported them.
+    points: list[tuple[float, int]] = field(default_factory=list)
+    #: (seconds since the spawn, resident bytes), as the parent read them.
+    rss: list[tuple[float, int]] = field(default_factory=list)
+    protocol: list[str] = field(default_factory=list)
+
+
+def _timeout_s(options: BenchOptions) -> float:
+    """The trial's time limit: its own, cut to the run's deadline (with a short grace)."""
+    if options.deadline is None:
+        return options.trial_timeout_s
+    return min(options.trial_timeout_s, max(DEADLINE_GRACE_S, options.deadline - time.monotonic()))
+
+
+def _watch(
+    worker: _Worker,
+    trial: Trial,
+    options: BenchOptions,
+    listener: Listener,
+    total_bytes: int,
+    oom_before: int | None,
+) -> _Watched:
+    """Follow the worker until it is done or failed, kill it on timeout or cancel; it is
+    reaped (or its group killed) whatever happens."""
+    timeout_s = _timeout_s(options)
+    deadline = time.monotonic() + timeout_s
+    seen = _Watched()
+    t_spawn = time.monotonic()
+    try:
+        while seen.result is None:
+            # The parent's own view of the worker: its resident memory over time.
+            if (kib := _rss_kib(worker.proc.pid)) is not None:
+                seen.rss.append((round(time.monotonic() - t_spawn, 3), kib * 1024))
+            if options.cancel is not None and options.cancel.is_set():
+                kill_group(worker.proc)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.proc.wait(timeout=5)
+                raise BenchCancelled("stopped: the worker's process group was killed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                kill_group(worker.proc)
+                seen.result = Failed(
+                    time.monotonic(), f"timed out after {timeout_s:.3g} s; worker killed"
+                )
+                break
+            try:
+                event = worker.events.get(timeout=min(remaining, 0.1))
+            except queue.Empty:
+                continue
+            _take(event, worker, seen, trial, listener, total_bytes, oom_before)
+    finally:
+        if worker.proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.proc.wait(timeout=30)
+            if worker.proc.poll() is None:
+                kill_group(worker.proc)
+    return seen
+
+
+def _take(
+    event: _Event,
+    worker: _Worker,
+    seen: _Watched,
+    trial: Trial,
+    listener: Listener,
+    total_bytes: int,
+    oom_before: int | None,
+) -> None:
+    """One item from the worker's stdout, into ``seen`` (progress passed to ``listener``)."""
+    if event is None:
+        code = worker.proc.wait(timeout=30)
+        reason = exit_reason("worker", code, worker.pipes.stderr, oom_before)
+        seen.result = Failed(time.monotonic(), reason)
+    elif isinstance(event, ProtocolError):
+        seen.protocol.append(str(event))
+    elif isinstance(event, Start):
+        seen.started = event
+    elif isinstance(event, Progress):
+        t0 = seen.started.t if seen.started else event.t
+        seen.points.append((round(event.t - t0, 4), event.bytes_done))
+        pid = worker.proc.pid
+        listener(
+            TrialProgress(
+                trial, event.t - t0, event.bytes_done, total_bytes, pid, *_io_counters(pid)
+            )
+        )
+    else:
+        seen.result = event
+
+
+def _finished(
+    trial: Trial,
+    done: Done,
+    reference: Mapping[str, str],
+    detail: dict[str, Any],
+    cache: tuple[bool, float | None],
+    series: list[tuple[float, int]],
+    began: float,
+) -> Trial:
+    """``trial`` finished: its cache state as verified (verified, residency), the worker's
+    numbers, its detail (``io`` last), its tensors checked against ``reference`` (none:
+    not checked) and its wall time since ``began``."""
+    io = done.detail.get("io", {})
+    detail.update({k: v for k, v in done.detail.items() if k != "io"})
+    detail["io"] = io
+    syscr, rchar = io.get("syscr"), io.get("rchar")
+    wrong = digest_mismatch(reference, done.digests) if reference else None
+    return replace(
+        trial,
+        status="failed" if wrong is not None else trial.status,
+        reason="wrong tensors: " + wrong if wrong is not None else trial.reason,
+        seconds=done.seconds,
+        bytes=done.bytes,
+        bytes_per_s=done.bytes / done.seconds if done.seconds > 0 else None,
+        first_tensor_s=done.first_tensor_s,
+        tensors=done.tensors,
+        major_faults=io.get("majflt"),
+        minor_faults=io.get("minflt"),
+        read_syscalls=syscr,
+        read_bytes=rchar,
+        avg_read_bytes=rchar / syscr if syscr and rchar is not None else trial.avg_read_bytes,
+        block_requests=io.get("block_read_ios"),
+        avg_request_bytes=io.get("avg_request_bytes"),
+        residency_before=cache[1],
+        cache_verified=cache[0],
+        verified=wrong is None if reference else trial.verified,
+        peak_rss_bytes=done.peak_rss_bytes,
+        # In a sampled run: a trial on a sample (not the whole model) that has a time.
+        sampled=trial.scope in ("sampled", "shards"),
+        series=series,
+        detail=detail,
+        wall_s=time.monotonic() - began,
+    )
