@@ -99,10 +99,13 @@ def format_lines(bench: dict[str, Any]) -> list[str]:
         if isinstance(s, dict)
     }
     options = bench.get("options") or {}
-    device = "the GPU" if str(options.get("device", "cpu")).startswith("cuda") else "CPU"
+    gpu = str(options.get("device", "cpu")).startswith("cuda")
+    device = "the GPU" if gpu else "CPU"
+    # On the GPU: load_file(device="cuda") against torch.load(map_location="cuda").
+    safetensors, torch_load = ("mmap-cuda", "pickle-cuda") if gpu else ("mmap", "pickle")
     out = []
     for cache in ("cold", "warm"):
-        st, pk = medians.get(("mmap", cache)), medians.get(("pickle", cache))
+        st, pk = medians.get((safetensors, cache)), medians.get((torch_load, cache))
         if not isinstance(st, (int, float)) or not isinstance(pk, (int, float)) or not st or not pk:
             continue
         if pk >= st:
