@@ -2,31 +2,36 @@
 
 The probes themselves live in ``loadscope.probes``; this module decides what to
 run on which file, splits the budget, and assembles one typed, versioned
-report. Fixed-cost probes (system, mounts, devices, residency, HF cache) run
-first; the measured ones share what is left of the budget: 15% cold latency,
-45% sequential throughput by block size, 35% parallel readers.
+report (:mod:`~loadscope.engine.probe_report`; its terminal summary is
+:mod:`~loadscope.engine.probe_text`). Fixed-cost probes (system, mounts, devices,
+residency, HF cache) run first; the measured ones share what is left of the budget:
+15% cold latency, 45% sequential throughput by block size, 35% parallel readers (and
+the best of them again into fresh RAM).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
-import shlex
-import textwrap
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from loadscope.base.safeio import StorageStalled, bounded, stall_timeout_s
-from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.base.units import format_bytes
+from loadscope.engine.probe_report import (
+    FileProbe,
+    HubCacheProbe,
+    LocalDisk,
+    ProbeReport,
+    StorageProbe,
+)
+from loadscope.engine.probe_text import to_text
 from loadscope.model.targets import Target
 from loadscope.probes import blockdev, fio, mounts
-from loadscope.probes.fio import FioJob
-from loadscope.probes.gpu import GpuFacts, probe_gpus
-from loadscope.probes.hfcache import HubCacheLocation, hub_cache_location
+from loadscope.probes.gpu import probe_gpus
+from loadscope.probes.hfcache import hub_cache_location
 from loadscope.probes.iobench import (
     PARALLEL_CAP,
     PARALLEL_READERS,
@@ -38,12 +43,11 @@ from loadscope.probes.iobench import (
     o_direct_support,
 )
 from loadscope.probes.iosampler import IoSampler, blind_signals
-from loadscope.probes.localdisk import DiskSpeed, free_bytes, measure_dir
-from loadscope.probes.pagecache import ColdCache, Residency, residency
-from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe, to_jsonable
-from loadscope.probes.system import SystemInfo, probe_system
+from loadscope.probes.localdisk import free_bytes, measure_dir
+from loadscope.probes.pagecache import ColdCache, residency
+from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe
+from loadscope.probes.system import probe_system
 
-SCHEMA_VERSION = 1
 DEFAULT_BUDGET_S = 15.0
 #: Kept back from the budget for assembling the report and closing files.
 _MARGIN_S = 0.3
@@ -52,162 +56,6 @@ PROBE_STALL_GRACE_S = 10.0
 T = TypeVar("T")
 
 Progress = Callable[[str], None]
-
-
-@dataclass(slots=True)
-class StorageProbe:
-    """Mount, device chain and bdi of one filesystem (shared by the files on it)."""
-
-    mount: ProbeResult[mounts.MountReport]
-    device: ProbeResult[blockdev.DeviceReport]
-    bdi: ProbeResult[blockdev.BdiSettings]
-    fuse: ProbeResult[blockdev.FuseConnection]
-    block_stat_path: str | None = None
-    blind_signals: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class FileProbe:
-    path: str
-    size_bytes: int
-    storage: StorageProbe
-    residency: ProbeResult[Residency]
-
-
-@dataclass(slots=True)
-class HubCacheProbe:
-    location: HubCacheLocation
-    storage_class: str | None
-    reason: str | None
-
-
-@dataclass(slots=True)
-class LocalDisk:
-    """A local directory a copy of the model could go to, with its measured speed."""
-
-    directory: str
-    mount_point: str
-    storage_class: str
-    free_bytes: int
-    speed: DiskSpeed | None
-    reason: str = ""
-
-
-@dataclass(slots=True)
-class ProbeReport:
-    target: dict[str, Any]
-    budget_s: float
-    elapsed_s: float
-    system: ProbeResult[SystemInfo]
-    files: list[FileProbe]
-    latency: ProbeResult[LatencyResult]
-    throughput: ProbeResult[ThroughputResult]
-    hf_cache: ProbeResult[HubCacheProbe]
-    notes: list[str] = field(default_factory=list)
-    local_disks: ProbeResult[list[LocalDisk]] = field(
-        default_factory=lambda: ProbeResult("local_disks", Status.SKIPPED, reason="not probed")
-    )
-    gpus: ProbeResult[GpuFacts] = field(
-        default_factory=lambda: ProbeResult("gpu", Status.SKIPPED, reason="not probed")
-    )
-    #: Set when a read of the model got no answer: what was read and for how long.
-    stalled: str | None = None
-    #: The fio jobs that reproduce the measurements (always, once they were measured),
-    #: and fio's figures beside the probe's when ``--fio`` ran them.
-    fio_jobs: list[fio.FioJob] = field(default_factory=list)
-    fio: ProbeResult[list[fio.FioMeasure]] = field(
-        default_factory=lambda: ProbeResult("fio", Status.SKIPPED, reason="not asked for (--fio)")
-    )
-    schema_version: int = SCHEMA_VERSION
-
-    def to_dict(self) -> dict[str, Any]:
-        files = []
-        for f in self.files:
-            files.append(
-                {
-                    "path": f.path,
-                    "size_bytes": f.size_bytes,
-                    "mount": f.storage.mount.to_dict(),
-                    "device": f.storage.device.to_dict(),
-                    "bdi": f.storage.bdi.to_dict(),
-                    "fuse_connection": f.storage.fuse.to_dict(),
-                    "block_stat_path": f.storage.block_stat_path,
-                    "blind_signals": f.storage.blind_signals,
-                    "residency": _residency_dict(f.residency),
-                }
-            )
-        return {
-            "schema_version": self.schema_version,
-            "target": self.target,
-            "budget_s": self.budget_s,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "system": self.system.to_dict(),
-            "files": files,
-            "latency": self.latency.to_dict(),
-            "throughput": self.throughput.to_dict(),
-            "hf_cache": self.hf_cache.to_dict(),
-            "local_disks": _local_dict(self.local_disks),
-            "gpus": self.gpus.to_dict(),
-            "notes": self.notes,
-            **({"stalled": self.stalled} if self.stalled else {}),
-            "fio": self.fio_dict(),
-        }
-
-    def probe_value(self, job: FioJob) -> float | None:
-        """The probe's own figure ``job`` stands beside."""
-        if job.measures == "latency":
-            return self.latency.data.p50_us if self.latency.data else None
-        thr = self.throughput.data
-        if thr is None:
-            return None
-        if job.measures == "sequential":
-            same = [p for p in thr.sequential if p.block_bytes == job.block_bytes]
-            return same[0].bytes_per_s if same else None
-        best = max(thr.parallel, key=lambda p: p.bytes_per_s, default=None)
-        return best.bytes_per_s if best else None
-
-    def fio_dict(self) -> dict[str, Any]:
-        measured = {m.job: m for m in self.fio.data or []}
-        jobs = []
-        for job in self.fio_jobs:
-            mine = self.probe_value(job)
-            got = measured.get(job)
-            jobs.append(
-                {
-                    "measures": job.measures,
-                    "label": job.label,
-                    **({"block_bytes": job.block_bytes} if job.block_bytes else {}),
-                    "metric": job.metric,
-                    "command": fio.command_line(job),
-                    "probe": mine,
-                    "fio": got.value if got else None,
-                    "fio_over_probe": got.value / mine if got and mine else None,
-                    "detail": got.detail if got else None,
-                }
-            )
-        return {"status": self.fio.status.value, "reason": self.fio.reason, "jobs": jobs}
-
-    def to_json(self) -> str:
-        return json.dumps(to_jsonable(self.to_dict()), indent=2)
-
-    @property
-    def primary(self) -> FileProbe:
-        """The largest file: the one throughput is measured on."""
-        return max(self.files, key=lambda f: f.size_bytes)
-
-
-def _local_dict(r: ProbeResult[list[LocalDisk]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": r.status.value, "reason": r.reason}
-    out["disks"] = [to_jsonable(d) for d in r.data] if r.data is not None else []
-    return out
-
-
-def _residency_dict(r: ProbeResult[Residency]) -> dict[str, Any]:
-    out = r.to_dict()
-    if r.data is not None:
-        out["fraction"] = r.data.fraction
-        out["resident_bytes"] = r.data.resident_bytes
-    return out
 
 
 #: Where a loop device's image lives decides what its reads wait on: these are remote.
@@ -298,6 +146,66 @@ def run_probes(
     say("mounts and devices")
     table_result = run_probe("mountinfo", mounts.read_mountinfo)
     table = table_result.data or []
+    files = _file_probes(target, table_result, wsl)
+    say("Hugging Face cache")
+    hf = run_probe("hf_cache", lambda: _hf_cache(table, wsl))
+    say("GPUs")
+    gpus = probe_gpus()
+    primary = max(files, key=lambda f: f.size_bytes)
+    klass = primary.storage.mount.data.storage_class if primary.storage.mount.data else "unknown"
+    reads = _Reads(primary, files, klass, allow_drop_caches)
+    remaining = max(0.0, deadline - time.monotonic())
+    say("cold latency")
+    latency = run_probe(
+        "latency",
+        reads.guarded(
+            lambda: reads.bench.latency(time.monotonic() + 0.15 * remaining), 0.15 * remaining
+        ),
+    )
+    say("throughput")
+    headroom = system.data.memory_headroom_bytes if system.data else None
+    throughput = run_probe(
+        "throughput",
+        reads.guarded(
+            lambda: _throughput(
+                reads.bench, deadline, remaining, primary.path, reads.remote, headroom
+            ),
+            max(0.0, deadline - time.monotonic()),
+        ),
+    )
+    jobs = _fio_jobs(primary, reads.direct, throughput, latency)
+    fio_result: ProbeResult[list[fio.FioMeasure]] = ProbeResult(
+        "fio", Status.SKIPPED, reason="not asked for (--fio)"
+    )
+    if run_fio:
+        say("fio")
+        fio_result = run_probe("fio", lambda: _run_fio(jobs, reads.stalled, reads.notes))
+    if local_disks and klass not in ("local-block", "memory"):
+        say("local disks")
+    local = _local_disks(local_disks, klass, table, wsl, target, primary)
+    return ProbeReport(
+        target=_target_dict(target),
+        budget_s=budget_s,
+        elapsed_s=time.monotonic() - start,
+        system=system,
+        files=files,
+        latency=latency,
+        throughput=throughput,
+        hf_cache=hf,
+        notes=reads.notes,
+        local_disks=local,
+        gpus=gpus,
+        stalled=reads.stalled[0] if reads.stalled else None,
+        fio_jobs=jobs,
+        fio=fio_result,
+    )
+
+
+def _file_probes(
+    target: Target, table_result: ProbeResult[list[mounts.Mount]], wsl: bool
+) -> list[FileProbe]:
+    """Each weight file with its storage (probed once per filesystem) and residency."""
+    table = table_result.data or []
     storages: dict[str, StorageProbe] = {}
     files: list[FileProbe] = []
     for wf in target.files:
@@ -316,133 +224,118 @@ def run_probes(
                 run_probe("residency", functools.partial(residency, wf.path)),
             )
         )
-    say("Hugging Face cache")
-    hf = run_probe("hf_cache", lambda: _hf_cache(table, wsl))
-    say("GPUs")
-    gpus = probe_gpus()
+    return files
 
-    primary = max(files, key=lambda f: f.size_bytes)
-    klass = primary.storage.mount.data.storage_class if primary.storage.mount.data else "unknown"
-    remote = ""
-    if klass in ("network-fs", "fuse", "wsl"):
-        remote = (
-            "eviction reaches this machine's page cache only;"
-            " the server's or daemon's cache may still serve reads"
-        )
-    cold = ColdCache(allow_drop_caches=allow_drop_caches, remote_note=remote)
-    # Every read of the model below may meet storage that never answers: each is bounded
-    # (its share of the budget plus a grace), and after one stall the rest are skipped.
-    grace = min(stall_timeout_s(), PROBE_STALL_GRACE_S)
-    stalled: list[str] = []
-    notes: list[str] = []
-    try:
-        direct, why = bounded(
-            lambda: o_direct_support(primary.path), grace, lambda: f"{primary.path} at offset 0"
-        )
-    except StorageStalled as exc:
-        stalled.append(exc.message)
-        direct, why = False, "O_DIRECT not tried"
-    if not direct and not stalled:
-        notes.append(f"{why}: measuring with evict-then-read (buffered, readahead on)")
-    stat_path = primary.storage.block_stat_path
-    bench = IoBench(
-        [(f.path, f.size_bytes) for f in files],
-        cold=cold,
-        direct=direct,
-        sampler_factory=(lambda: IoSampler(block_stat_path=Path(stat_path))) if stat_path else None,
-    )
 
-    def guarded(fn: Callable[[], T], seconds: float) -> Callable[[], T]:
+class _Reads:
+    """The measured reads of the model: how they bypass or evict the cache, and their
+    guard. Every read may meet storage that never answers: each is bounded (its share of
+    the budget plus a grace), and after one stall the rest are skipped."""
+
+    def __init__(
+        self, primary: FileProbe, files: list[FileProbe], klass: str, allow_drop_caches: bool
+    ) -> None:
+        self.remote = ""
+        if klass in ("network-fs", "fuse", "wsl"):
+            self.remote = (
+                "eviction reaches this machine's page cache only;"
+                " the server's or daemon's cache may still serve reads"
+            )
+        cold = ColdCache(allow_drop_caches=allow_drop_caches, remote_note=self.remote)
+        self.grace = min(stall_timeout_s(), PROBE_STALL_GRACE_S)
+        self.stalled: list[str] = []
+        self.notes: list[str] = []
+        try:
+            self.direct, why = bounded(
+                lambda: o_direct_support(primary.path),
+                self.grace,
+                lambda: f"{primary.path} at offset 0",
+            )
+        except StorageStalled as exc:
+            self.stalled.append(exc.message)
+            self.direct, why = False, "O_DIRECT not tried"
+        if not self.direct and not self.stalled:
+            self.notes.append(f"{why}: measuring with evict-then-read (buffered, readahead on)")
+        stat_path = primary.storage.block_stat_path
+        self.bench = IoBench(
+            [(f.path, f.size_bytes) for f in files],
+            cold=cold,
+            direct=self.direct,
+            sampler_factory=(
+                (lambda: IoSampler(block_stat_path=Path(stat_path))) if stat_path else None
+            ),
+        )
+
+    def guarded(self, fn: Callable[[], T], seconds: float) -> Callable[[], T]:
+        """``fn`` bounded by ``seconds`` plus the grace; a stall or an I/O error becomes
+        the probe's reason (which file, where), and after one stall nothing more is read."""
+
         def call() -> T:
-            if stalled:
-                raise Unavailable(f"not measured: {stalled[0]}")
+            if self.stalled:
+                raise Unavailable(f"not measured: {self.stalled[0]}")
             try:
-                return bounded(fn, seconds + grace, bench.where)
+                return bounded(fn, seconds + self.grace, self.bench.where)
             except StorageStalled as exc:
-                stalled.append(exc.message)
+                self.stalled.append(exc.message)
                 raise Unavailable(exc.message) from None
             except OSError as exc:  # EIO and friends: which file, where
                 reason = exc.strerror or str(exc)
                 raise Unavailable(
-                    f"read of {bench.where()} failed: {reason} (errno {exc.errno})"
+                    f"read of {self.bench.where()} failed: {reason} (errno {exc.errno})"
                 ) from None
 
         return call
 
-    remaining = max(0.0, deadline - time.monotonic())
-    say("cold latency")
-    latency = run_probe(
-        "latency",
-        guarded(lambda: bench.latency(time.monotonic() + 0.15 * remaining), 0.15 * remaining),
+
+def _fio_jobs(
+    primary: FileProbe,
+    direct: bool,
+    throughput: ProbeResult[ThroughputResult],
+    latency: ProbeResult[LatencyResult],
+) -> list[fio.FioJob]:
+    """The fio jobs that reproduce what was measured (none when throughput was not)."""
+    if throughput.data is None or not throughput.data.sequential:
+        return []
+    thr = throughput.data
+    best = max(thr.parallel or thr.sequential, key=lambda p: p.bytes_per_s)
+    return fio.jobs_for(
+        primary.path,
+        primary.size_bytes,
+        direct=direct,
+        seq_blocks=[p.block_bytes for p in thr.sequential],
+        readers=best.readers,
+        par_block=best.block_bytes,
+        latency_samples=latency.data.samples if latency.data else 256,
     )
-    say("throughput")
-    throughput = run_probe(
-        "throughput",
-        guarded(
-            lambda: _throughput(
-                bench,
-                deadline,
-                remaining,
-                primary.path,
-                remote,
-                system.data.memory_headroom_bytes if system.data else None,
-            ),
-            max(0.0, deadline - time.monotonic()),
-        ),
+
+
+def _local_disks(
+    wanted: bool,
+    klass: str,
+    table: list[mounts.Mount],
+    wsl: bool,
+    target: Target,
+    primary: FileProbe,
+) -> ProbeResult[list[LocalDisk]]:
+    if not wanted:
+        return ProbeResult("local_disks", Status.SKIPPED, reason="not asked for")
+    if klass in ("local-block", "memory"):
+        return ProbeResult("local_disks", Status.SKIPPED, reason=f"the model is on {klass}")
+    return run_probe(
+        "local_disks",
+        lambda: local_candidates(table, wsl, target.total_bytes, os.stat(primary.path).st_dev),
     )
-    jobs: list[fio.FioJob] = []
-    if throughput.data is not None and throughput.data.sequential:
-        thr = throughput.data
-        best = max(thr.parallel or thr.sequential, key=lambda p: p.bytes_per_s)
-        jobs = fio.jobs_for(
-            primary.path,
-            primary.size_bytes,
-            direct=direct,
-            seq_blocks=[p.block_bytes for p in thr.sequential],
-            readers=best.readers,
-            par_block=best.block_bytes,
-            latency_samples=latency.data.samples if latency.data else 256,
-        )
-    fio_result: ProbeResult[list[fio.FioMeasure]] = ProbeResult(
-        "fio", Status.SKIPPED, reason="not asked for (--fio)"
-    )
-    if run_fio:
-        say("fio")
-        fio_result = run_probe("fio", lambda: _run_fio(jobs, stalled, notes))
-    local: ProbeResult[list[LocalDisk]]
-    if not local_disks:
-        local = ProbeResult("local_disks", Status.SKIPPED, reason="not asked for")
-    elif klass in ("local-block", "memory"):
-        local = ProbeResult("local_disks", Status.SKIPPED, reason=f"the model is on {klass}")
-    else:
-        say("local disks")
-        local = run_probe(
-            "local_disks",
-            lambda: local_candidates(table, wsl, target.total_bytes, os.stat(primary.path).st_dev),
-        )
-    return ProbeReport(
-        target={
-            "spec": target.report_spec,
-            "kind": target.kind,
-            "root": target.report_root,
-            "files": len(target.files),
-            "total_bytes": target.total_bytes,
-            **({"source": str(target.served_from)} if target.served_from else {}),
-        },
-        budget_s=budget_s,
-        elapsed_s=time.monotonic() - start,
-        system=system,
-        files=files,
-        latency=latency,
-        throughput=throughput,
-        hf_cache=hf,
-        notes=notes,
-        local_disks=local,
-        gpus=gpus,
-        stalled=stalled[0] if stalled else None,
-        fio_jobs=jobs,
-        fio=fio_result,
-    )
+
+
+def _target_dict(target: Target) -> dict[str, Any]:
+    return {
+        "spec": target.report_spec,
+        "kind": target.kind,
+        "root": target.report_root,
+        "files": len(target.files),
+        "total_bytes": target.total_bytes,
+        **({"source": str(target.served_from)} if target.served_from else {}),
+    }
 
 
 def _run_fio(jobs: list[fio.FioJob], stalled: list[str], notes: list[str]) -> list[fio.FioMeasure]:
@@ -462,24 +355,6 @@ def _run_fio(jobs: list[fio.FioJob], stalled: list[str], notes: list[str]) -> li
         raise Unavailable("; ".join(failed))
     notes.extend(failed)
     return measured
-
-
-def _gpu_lines(result: ProbeResult[GpuFacts]) -> list[str]:
-    if result.data is None:
-        return [_status_line("gpus", result)]
-    lines = []
-    for g in result.data.smi:
-        mem = format_bytes(g.memory_total_bytes) if g.memory_total_bytes else "memory ?"
-        link = f"PCIe gen {g.pcie_generation} x{g.pcie_width}" if g.pcie_width else "link ?"
-        lines.append(_wrap("gpu", f"{g.index}: {g.name}, {mem}, {link} (nvidia-smi)"))
-    for pci in result.data.pci:
-        cur = pci.current_link
-        rate = cur.data_rate_bytes_per_s
-        text = f"{pci.address}: link {cur.speed or '?'} x{cur.width or '?'}"
-        text += f" ({format_rate(rate)})" if rate else ""
-        text += " — DEGRADED vs its max link" if pci.link_degraded else ""
-        lines.append(_wrap("gpu pci", text))
-    return lines
 
 
 #: Where a copy of a model conventionally goes, besides $LOADSCOPE_LOCAL_DIRS.
@@ -595,228 +470,16 @@ def _hf_cache(table: list[mounts.Mount], wsl: bool) -> HubCacheProbe:
     return HubCacheProbe(location, storage.mount.data.storage_class, storage.mount.data.reason)
 
 
-# -- the human summary ------------------------------------------------------------------------
-
-
-def _bar(value: float, biggest: float, width: int = 20) -> str:
-    return "#" * (max(1, round(width * value / biggest)) if biggest > 0 and value > 0 else 0)
-
-
-_WIDTH = 80
-_LABEL = 11
-
-
-def _wrap(label: str, text: str) -> str:
-    """``label`` in an 11-column gutter, ``text`` wrapped to 80 columns beside it."""
-    return textwrap.fill(
-        text,
-        width=_WIDTH,
-        initial_indent=f"{label:<{_LABEL}}",
-        subsequent_indent=" " * _LABEL,
-        break_on_hyphens=False,
-    )
-
-
-def _status_line(name: str, result: ProbeResult[Any]) -> str:
-    return _wrap(name, f"{result.status.value}: {result.reason}")
-
-
-def _storage_lines(f: FileProbe) -> list[str]:
-    m = f.storage.mount
-    if m.data is None:
-        return [_status_line("storage", m)]
-    lines = [_wrap("storage", f"{m.data.storage_class}: {m.data.reason}")]
-    if m.data.resolved_class:
-        lines.append(
-            _wrap("", f"under the overlay: {m.data.resolved_class} ({m.data.resolved_reason})")
-        )
-    lines.append(_wrap("", f"mount {m.data.mount_point} ({m.data.fstype}, {m.data.source})"))
-    if f.storage.device.data is not None:
-        for disk in f.storage.device.data.disks:
-            bits = [disk.transport, disk.model or "no model string"]
-            if disk.rotational:
-                bits.append("rotational")
-            if disk.scheduler:
-                bits.append(f"scheduler {disk.scheduler}")
-            if disk.max_sectors_kb:
-                bits.append(f"max_sectors_kb {disk.max_sectors_kb}")
-            lines.append(_wrap("", f"disk {disk.name}: {', '.join(bits)}"))
-    bdi = f.storage.bdi.data
-    if bdi is not None and bdi.read_ahead_kb is not None:
-        lines.append(_wrap("", f"read_ahead_kb {bdi.read_ahead_kb} ({bdi.path})"))
-    fuse = f.storage.fuse.data
-    if fuse is not None:
-        conn = f"max_background {fuse.max_background}, congestion {fuse.congestion_threshold}"
-        lines.append(_wrap("", f"fuse connection: {conn}"))
-    return lines
-
-
-def _system_lines(report: ProbeReport) -> list[str]:
-    sysr = report.system
-    if sysr.data is None:
-        return [_status_line("system", sysr)]
-    s = sysr.data
-    model = report.target["total_bytes"]
-    limit = s.cgroup.limit_bytes if s.cgroup else None
-    fits = "fits" if s.memory_headroom_bytes >= model else "does NOT fit"
-    memory = (
-        f"{format_bytes(s.ram_available_bytes)} available of {format_bytes(s.ram_total_bytes)};"
-        f" cgroup limit {format_bytes(limit) if limit else 'none'};"
-        f" model {format_bytes(model)} ({fits} in RAM)"
-    )
-    where = s.virtualization or "bare metal?"
-    system = (
-        f"{s.cpus_usable} CPUs ({s.cpu_model or '?'}), kernel {s.kernel},"
-        f" {where}{', ' + s.container if s.container else ''}"
-    )
-    return [_wrap("memory", memory), _wrap("system", system)]
-
-
-def _throughput_lines(thr: ProbeResult[ThroughputResult]) -> list[str]:
-    if thr.data is None:
-        return [_status_line("throughput", thr)]
-    points = list(thr.data.sequential) + list(thr.data.parallel)
-    biggest = max(p.bytes_per_s for p in points)
-    lines = [f"{'throughput':<{_LABEL}}cold, {thr.data.method}; one reader, by request size:"]
-    for p in thr.data.sequential:
-        rate, bar = format_rate(p.bytes_per_s), _bar(p.bytes_per_s, biggest)
-        kernel = f"  kernel {format_bytes(p.avg_request_bytes)}/req" if p.avg_request_bytes else ""
-        lines.append(f"  {format_bytes(p.block_bytes):>10}   {rate:>10}  {bar:<20}{kernel}")
-    if thr.data.parallel:
-        lines.append(" " * _LABEL + "parallel readers, 1 MiB requests:")
-    for p in thr.data.parallel:
-        label = f"{p.readers} reader{'s' if p.readers > 1 else ''}"
-        rate, bar = format_rate(p.bytes_per_s), _bar(p.bytes_per_s, biggest)
-        lines.append(f"  {label:>10}   {rate:>10}  {bar}")
-    if (ram := thr.data.into_ram) is not None:
-        best = max(p.bytes_per_s for p in thr.data.parallel)
-        share = f"  {ram.bytes_per_s / best:.2f}x" if best > 0 else ""
-        landed = format_bytes(ram.bytes_read)
-        lines.append(" " * _LABEL + f"into fresh RAM, where a loader lands it ({landed}):")
-        label = f"{ram.readers} reader{'s' if ram.readers > 1 else ''}"
-        rate, bar = format_rate(ram.bytes_per_s), _bar(ram.bytes_per_s, biggest)
-        lines.append(f"  {label:>10}   {rate:>10}  {bar:<20}{share}")
-    elif thr.data.parallel and thr.data.into_ram_reason:
-        lines.append(_wrap("into RAM", thr.data.into_ram_reason))
-    return lines
-
-
-def _local_lines(local: ProbeResult[list[LocalDisk]]) -> list[str]:
-    if local.status is Status.SKIPPED:
-        return []
-    if local.data is None:
-        return [_status_line("local disk", local)]
-    if not local.data:
-        return [_wrap("local disk", "no local-disk directory with room for a copy was found")]
-    lines = []
-    for d in local.data:
-        if d.speed is None:
-            text = f"{d.directory} ({format_bytes(d.free_bytes)} free): {d.reason}"
-        else:
-            cold = "" if d.speed.cold_verified else " (cold not verified)"
-            text = (
-                f"{d.directory} ({format_bytes(d.free_bytes)} free): writes"
-                f" {format_rate(d.speed.write_bytes_per_s)}, reads"
-                f" {format_rate(d.speed.cold_read_bytes_per_s)} cold{cold}"
-            )
-        lines.append(_wrap("local disk", text))
-    return lines
-
-
-def to_text(report: ProbeReport) -> str:
-    """A short summary that fits 80 columns; the JSON has everything."""
-    t = report.target
-    lines = [
-        _wrap("target", f"{t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})")
-    ]
-    seen: set[int] = set()
-    for f in report.files:
-        if id(f.storage) not in seen:
-            seen.add(id(f.storage))
-            lines += _storage_lines(f)
-    lines += _system_lines(report)
-    known = [
-        fraction
-        for f in report.files
-        if f.residency.data is not None and (fraction := f.residency.data.fraction) is not None
-    ]
-    if known:
-        mean = sum(known) / len(known)
-        lines.append(
-            _wrap("page cache", f"{mean:.0%} resident before probing ({len(known)} file(s))")
-        )
-    elif report.files:
-        first = report.files[0].residency
-        why = first.reason or (first.data.note if first.data else "")
-        lines.append(_wrap("page cache", f"unknown: {why}"))
-    lat = report.latency
-    if lat.data is not None:
-        d = lat.data
-        latency = (
-            f"cold 4 KiB reads ({d.method}, {d.samples} samples):"
-            f" p50 {format_us(d.p50_us)}, p90 {format_us(d.p90_us)}, p99 {format_us(d.p99_us)}"
-        )
-        lines.append(_wrap("latency", latency))
-    else:
-        lines.append(_status_line("latency", lat))
-    lines += _throughput_lines(report.throughput)
-    lines += _fio_lines(report)
-    hf = report.hf_cache
-    if hf.data is not None:
-        where = hf.data.location.path + ("" if hf.data.location.exists else " (not created yet)")
-        src = hf.data.location.source
-        lines.append(_wrap("hf cache", f"{where} [{src}] on {hf.data.storage_class}"))
-    else:
-        lines.append(_status_line("hf cache", hf))
-    lines += _local_lines(report.local_disks)
-    lines += _gpu_lines(report.gpus)
-    for note in report.notes:
-        lines.append(_wrap("note", note))
-    lines.append(_wrap("took", f"{report.elapsed_s:.1f} s of a {report.budget_s:g} s budget"))
-    return "\n".join(lines)
-
-
-def _fio_lines(report: ProbeReport) -> list[str]:
-    """fio's figures beside the probe's (with --fio), else how to reproduce with fio."""
-    if not report.fio_jobs:
-        return []
-    doc = report.fio_dict()
-    lines = []
-    if report.fio.status is not Status.OK:
-        if report.fio.status is not Status.SKIPPED:
-            lines.append(_status_line("fio", report.fio))
-        lines.append(
-            _wrap(
-                "fio",
-                "loadscope probe --fio runs the fio jobs that reproduce these numbers"
-                " (their command lines: fio.jobs[].command in --json)",
-            )
-        )
-        return lines
-    for job in doc["jobs"]:
-        if job["fio"] is None:
-            continue
-        if job["metric"] == "p50_us":
-            mine = format_us(job["probe"]) if job["probe"] else "-"
-            text = f"{job['label']}: p50 {format_us(job['fio'])} (probe {mine})"
-        else:
-            mine = format_rate(job["probe"]) if job["probe"] else "-"
-            text = f"{job['label']}: {format_rate(job['fio'])} (probe {mine})"
-        ratio = job["fio_over_probe"]
-        lines.append(_wrap("fio", text + (f", fio/probe {ratio:.2f}x" if ratio else "")))
-    lines.append(_wrap("fio", "the jobs (read-only):"))
-    for job in doc["jobs"]:
-        lines += _shell_lines(job["command"])
-    return lines
-
-
-def _shell_lines(command: str, width: int = 80) -> list[str]:
-    """A long shell command as lines continued with a backslash, broken between words."""
-    words = shlex.split(command)
-    lines, line = [], " "
-    for word in (shlex.quote(w) for w in words):
-        if len(line) + 1 + len(word) > width - 2 and line.strip():
-            lines.append(line + " \\")
-            line = "    "
-        line += " " + word
-    return [*lines, line]
+__all__ = [
+    "CONVENTIONAL_LOCAL_DIRS",
+    "DEFAULT_BUDGET_S",
+    "FileProbe",
+    "HubCacheProbe",
+    "LocalDisk",
+    "ProbeReport",
+    "StorageProbe",
+    "candidate_dirs",
+    "local_candidates",
+    "run_probes",
+    "to_text",
+]

@@ -1,0 +1,184 @@
+"""The probe's report (``loadscope.engine.probe_report``): one typed, versioned record of
+every probe run on a target's files, and its JSON.
+
+Owns :class:`ProbeReport` and the records it holds (:class:`StorageProbe`,
+:class:`FileProbe`, :class:`HubCacheProbe`, :class:`LocalDisk`).
+May import: ``loadscope.probes``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadscope.probes import blockdev, fio, mounts
+from loadscope.probes.fio import FioJob
+from loadscope.probes.gpu import GpuFacts
+from loadscope.probes.hfcache import HubCacheLocation
+from loadscope.probes.iobench import (
+    LatencyResult,
+    ThroughputResult,
+)
+from loadscope.probes.localdisk import DiskSpeed
+from loadscope.probes.pagecache import Residency
+from loadscope.probes.result import ProbeResult, Status, to_jsonable
+from loadscope.probes.system import SystemInfo
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(slots=True)
+class StorageProbe:
+    """Mount, device chain and bdi of one filesystem (shared by the files on it)."""
+
+    mount: ProbeResult[mounts.MountReport]
+    device: ProbeResult[blockdev.DeviceReport]
+    bdi: ProbeResult[blockdev.BdiSettings]
+    fuse: ProbeResult[blockdev.FuseConnection]
+    block_stat_path: str | None = None
+    blind_signals: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class FileProbe:
+    path: str
+    size_bytes: int
+    storage: StorageProbe
+    residency: ProbeResult[Residency]
+
+
+@dataclass(slots=True)
+class HubCacheProbe:
+    location: HubCacheLocation
+    storage_class: str | None
+    reason: str | None
+
+
+@dataclass(slots=True)
+class LocalDisk:
+    """A local directory a copy of the model could go to, with its measured speed."""
+
+    directory: str
+    mount_point: str
+    storage_class: str
+    free_bytes: int
+    speed: DiskSpeed | None
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ProbeReport:
+    target: dict[str, Any]
+    budget_s: float
+    elapsed_s: float
+    system: ProbeResult[SystemInfo]
+    files: list[FileProbe]
+    latency: ProbeResult[LatencyResult]
+    throughput: ProbeResult[ThroughputResult]
+    hf_cache: ProbeResult[HubCacheProbe]
+    notes: list[str] = field(default_factory=list)
+    local_disks: ProbeResult[list[LocalDisk]] = field(
+        default_factory=lambda: ProbeResult("local_disks", Status.SKIPPED, reason="not probed")
+    )
+    gpus: ProbeResult[GpuFacts] = field(
+        default_factory=lambda: ProbeResult("gpu", Status.SKIPPED, reason="not probed")
+    )
+    #: Set when a read of the model got no answer: what was read and for how long.
+    stalled: str | None = None
+    #: The fio jobs that reproduce the measurements (always, once they were measured),
+    #: and fio's figures beside the probe's when ``--fio`` ran them.
+    fio_jobs: list[fio.FioJob] = field(default_factory=list)
+    fio: ProbeResult[list[fio.FioMeasure]] = field(
+        default_factory=lambda: ProbeResult("fio", Status.SKIPPED, reason="not asked for (--fio)")
+    )
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        files = []
+        for f in self.files:
+            files.append(
+                {
+                    "path": f.path,
+                    "size_bytes": f.size_bytes,
+                    "mount": f.storage.mount.to_dict(),
+                    "device": f.storage.device.to_dict(),
+                    "bdi": f.storage.bdi.to_dict(),
+                    "fuse_connection": f.storage.fuse.to_dict(),
+                    "block_stat_path": f.storage.block_stat_path,
+                    "blind_signals": f.storage.blind_signals,
+                    "residency": _residency_dict(f.residency),
+                }
+            )
+        return {
+            "schema_version": self.schema_version,
+            "target": self.target,
+            "budget_s": self.budget_s,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "system": self.system.to_dict(),
+            "files": files,
+            "latency": self.latency.to_dict(),
+            "throughput": self.throughput.to_dict(),
+            "hf_cache": self.hf_cache.to_dict(),
+            "local_disks": _local_dict(self.local_disks),
+            "gpus": self.gpus.to_dict(),
+            "notes": self.notes,
+            **({"stalled": self.stalled} if self.stalled else {}),
+            "fio": self.fio_dict(),
+        }
+
+    def probe_value(self, job: FioJob) -> float | None:
+        """The probe's own figure ``job`` stands beside."""
+        if job.measures == "latency":
+            return self.latency.data.p50_us if self.latency.data else None
+        thr = self.throughput.data
+        if thr is None:
+            return None
+        if job.measures == "sequential":
+            same = [p for p in thr.sequential if p.block_bytes == job.block_bytes]
+            return same[0].bytes_per_s if same else None
+        best = max(thr.parallel, key=lambda p: p.bytes_per_s, default=None)
+        return best.bytes_per_s if best else None
+
+    def fio_dict(self) -> dict[str, Any]:
+        measured = {m.job: m for m in self.fio.data or []}
+        jobs = []
+        for job in self.fio_jobs:
+            mine = self.probe_value(job)
+            got = measured.get(job)
+            jobs.append(
+                {
+                    "measures": job.measures,
+                    "label": job.label,
+                    **({"block_bytes": job.block_bytes} if job.block_bytes else {}),
+                    "metric": job.metric,
+                    "command": fio.command_line(job),
+                    "probe": mine,
+                    "fio": got.value if got else None,
+                    "fio_over_probe": got.value / mine if got and mine else None,
+                    "detail": got.detail if got else None,
+                }
+            )
+        return {"status": self.fio.status.value, "reason": self.fio.reason, "jobs": jobs}
+
+    def to_json(self) -> str:
+        return json.dumps(to_jsonable(self.to_dict()), indent=2)
+
+    @property
+    def primary(self) -> FileProbe:
+        """The largest file: the one throughput is measured on."""
+        return max(self.files, key=lambda f: f.size_bytes)
+
+
+def _local_dict(r: ProbeResult[list[LocalDisk]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": r.status.value, "reason": r.reason}
+    out["disks"] = [to_jsonable(d) for d in r.data] if r.data is not None else []
+    return out
+
+
+def _residency_dict(r: ProbeResult[Residency]) -> dict[str, Any]:
+    out = r.to_dict()
+    if r.data is not None:
+        out["fraction"] = r.data.fraction
+        out["resident_bytes"] = r.data.resident_bytes
+    return out

@@ -1,0 +1,265 @@
+"""The probe's summary for a terminal (``loadscope.engine.probe_text``): 80 columns, an
+11-column gutter of labels; the JSON has everything.
+
+Owns :func:`to_text`.
+May import: :mod:`~loadscope.engine.probe_report`, ``loadscope.probes``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from typing import Any
+
+from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.engine.probe_report import FileProbe, LocalDisk, ProbeReport
+from loadscope.probes.gpu import GpuFacts
+from loadscope.probes.iobench import (
+    ThroughputResult,
+)
+from loadscope.probes.result import ProbeResult, Status
+
+
+def _gpu_lines(result: ProbeResult[GpuFacts]) -> list[str]:
+    if result.data is None:
+        return [_status_line("gpus", result)]
+    lines = []
+    for g in result.data.smi:
+        mem = format_bytes(g.memory_total_bytes) if g.memory_total_bytes else "memory ?"
+        link = f"PCIe gen {g.pcie_generation} x{g.pcie_width}" if g.pcie_width else "link ?"
+        lines.append(_wrap("gpu", f"{g.index}: {g.name}, {mem}, {link} (nvidia-smi)"))
+    for pci in result.data.pci:
+        cur = pci.current_link
+        rate = cur.data_rate_bytes_per_s
+        text = f"{pci.address}: link {cur.speed or '?'} x{cur.width or '?'}"
+        text += f" ({format_rate(rate)})" if rate else ""
+        text += " — DEGRADED vs its max link" if pci.link_degraded else ""
+        lines.append(_wrap("gpu pci", text))
+    return lines
+
+
+# -- the human summary ------------------------------------------------------------------------
+
+
+def _bar(value: float, biggest: float, width: int = 20) -> str:
+    return "#" * (max(1, round(width * value / biggest)) if biggest > 0 and value > 0 else 0)
+
+
+_WIDTH = 80
+_LABEL = 11
+
+
+def _wrap(label: str, text: str) -> str:
+    """``label`` in an 11-column gutter, ``text`` wrapped to 80 columns beside it."""
+    return textwrap.fill(
+        text,
+        width=_WIDTH,
+        initial_indent=f"{label:<{_LABEL}}",
+        subsequent_indent=" " * _LABEL,
+        break_on_hyphens=False,
+    )
+
+
+def _status_line(name: str, result: ProbeResult[Any]) -> str:
+    return _wrap(name, f"{result.status.value}: {result.reason}")
+
+
+def _storage_lines(f: FileProbe) -> list[str]:
+    m = f.storage.mount
+    if m.data is None:
+        return [_status_line("storage", m)]
+    lines = [_wrap("storage", f"{m.data.storage_class}: {m.data.reason}")]
+    if m.data.resolved_class:
+        lines.append(
+            _wrap("", f"under the overlay: {m.data.resolved_class} ({m.data.resolved_reason})")
+        )
+    lines.append(_wrap("", f"mount {m.data.mount_point} ({m.data.fstype}, {m.data.source})"))
+    if f.storage.device.data is not None:
+        for disk in f.storage.device.data.disks:
+            bits = [disk.transport, disk.model or "no model string"]
+            if disk.rotational:
+                bits.append("rotational")
+            if disk.scheduler:
+                bits.append(f"scheduler {disk.scheduler}")
+            if disk.max_sectors_kb:
+                bits.append(f"max_sectors_kb {disk.max_sectors_kb}")
+            lines.append(_wrap("", f"disk {disk.name}: {', '.join(bits)}"))
+    bdi = f.storage.bdi.data
+    if bdi is not None and bdi.read_ahead_kb is not None:
+        lines.append(_wrap("", f"read_ahead_kb {bdi.read_ahead_kb} ({bdi.path})"))
+    fuse = f.storage.fuse.data
+    if fuse is not None:
+        conn = f"max_background {fuse.max_background}, congestion {fuse.congestion_threshold}"
+        lines.append(_wrap("", f"fuse connection: {conn}"))
+    return lines
+
+
+def _system_lines(report: ProbeReport) -> list[str]:
+    sysr = report.system
+    if sysr.data is None:
+        return [_status_line("system", sysr)]
+    s = sysr.data
+    model = report.target["total_bytes"]
+    limit = s.cgroup.limit_bytes if s.cgroup else None
+    fits = "fits" if s.memory_headroom_bytes >= model else "does NOT fit"
+    memory = (
+        f"{format_bytes(s.ram_available_bytes)} available of {format_bytes(s.ram_total_bytes)};"
+        f" cgroup limit {format_bytes(limit) if limit else 'none'};"
+        f" model {format_bytes(model)} ({fits} in RAM)"
+    )
+    where = s.virtualization or "bare metal?"
+    system = (
+        f"{s.cpus_usable} CPUs ({s.cpu_model or '?'}), kernel {s.kernel},"
+        f" {where}{', ' + s.container if s.container else ''}"
+    )
+    return [_wrap("memory", memory), _wrap("system", system)]
+
+
+def _throughput_lines(thr: ProbeResult[ThroughputResult]) -> list[str]:
+    if thr.data is None:
+        return [_status_line("throughput", thr)]
+    points = list(thr.data.sequential) + list(thr.data.parallel)
+    biggest = max(p.bytes_per_s for p in points)
+    lines = [f"{'throughput':<{_LABEL}}cold, {thr.data.method}; one reader, by request size:"]
+    for p in thr.data.sequential:
+        rate, bar = format_rate(p.bytes_per_s), _bar(p.bytes_per_s, biggest)
+        kernel = f"  kernel {format_bytes(p.avg_request_bytes)}/req" if p.avg_request_bytes else ""
+        lines.append(f"  {format_bytes(p.block_bytes):>10}   {rate:>10}  {bar:<20}{kernel}")
+    if thr.data.parallel:
+        lines.append(" " * _LABEL + "parallel readers, 1 MiB requests:")
+    for p in thr.data.parallel:
+        label = f"{p.readers} reader{'s' if p.readers > 1 else ''}"
+        rate, bar = format_rate(p.bytes_per_s), _bar(p.bytes_per_s, biggest)
+        lines.append(f"  {label:>10}   {rate:>10}  {bar}")
+    if (ram := thr.data.into_ram) is not None:
+        best = max(p.bytes_per_s for p in thr.data.parallel)
+        share = f"  {ram.bytes_per_s / best:.2f}x" if best > 0 else ""
+        landed = format_bytes(ram.bytes_read)
+        lines.append(" " * _LABEL + f"into fresh RAM, where a loader lands it ({landed}):")
+        label = f"{ram.readers} reader{'s' if ram.readers > 1 else ''}"
+        rate, bar = format_rate(ram.bytes_per_s), _bar(ram.bytes_per_s, biggest)
+        lines.append(f"  {label:>10}   {rate:>10}  {bar:<20}{share}")
+    elif thr.data.parallel and thr.data.into_ram_reason:
+        lines.append(_wrap("into RAM", thr.data.into_ram_reason))
+    return lines
+
+
+def _local_lines(local: ProbeResult[list[LocalDisk]]) -> list[str]:
+    if local.status is Status.SKIPPED:
+        return []
+    if local.data is None:
+        return [_status_line("local disk", local)]
+    if not local.data:
+        return [_wrap("local disk", "no local-disk directory with room for a copy was found")]
+    lines = []
+    for d in local.data:
+        if d.speed is None:
+            text = f"{d.directory} ({format_bytes(d.free_bytes)} free): {d.reason}"
+        else:
+            cold = "" if d.speed.cold_verified else " (cold not verified)"
+            text = (
+                f"{d.directory} ({format_bytes(d.free_bytes)} free): writes"
+                f" {format_rate(d.speed.write_bytes_per_s)}, reads"
+                f" {format_rate(d.speed.cold_read_bytes_per_s)} cold{cold}"
+            )
+        lines.append(_wrap("local disk", text))
+    return lines
+
+
+def to_text(report: ProbeReport) -> str:
+    """A short summary that fits 80 columns; the JSON has everything."""
+    t = report.target
+    lines = [
+        _wrap("target", f"{t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})")
+    ]
+    seen: set[int] = set()
+    for f in report.files:
+        if id(f.storage) not in seen:
+            seen.add(id(f.storage))
+            lines += _storage_lines(f)
+    lines += _system_lines(report)
+    known = [
+        fraction
+        for f in report.files
+        if f.residency.data is not None and (fraction := f.residency.data.fraction) is not None
+    ]
+    if known:
+        mean = sum(known) / len(known)
+        lines.append(
+            _wrap("page cache", f"{mean:.0%} resident before probing ({len(known)} file(s))")
+        )
+    elif report.files:
+        first = report.files[0].residency
+        why = first.reason or (first.data.note if first.data else "")
+        lines.append(_wrap("page cache", f"unknown: {why}"))
+    lat = report.latency
+    if lat.data is not None:
+        d = lat.data
+        latency = (
+            f"cold 4 KiB reads ({d.method}, {d.samples} samples):"
+            f" p50 {format_us(d.p50_us)}, p90 {format_us(d.p90_us)}, p99 {format_us(d.p99_us)}"
+        )
+        lines.append(_wrap("latency", latency))
+    else:
+        lines.append(_status_line("latency", lat))
+    lines += _throughput_lines(report.throughput)
+    lines += _fio_lines(report)
+    hf = report.hf_cache
+    if hf.data is not None:
+        where = hf.data.location.path + ("" if hf.data.location.exists else " (not created yet)")
+        src = hf.data.location.source
+        lines.append(_wrap("hf cache", f"{where} [{src}] on {hf.data.storage_class}"))
+    else:
+        lines.append(_status_line("hf cache", hf))
+    lines += _local_lines(report.local_disks)
+    lines += _gpu_lines(report.gpus)
+    for note in report.notes:
+        lines.append(_wrap("note", note))
+    lines.append(_wrap("took", f"{report.elapsed_s:.1f} s of a {report.budget_s:g} s budget"))
+    return "\n".join(lines)
+
+
+def _fio_lines(report: ProbeReport) -> list[str]:
+    """fio's figures beside the probe's (with --fio), else how to reproduce with fio."""
+    if not report.fio_jobs:
+        return []
+    doc = report.fio_dict()
+    lines = []
+    if report.fio.status is not Status.OK:
+        if report.fio.status is not Status.SKIPPED:
+            lines.append(_status_line("fio", report.fio))
+        lines.append(
+            _wrap(
+                "fio",
+                "loadscope probe --fio runs the fio jobs that reproduce these numbers"
+                " (their command lines: fio.jobs[].command in --json)",
+            )
+        )
+        return lines
+    for job in doc["jobs"]:
+        if job["fio"] is None:
+            continue
+        if job["metric"] == "p50_us":
+            mine = format_us(job["probe"]) if job["probe"] else "-"
+            text = f"{job['label']}: p50 {format_us(job['fio'])} (probe {mine})"
+        else:
+            mine = format_rate(job["probe"]) if job["probe"] else "-"
+            text = f"{job['label']}: {format_rate(job['fio'])} (probe {mine})"
+        ratio = job["fio_over_probe"]
+        lines.append(_wrap("fio", text + (f", fio/probe {ratio:.2f}x" if ratio else "")))
+    lines.append(_wrap("fio", "the jobs (read-only):"))
+    for job in doc["jobs"]:
+        lines += _shell_lines(job["command"])
+    return lines
+
+
+def _shell_lines(command: str, width: int = 80) -> list[str]:
+    """A long shell command as lines continued with a backslash, broken between words."""
+    words = shlex.split(command)
+    lines, line = [], " "
+    for word in (shlex.quote(w) for w in words):
+        if len(line) + 1 + len(word) > width - 2 and line.strip():
+            lines.append(line + " \\")
+            line = "    "
+        line += " " + word
+    return [*lines, line]
