@@ -353,12 +353,17 @@ class IoBench:
                         return
                     at = block * block_bytes
                     self.reading = (path, offset + at)
-                    dest = landing[0][at : at + block_bytes] if own is None else own
-                    n = os.preadv(fd, [dest], offset + at)
+                    if own is None:
+                        # A slice of the shared buffer, released at once: the buffer
+                        # can only be closed once no slice of it is alive.
+                        with landing[0][at : at + block_bytes] as dest:
+                            n = os.preadv(fd, [dest], offset + at)
+                    else:
+                        n = os.preadv(fd, [own], offset + at)
                     totals[i] += n
                     counts[i] += 1
             except OSError as exc:
-                errors.append(exc)
+                errors.append(exc.with_traceback(None))  # no frame (and slice) kept alive
             finally:
                 if own is not None:
                     own.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ def _clear_previous_run(out_dir: Path) -> None:
         return
     for node in previous["nodes"]:
         name = node.get("report")
-        if isinstance(name, str) and name.startswith("node-") and "/" not in name:
+        if isinstance(name, str) and re.fullmatch(r"node-\d+\.json", name):
             with contextlib.suppress(OSError):
                 (out_dir / name).unlink()
 

@@ -210,9 +210,9 @@ def hints_from(probe: ProbeReport) -> dict[str, Any]:
     return {"threads": max(4, best.readers), "block_bytes": best.block_bytes}
 
 
-#: torch.load(weights_only=True), with and without mmap=True: what measures pickles.
 #: torch.load onto the GPU, beside load_file(device="cuda") (seed 000 on the GPU).
 GPU_TORCH_STRATEGIES = ("pickle-cuda",)
+#: torch.load(weights_only=True), with and without mmap=True: what measures pickles.
 TORCH_STRATEGIES = ("pickle", "pickle-mmap")
 
 
@@ -301,7 +301,7 @@ def _with_torch_files(
             planned = plan_trials(
                 probe, [t for t in trials if t[0] not in torch_ways], plan.trial_s
             )
-        pair = "mmap-cuda,pickle-cuda --device cuda" if gpu else "mmap,pickle"
+        pair = f"mmap-cuda,pickle-cuda --device {plan.device}" if gpu else "mmap,pickle"
         failures.append(
             "torch files beside the safetensors: not measured (loaded whole, they do not"
             f" fit {budget_s:g} s; `loadscope bench {target.spec} --strategies"

@@ -59,7 +59,7 @@ from loadscope.engine.bench_records import (
     TrialStarted,
     WorkerStartFailed,
 )
-from loadscope.engine.bench_tables import extrapolation_lines, format_lines, to_text
+from loadscope.engine.bench_tables import format_lines, to_text
 from loadscope.engine.sampled import SampleSets, choose_scopes, extrapolate_trials, fit_budget
 from loadscope.engine.sampling import SampleSet, Scope, sample_size
 from loadscope.engine.summaries import bench_summaries
@@ -101,7 +101,6 @@ __all__ = [
     "TrialStarted",
     "WorkerStartFailed",
     "describe_strategies",
-    "extrapolation_lines",
     "format_lines",
     "memory_guard",
     "reference_digests",

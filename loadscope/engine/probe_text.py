@@ -119,6 +119,8 @@ def _throughput_lines(thr: ProbeResult[ThroughputResult]) -> list[str]:
     if thr.data is None:
         return [_status_line("throughput", thr)]
     points = list(thr.data.sequential) + list(thr.data.parallel)
+    if thr.data.into_ram is not None:
+        points.append(thr.data.into_ram)  # the bars share one scale, this point's too
     biggest = max(p.bytes_per_s for p in points)
     lines = [f"{'throughput':<{_LABEL}}cold, {thr.data.method}; one reader, by request size:"]
     for p in thr.data.sequential:

@@ -457,7 +457,11 @@ def _into_ram(
             f"not measured: a quarter of the memory headroom ({format_bytes(headroom)}) is"
             f" under 16 requests of {format_bytes(best.block_bytes)}"
         )
-    return bench.into_ram(best.readers, seconds, best.block_bytes, cap), ""
+    try:
+        return bench.into_ram(best.readers, seconds, best.block_bytes, cap), ""
+    except (OSError, MemoryError, BufferError) as exc:  # the scan's points still stand
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return None, f"not measured: {why or type(exc).__name__} ({bench.where()})"
 
 
 def _hf_cache(table: list[mounts.Mount], wsl: bool) -> HubCacheProbe:

@@ -5,7 +5,9 @@ trial, :class:`BroadcastTrial`, :class:`BroadcastSummary` per mode and cache sta
 :class:`BroadcastReport` with its JSON and Markdown), the events a live view follows
 and the errors a run raises. The JSON keeps these fields in this order.
 
-May import: ``loadscope.engine.trials``, ``loadscope.base``. Nothing here runs a rank.
+May import: ``loadscope.engine.trials``, ``loadscope.base``, and
+:mod:`~loadscope.engine.rank_tables` inside ``to_markdown`` only (the tables import
+these records). Nothing here runs a rank.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ list``). Fields a newer loadscope adds are allowed: only what the readers rely o
 required.
 
 May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
-``loadscope.base``.
+:mod:`~loadscope.report.compare` (the fleet summary's types), ``loadscope.base``.
 """
 
 from __future__ import annotations

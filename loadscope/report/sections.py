@@ -189,7 +189,8 @@ def _storage(doc: dict[str, Any]) -> Section | None:
         if isinstance(ram, dict) and ram.get("bytes_per_s"):
             items.append(
                 f"the same into fresh RAM (a loader's ceiling):"
-                f" {format_rate(ram['bytes_per_s'])} over {format_bytes(ram['bytes_read'])}"
+                f" {format_rate(ram['bytes_per_s'])} over"
+                f" {format_bytes(ram.get('bytes_read') or 0)}"
             )
     if len(files) > 1:
         items.append(f"{len(files)} files; the first shown")

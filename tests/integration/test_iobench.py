@@ -136,3 +136,32 @@ def test_the_probe_names_why_it_did_not_land_reads_in_ram(big_file: Path) -> Non
     point, why = _into_ram(bench, [par], 5.0, 1 << 30)
     assert why == "" and point is not None and point.readers == 4
     assert point.bytes_read == REGION  # the whole file: under a quarter of the headroom
+
+
+def test_a_read_error_into_ram_is_the_error_not_the_buffer(
+    big_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An EIO mid-point is said as the read that failed (it was hidden behind
+    "BufferError: cannot close exported pointers exist"), and the probe keeps the points
+    it measured before it."""
+    import errno
+
+    from loadscope.engine.probing import _into_ram
+
+    bench = IoBench([(str(big_file), big_file.stat().st_size)], cold=ColdCache(), direct=False)
+    par = bench.parallel(4, 0.3)
+    real, calls = os.preadv, [0]
+
+    def failing(fd: int, buffers: list[memoryview], offset: int) -> int:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", failing)
+    with pytest.raises(OSError) as info:
+        bench.into_ram(2, 30.0, 1 << 20, 16 << 20)
+    assert info.value.errno == errno.EIO
+    calls[0] = 0
+    point, why = _into_ram(bench, [par], 30.0, 1 << 30)
+    assert point is None and why.startswith("not measured: Input/output error ("), why

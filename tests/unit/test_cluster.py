@@ -247,6 +247,23 @@ def test_fleet_json_is_of_the_published_schema_and_a_foreign_one_removes_nothing
     assert (out / "node-5.json").exists()
 
 
+def test_a_fleet_json_naming_an_odd_node_file_does_not_stop_the_fleet_report(
+    tmp_path: Path,
+) -> None:
+    """A schema-valid fleet.json whose node file name holds a NUL made unlink raise
+    ValueError, and no fleet report was written: only node-N.json names are removed."""
+    from loadscope.diagnosis.cluster import NodeResult, write_fleet
+
+    out = tmp_path / "fleet"
+    out.mkdir()
+    odd = {"rank": 0, "name": "a", "status": "ok", "reason": None, "report": "node-\u0000"}
+    other = {**odd, "rank": 1, "report": "node-1.json.bak"}
+    (out / "node-1.json.bak").write_text("{}")
+    (out / "fleet.json").write_text(json.dumps({"schema_version": 1, "nodes": [odd, other]}))
+    write_fleet([NodeResult(0, "a", "ok", report=json.loads(_ok(0))["report"])], out)
+    assert (out / "fleet.md").exists() and (out / "node-1.json.bak").exists()
+
+
 def test_an_unwritable_out_is_refused_before_any_node_works(tmp_path: Path) -> None:
     from loadscope.diagnosis.cluster import check_out_dir
 
