@@ -28,6 +28,7 @@ from loadscope.engine.probe_report import (
     StorageProbe,
 )
 from loadscope.engine.probe_text import to_text
+from loadscope.engine.trials import target_record
 from loadscope.model.targets import Target
 from loadscope.probes import blockdev, fio, mounts
 from loadscope.probes.gpu import probe_gpus
@@ -328,14 +329,10 @@ def _local_disks(
 
 
 def _target_dict(target: Target) -> dict[str, Any]:
-    return {
-        "spec": target.report_spec,
-        "kind": target.kind,
-        "root": target.report_root,
-        "files": len(target.files),
-        "total_bytes": target.total_bytes,
-        **({"source": str(target.served_from)} if target.served_from else {}),
-    }
+    """The report's target as every runner gives it, and the model's own folder when an
+    emulator serves it (the mount is gone after the run)."""
+    source = {"source": str(target.served_from)} if target.served_from else {}
+    return {**target_record(target), **source}
 
 
 def _run_fio(jobs: list[fio.FioJob], stalled: list[str], notes: list[str]) -> list[fio.FioMeasure]:
