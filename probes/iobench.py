@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from loadscope.base.errors import LoadscopeError
 from loadscope.base.safeio import open_regular
 from loadscope.probes.iosampler import IoDelta, IoSampler, delta
 from loadscope.probes.pagecache import ColdCache
@@ -334,13 +335,17 @@ class IoBench:
         lock = threading.Lock()
         totals = [0] * readers
         counts = [0] * readers
-        errors: list[OSError] = []
+        errors: list[OSError | LoadscopeError] = []
         deadline = time.monotonic() + seconds
         timed_out = threading.Event()
         landing: list[memoryview] = []
 
         def worker(i: int) -> None:
-            fd = _open(path, self.direct)
+            try:
+                fd = _open(path, self.direct)
+            except (OSError, LoadscopeError) as exc:  # the file went away meanwhile, say
+                errors.append(exc.with_traceback(None))  # said by the point, not the thread
+                return
             own = None if into_ram else mmap.mmap(-1, block_bytes)
             try:
                 while True:

@@ -165,3 +165,26 @@ def test_a_read_error_into_ram_is_the_error_not_the_buffer(
     calls[0] = 0
     point, why = _into_ram(bench, [par], 30.0, 1 << 30)
     assert point is None and why.startswith("not measured: Input/output error ("), why
+
+
+def test_a_file_gone_before_the_readers_open_it_is_the_points_error_not_a_thread_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model removed mid-probe (a synthetic one at Ctrl-C) printed one "Exception in
+    thread" traceback per reader; the point now raises the reason once."""
+    import threading
+
+    from loadscope.base.errors import PathNotFound
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"\0" * (4 << 20))
+    if not o_direct_support(str(path))[0]:
+        pytest.skip("no O_DIRECT here (buffered points evict first, in the caller's thread)")
+    bench = IoBench([(str(path), 4 << 20)], cold=ColdCache(), direct=True)
+    path.unlink()
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    for run in (lambda: bench.parallel(4, 1.0), lambda: bench.into_ram(4, 1.0, 1 << 20, 4 << 20)):
+        with pytest.raises(PathNotFound, match="no such file"):
+            run()
+    assert raised == []
