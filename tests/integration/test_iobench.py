@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -52,17 +51,17 @@ def test_sequential_16m_agrees_with_dd_direct(big_file: Path) -> None:
     if not direct:
         pytest.skip(f"the test filesystem has no O_DIRECT: {why}")
     ours, theirs = [], []
-    for _ in range(5):  # interleaved, so both see the same machine; medians of 5
+    for _ in range(5):  # interleaved, so both see the same machine
         done, secs, _, _ = sequential_read(
             str(big_file), offset=0, length=REGION, block_bytes=BLOCK, direct=True
         )
         assert done == REGION
         ours.append(done / secs)
         theirs.append(_dd(big_file))
-    ratio = statistics.median(ours) / statistics.median(theirs)
-    assert 0.75 <= ratio <= 1.25, (
-        f"ours {statistics.median(ours):.3g} B/s vs dd {statistics.median(theirs):.3g} B/s"
-    )
+    # The fastest of five on each side: on a shared 2-core machine the other test worker
+    # only ever slows a run down (dd, a new process each time, more so than our loop).
+    ratio = max(ours) / max(theirs)
+    assert 0.75 <= ratio <= 1.25, f"ours {max(ours):.3g} B/s vs dd {max(theirs):.3g} B/s"
 
 
 @pytest.mark.parametrize("direct", [True, False])
