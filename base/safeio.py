@@ -104,7 +104,7 @@ def pread_exact(fd: int, size: int, offset: int, *, path: str | os.PathLike[str]
 def pread_exactly(fd: int, view: memoryview, offset: int, path: str) -> None:
     """Fill ``view`` from ``offset``: a short read continues where it stopped, so a storage
     error is reported with its own errno and the offset it happened at; the file ending
-    early is said as such. Raises ReadFailed naming ``path``."""
+    early is said as such ("changed?"). Raises ReadFailed naming ``path`` first."""
     done = 0
     while done < len(view):
         at = offset + done
@@ -114,8 +114,7 @@ def pread_exactly(fd: int, view: memoryview, offset: int, path: str) -> None:
             raise ReadFailed(f"{exc.strerror} at offset {at}", path=path) from None
         if got == 0:
             raise ReadFailed(
-                f"the file ends at offset {at}, before the {offset + len(view)} bytes it had"
-                " (it changed while being read?)",
+                f"ends at offset {at}, short of the {offset + len(view)} bytes it had (changed?)",
                 path=path,
             )
         done += got

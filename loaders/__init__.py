@@ -2,8 +2,9 @@
 
 Owns: the safetensors header parser and torch archive reader (neither imports torch
 nor safetensors), each strategy as one module with its declared knobs
-(``strategies/``), the worker and fork server that run a trial in isolation, and the
-public loader API's engine (``api.py``).
+(``strategies/``), the worker and fork server that run a trial in isolation, a trial's
+page-cache state set up and verified (``cachestate.py``, for ``bench`` and rank 0 alike),
+and the public loader API's engine (``api.py``).
 May import: ``loadscope.probes`` (residency, memory headroom) and ``loadscope.base``;
 never the core above it or Textual.
 """

@@ -7,9 +7,10 @@ whole plan of trials together, so torch's import and the group's set-up are
 paid once, not per trial. Per trial:
 
 1. a barrier (nobody is still reading the previous trial's files);
-2. rank 0 puts the page cache in the asked state and verifies it (cold: evicted
-   and checked with ``mincore``; warm: pre-read and checked resident) while the
-   other ranks wait at the next barrier;
+2. rank 0 puts the page cache in the asked state and verifies it, as the ``bench``
+   parent does (``loaders/cachestate.py``: cold evicted and checked; warm pre-read
+   as ``loadscope warm`` reads and checked resident) while the other ranks wait at
+   the next barrier;
 3. after that barrier each rank starts its clock, loads every tensor of every file
    by the trial's mode, touches every page, and stops its clock;
 4. outside the timed region: crc32 of every tensor, and this rank's numbers.
@@ -63,7 +64,6 @@ MODES: Final = ("independent", "broadcast", "broadcast-async", "sharded")
 READ_CHUNK_BYTES = 16 << 20
 #: One collective carries at most this many bytes (larger files are sent in pieces).
 MAX_COLLECTIVE_BYTES = 1 << 30
-WARM_ENOUGH = 0.95
 
 
 class RankProtocolError(ValueError):
@@ -351,42 +351,6 @@ def _reset_peak_rss() -> bool:
     return True
 
 
-def _prepare_cache(
-    files: list[dict[str, Any]], mode: str, allow_drop_caches: bool
-) -> tuple[bool, float | None, str]:
-    """Put every file in ``mode`` (cold/warm) and verify it: (verified, residency, note)."""
-    from loadscope.probes.pagecache import ColdCache, residency
-
-    notes: list[str] = []
-    ok = True
-    if mode == "cold":
-        cold = ColdCache(allow_drop_caches=allow_drop_caches)
-        for f in files:
-            ev = cold.evict(str(f["path"]))
-            if not ev.verified:
-                ok = False
-                notes.append(f"{Path(f['path']).name}: {ev.note}")
-    elif mode == "warm":
-        buf = bytearray(READ_CHUNK_BYTES)
-        view = memoryview(buf)
-        for f in files:
-            with open(f["path"], "rb", buffering=0) as fh:
-                while fh.readinto(view):
-                    pass
-    else:
-        raise ValueError(f"unknown cache state {mode!r}")
-    fractions = [residency(str(f["path"])).fraction for f in files]
-    known = [x for x in fractions if x is not None]
-    mean = sum(known) / len(known) if known and len(known) == len(fractions) else None
-    if mode == "warm":
-        ok = mean is not None and mean >= WARM_ENOUGH
-        if not ok:
-            notes.append(
-                "residency unknown" if mean is None else f"only {mean:.0%} resident after pre-read"
-            )
-    return ok, mean, "; ".join(notes)
-
-
 def _run_trial(
     trial: dict[str, Any],
     plan: dict[str, Any],
@@ -401,15 +365,19 @@ def _run_trial(
 
     # _touched, inside the clock, imports from the worker module: import it now.
     import loadscope.loaders.worker  # noqa: F401
+    from loadscope.loaders.cachestate import prepare_cache
     from loadscope.probes.iosampler import IoSampler, delta
+    from loadscope.probes.pagecache import ColdCache
 
     files: list[dict[str, Any]] = plan["files"]
     trial_id = int(trial["id"])
     dist.barrier()  # nobody is still loading the previous trial
     if rank == 0:
         t_cache = time.perf_counter()
-        verified, resident, note = _prepare_cache(
-            files, str(trial["cache"]), bool(plan.get("allow_drop_caches", False))
+        verified, resident, note = prepare_cache(
+            [(str(f["path"]), int(f["size_bytes"])) for f in files],
+            str(trial["cache"]),
+            ColdCache(allow_drop_caches=bool(plan.get("allow_drop_caches", False))),
         )
         emitter.emit(
             RankCache(rank, trial_id, verified, resident, note, time.perf_counter() - t_cache)

@@ -5,7 +5,8 @@ Owns: :mod:`probing` (the storage probes run within a budget, one report), :mod:
 (the one budget planner: rounds and sample sizes from a cost model), :mod:`trials` (what
 both trial runners share: the interleaved plan, reference digests and their check, exit
 reasons, process kills, the memory refusal, medians and speed-ups), :mod:`children` (how
-both start a child and read its pipes), :mod:`summaries` (both runners' summaries);
+both start a child and read its pipes), :mod:`supervise` (the one loop that watches
+both runners' children: cancel, limits, exits, reaping), :mod:`summaries` (both runners' summaries);
 ``bench``, one trial per isolated worker: :mod:`bench` (the run), :mod:`trial_run` (one
 trial), :mod:`sampled` (a sampled run's pilot, scopes and fit), :mod:`bench_records`,
 :mod:`bench_tables`; ``bench --ranks``, one launch of N ranks through torch.distributed:

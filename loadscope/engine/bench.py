@@ -63,13 +63,7 @@ from loadscope.engine.bench_tables import format_lines, to_text
 from loadscope.engine.sampled import SampleSets, choose_scopes, extrapolate_trials, fit_budget
 from loadscope.engine.sampling import SampleSet, Scope, sample_size
 from loadscope.engine.summaries import bench_summaries
-from loadscope.engine.trial_run import (
-    NOWAIT_NOTE,
-    WARM_ENOUGH,
-    bounded_reference,
-    describe_strategies,
-    run_trial,
-)
+from loadscope.engine.trial_run import bounded_reference, describe_strategies, run_trial
 from loadscope.engine.trials import (
     CacheMode,
     interleaved,
@@ -77,6 +71,7 @@ from loadscope.engine.trials import (
     reference_digests,
     target_record,
 )
+from loadscope.loaders.cachestate import NOWAIT_NOTE, WARM_ENOUGH
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.system import memory_headroom, page_cache_room

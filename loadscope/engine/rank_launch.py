@@ -7,19 +7,16 @@ a rank that dies, fails or hangs turned into a reason that names it, after which
 rank's group is killed.
 
 May import: ``loadscope.engine.rank_records``, ``loadscope.engine.children``,
-``loadscope.engine.trials``, ``loadscope.loaders``, ``loadscope.model``,
-``loadscope.probes``, ``loadscope.base``.
+``loadscope.engine.supervise`` (the loop that watches the ranks), ``loadscope.engine.trials``,
+``loadscope.loaders``, ``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import queue
 import re
-import signal
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
@@ -38,7 +35,8 @@ from loadscope.engine.rank_records import (
     RankResult,
     RankStarted,
 )
-from loadscope.engine.trials import digest_mismatch, exit_reason, kill_group
+from loadscope.engine.supervise import Events, reap, supervise
+from loadscope.engine.trials import digest_mismatch, exit_reason
 from loadscope.loaders.rank import (
     RankCache,
     RankDone,
@@ -86,20 +84,20 @@ def _spawn(args: list[str], env: dict[str, str]) -> Child:
     return proc if proc is not None else popen([*python_module(_RANK_MODULE), *args], env)
 
 
-_Item = tuple[int, RankEvent | RankProtocolError | None]
+_Item = RankEvent | RankProtocolError
 
 
 class _Rank:
     """One running rank: its process, a reader per pipe, and what it has said."""
 
-    def __init__(self, rank: int, proc: Child, out: queue.Queue[_Item]) -> None:
+    def __init__(self, rank: int, proc: Child, out: Events[_Item]) -> None:
         self.rank = rank
         self.proc = proc
         self.done = False
         self.failed = False
         self.exit_code: int | None = None
         self.pipes = Pipes(
-            proc, lambda line: out.put((rank, self._decode(line))), lambda: out.put((rank, None))
+            proc, lambda line: out.put(rank, self._decode(line)), lambda: out.put(rank, None)
         )
 
     @staticmethod
@@ -200,7 +198,7 @@ class Launch:
                 with open(path, "w", encoding="utf-8") as fh:
                     fh.write(plan_text)
                 arg = "@" + path
-            events: queue.Queue[_Item] = queue.Queue()
+            events: Events[_Item] = Events()
             ranks: list[_Rank] = []
             oom_before = oom_kills()
             try:
@@ -208,52 +206,50 @@ class Launch:
                     ranks.append(_Rank(r, _spawn([arg], self._env(r, port)), events))
                 return self._watch(ranks, events, oom_before)
             finally:
-                for rank in ranks:
-                    if rank.proc.poll() is None:
-                        kill_group(rank.proc)
-                for rank in ranks:
-                    rank.pipes.join()
+                reap([r.pipes for r in ranks])  # the ranks started before one that could not
 
-    def _watch(
-        self, ranks: list[_Rank], events: queue.Queue[_Item], oom_before: int | None
-    ) -> Outcome:
-        o = self.options
+    def _watch(self, ranks: list[_Rank], events: Events[_Item], oom_before: int | None) -> Outcome:
         out = Outcome(trials=self.by_id)
         started = time.monotonic()
         run_deadline = started + self.timeout_s
         self._last_progress = started
-        while not all(r.exit_code is not None for r in ranks):
+
+        def done() -> bool:
+            # After the first failure, the others' reasons are awaited a moment only.
+            if out.failure_at is not None and time.monotonic() - out.failure_at > FAILURE_GRACE_S:
+                return True
+            return all(r.exit_code is not None for r in ranks)
+
+        def hung() -> str | None:
             now = time.monotonic()
-            if o.cancel is not None and o.cancel.is_set():
-                for r in ranks:
-                    kill_group(r.proc)
-                raise BroadcastCancelled("stopped: every rank's process group was killed")
-            if out.failure_at is not None:
-                if now - out.failure_at > FAILURE_GRACE_S:
-                    break
-            elif now > run_deadline or now - self._last_progress > self.trial_timeout_s:
-                limit = self.timeout_s if now > run_deadline else self.trial_timeout_s
-                out.problem(0, self._hang_reason(ranks, out, limit))
-                break
-            try:
-                rank_no, item = events.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if item is None:  # stdout closed: the rank exited (or is about to)
-                self._exited(ranks[rank_no], out, oom_before)
-            else:
-                self._take(ranks[rank_no], item, out)
+            late = now > run_deadline or now - self._last_progress > self.trial_timeout_s
+            if out.failure_at is not None or not late:
+                return None
+            limit = self.timeout_s if now > run_deadline else self.trial_timeout_s
+            return self._hang_reason(ranks, out, limit)
+
+        def take(rank_no: int, item: _Item) -> None:
+            self._take(ranks[rank_no], item, out)
+
+        reason = supervise(
+            [r.pipes for r in ranks],
+            events,
+            take=take,
+            exited=lambda rank_no, code: self._exited(ranks[rank_no], code, out, oom_before),
+            done=done,
+            limit=hung,
+            cancel=self.options.cancel,
+            cancelled=lambda: BroadcastCancelled("stopped: every rank's process group was killed"),
+            exit_wait_s=10,
+        )
+        if reason is not None:
+            out.problem(0, reason)
         return out
 
-    def _exited(self, rank: _Rank, out: Outcome, oom_before: int | None) -> None:
-        """The rank's stdout closed: its exit code, and why it died when it had not
-        finished the plan nor said it failed."""
-        try:
-            rank.exit_code = rank.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            kill_group(rank.proc)
-            rank.exit_code = rank.proc.poll()
-            rank.exit_code = -signal.SIGKILL if rank.exit_code is None else rank.exit_code
+    def _exited(self, rank: _Rank, code: int, out: Outcome, oom_before: int | None) -> None:
+        """The rank's stdout closed and it exited with ``code``: why it died when it had
+        not finished the plan nor said it failed."""
+        rank.exit_code = code
         if rank.done or rank.failed:
             return
         rank.pipes.join(1)  # its last stderr lines carry the reason
@@ -266,7 +262,7 @@ class Launch:
             0,
             exit_reason(
                 f"rank {rank.rank}",
-                rank.exit_code,
+                code,
                 rank.pipes.stderr,
                 oom_before,
                 killed="was ",

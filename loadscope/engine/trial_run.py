@@ -1,23 +1,23 @@
 """One ``bench`` trial in an isolated worker: the cache put in its state, the worker watched.
 
-Owns what one trial does: the cache evicted or pre-read and *verified*
-(:func:`prepare_cache`), a fresh worker (forked from the fork server unless told
-otherwise) given the trial's spec, its JSON-line events followed until it is done,
-fails, times out or the run is cancelled (its process group killed), the parent's own
-view of it (resident memory, I/O counters from /proc), and its numbers and tensor
-digests checked against the reference read (:func:`run_trial`). Also the worker that
-only describes the strategies, and the reference read given a time limit.
+Owns what one trial does: the cache evicted or pre-read and *verified* (by
+``loaders.cachestate``, as rank 0 of ``bench --ranks`` does), a fresh worker (forked
+from the fork server unless told otherwise) given the trial's spec, its JSON-line
+events followed (by :mod:`~loadscope.engine.supervise`'s loop) until it is done, fails,
+times out or the run is cancelled (its process group killed), the parent's own view of
+it (resident memory, I/O counters from /proc), and its numbers and tensor digests
+checked against the reference read (:func:`run_trial`). Also the worker that only
+describes the strategies, and the reference read given a time limit.
 
 May import: ``loadscope.engine.bench_records``, ``loadscope.engine.children``,
-``loadscope.engine.trials``, ``loadscope.loaders``, ``loadscope.model``,
-``loadscope.probes``, ``loadscope.base``.
+``loadscope.engine.supervise``, ``loadscope.engine.trials``, ``loadscope.loaders``,
+``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import queue
 import subprocess
 import threading
 import time
@@ -36,20 +36,14 @@ from loadscope.engine.bench_records import (
     WorkerStartFailed,
 )
 from loadscope.engine.children import Child, Pipes, forked, popen, python_module
-from loadscope.engine.trials import (
-    CacheMode,
-    digest_mismatch,
-    exit_reason,
-    kill_group,
-    reference_digests,
-)
+from loadscope.engine.supervise import Events, supervise
+from loadscope.engine.trials import digest_mismatch, exit_reason, kill_group, reference_digests
+from loadscope.loaders.cachestate import prepare_cache
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
-from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
 from loadscope.model.targets import WeightFile
-from loadscope.probes.pagecache import NOWAIT_SAMPLES, ColdCache, checked_fraction
+from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.system import oom_kills
 
-WARM_ENOUGH = 0.95
 _SERIES_POINTS = 50
 #: A trial running when the deadline passes may finish within this much more.
 DEADLINE_GRACE_S = 10.0
@@ -104,58 +98,6 @@ def bounded_reference(
     return out[0]
 
 
-NOWAIT_NOTE = (
-    f"mincore is hidden from this user, so {NOWAIT_SAMPLES} pages per file were asked"
-    " with RWF_NOWAIT reads"
-)
-
-
-def prepare_cache(
-    files: list[WeightFile], mode: CacheMode, cold: ColdCache
-) -> tuple[bool, float | None, str]:
-    """Put every file in ``mode`` and verify it; (verified, mean residency, note).
-
-    Residency is mincore's, or sampled with RWF_NOWAIT reads where mincore is hidden
-    from this user (``checked_fraction``): asked once per file, right before the trial."""
-    notes: list[str] = []
-    fractions: list[float | None] = []
-    sampled = False
-    if mode == "cold":
-        ok = True
-        for wf in files:
-            ev = cold.evict(wf.path)
-            fractions.append(ev.after)
-            sampled = sampled or "sampling" in ev.method
-            if not ev.verified:
-                ok = False
-                notes.append(f"{wf.path.name}: {ev.note}")
-    else:
-        # As `loadscope warm` reads: many large requests in flight, so that on slow
-        # storage the warm-up costs what the fix costs, not a single-stream read.
-        PageFill(
-            whole_files([(str(wf.path), wf.size_bytes) for wf in files]),
-            threads=WARM_THREADS,
-            block_bytes=WARM_BLOCK_BYTES,
-        ).run()
-        for wf in files:
-            fraction, by_sampling = checked_fraction(wf.path)
-            fractions.append(fraction)
-            sampled = sampled or by_sampling
-    known = [f for f in fractions if f is not None]
-    mean = sum(known) / len(known) if known and len(known) == len(fractions) else None
-    if mode == "warm":
-        ok = mean is not None and mean >= WARM_ENOUGH
-        if not ok:
-            notes.append(
-                "residency unknown"
-                if mean is None
-                else f"only {mean:.0%} resident after pre-reading"
-            )
-    if ok and sampled:
-        notes.append(f"verified {mode} by sampling: {NOWAIT_NOTE}")
-    return ok, mean, "; ".join(notes)
-
-
 def _preload_for(strategy: str, files: list[WeightFile]) -> list[str]:
     """The modules ``strategy``'s worker imports before its clock, for the fork server to
     import once (``transformers-model``: the modeling module of the model's config.json,
@@ -173,7 +115,7 @@ def _preload_for(strategy: str, files: list[WeightFile]) -> list[str]:
     return out
 
 
-_Event = Start | Progress | Done | Failed | ProtocolError | None
+_Event = Start | Progress | Done | Failed | ProtocolError
 
 
 class _Worker:
@@ -201,16 +143,17 @@ class _Worker:
             except OSError as exc:
                 raise WorkerStartFailed(command[0], exc) from None
         self.proc: Child = proc
-        self.events: queue.Queue[_Event] = queue.Queue()
+        #: Its events as child 0 of :func:`supervise` (None once stdout closed).
+        self.events: Events[_Event] = Events()
         self.lines: list[str] = []  # raw stdout (for --describe)
         on_line = self.lines.append if spec is None else self._decode
-        self.pipes = Pipes(proc, on_line, lambda: self.events.put(None))
+        self.pipes = Pipes(proc, on_line, lambda: self.events.put(0, None))
 
     def _decode(self, line: str) -> None:
         try:
-            self.events.put(decode(line))
+            self.events.put(0, decode(line))
         except ProtocolError as exc:
-            self.events.put(exc)
+            self.events.put(0, exc)
 
 
 def _rss_kib(pid: int) -> int | None:
@@ -267,7 +210,9 @@ def run_trial(
     """Run one planned trial; returns it finished and its tensors' digests.
     ``scratch_dir``: where the worker's libraries may write caches (removed by the caller)."""
     began = time.monotonic()
-    verified, resident, note = prepare_cache(files, trial.cache, cold)
+    verified, resident, note = prepare_cache(
+        [(str(wf.path), wf.size_bytes) for wf in files], trial.cache, cold
+    )
     detail = dict(trial.detail)
     if note:
         detail["cache_note"] = note
@@ -363,34 +308,39 @@ def _watch(
     deadline = time.monotonic() + timeout_s
     seen = _Watched()
     t_spawn = time.monotonic()
-    try:
-        while seen.result is None:
-            # The parent's own view of the worker: its resident memory over time.
-            if (kib := _rss_kib(worker.proc.pid)) is not None:
-                seen.rss.append((round(time.monotonic() - t_spawn, 3), kib * 1024))
-            if options.cancel is not None and options.cancel.is_set():
-                kill_group(worker.proc)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    worker.proc.wait(timeout=5)
-                raise BenchCancelled("stopped: the worker's process group was killed")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                kill_group(worker.proc)
-                seen.result = Failed(
-                    time.monotonic(), f"timed out after {timeout_s:.3g} s; worker killed"
-                )
-                break
-            try:
-                event = worker.events.get(timeout=min(remaining, 0.1))
-            except queue.Empty:
-                continue
-            _take(event, worker, seen, trial, listener, total_bytes, oom_before)
-    finally:
-        if worker.proc.poll() is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                worker.proc.wait(timeout=30)
-            if worker.proc.poll() is None:
-                kill_group(worker.proc)
+
+    def sample_rss() -> None:
+        # The parent's own view of the worker: its resident memory over time.
+        if (kib := _rss_kib(worker.proc.pid)) is not None:
+            seen.rss.append((round(time.monotonic() - t_spawn, 3), kib * 1024))
+
+    def exited(_child: int, code: int) -> None:
+        reason = exit_reason("worker", code, worker.pipes.stderr, oom_before)
+        seen.result = Failed(time.monotonic(), reason)
+
+    def timed_out() -> str | None:
+        if time.monotonic() < deadline:
+            return None
+        return f"timed out after {timeout_s:.3g} s; worker killed"
+
+    def take(_child: int, event: _Event) -> None:
+        _take(event, worker, seen, trial, listener, total_bytes)
+
+    stopped = supervise(
+        [worker.pipes],
+        worker.events,
+        take=take,
+        exited=exited,
+        done=lambda: seen.result is not None,
+        limit=timed_out,
+        cancel=options.cancel,
+        cancelled=lambda: BenchCancelled("stopped: the worker's process group was killed"),
+        exit_wait_s=30,
+        reap_wait_s=30,
+        on_tick=sample_rss,
+    )
+    if stopped is not None:
+        seen.result = Failed(time.monotonic(), stopped)
     return seen
 
 
@@ -401,14 +351,9 @@ def _take(
     trial: Trial,
     listener: Listener,
     total_bytes: int,
-    oom_before: int | None,
 ) -> None:
-    """One item from the worker's stdout, into ``seen`` (progress passed to ``listener``)."""
-    if event is None:
-        code = worker.proc.wait(timeout=30)
-        reason = exit_reason("worker", code, worker.pipes.stderr, oom_before)
-        seen.result = Failed(time.monotonic(), reason)
-    elif isinstance(event, ProtocolError):
+    """One event from the worker's stdout, into ``seen`` (progress passed to ``listener``)."""
+    if isinstance(event, ProtocolError):
         seen.protocol.append(str(event))
     elif isinstance(event, Start):
         seen.started = event
