@@ -305,6 +305,23 @@ def tensors_from_buffer(
             yield t.name, view.reshape(t.shape)
 
 
+def read_spans(request: FileRequest) -> Iterator[tuple[str, torch.Tensor]]:
+    """A sampled request's tensors: one ``pread`` per contiguous span of them (the
+    one-big-read pattern, on the bytes the trial is asked to load), each tensor copied
+    out of its span's bytes as ``safetensors.torch.load`` copies out of a file's."""
+    from loadscope.loaders.safetensors_format import read_header
+
+    header = read_header(request.path)
+    fd = os.open(request.path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for start, end, entries in group_by_span(header, selected(header, request)):
+            span = bytearray(os.pread(fd, end - start, start))
+            for name, t in tensors_from_buffer(span, start, header, entries):
+                yield name, t.clone()
+    finally:
+        os.close(fd)
+
+
 def o_direct_ok(path: str) -> bool:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)

@@ -53,6 +53,22 @@ _CONTROLLER_NAME = re.compile(r"^nvme\d+$")
 _FABRIC_TRANSPORTS = frozenset({"tcp", "rdma", "fc"})
 #: Azure's Gen1 VMBus channel of the temporary resource disk (waagent's udev rules).
 _AZURE_RESOURCE_CHANNEL = "/00000000-0001-"
+#: The clouds' own model names: searched for in the lower-cased model in this order (it
+#: matters where one is a prefix of another), whether the disk is network storage, and
+#: what it is.
+_CLOUD_MODELS: tuple[tuple[re.Pattern[str], bool, str], ...] = tuple(
+    (re.compile(pattern), is_network, what)
+    for pattern, is_network, what in (
+        ("amazon elastic block store", True, "AWS EBS volume"),
+        ("amazon ec2 nvme instance storage", False, "AWS EC2 instance store, a local NVMe SSD"),
+        ("nvme_card-pd", True, "GCP Persistent Disk / Hyperdisk over NVMe"),
+        ("^nvme_card", False, "GCP Local SSD over NVMe"),
+        ("persistentdisk", True, "GCP Persistent Disk"),
+        ("ephemeraldisk", False, "GCP Local SSD (SCSI)"),
+        ("msft nvme accelerator", True, "Azure remote disk on the NVMe controller"),
+        ("microsoft nvme direct disk", False, "Azure local NVMe disk"),
+    )
+)
 
 _VIRTIO_UNKNOWN = (
     "virtio virtual disk: a hypervisor-provided disk that may be backed by a local image "
@@ -209,23 +225,9 @@ def disk_verdict(disk: PhysicalDisk) -> tuple[bool | None, str]:
         return False, f"memory-backed block device: device name {disk.name!r}"
     if disk.nvme_transport in _FABRIC_TRANSPORTS:
         return True, f"NVMe over Fabrics (controller transport {disk.nvme_transport!r}){quoted}"
-    # The clouds' own names. Order matters where one is a prefix of another.
-    if "amazon elastic block store" in low_model:
-        return True, f"AWS EBS volume{quoted}"
-    if "amazon ec2 nvme instance storage" in low_model:
-        return False, f"AWS EC2 instance store, a local NVMe SSD{quoted}"
-    if "nvme_card-pd" in low_model:
-        return True, f"GCP Persistent Disk / Hyperdisk over NVMe{quoted}"
-    if low_model.startswith("nvme_card"):
-        return False, f"GCP Local SSD over NVMe{quoted}"
-    if "persistentdisk" in low_model:
-        return True, f"GCP Persistent Disk{quoted}"
-    if "ephemeraldisk" in low_model:
-        return False, f"GCP Local SSD (SCSI){quoted}"
-    if "msft nvme accelerator" in low_model:
-        return True, f"Azure remote disk on the NVMe controller{quoted}"
-    if "microsoft nvme direct disk" in low_model:
-        return False, f"Azure local NVMe disk{quoted}"
+    for pattern, is_network, what in _CLOUD_MODELS:
+        if pattern.search(low_model):
+            return is_network, f"{what}{quoted}"
     if low_vendor == "msft" and "virtual disk" in low_model:
         if _AZURE_RESOURCE_CHANNEL in disk.sysfs_path:
             return False, (

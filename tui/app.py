@@ -14,14 +14,17 @@ May import: everything in the core and the rest of ``loadscope.tui``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import BindingType
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
@@ -60,6 +63,25 @@ from loadscope.tui.views import AdviceView, BenchView
 
 #: Redraws per second of the live charts (the engine samples faster; stale samples drop).
 REDRAW_HZ = 5
+
+
+_M = TypeVar("_M", bound=Message)
+_Handler = Callable[["LoadscopeApp", _M], None]
+
+
+def _engine_message(kind: type[_M]) -> Callable[[_Handler[_M]], _Handler[_M]]:
+    """``@on(kind)`` for one of the engine's messages: the app adds the message's name to
+    ``messages_seen`` (in the order they are handled), then ``handler`` runs."""
+
+    def decorate(handler: _Handler[_M]) -> _Handler[_M]:
+        @functools.wraps(handler)
+        def noted(app: LoadscopeApp, message: _M) -> None:
+            app.messages_seen.append(type(message).__name__)
+            handler(app, message)
+
+        return on(kind)(noted)
+
+    return decorate
 
 
 class LoadscopeApp(App[int]):
@@ -391,29 +413,22 @@ class LoadscopeApp(App[int]):
             self._profilable = profilable
             self.refresh_bindings()
 
-    def _seen(self, message: Any) -> None:
-        self.messages_seen.append(type(message).__name__)
-
-    @on(StepStarted)
+    @_engine_message(StepStarted)
     def _step(self, m: StepStarted) -> None:
-        self._seen(m)
         self.sub_title = f"{self.last_request.spec if self.last_request else ''}: {m.name}"
 
-    @on(ProbesReady)
+    @_engine_message(ProbesReady)
     def _probes(self, m: ProbesReady) -> None:
-        self._seen(m)
         self.query_one(ProbesView).show(m.probe)
 
-    @on(TrialBegan)
+    @_engine_message(TrialBegan)
     def _began(self, m: TrialBegan) -> None:
-        self._seen(m)
         if m.index == 0:
             self.action_tab("bench")
         self.query_one(BenchView).trial_began(m.trial, m.index, m.total)
 
-    @on(TrialSample)
+    @_engine_message(TrialSample)
     def _sample(self, m: TrialSample) -> None:
-        self._seen(m)
         self.query_one(BenchView).sample(
             m.trial_id,
             m.seconds,
@@ -425,30 +440,26 @@ class LoadscopeApp(App[int]):
             read_bytes=m.read_bytes,
         )
 
-    @on(TrialEnded)
+    @_engine_message(TrialEnded)
     def _ended(self, m: TrialEnded) -> None:
-        self._seen(m)
         self.query_one(BenchView).trial_ended(m.trial)
 
-    @on(RunFinished)
+    @_engine_message(RunFinished)
     def _finished(self, m: RunFinished) -> None:
-        self._seen(m)
         self.running = False
         self._source_spec = self.last_request.spec if self.last_request else ""
         self.show_report(m.report, live=True)
         self.action_tab("advice")
         self.notify(m.report["verdict"]["headline"], title=m.report["verdict"]["status"])
 
-    @on(ApplyProgress)
+    @_engine_message(ApplyProgress)
     def _apply_progress(self, m: ApplyProgress) -> None:
-        self._seen(m)
         self.query_one(AdviceView).applying(
             fixes.progress_text(self._applying, m.done, m.total, m.seconds), m.done, m.total
         )
 
-    @on(ApplyFinished)
+    @_engine_message(ApplyFinished)
     def _apply_finished(self, m: ApplyFinished) -> None:
-        self._seen(m)
         self.running = False
         self._applying = None
         text = fixes.outcome_text(m.result)
@@ -466,15 +477,13 @@ class LoadscopeApp(App[int]):
         self.refresh_bindings()
         self.sub_title = outcome
 
-    @on(RunFailed)
+    @_engine_message(RunFailed)
     def _failed(self, m: RunFailed) -> None:
-        self._seen(m)
         self._cut_short("failed", m.reason)
         self.notify(m.reason, title="the diagnosis failed", severity="error", timeout=30)
 
-    @on(RunCancelled)
+    @_engine_message(RunCancelled)
     def _cancelled(self, m: RunCancelled) -> None:
-        self._seen(m)
         self._cut_short("stopped", m.reason)
         self.notify(m.reason, title="stopped")
 

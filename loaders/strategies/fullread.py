@@ -6,7 +6,6 @@ bytes. Holds the file twice at the peak (the bytes and the tensors).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -15,8 +14,7 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
-    group_by_span,
-    selected,
+    read_spans,
     tensors_from_buffer,
 )
 
@@ -53,15 +51,5 @@ class FullRead(Strategy):
                     continue
                 yield from tensors.items()
                 continue
-            # A sample: one read of the span that holds the chosen tensors (the same
-            # one-big-read pattern, on the bytes the trial is asked to load).
-            header = read_header(f.path)
-            fd = os.open(f.path, os.O_RDONLY)
-            try:
-                for start, end, entries in group_by_span(header, selected(header, f)):
-                    span = bytearray(os.pread(fd, end - start, start))
-                    # load() copies tensors out of the bytes; so do we.
-                    for name, t in tensors_from_buffer(span, start, header, entries):
-                        yield name, t.clone()
-            finally:
-                os.close(fd)
+            # A sample: one read per span that holds the chosen tensors.
+            yield from read_spans(f)

@@ -7,7 +7,6 @@ tensor from pageable memory to the device. Holds the file twice in RAM at the pe
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -17,9 +16,7 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
-    group_by_span,
-    selected,
-    tensors_from_buffer,
+    read_spans,
 )
 
 if TYPE_CHECKING:
@@ -39,8 +36,6 @@ class ReadToCuda(Strategy):
     ) -> Iterator[tuple[str, torch.Tensor]]:
         from safetensors.torch import load
 
-        from loadscope.loaders.safetensors_format import read_header
-
         device = cuda_device(ctx.device)
         for f in files:
             if f.tensors is None:
@@ -49,14 +44,6 @@ class ReadToCuda(Strategy):
                 for name, t in cpu.items():
                     yield name, t.to(device)
                 continue
-            # A sample: one read per span of the chosen tensors (the same one-big-read
-            # pattern, on the bytes the trial is asked to load), CPU copies, then .to().
-            header = read_header(f.path)
-            fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                for start, end, entries in group_by_span(header, selected(header, f)):
-                    data = bytearray(os.pread(fd, end - start, start))
-                    for name, t in tensors_from_buffer(data, start, header, entries):
-                        yield name, t.clone().to(device)
-            finally:
-                os.close(fd)
+            # A sample: one read per span of the chosen tensors, CPU copies, then .to().
+            for name, t in read_spans(f):
+                yield name, t.to(device)

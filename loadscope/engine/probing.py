@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -411,18 +411,8 @@ def _throughput(
     seq_slice = 0.45 * remaining / len(SEQUENTIAL_BLOCKS)
     # The parallel scan's points, then one more: the best of them into fresh memory.
     par_slice = 0.35 * remaining / (len(PARALLEL_READERS) + 1)
-    sequential = []
-    for block in SEQUENTIAL_BLOCKS:
-        budget = min(seq_slice, deadline - time.monotonic())
-        if budget <= 0:
-            break
-        sequential.append(bench.sequential(block, budget))
-    parallel = []
-    for readers in PARALLEL_READERS:
-        budget = min(par_slice, deadline - time.monotonic())
-        if budget <= 0:
-            break
-        parallel.append(bench.parallel(readers, budget))
+    sequential = _sweep(SEQUENTIAL_BLOCKS, bench.sequential, seq_slice, deadline)
+    parallel = _sweep(PARALLEL_READERS, bench.parallel, par_slice, deadline)
     if not sequential:
         raise Unavailable("no time left in the budget for throughput")
     into_ram, why = _into_ram(
@@ -431,6 +421,23 @@ def _throughput(
     return ThroughputResult(
         bench.method, path, tuple(sequential), tuple(parallel), note, into_ram, why
     )
+
+
+def _sweep(
+    settings: Sequence[int],
+    measure: Callable[[int, float], ThroughputPoint],
+    slice_s: float,
+    deadline: float,
+) -> list[ThroughputPoint]:
+    """``measure(setting, seconds)`` for each setting in turn, each given ``slice_s`` or
+    what is left before ``deadline``; the settings left when nothing is are not measured."""
+    points = []
+    for setting in settings:
+        budget = min(slice_s, deadline - time.monotonic())
+        if budget <= 0:
+            break
+        points.append(measure(setting, budget))
+    return points
 
 
 #: The into-RAM point may take at most this share of the memory headroom.

@@ -23,7 +23,7 @@ from loadscope.tools.blockemu import (
 )
 from loadscope.tools.emulator import EmulatorSettings, mounts_at
 from loadscope.tools.synth import SyntheticCheckpoint, synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_loadscope
 
 pytestmark = [
     pytest.mark.integration,
@@ -88,16 +88,9 @@ def test_the_probe_follows_the_loop_device_to_the_slow_disk(
     source: SyntheticCheckpoint, tmp_path: Path
 ) -> None:
     with emulated_block_disk(source.root, tmp_path / "mnt", FAST):
-        out = subprocess.run(
-            [sys.executable, "-m", "loadscope", "probe", str(tmp_path / "mnt"), "--json", "-"],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            timeout=120,
-            check=False,
-        )
-    assert out.returncode == 0, out.stderr
-    mount = json.loads(out.stdout)["files"][0]["mount"]
+        out = run_loadscope("probe", str(tmp_path / "mnt"), "--json", "-", timeout=120)
+    assert out.code == 0, out.err
+    mount = json.loads(out.out)["files"][0]["mount"]
     assert mount["fstype"] == "ext4" and mount["storage_class"] == "network-block"
     assert "loop device over" in mount["reason"] and "fuse.loadscope" in mount["reason"]
 
@@ -135,15 +128,8 @@ def test_unmount_takes_down_a_volume_whose_server_was_killed(
         vol.process.kill()  # the volume's own process: nothing of it can clean up
         vol.process.wait(timeout=10)
         assert any(is_block_emulator_mount(m) for m in mounts_at(mnt))
-        out = subprocess.run(
-            [sys.executable, "-m", "loadscope", "emulate", "--unmount", str(mnt)],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            timeout=60,
-            check=False,
-        )
-        assert out.returncode == 0 and "unmounted" in out.stdout, out.stderr
+        out = run_loadscope("emulate", "--unmount", str(mnt))
+        assert out.code == 0 and "unmounted" in out.out, out.err
     _assert_gone(mnt, before)
 
 

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from loadscope.base.errors import ExitCode
+from tests.as_nobody import NOBODY, SETPRIV, reachable_dir
 from tests.conftest import REPO_ROOT
 from tests.malformed_cases import good_st
 
 pytestmark = pytest.mark.integration
-
-SETPRIV = shutil.which("setpriv")
-NOBODY = ["--reuid", "65534", "--regid", "65534", "--clear-groups"]
 
 
 def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
@@ -47,12 +43,8 @@ def public_dir() -> Iterator[Path]:
     )
     if probe.returncode != 0:
         pytest.skip("user nobody cannot run this Python or read the checkout")
-    path = Path(tempfile.mkdtemp(prefix="loadscope-perm-"))
-    path.chmod(0o755)
-    try:
+    with reachable_dir("loadscope-perm-", 0o755) as path:
         yield path
-    finally:
-        shutil.rmtree(path)
 
 
 def test_unreadable_file(public_dir: Path) -> None:

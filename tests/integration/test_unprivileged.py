@@ -25,12 +25,10 @@ from loadscope.loaders import forkserver
 from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache, nowait_residency, residency
 from loadscope.tools.synth import synthesize
+from tests.as_nobody import NOBODY, SETPRIV, reachable_dir
 from tests.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("no-privileges")]
-
-SETPRIV = shutil.which("setpriv")
-NOBODY = ["--reuid", "65534", "--regid", "65534", "--clear-groups"]
 
 
 @dataclass(frozen=True)
@@ -101,26 +99,18 @@ def nobody() -> Iterator[Nobody]:
 @pytest.fixture(scope="module")
 def shared_model() -> Iterator[Path]:
     """A model owned by root, readable by all, writable by nobody else (a shared /models)."""
-    base = Path(tempfile.mkdtemp(prefix="loadscope-shared-"))
-    base.chmod(0o755)
-    root = base / "model"
-    synthesize(root, 24 << 20, seed=9, shards=2)
-    for p in [root, *root.iterdir()]:
-        p.chmod(0o755 if p.is_dir() else 0o444)
-    try:
+    with reachable_dir("loadscope-shared-", 0o755) as base:
+        root = base / "model"
+        synthesize(root, 24 << 20, seed=9, shards=2)
+        for p in [root, *root.iterdir()]:
+            p.chmod(0o755 if p.is_dir() else 0o444)
         yield root
-    finally:
-        shutil.rmtree(base)
 
 
 @pytest.fixture
 def outdir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="loadscope-nobody-out-"))
-    d.chmod(0o777)
-    try:
+    with reachable_dir("loadscope-nobody-out-", 0o777) as d:
         yield d
-    finally:
-        shutil.rmtree(d)
 
 
 def test_probe_as_nobody(nobody: Nobody, shared_model: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -18,15 +17,7 @@ from loadscope.tui.app import LoadscopeApp
 from loadscope.tui.screens import OnboardingScreen, SnippetPickScreen
 from loadscope.tui.views import AdviceView, BenchView
 from tests.conftest import REPO_ROOT
-
-GOLDEN = REPO_ROOT / "tests" / "golden" / "doctor_emulated.json"
-
-
-def _app(**kw: Any) -> LoadscopeApp:
-    kw.setdefault("browse_root", REPO_ROOT / "tests" / "golden")
-    kw.setdefault("hf_cache", "/nonexistent/loadscope-hf-cache")
-    kw.setdefault("fuse_reason", "not in tests")
-    return LoadscopeApp(**kw)
+from tests.tui.harness import GOLDEN, drive, notices, onboarding_error
 
 
 async def _wait_for(pilot: Any, cond: Any, timeout: float) -> None:
@@ -55,216 +46,181 @@ def _workers() -> list[psutil.Process]:
 def test_onboarding_to_advice_on_a_synthetic_model() -> None:
     """Pick a small synthetic checkpoint, run the real diagnosis, end on the advice."""
 
-    async def go() -> None:
-        app = _app(budget_s=15)
-        async with app.run_test(size=(100, 30)) as pilot:
-            assert isinstance(app.screen, OnboardingScreen)
-            size = app.screen.query_one("#synth-size")
-            size.value = ""  # type: ignore[attr-defined]
-            await pilot.press(*"16MiB")
-            await pilot.press("ctrl+r")
-            await _wait_for(
-                pilot,
-                lambda: "RunFinished" in app.messages_seen or "RunFailed" in app.messages_seen,
-                240,
-            )
-            assert "RunFailed" not in app.messages_seen
-            seen = app.messages_seen
-            # the typed messages in order: probes before trials, samples, then the end
-            assert seen.index("ProbesReady") < seen.index("TrialBegan")
-            assert {"TrialSample", "TrialEnded", "StepStarted"} <= set(seen)
-            assert seen[-1] == "RunFinished"
-            assert app.report is not None
-            assert app.report["verdict"]["status"] in ("healthy", "problem")
-            assert app.report["target"]["spec"] == "synthetic:16MiB"
-            advice = app.query_one(AdviceView)
-            verdict = str(advice.query_one("#verdict").render())
-            assert app.report["verdict"]["headline"][:40] in verdict
-            assert app.query_one("#tabs").active == "advice"
-            table = app.query_one(BenchView).query_one("#results")
-            assert table.row_count == len(app.report["bench"]["trials"])  # type: ignore[attr-defined]
-        assert _workers() == []
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        assert isinstance(app.screen, OnboardingScreen)
+        size = app.screen.query_one("#synth-size")
+        size.value = ""  # type: ignore[attr-defined]
+        await pilot.press(*"16MiB")
+        await _run_to_the_end(app, pilot)
+        seen = app.messages_seen
+        # the typed messages in order: probes before trials, samples, then the end
+        assert seen.index("ProbesReady") < seen.index("TrialBegan")
+        assert {"TrialSample", "TrialEnded", "StepStarted"} <= set(seen)
+        assert seen[-1] == "RunFinished"
+        assert app.report is not None
+        assert app.report["verdict"]["status"] in ("healthy", "problem")
+        assert app.report["target"]["spec"] == "synthetic:16MiB"
+        advice = app.query_one(AdviceView)
+        verdict = str(advice.query_one("#verdict").render())
+        assert app.report["verdict"]["headline"][:40] in verdict
+        assert app.query_one("#tabs").active == "advice"
+        table = app.query_one(BenchView).query_one("#results")
+        assert table.row_count == len(app.report["bench"]["trials"])  # type: ignore[attr-defined]
 
-    asyncio.run(go())
+    drive(steps, size=(100, 30), settle=False, budget_s=15)
+    assert _workers() == []
 
 
 def test_onboarding_asks_for_ranks_and_the_bench_view_shows_them() -> None:
     """Two gloo ranks chosen in onboarding: the diagnosis runs them, the view shows them."""
 
-    async def go() -> None:
-        app = _app(budget_s=30)
-        async with app.run_test(size=(100, 30)) as pilot:
-            screen = app.screen
-            assert isinstance(screen, OnboardingScreen)
-            screen.query_one("#synth-size").value = "8MiB"  # type: ignore[attr-defined]
-            screen.query_one("#device").value = "cpu"  # type: ignore[attr-defined]
-            screen.query_one("#ranks").value = "2"  # type: ignore[attr-defined]
-            await pilot.press("ctrl+r")
-            await _wait_for(
-                pilot,
-                lambda: "RunFinished" in app.messages_seen or "RunFailed" in app.messages_seen,
-                240,
-            )
-            assert "RunFailed" not in app.messages_seen
-            assert app.last_request is not None
-            assert (app.last_request.device, app.last_request.ranks) == ("cpu", 2)
-            assert app.report is not None and app.report["ranks"]["options"]["ranks"] == 2
-            box = app.query_one(BenchView).query_one("#ranks-summary")
-            assert box.display
-            text = str(box.render())
-            assert "2 ranks (gloo, cpu)" in text and "independent" in text
-        assert _workers() == []
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, OnboardingScreen)
+        screen.query_one("#synth-size").value = "8MiB"  # type: ignore[attr-defined]
+        screen.query_one("#device").value = "cpu"  # type: ignore[attr-defined]
+        screen.query_one("#ranks").value = "2"  # type: ignore[attr-defined]
+        await _run_to_the_end(app, pilot)
+        assert app.last_request is not None
+        assert (app.last_request.device, app.last_request.ranks) == ("cpu", 2)
+        assert app.report is not None and app.report["ranks"]["options"]["ranks"] == 2
+        box = app.query_one(BenchView).query_one("#ranks-summary")
+        assert box.display
+        text = str(box.render())
+        assert "2 ranks (gloo, cpu)" in text and "independent" in text
 
-    asyncio.run(go())
+    drive(steps, size=(100, 30), settle=False, budget_s=30)
+    assert _workers() == []
+
+
+async def _run_to_the_end(app: LoadscopeApp, pilot: Any) -> None:
+    """Ctrl+R from onboarding, and wait for the diagnosis to finish, without failing."""
+    await pilot.press("ctrl+r")
+    await _wait_for(
+        pilot,
+        lambda: "RunFinished" in app.messages_seen or "RunFailed" in app.messages_seen,
+        240,
+    )
+    assert "RunFailed" not in app.messages_seen
 
 
 def test_onboarding_refuses_zero_ranks() -> None:
-    async def go() -> None:
-        app = _app()
-        async with app.run_test(size=(100, 30)) as pilot:
-            app.screen.query_one("#ranks").value = "0"  # type: ignore[attr-defined]
-            await pilot.press("ctrl+r")
-            assert isinstance(app.screen, OnboardingScreen)
-            error = str(app.screen.query_one("#onboarding-error").render())
-            assert "ranks: at least 1" in error
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        app.screen.query_one("#ranks").value = "0"  # type: ignore[attr-defined]
+        assert "ranks: at least 1" in await onboarding_error(app, pilot)
 
-    asyncio.run(go())
+    drive(steps, size=(100, 30), settle=False)
 
 
 def test_stop_kills_the_running_worker() -> None:
-    async def go() -> None:
-        app = _app(target="synthetic:256MiB", budget_s=60)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _wait_for(pilot, lambda: app.query_one(BenchView).running_pid() is not None, 120)
-            pid = app.query_one(BenchView).running_pid()
-            assert pid is not None  # a trial was running (trials last ~0.1 s: it may be done)
-            await pilot.press("s")
-            await _wait_for(pilot, lambda: "RunCancelled" in app.messages_seen, 30)
-            assert "RunFinished" not in app.messages_seen  # stopped mid-run
-            assert not app.running
-            # The engine child reports the stop, then exits; its fork server goes with it.
-            await _wait_for(pilot, lambda: _workers() == [], 10)
-            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
-            assert app.report is None
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        await _wait_for(pilot, lambda: app.query_one(BenchView).running_pid() is not None, 120)
+        pid = app.query_one(BenchView).running_pid()
+        assert pid is not None  # a trial was running (trials last ~0.1 s: it may be done)
+        await pilot.press("s")
+        await _wait_for(pilot, lambda: "RunCancelled" in app.messages_seen, 30)
+        assert "RunFinished" not in app.messages_seen  # stopped mid-run
+        assert not app.running
+        # The engine child reports the stop, then exits; its fork server goes with it.
+        await _wait_for(pilot, lambda: _workers() == [], 10)
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert app.report is None
 
-    asyncio.run(go())
+    drive(steps, settle=False, target="synthetic:256MiB", budget_s=60)
 
 
 def test_a_saved_report_fills_every_view() -> None:
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            doc = json.loads(GOLDEN.read_text())
-            advice = app.query_one(AdviceView)
-            assert [r["id"] for r in advice.recommendations] == [
-                r["id"] for r in doc["recommendations"]
-            ]
-            bench = app.query_one(BenchView)
-            n = sum(1 for t in doc["bench"]["trials"] if not t["warmup"])
-            assert bench.query_one("#results").row_count == n  # type: ignore[attr-defined]
-            assert set(bench.chart_of) == {t["strategy"] for t in doc["bench"]["trials"]}
-            await pilot.press("1")
-            assert app.query_one("#tabs").active == "probes"
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        doc = json.loads(GOLDEN.read_text())
+        advice = app.query_one(AdviceView)
+        assert [r["id"] for r in advice.recommendations] == [
+            r["id"] for r in doc["recommendations"]
+        ]
+        bench = app.query_one(BenchView)
+        n = sum(1 for t in doc["bench"]["trials"] if not t["warmup"])
+        assert bench.query_one("#results").row_count == n  # type: ignore[attr-defined]
+        assert set(bench.chart_of) == {t["strategy"] for t in doc["bench"]["trials"]}
+        await pilot.press("1")
+        assert app.query_one("#tabs").active == "probes"
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))
 
 
 def test_export_writes_each_format(tmp_path: Path) -> None:
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            for name in ("r.json", "r.md", "r.html"):
-                assert app.export(str(tmp_path / name)) == tmp_path / name
-            assert app.export(str(tmp_path / "r.txt")) is None
-            await pilot.press("e")
-            prompt = app.screen.query_one("#prompt")
-            prompt.value = str(tmp_path / "via-key.md")  # type: ignore[attr-defined]
-            await pilot.press("enter")
-            await pilot.pause()
-        assert json.loads((tmp_path / "r.json").read_text())["verdict"]
-        assert (tmp_path / "r.md").read_text().startswith("#")
-        assert "<svg" in (tmp_path / "r.html").read_text()
-        assert (tmp_path / "via-key.md").exists()
-        assert not (tmp_path / "r.txt").exists()
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        for name in ("r.json", "r.md", "r.html"):
+            assert app.export(str(tmp_path / name)) == tmp_path / name
+        assert app.export(str(tmp_path / "r.txt")) is None
+        await pilot.press("e")
+        prompt = app.screen.query_one("#prompt")
+        prompt.value = str(tmp_path / "via-key.md")  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await pilot.pause()
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"]
+    assert (tmp_path / "r.md").read_text().startswith("#")
+    assert "<svg" in (tmp_path / "r.html").read_text()
+    assert (tmp_path / "via-key.md").exists()
+    assert not (tmp_path / "r.txt").exists()
 
 
 def test_bad_report_is_one_clear_notice(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text('{"hello": 1}')
 
-    async def go() -> None:
-        app = _app(report=str(bad))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            notes = [n.message for n in app._notifications]
-            assert any("not a loadscope doctor report" in m for m in notes), notes
-            assert app.report is None
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        notes = notices(app)
+        assert any("not a loadscope doctor report" in m for m in notes), notes
+        assert app.report is None
 
-    asyncio.run(go())
+    drive(steps, report=str(bad))
 
 
 def test_copy_sends_the_snippets_to_the_clipboard() -> None:
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            await pilot.press("c")
-            # Several stacks: the user picks the one they run (issue 16).
-            assert isinstance(app.screen, SnippetPickScreen)
-            await pilot.press("enter")
-            await pilot.pause()
-            assert not isinstance(app.screen, SnippetPickScreen)
-            rec = app.query_one(AdviceView).highlighted()
-            assert rec is not None
-            first, *rest = snippets_of(rec)
-            assert app.clipboard == f"# {snippet_heading(first)}\n{first['code']}"
-            await pilot.press("c")
-            await pilot.press("end", "enter")  # the last row: all of them
-            await pilot.pause()
-            assert rest and all(s["code"] in app.clipboard for s in [first, *rest])
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        await pilot.press("c")
+        # Several stacks: the user picks the one they run (issue 16).
+        assert isinstance(app.screen, SnippetPickScreen)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, SnippetPickScreen)
+        rec = app.query_one(AdviceView).highlighted()
+        assert rec is not None
+        first, *rest = snippets_of(rec)
+        assert app.clipboard == f"# {snippet_heading(first)}\n{first['code']}"
+        await pilot.press("c")
+        await pilot.press("end", "enter")  # the last row: all of them
+        await pilot.pause()
+        assert rest and all(s["code"] in app.clipboard for s in [first, *rest])
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))
 
 
 def test_onboarding_refuses_an_empty_path() -> None:
-    async def go() -> None:
-        app = _app()
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.click("#src-path")
-            await pilot.press("ctrl+r")
-            assert isinstance(app.screen, OnboardingScreen)
-            err = str(app.screen.query_one("#onboarding-error").render())
-            assert "type a path" in err
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        await pilot.click("#src-path")
+        assert "type a path" in await onboarding_error(app, pilot)
 
-    asyncio.run(go())
+    drive(steps, settle=False)
 
 
 def test_compare_shows_reports_side_by_side() -> None:
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause()
-            app.compare([str(GOLDEN), str(REPO_ROOT / "tests" / "golden" / "doctor_report.json")])
-            await pilot.pause()
-            table = app.screen.query_one("#compare")
-            assert table.row_count == 7 and len(table.columns) == 3  # type: ignore[attr-defined]
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        app.compare([str(GOLDEN), str(REPO_ROOT / "tests" / "golden" / "doctor_report.json")])
+        await pilot.pause()
+        table = app.screen.query_one("#compare")
+        assert table.row_count == 7 and len(table.columns) == 3  # type: ignore[attr-defined]
 
-    asyncio.run(go())
+    drive(steps, size=(120, 40), report=str(GOLDEN))
 
 
 @pytest.mark.parametrize("missing", ["/nonexistent/r.json"])
 def test_open_missing_report(missing: str) -> None:
-    async def go() -> None:
-        app = _app(report=missing)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            assert any("no such file" in n.message for n in app._notifications)
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        assert any("no such file" in m for m in notices(app))
 
-    asyncio.run(go())
+    drive(steps, report=missing)
 
 
 def test_brackets_in_paths_and_reasons_are_text_not_markup(tmp_path: Path) -> None:
@@ -275,16 +231,14 @@ def test_brackets_in_paths_and_reasons_are_text_not_markup(tmp_path: Path) -> No
     odd = tmp_path / "odd.json"
     odd.write_text(json.dumps(doc))
 
-    async def go() -> None:
-        app = _app(report=str(odd))
-        async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.press("1")
-            await pilot.pause()
-            text = str(app.query_one("#probe-cache").render())
-            assert "[b]odd[/b]" in text and "note [/bold]" in text
-            assert "a reason with [/] and [red" in str(app.query_one("#probe-summary").render())
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        await pilot.press("1")
+        await pilot.pause()
+        text = str(app.query_one("#probe-cache").render())
+        assert "[b]odd[/b]" in text and "note [/bold]" in text
+        assert "a reason with [/] and [red" in str(app.query_one("#probe-summary").render())
 
-    asyncio.run(go())
+    drive(steps, size=(100, 30), settle=False, report=str(odd))
 
 
 def _report_with_fixes(model: Path, total: int) -> Path:
@@ -321,146 +275,125 @@ def test_the_advice_view_applies_warm_and_copy_after_a_confirmation(tmp_path: Pa
     report = _report_with_fixes(model, total)
     before = {p.name: p.read_bytes() for p in model.iterdir()}
 
-    async def go() -> None:
-        app = _app(report=str(report))
-        async with app.run_test(size=(100, 30)) as pilot:
-            await pilot.pause()
-            advice = app.query_one(AdviceView)
-            ids = [r["id"] for r in advice.recommendations]
-            # copy first: the highlighted one; its confirmation shows the destination.
-            assert advice.highlighted()["id"] == ids[0] == "copy-to-local-disk"  # type: ignore[index]
-            await pilot.press("a")
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("escape")  # cancelled: nothing happens
-            assert not app.running and not (tmp_path / "local").exists()
-            await pilot.press("a")
-            dest = app.screen.query_one("#confirm-value")
-            assert dest.value == str(tmp_path / "local" / "loadscope-copies" / "model")  # type: ignore[attr-defined]
-            await pilot.press("enter")
-            await _wait_for(pilot, lambda: "ApplyFinished" in app.messages_seen, 120)
-            status = str(advice.query_one("#apply-status").render())
-            assert "copied" in status and "verified" in status
-            copied = tmp_path / "local" / "loadscope-copies" / "model"
-            assert {p.name: p.read_bytes() for p in copied.iterdir()} == before
-            # then warm the page cache, from the second recommendation
-            advice.query_one("#recs").highlighted = ids.index("prewarm")  # type: ignore[attr-defined]
-            await pilot.press("a")
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("enter")
-            await _wait_for(pilot, lambda: app.messages_seen.count("ApplyFinished") == 2, 120)
-            assert "warmed" in str(advice.query_one("#apply-status").render())
-        assert {p.name: p.read_bytes() for p in model.iterdir()} == before
-        assert _workers() == []
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        advice = app.query_one(AdviceView)
+        ids = [r["id"] for r in advice.recommendations]
+        # copy first: the highlighted one; its confirmation shows the destination.
+        assert advice.highlighted()["id"] == ids[0] == "copy-to-local-disk"  # type: ignore[index]
+        await pilot.press("a")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")  # cancelled: nothing happens
+        assert not app.running and not (tmp_path / "local").exists()
+        await pilot.press("a")
+        dest = app.screen.query_one("#confirm-value")
+        assert dest.value == str(tmp_path / "local" / "loadscope-copies" / "model")  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await _wait_for(pilot, lambda: "ApplyFinished" in app.messages_seen, 120)
+        status = str(advice.query_one("#apply-status").render())
+        assert "copied" in status and "verified" in status
+        copied = tmp_path / "local" / "loadscope-copies" / "model"
+        assert {p.name: p.read_bytes() for p in copied.iterdir()} == before
+        # then warm the page cache, from the second recommendation
+        advice.query_one("#recs").highlighted = ids.index("prewarm")  # type: ignore[attr-defined]
+        await pilot.press("a")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("enter")
+        await _wait_for(pilot, lambda: app.messages_seen.count("ApplyFinished") == 2, 120)
+        assert "warmed" in str(advice.query_one("#apply-status").render())
 
-    asyncio.run(go())
+    drive(steps, size=(100, 30), report=str(report))
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    assert _workers() == []
 
 
 def test_apply_is_greyed_for_a_synthetic_model() -> None:
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            assert app.check_action("apply", ()) is None
-            app.action_apply()
-            await pilot.pause()
-            assert not app.running
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        assert app.check_action("apply", ()) is None
+        app.action_apply()
+        await pilot.pause()
+        assert not app.running
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))
 
 
-def _toasts(app: LoadscopeApp) -> list[str]:
-    return [str(n.message) for n in app._notifications]
-
-
-def test_a_greyed_key_says_why_it_cannot_run() -> None:
-    """Issue 21: a, f, s when they cannot run gave no feedback at all."""
-
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            for key, says in (
-                ("s", "nothing is running"),
-                ("f", "no trial is running"),
-                ("a", "not one loadscope applies"),
-            ):
-                assert (
-                    app.check_action({"s": "stop", "f": "profile", "a": "apply"}[key], ()) is None
-                )
-                await pilot.press(key)
-                await pilot.pause()
-                assert any(says in t for t in _toasts(app)), (key, _toasts(app))
-            assert not app.running
-
-    asyncio.run(go())
-
-
-def test_r_c_and_e_say_why_they_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 22: every action that cannot run says why (r, c, e beside s, f, a)."""
-    from loadscope.tui.views import AdviceView
-
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            app.last_request, app.report = None, None
-            monkeypatch.setattr(AdviceView, "highlighted", lambda self: None)
-            for key, action, says in (
+@pytest.mark.parametrize(
+    ("nothing_yet", "cases"),
+    [
+        # Issue 21: a, f, s when they cannot run gave no feedback at all.
+        pytest.param(
+            False,
+            (
+                ("s", "stop", "nothing is running"),
+                ("f", "profile", "no trial is running"),
+                ("a", "apply", "not one loadscope applies"),
+            ),
+            id="s-f-a",
+        ),
+        # Issue 22: every action that cannot run says why (r, c, e beside s, f, a).
+        pytest.param(
+            True,
+            (
                 ("r", "rerun", "nothing to re-run yet"),
                 ("c", "copy", "no recommendation is highlighted"),
                 ("e", "export", "no report yet"),
-            ):
-                assert app.check_action(action, ()) is None, key
-                await pilot.press(key)
-                await pilot.pause()
-                assert any(says in t for t in _toasts(app)), (key, _toasts(app))
-            assert not app.running
+            ),
+            id="r-c-e",
+        ),
+    ],
+)
+def test_a_greyed_key_says_why_it_cannot_run(
+    nothing_yet: bool, cases: tuple[tuple[str, str, str], ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each key whose action cannot run says why in a toast (with ``nothing_yet``: no
+    request to re-run, no report, no recommendation highlighted)."""
 
-    asyncio.run(go())
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        if nothing_yet:
+            app.last_request, app.report = None, None
+            monkeypatch.setattr(AdviceView, "highlighted", lambda self: None)
+        for key, action, says in cases:
+            assert app.check_action(action, ()) is None, key
+            await pilot.press(key)
+            await pilot.pause()
+            assert any(says in t for t in notices(app)), (key, notices(app))
+        assert not app.running
+
+    drive(steps, report=str(GOLDEN))
 
 
 def test_question_mark_and_escape_close_the_keys_panel() -> None:
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        for key, shown in (
+            ("question_mark", True),
+            ("question_mark", False),
+            ("question_mark", True),
+            ("escape", False),
+        ):
+            await pilot.press(key)
             await pilot.pause()
-            await pilot.press("question_mark")
-            await pilot.pause()
-            assert app.screen.query("HelpPanel")
-            await pilot.press("question_mark")
-            await pilot.pause()
-            assert not app.screen.query("HelpPanel")
-            await pilot.press("question_mark")
-            await pilot.pause()
-            assert app.screen.query("HelpPanel")
-            await pilot.press("escape")
-            await pilot.pause()
-            assert not app.screen.query("HelpPanel")
+            assert bool(app.screen.query("HelpPanel")) is shown, key
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))
 
 
 def test_an_onboarding_error_is_in_view_at_80x24() -> None:
     """An invalid size showed its error below the fold: ctrl+r seemed to do nothing."""
 
-    async def go() -> None:
-        app = _app()
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, OnboardingScreen)
-            size = screen.query_one("#synth-size")
-            size.value = "lots"  # type: ignore[attr-defined]
-            await pilot.press("ctrl+r")
-            await pilot.pause(0.3)
-            error = screen.query_one("#onboarding-error")
-            assert "lots" in str(error.render()) or "size" in str(error.render()).lower()
-            region = error.region
-            assert region.height > 0 and 0 <= region.y < 24, region
-            assert _toasts(app), "the problem is also a toast"
-            assert isinstance(app.screen, OnboardingScreen)
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, OnboardingScreen)
+        size = screen.query_one("#synth-size")
+        size.value = "lots"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+r")
+        await pilot.pause(0.3)
+        error = screen.query_one("#onboarding-error")
+        assert "lots" in str(error.render()) or "size" in str(error.render()).lower()
+        region = error.region
+        assert region.height > 0 and 0 <= region.y < 24, region
+        assert notices(app), "the problem is also a toast"
+        assert isinstance(app.screen, OnboardingScreen)
 
-    asyncio.run(go())
+    drive(steps)
 
 
 def test_a_finished_run_keeps_its_charts() -> None:
@@ -468,20 +401,17 @@ def test_a_finished_run_keeps_its_charts() -> None:
     charts drawn into the widgets being removed were lost and the chart area went blank."""
     from loadscope.tui.charts import RateChart
 
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            doc = json.loads(GOLDEN.read_text())
-            bench = app.query_one(BenchView)
-            bench.show(doc["bench"])  # what the end of a live run does, over live charts
-            await pilot.pause(0.3)
-            charts = list(bench.query(RateChart))
-            strategies = {t["strategy"] for t in doc["bench"]["trials"]}
-            assert len(charts) == len(strategies), [c.id for c in charts]
-            assert all(c.series is not None and c.series.points for c in charts)
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        doc = json.loads(GOLDEN.read_text())
+        bench = app.query_one(BenchView)
+        bench.show(doc["bench"])  # what the end of a live run does, over live charts
+        await pilot.pause(0.3)
+        charts = list(bench.query(RateChart))
+        strategies = {t["strategy"] for t in doc["bench"]["trials"]}
+        assert len(charts) == len(strategies), [c.id for c in charts]
+        assert all(c.series is not None and c.series.points for c in charts)
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))
 
 
 def test_r_after_opening_a_report_reruns_its_model(tmp_path: Path) -> None:
@@ -490,20 +420,17 @@ def test_r_after_opening_a_report_reruns_its_model(tmp_path: Path) -> None:
     path = tmp_path / "other.json"
     path.write_text(json.dumps(doc))
 
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            app.open_report(str(path))
-            assert app.last_request is not None
-            assert app.last_request.spec == str(tmp_path / "the model")
-            started: list[Any] = []
-            app.start = started.append  # type: ignore[method-assign]
-            await pilot.press("r")  # the key itself, as a user presses it
-            await pilot.pause()
-            assert [r.spec for r in started] == [str(tmp_path / "the model")]
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        app.open_report(str(path))
+        assert app.last_request is not None
+        assert app.last_request.spec == str(tmp_path / "the model")
+        started: list[Any] = []
+        app.start = started.append  # type: ignore[method-assign]
+        await pilot.press("r")  # the key itself, as a user presses it
+        await pilot.pause()
+        assert [r.spec for r in started] == [str(tmp_path / "the model")]
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))
 
 
 def test_screenshot_says_where_it_went_or_why_not(
@@ -512,20 +439,17 @@ def test_screenshot_says_where_it_went_or_why_not(
     monkeypatch.setenv("HOME", str(tmp_path / "no-downloads-here"))
     monkeypatch.chdir(tmp_path)
 
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            saved = app.deliver_screenshot()
-            assert saved is not None and Path(saved).parent == tmp_path
-            assert "<svg" in Path(saved).read_text()
-            assert app.deliver_screenshot(path=str(tmp_path / "missing")) is None
-            await pilot.pause()
-            notes = [n.message for n in app._notifications]
-            assert any(f"saved the screenshot to {saved}" in m for m in notes), notes
-            assert any("cannot save the screenshot" in m for m in notes), notes
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        saved = app.deliver_screenshot()
+        assert saved is not None and Path(saved).parent == tmp_path
+        assert "<svg" in Path(saved).read_text()
+        assert app.deliver_screenshot(path=str(tmp_path / "missing")) is None
+        await pilot.pause()
+        notes = notices(app)
+        assert any(f"saved the screenshot to {saved}" in m for m in notes), notes
+        assert any("cannot save the screenshot" in m for m in notes), notes
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))
 
 
 def test_copy_says_when_tmux_drops_the_clipboard(
@@ -538,24 +462,21 @@ def test_copy_says_when_tmux_drops_the_clipboard(
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
     monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
 
-    async def go() -> None:
-        app = _app(report=str(GOLDEN))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            await pilot.press("c", "enter")
-            await pilot.pause()
-            notes = [n.message for n in app._notifications]
-            assert any("was not copied" in m and "set-clipboard" in m for m in notes), notes
-            # Issue 22: the text itself is on screen, to select by hand.
-            from textual.widgets import TextArea
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        await pilot.press("c", "enter")
+        await pilot.pause()
+        notes = notices(app)
+        assert any("was not copied" in m and "set-clipboard" in m for m in notes), notes
+        # Issue 22: the text itself is on screen, to select by hand.
+        from textual.widgets import TextArea
 
-            from loadscope.tui.screens import TextScreen
+        from loadscope.tui.screens import TextScreen
 
-            assert isinstance(app.screen, TextScreen)
-            shown = app.screen.query_one(TextArea).text
-            assert shown == app.clipboard and shown.strip(), shown
-            await pilot.press("escape")
-            await pilot.pause()
-            assert not isinstance(app.screen, TextScreen)
+        assert isinstance(app.screen, TextScreen)
+        shown = app.screen.query_one(TextArea).text
+        assert shown == app.clipboard and shown.strip(), shown
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, TextScreen)
 
-    asyncio.run(go())
+    drive(steps, report=str(GOLDEN))

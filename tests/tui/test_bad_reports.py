@@ -7,18 +7,16 @@ written by an older loadscope. The app stays up, with nothing shown from the fil
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loadscope.tui.app import LoadscopeApp
 from loadscope.tui.screens import CompareScreen
-from tests.conftest import REPO_ROOT
-
-GOLDEN = REPO_ROOT / "tests" / "golden" / "doctor_emulated.json"
+from tests.bad_reports import GOLDEN, write_bad_reports
+from tests.tui.harness import drive, notices
 
 SAID = {
     "confused.json": "verdict: expected an object, got a list",
@@ -32,71 +30,43 @@ SAID = {
 @pytest.fixture(scope="module")
 def bad_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("bad reports")
-    text = GOLDEN.read_text()
-    confused = json.loads(text)
-    confused["verdict"] = ["x"]
-    older = json.loads(text)
-    older["schema_version"] = 0
-    bodies = {
-        "confused.json": json.dumps(confused),
-        "truncated.json": text[: len(text) // 2],
-        "deep.json": "[" * 100_000 + "]" * 100_000,
-        "older.json": json.dumps(older),
-    }
-    for name, body in bodies.items():
-        (root / name).write_text(body)
-    with (root / "huge.json").open("wb") as f:
-        f.truncate(300 << 20)
+    write_bad_reports(root)
     return root
-
-
-def _app() -> LoadscopeApp:
-    return LoadscopeApp(
-        browse_root=REPO_ROOT / "tests" / "golden",
-        hf_cache="/nonexistent/loadscope-hf-cache",
-        fuse_reason="not in tests",
-    )
-
-
-def _errors(app: LoadscopeApp) -> list[str]:
-    return [n.message for n in app._notifications if n.severity == "error"]
 
 
 @pytest.mark.parametrize("name", sorted(SAID))
 def test_open_refuses_a_bad_report_in_one_notice(bad_files: Path, name: str) -> None:
     path = bad_files / name
 
-    async def go() -> None:
-        app = _app()
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            app.open_report(str(path))
-            await pilot.pause()
-            errors = _errors(app)
-            assert len(errors) == 1, errors
-            assert SAID[name] in errors[0] and str(path) in errors[0], errors
-            assert "\n" not in errors[0].strip()
-            assert app.report is None
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        app.open_report(str(path))
+        await pilot.pause()
+        errors = _one_error_naming(app, path, name)
+        assert "\n" not in errors[0].strip()
+        assert app.report is None
 
-    asyncio.run(go())
+    drive(steps)
 
 
 @pytest.mark.parametrize("name", sorted(SAID))
 def test_compare_refuses_a_bad_report_beside_a_good_one(bad_files: Path, name: str) -> None:
     path = bad_files / name
 
-    async def go() -> None:
-        app = _app()
-        async with app.run_test(size=(80, 24)) as pilot:
-            await pilot.pause()
-            app.compare([str(GOLDEN), str(path)])
-            await pilot.pause()
-            errors = _errors(app)
-            assert len(errors) == 1, errors
-            assert SAID[name] in errors[0] and str(path) in errors[0], errors
-            assert not isinstance(app.screen, CompareScreen)
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        app.compare([str(GOLDEN), str(path)])
+        await pilot.pause()
+        _one_error_naming(app, path, name)
+        assert not isinstance(app.screen, CompareScreen)
 
-    asyncio.run(go())
+    drive(steps)
+
+
+def _one_error_naming(app: LoadscopeApp, path: Path, name: str) -> list[str]:
+    """The app's error notices, checked to be one that names ``path`` and what is wrong."""
+    errors = notices(app, "error")
+    assert len(errors) == 1, errors
+    assert SAID[name] in errors[0] and str(path) in errors[0], errors
+    return errors
 
 
 def test_the_huge_file_was_never_read(bad_files: Path) -> None:

@@ -26,6 +26,7 @@ pytest.importorskip("pytest_textual_snapshot")
 
 GOLDEN = "tests/golden/doctor_emulated.json"
 SIZES = [(80, 24), (120, 40)]
+every_size = pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 
 
 @pytest.fixture(autouse=True)
@@ -50,12 +51,12 @@ async def _settle(pilot: Any) -> None:
     await pilot.pause()
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@every_size
 def test_onboarding(snap_compare: Any, size: tuple[int, int]) -> None:
     assert snap_compare(_app(), terminal_size=size, run_before=_settle)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@every_size
 @pytest.mark.parametrize("tab", ["1", "2", "3"], ids=["probes", "bench", "advice"])
 def test_report_views(snap_compare: Any, size: tuple[int, int], tab: str) -> None:
     assert snap_compare(_app(report=GOLDEN), press=[tab], terminal_size=size, run_before=_settle)
@@ -105,7 +106,7 @@ async def _live(pilot: Any) -> None:
     await pilot.pause()
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@every_size
 def test_live_benchmark(snap_compare: Any, size: tuple[int, int]) -> None:
     assert snap_compare(_app(), terminal_size=size, run_before=_live)
 
@@ -131,34 +132,42 @@ class _FixedProfile(ProfileScreen):
         )
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_profile_dialog(snap_compare: Any, size: tuple[int, int]) -> None:
+def _dialog(snap_compare: Any, size: tuple[int, int], open_it: Any) -> bool:
+    """The golden report's app, settled, then ``open_it(pilot)``: its snapshot matches."""
+
     async def before(pilot: Any) -> None:
         await _settle(pilot)
+        await open_it(pilot)
+
+    result: bool = snap_compare(_app(report=GOLDEN), terminal_size=size, run_before=before)
+    return result
+
+
+@every_size
+def test_profile_dialog(snap_compare: Any, size: tuple[int, int]) -> None:
+    async def open_it(pilot: Any) -> None:
         pilot.app.push_screen(_FixedProfile(4242))
         await pilot.pause()
         # The body is set on mount: let its update and the layout after it both land.
         await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 
-    assert snap_compare(_app(report=GOLDEN), terminal_size=size, run_before=before)
+    assert _dialog(snap_compare, size, open_it)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@every_size
 def test_compare_dialog(snap_compare: Any, size: tuple[int, int]) -> None:
-    async def before(pilot: Any) -> None:
-        await _settle(pilot)
+    async def open_it(pilot: Any) -> None:
         pilot.app.compare([GOLDEN, "tests/golden/doctor_report.json"])
         await pilot.pause()
 
-    assert snap_compare(_app(report=GOLDEN), terminal_size=size, run_before=before)
+    assert _dialog(snap_compare, size, open_it)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@every_size
 def test_export_dialog(snap_compare: Any, size: tuple[int, int]) -> None:
-    async def before(pilot: Any) -> None:
-        await _settle(pilot)
+    async def open_it(pilot: Any) -> None:
         await pilot.press("e")
         await _settle(pilot)
 
-    assert snap_compare(_app(report=GOLDEN), terminal_size=size, run_before=before)
+    assert _dialog(snap_compare, size, open_it)

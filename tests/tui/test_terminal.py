@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,7 +10,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,20 +29,55 @@ def _capture(session: str) -> str:
     ).stdout
 
 
+@contextlib.contextmanager
+def _tmux(session: str, cmd: str, size: tuple[int, int], tag: str | None = None) -> Iterator[None]:
+    """``cmd`` in a detached tmux session of ``size`` (columns, rows) at the repository root,
+    its processes tagged ``LOADSCOPE_TEST_TAG=tag``; the session is killed on the way out."""
+    env = {**os.environ, "TERM": "xterm-256color"}
+    if tag is not None:
+        env["LOADSCOPE_TEST_TAG"] = tag
+    columns, rows = size
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", session, "-x", str(columns), "-y", str(rows), cmd],
+        check=True,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    try:
+        yield
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+
+
+def _wait_for_the_chart(session: str) -> None:
+    """Up to 120 s for the app's rate chart: the trials have started."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "B/s│" not in _capture(session):
+        time.sleep(0.3)
+    assert "B/s│" in _capture(session), "the trials never started"
+
+
+def _wait_for_file(path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not path.exists():
+        time.sleep(0.2)
+
+
+def _left_after(tag: str, timeout_s: float) -> list[Any]:
+    """The processes tagged ``tag`` still alive ``timeout_s`` on (none: sooner)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := tagged_processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)")
 def test_tui_in_tmux_shows_the_chart_and_the_verdict(tmp_path: Path) -> None:
     session = f"loadscope-test-{os.getpid()}"
     exe = Path(sys.executable).parent / "loadscope"
     status = tmp_path / "status"
     cmd = f"{exe} tui synthetic:32MiB --budget 25; echo $? > {status}"
-    env = {**os.environ, "TERM": "xterm-256color"}
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd],
-        check=True,
-        cwd=REPO_ROOT,
-        env=env,
-    )
-    try:
+    with _tmux(session, cmd, (100, 30)):
         seen_chart = seen_verdict = False
         deadline = time.monotonic() + 240
         screen = ""
@@ -54,12 +92,8 @@ def test_tui_in_tmux_shows_the_chart_and_the_verdict(tmp_path: Path) -> None:
         time.sleep(1)
         assert "strategy" in _capture(session)  # the results table on the benchmark tab
         subprocess.run(["tmux", "send-keys", "-t", session, "C-q"], check=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not status.exists():
-            time.sleep(0.2)
+        _wait_for_file(status, 20)
         assert status.exists() and status.read_text().strip() == "0"
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)")
@@ -72,34 +106,17 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
     status = tmp_path / "status"
     tag = uuid.uuid4().hex
     cmd = f"{exe} tui synthetic:64MiB --budget 60; echo $? > {status}; sleep 30"
-    env = {**os.environ, "TERM": "xterm-256color", "LOADSCOPE_TEST_TAG": tag}
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd],
-        check=True,
-        cwd=REPO_ROOT,
-        env=env,
-    )
-
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "B/s│" not in _capture(session):
-            time.sleep(0.3)
-        assert "B/s│" in _capture(session), "the trials never started"
+    with _tmux(session, cmd, (100, 30), tag):
+        _wait_for_the_chart(session)
         app = [p for p in tagged_processes(tag) if "tui" in cmdline_of(p)]
         assert len(app) == 1, [cmdline_of(p) for p in tagged_processes(tag)]
         app[0].terminate()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not status.exists():
-            time.sleep(0.2)
+        _wait_for_file(status, 30)
         assert status.exists() and status.read_text().strip() == "143"
         time.sleep(0.5)
         assert "B/s│" not in _capture(session), "the app's screen was left on the terminal"
-        deadline = time.monotonic() + 10
-        while (left := tagged_processes(tag)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        left = _left_after(tag, 10)
         assert not left, [cmdline_of(p) for p in left]
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
 
 
 #: How many times the terminal is killed mid-run (the hang was a race: 5 of 6 tries).
@@ -121,23 +138,9 @@ def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path, attempt: 
     tag = uuid.uuid4().hex
     emulate = " --emulate" if fuse_unavailable_reason() is None else ""
     cmd = f"{exe} tui synthetic:64MiB --budget 60 --synth-dir {tmp_path}{emulate}"
-    env = {**os.environ, "TERM": "xterm-256color", "LOADSCOPE_TEST_TAG": tag}
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
-        check=True,
-        cwd=REPO_ROOT,
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "B/s│" not in _capture(session):
-            time.sleep(0.3)
-        assert "B/s│" in _capture(session), "the trials never started"
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
-    deadline = time.monotonic() + 5
-    while (left := tagged_processes(tag)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with _tmux(session, cmd, (80, 24), tag):
+        _wait_for_the_chart(session)
+    left = _left_after(tag, 5)
     assert not left, [cmdline_of(p) for p in left]
     assert list(tmp_path.iterdir()) == [], "the synthetic checkpoint was left behind"
 
@@ -151,14 +154,7 @@ def test_doctor_on_a_terminal_redraws_its_progress_line(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "loadscope"
     out = tmp_path / "out.json"
     cmd = f"{exe} doctor synthetic:128MiB --budget 12 --synth-dir {tmp_path} --json - > {out}"
-    env = {**os.environ, "TERM": "xterm-256color"}
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", f"{cmd}; sleep 60"],
-        check=True,
-        cwd=REPO_ROOT,
-        env=env,
-    )
-    try:
+    with _tmux(session, f"{cmd}; sleep 60", (80, 24)):
         lines: list[str] = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (
@@ -177,36 +173,16 @@ def test_doctor_on_a_terminal_redraws_its_progress_line(tmp_path: Path) -> None:
             time.sleep(0.3)
         doc = json.loads(out.read_text())  # nothing but the report on stdout
         assert doc["schema_version"] == 1
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
 
 
 def test_progress_is_plain_lines_without_a_terminal_and_none_with_quiet() -> None:
     from tests.conftest import run_loadscope
 
-    plain = run_loadscope(
-        "bench",
-        "synthetic:8MiB",
-        "--strategies",
-        "mmap",
-        "--repeats",
-        "1",
-        "--no-warmup",
-        timeout=120,
-    )
+    bench = ("bench", "synthetic:8MiB", "--strategies", "mmap", "--repeats", "1", "--no-warmup")
+    plain = run_loadscope(*bench, timeout=120)
     assert plain.code == 0, plain
     steps = plain.err.splitlines()
     assert steps and all(re.match(r"^\[\s*\d+\.\d+s\] ", ln) for ln in steps), steps
     assert any("trial 1/1 mmap cold:" in ln for ln in steps), steps
-    quiet = run_loadscope(
-        "bench",
-        "synthetic:8MiB",
-        "--strategies",
-        "mmap",
-        "--repeats",
-        "1",
-        "--no-warmup",
-        "--quiet",
-        timeout=120,
-    )
+    quiet = run_loadscope(*bench, "--quiet", timeout=120)
     assert quiet.code == 0 and quiet.err == "", quiet

@@ -12,6 +12,7 @@ import os
 import posixpath
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,6 +111,13 @@ class FakeSysfs:
         self.file(f"{hctl_dir}/rev", "1.0")
         self.dir(f"{hctl_dir}/scsi_device/{posixpath.basename(hctl_dir)}")
 
+    def scsi_disk(
+        self, hctl_dir: str, vendor: str, model: str, name: str, dev: str, **block: Any
+    ) -> str:
+        """A SCSI device at ``hctl_dir`` and its disk ``name`` (``block``: :meth:`block`'s)."""
+        self.scsi_device(hctl_dir, vendor, model)
+        return self.block(f"{hctl_dir}/block/{name}", dev, device=hctl_dir, **block)
+
     def stack(self, devpath: str, dev: str, slaves: list[str]) -> None:
         """A dm or md device over ``slaves`` (device paths), with holders pointing back."""
         self.block(devpath, dev, device=None)
@@ -136,17 +144,26 @@ def _nvme(
 def _sata(fake: FakeSysfs, port: int, letter: str, model: str, *, rotational: bool = False) -> str:
     hctl = f"/sys/devices/pci0000:00/0000:00:17.0/ata{port + 1}/host{port}/target{port}:0:0"
     hctl += f"/{port}:0:0:0"
-    fake.scsi_device(hctl, "ATA", model)
-    return fake.block(
-        f"{hctl}/block/sd{letter}",
+    return fake.scsi_disk(
+        hctl,
+        "ATA",
+        model,
+        f"sd{letter}",
         f"8:{16 * port}",
         size_sectors=7_814_037_168,
-        device=hctl,
         queue={"rotational": "1" if rotational else "0", "scheduler": "[mq-deadline] kyber none"},
     )
 
 
 # --- the chain --------------------------------------------------------------------------------
+
+
+def _verdict_says(report: DeviceReport, is_network: bool | None, *words: str) -> None:
+    """``network_verdict(report)`` is ``is_network``, with each of ``words`` in its evidence."""
+    got, evidence = network_verdict(report)
+    assert got is is_network
+    for said in words:
+        assert said in evidence
 
 
 def test_nvme_partition_on_local_samsung(fake: FakeSysfs) -> None:
@@ -180,10 +197,7 @@ def test_nvme_partition_on_local_samsung(fake: FakeSysfs) -> None:
         nr_requests=1023,
         size_bytes=2_000_000 * 512,
     )
-    is_network, evidence = network_verdict(report)
-    assert is_network is False
-    assert "Samsung SSD 980 PRO 1TB" in evidence
-    assert "local NVMe" in evidence
+    _verdict_says(report, False, "Samsung SSD 980 PRO 1TB", "local NVMe")
 
 
 def test_ebs_nvme_partition_is_network(fake: FakeSysfs) -> None:
@@ -194,10 +208,7 @@ def test_ebs_nvme_partition_is_network(fake: FakeSysfs) -> None:
 
     assert [d.name for d in report.disks] == ["nvme0n1"]
     assert report.disks[0].transport == "nvme"
-    is_network, evidence = network_verdict(report)
-    assert is_network is True
-    assert "'Amazon Elastic Block Store'" in evidence
-    assert "EBS" in evidence
+    _verdict_says(report, True, "'Amazon Elastic Block Store'", "EBS")
 
 
 def test_ec2_instance_store_is_local(fake: FakeSysfs) -> None:
@@ -206,10 +217,7 @@ def test_ec2_instance_store_is_local(fake: FakeSysfs) -> None:
     report = device_chain(259, 0, fake.root)
 
     assert (report.kind, report.name) == ("disk", "nvme1n1")
-    is_network, evidence = network_verdict(report)
-    assert is_network is False
-    assert "'Amazon EC2 NVMe Instance Storage'" in evidence
-    assert "instance store" in evidence
+    _verdict_says(report, False, "'Amazon EC2 NVMe Instance Storage'", "instance store")
 
 
 def test_dm_crypt_over_nvme_partition(fake: FakeSysfs) -> None:
@@ -268,10 +276,7 @@ def test_lvm_over_md_raid0_over_two_sata_disks(fake: FakeSysfs) -> None:
     assert {d.transport for d in report.disks} == {"scsi"}
     assert by_name["sda"].maj_min == "8:0"
     assert by_name["sdb"].maj_min == "8:16"
-    is_network, evidence = network_verdict(report)
-    assert is_network is False
-    assert "sda:" in evidence and "sdb:" in evidence
-    assert "'ST4000DM004-2CV104'" in evidence
+    _verdict_says(report, False, "sda:", "sdb:", "'ST4000DM004-2CV104'")
 
 
 def test_loop_device_reports_its_backing_file(fake: FakeSysfs) -> None:
@@ -285,9 +290,7 @@ def test_loop_device_reports_its_backing_file(fake: FakeSysfs) -> None:
     assert report.chain[0].backing_file == "/var/lib/snapd/snaps/core22_1380.snap"
     assert report.backing_files == ("/var/lib/snapd/snaps/core22_1380.snap",)
     assert report.disks == ()
-    is_network, evidence = network_verdict(report)
-    assert is_network is None
-    assert "/var/lib/snapd/snaps/core22_1380.snap" in evidence
+    _verdict_says(report, None, "/var/lib/snapd/snaps/core22_1380.snap")
 
 
 def test_unbound_loop(fake: FakeSysfs) -> None:
@@ -312,10 +315,7 @@ def test_virtio_partition_is_unknown(fake: FakeSysfs) -> None:
     (disk,) = report.disks
     assert disk.transport == "virtio"
     assert disk.model is None
-    is_network, evidence = network_verdict(report)
-    assert is_network is None
-    assert "virtio" in evidence
-    assert "cannot tell from inside the VM" in evidence
+    _verdict_says(report, None, "virtio", "cannot tell from inside the VM")
 
 
 def test_rotational_sata_disk(fake: FakeSysfs) -> None:
@@ -330,15 +330,12 @@ def test_rotational_sata_disk(fake: FakeSysfs) -> None:
     assert disk.scheduler == "mq-deadline"
     assert disk.size_bytes == 7_814_037_168 * 512
     assert disk.sysfs_path.endswith("/ata1/host0/target0:0:0/0:0:0:0/block/sda")
-    is_network, evidence = network_verdict(report)
-    assert is_network is False
-    assert "'WDC WD40EFRX-68N32N0'" in evidence
+    _verdict_says(report, False, "'WDC WD40EFRX-68N32N0'")
 
 
 def test_gcp_persistent_disk_over_virtio_scsi(fake: FakeSysfs) -> None:
     hctl = "/sys/devices/pci0000:00/0000:00:03.0/virtio0/host0/target0:0:1/0:0:1:0"
-    fake.scsi_device(hctl, "Google", "PersistentDisk")
-    fake.block(f"{hctl}/block/sda", "8:0", device=hctl)
+    fake.scsi_disk(hctl, "Google", "PersistentDisk", "sda", "8:0")
 
     report = device_chain(8, 0, fake.root)
 
@@ -346,9 +343,7 @@ def test_gcp_persistent_disk_over_virtio_scsi(fake: FakeSysfs) -> None:
     assert (disk.vendor, disk.model) == ("Google", "PersistentDisk")
     # virtio-scsi carries SCSI disks: the disk is SCSI, the model tells what it is.
     assert disk.transport == "scsi"
-    is_network, evidence = network_verdict(report)
-    assert is_network is True
-    assert "'PersistentDisk'" in evidence
+    _verdict_says(report, True, "'PersistentDisk'")
 
 
 _AZURE_VMBUS = "/sys/devices/LNXSYSTM:00/LNXSYBUS:00/PNP0A03:00/device:07/VMBUS:01"
@@ -356,29 +351,21 @@ _AZURE_VMBUS = "/sys/devices/LNXSYSTM:00/LNXSYBUS:00/PNP0A03:00/device:07/VMBUS:
 
 def test_azure_managed_disk(fake: FakeSysfs) -> None:
     hctl = f"{_AZURE_VMBUS}/00000000-0000-8899-0000-000000000000/host0/target0:0:0/0:0:0:0"
-    fake.scsi_device(hctl, "Msft", "Virtual Disk")
-    sda = fake.block(f"{hctl}/block/sda", "8:0", device=hctl)
+    sda = fake.scsi_disk(hctl, "Msft", "Virtual Disk", "sda", "8:0")
     fake.block(f"{sda}/sda1", "8:1", partition=1)
 
     report = device_chain(8, 1, fake.root)
 
     (disk,) = report.disks
     assert (disk.vendor, disk.model) == ("Msft", "Virtual Disk")
-    is_network, evidence = network_verdict(report)
-    assert is_network is True
-    assert "'Msft'" in evidence and "'Virtual Disk'" in evidence
-    assert "resource disk" in evidence
+    _verdict_says(report, True, "'Msft'", "'Virtual Disk'", "resource disk")
 
 
 def test_azure_resource_disk_is_local(fake: FakeSysfs) -> None:
     hctl = f"{_AZURE_VMBUS}/00000000-0001-8899-0000-000000000000/host1/target1:0:1/1:0:1:0"
-    fake.scsi_device(hctl, "Msft", "Virtual Disk")
-    fake.block(f"{hctl}/block/sdb", "8:16", device=hctl)
+    fake.scsi_disk(hctl, "Msft", "Virtual Disk", "sdb", "8:16")
 
-    is_network, evidence = network_verdict(device_chain(8, 16, fake.root))
-
-    assert is_network is False
-    assert "resource disk" in evidence and "'Virtual Disk'" in evidence
+    _verdict_says(device_chain(8, 16, fake.root), False, "resource disk", "'Virtual Disk'")
 
 
 def test_nbd_is_network_by_name(fake: FakeSysfs) -> None:
@@ -393,23 +380,18 @@ def test_nbd_is_network_by_name(fake: FakeSysfs) -> None:
         None,
         "none",
     )
-    is_network, evidence = network_verdict(report)
-    assert is_network is True
-    assert "nbd" in evidence and "'nbd0'" in evidence
+    _verdict_says(report, True, "nbd", "'nbd0'")
 
 
 def test_iscsi_disk(fake: FakeSysfs) -> None:
     hctl = "/sys/devices/platform/host2/session1/target2:0:0/2:0:0:1"
-    fake.scsi_device(hctl, "LIO-ORG", "models01")
-    fake.block(f"{hctl}/block/sdc", "8:32", device=hctl)
+    fake.scsi_disk(hctl, "LIO-ORG", "models01", "sdc", "8:32")
 
     report = device_chain(8, 32, fake.root)
 
     (disk,) = report.disks
     assert disk.transport == "iscsi"
-    is_network, evidence = network_verdict(report)
-    assert is_network is True
-    assert "iSCSI" in evidence and "'LIO-ORG'" in evidence and "'models01'" in evidence
+    _verdict_says(report, True, "iSCSI", "'LIO-ORG'", "'models01'")
 
 
 def test_nvme_over_fabrics(fake: FakeSysfs) -> None:
@@ -420,9 +402,7 @@ def test_nvme_over_fabrics(fake: FakeSysfs) -> None:
     report = device_chain(259, 4, fake.root)
 
     assert report.disks[0].nvme_transport == "tcp"
-    is_network, evidence = network_verdict(report)
-    assert is_network is True
-    assert "NVMe over Fabrics" in evidence and "'tcp'" in evidence
+    _verdict_says(report, True, "NVMe over Fabrics", "'tcp'")
 
 
 def test_nvme_multipath_reads_the_controller_under_the_subsystem(fake: FakeSysfs) -> None:
@@ -496,9 +476,7 @@ def test_missing_attributes_are_none(fake: FakeSysfs) -> None:
         nr_requests=None,
         size_bytes=None,
     )
-    is_network, evidence = network_verdict(report)
-    assert is_network is None
-    assert "no known model string" in evidence
+    _verdict_says(report, None, "no known model string")
 
 
 def test_absolute_symlink_stays_inside_the_fake_root(fake: FakeSysfs) -> None:

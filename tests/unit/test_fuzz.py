@@ -444,10 +444,7 @@ def test_parse_header_arbitrary_bytes(
     raw: bytes, data_len: int, hardening_examples: Examples
 ) -> None:
     hardening_examples(1)
-    size = 8 + len(raw) + data_len
-    got = outcome(lambda: parse_header(raw, file_size=size, path="fuzz.safetensors"))
-    if isinstance(got, SafetensorsHeader):
-        check_header(got, size, len(raw))
+    _parse_and_check(raw, data_len)
 
 
 @fuzz_settings(500)
@@ -456,7 +453,12 @@ def test_parse_header_mutated_headers(
     text: tuple[bytes, int], hardening_examples: Examples
 ) -> None:
     hardening_examples(1)
-    raw, data_len = text
+    _parse_and_check(*text)
+
+
+def _parse_and_check(raw: bytes, data_len: int) -> None:
+    """``raw`` as a header before ``data_len`` bytes of data: refused in one clean error, or
+    parsed into a header that holds together."""
     size = 8 + len(raw) + data_len
     got = outcome(lambda: parse_header(raw, file_size=size, path="fuzz.safetensors"))
     if isinstance(got, SafetensorsHeader):
@@ -561,14 +563,23 @@ def _canary(*args: object) -> None:
     _CANARY.append("called")
 
 
-# torch.save({"a": torch.zeros(4), "b": torch.ones(2, dtype=torch.float16)}): its data.pkl.
-TORCH_PKL = (
-    b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01ctorch._utils\n_rebuild_tensor_v2\nq\x02((X\x07\x00"
-    b"\x00\x00storageq\x03ctorch\nFloatStorage\nq\x04X\x01\x00\x00\x000q\x05X\x03\x00\x00\x00"
-    b"cpuq\x06K\x04tq\x07QK\x00K\x04\x85q\x08K\x01\x85q\t\x89ccollections\nOrderedDict\nq\n)Rq"
-    b"\x0btq\x0cRq\rX\x01\x00\x00\x00bq\x0eh\x02((h\x03ctorch\nHalfStorage\nq\x0fX\x01\x00\x00"
-    b"\x001q\x10h\x06K\x02tq\x11QK\x00K\x02\x85q\x12K\x01\x85q\x13\x89h\n)Rq\x14tq\x15Rq\x16u."
-)
+FUZZ_DIR = Path(__file__).resolve().parents[2] / "fuzz"
+
+
+def _fuzz_module(name: str) -> Any:
+    """``fuzz/<name>.py`` imported as a plain module (the harnesses are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_loadscope_{name}", FUZZ_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# torch.save({"a": torch.zeros(4), "b": torch.ones(2, dtype=torch.float16)}): its data.pkl,
+# the one the fuzzers' seed corpus is made from.
+TORCH_PKL: bytes = _fuzz_module("make_corpus").TORCH_PKL
 CANARY_PKLS = [
     b"\x80\x02ctests.unit.test_fuzz\n_canary\n)R.",
     b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00\x8c\x14tests.unit.test_fuzz\x8c\x07_canary\x93)R.",
@@ -1157,23 +1168,16 @@ def test_resolve_arbitrary_specs(
 
 # -- the atheris harnesses run without atheris ------------------------------------------------
 
-FUZZ_DIR = Path(__file__).resolve().parents[2] / "fuzz"
-
 
 def _load_harness(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     """Import ``fuzz/<name>.py`` as a plain module, with atheris made unimportable (and
     the scratch files it makes at import kept under ``tmp_path``)."""
-    import importlib.util
     import sys
     import tempfile
 
     monkeypatch.setitem(sys.modules, "atheris", None)  # "import atheris" now fails
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    spec = importlib.util.spec_from_file_location(f"_loadscope_{name}", FUZZ_DIR / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _fuzz_module(name)
 
 
 @pytest.mark.parametrize("name", ["fuzz_header", "fuzz_torch", "fuzz_index"])

@@ -14,6 +14,7 @@ import jsonschema
 import pytest
 
 from loadscope.report.schema import SCHEMA_FILE, SchemaError, check, generate
+from tests.bad_reports import write_bad_reports
 from tests.conftest import REPO_ROOT, CliRunner
 
 GOLDEN = REPO_ROOT / "tests" / "golden"
@@ -103,22 +104,7 @@ def test_depth_is_bounded_before_anything_recurses() -> None:
 
 def test_report_and_compare_refuse_bad_files_in_one_line(cli: CliRunner, tmp_path: Path) -> None:
     """Type-confused, truncated, huge, deeply nested and older reports: one line, exit 5."""
-    text = (GOLDEN / "doctor_emulated.json").read_text()
-    confused = json.loads(text)
-    confused["verdict"] = ["x"]
-    older = json.loads(text)
-    older["schema_version"] = 0
-    files = {
-        "confused.json": json.dumps(confused),
-        "truncated.json": text[: len(text) // 2],
-        "deep.json": "[" * 100_000 + "]" * 100_000,
-        "older.json": json.dumps(older),
-    }
-    for name, body in files.items():
-        (tmp_path / name).write_text(body)
-    huge = tmp_path / "huge.json"
-    with huge.open("wb") as f:
-        f.truncate(300 << 20)  # sparse: nothing is written, and nothing should be read
+    write_bad_reports(tmp_path)
     said = {
         "confused.json": "verdict: expected an object, got a list",
         "truncated.json": "not a JSON report",
@@ -134,4 +120,4 @@ def test_report_and_compare_refuse_bad_files_in_one_line(cli: CliRunner, tmp_pat
             assert result.code == 5, (argv, result)
             lines = result.err.strip().splitlines()
             assert len(lines) == 1 and words in lines[0] and name in lines[0], (argv, lines)
-    assert os.stat(huge).st_blocks == 0
+    assert os.stat(tmp_path / "huge.json").st_blocks == 0

@@ -231,6 +231,18 @@ def _bounded(fn: Callable[[], Any], timeout_s: float = 15) -> Any:
     return box.get("value")
 
 
+def _whole_model_exact(
+    ckpt: SyntheticCheckpoint, device: FakeDevice, **knobs: int
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Every file of ``ckpt`` through ``staged_load`` with ``knobs``, checked byte-exact
+    against safetensors: the tensors and the notes the load wrote."""
+    requests = _requests(ckpt)
+    notes: dict[str, Any] = {}
+    got = dict(staged_load(requests, device, notes=notes, **knobs))
+    _assert_exact(got, _reference(requests))
+    return got, notes
+
+
 KNOBS = [
     # (slots, slot_bytes, threads, block_bytes)
     (4, 64 << 10, 4, 16 << 10),  # many fills, several reads per slot
@@ -249,20 +261,9 @@ def test_whole_files_are_byte_exact(
     threads: int,
     block_bytes: int,
 ) -> None:
-    requests = _requests(model)
-    notes: dict[str, Any] = {}
-    got = dict(
-        staged_load(
-            requests,
-            device,
-            slots=slots,
-            slot_bytes=slot_bytes,
-            threads=threads,
-            block_bytes=block_bytes,
-            notes=notes,
-        )
+    _, notes = _whole_model_exact(
+        model, device, slots=slots, slot_bytes=slot_bytes, threads=threads, block_bytes=block_bytes
     )
-    _assert_exact(got, _reference(requests))
     assert device.violations == []
     assert device.max_in_flight <= slots
     assert device.ring_allocs == 1
@@ -275,20 +276,9 @@ def test_whole_files_are_byte_exact(
 def test_ring_fills_up_and_is_reused_only_after_its_copy(
     model: SyntheticCheckpoint, device: FakeDevice
 ) -> None:
-    requests = _requests(model)
-    notes: dict[str, Any] = {}
-    got = dict(
-        staged_load(
-            requests,
-            device,
-            slots=3,
-            slot_bytes=32 << 10,
-            threads=4,
-            block_bytes=8 << 10,
-            notes=notes,
-        )
+    got, notes = _whole_model_exact(
+        model, device, slots=3, slot_bytes=32 << 10, threads=4, block_bytes=8 << 10
     )
-    _assert_exact(got, _reference(requests))
     model_bytes = sum(t.nbytes for t in got.values())
     # Reads outpace the slow fake copies: the ring is full (3 in flight), never more, and
     # the pipeline waited for slots instead of overwriting them.
