@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 class Prefetch(Strategy):
     name = "prefetch"
-    summary = "sequential 16 MiB reads into the page cache, then load_file"
+    summary = "sequential 16 MiB reads into the page cache, then load_file, file by file"
     requires = Requirements(ram_multiple=0.0)
     knobs = (Knob("block_bytes", 16 << 20, "size of each prefetch read"),)
 
@@ -55,7 +55,9 @@ class Prefetch(Strategy):
                 os.close(fd)
             # Each file is loaded right after its read-ahead, not after every file's:
             # pages read ahead and left idle for a whole model's read can be reclaimed
-            # before load_file maps them (on this project's 4 GiB test, 4-9% of the
-            # first files were gone ~40 s later), and each lost page is read again
-            # through the slow path the prefetch was meant to avoid.
+            # before load_file maps them, and each is then read again through the slow
+            # path the prefetch was meant to avoid (a 4 GiB model on the emulated disk
+            # with the test suite running beside it: 1-5% of the first files gone and
+            # the whole load 1.3x as long; on the idle machine nothing was reclaimed
+            # and both orders took the same time: benchmarks/bench_prefetch_order.py).
             yield from loader.load([f], ctx)

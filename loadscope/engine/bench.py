@@ -338,9 +338,17 @@ class _Run:
         report's sample (none when every strategy runs whole after all)."""
         assert self.sampling is not None
         files, total, sampling = self.files, self.total, self.sampling
+        planned = bool(sizes or self.options.sample_bytes_for)
         sizes = {n: sizes.get(n, self.options.sample_bytes_for.get(n, sampling)) for n in names}
         scopes, sets, unsampled = choose_scopes(
-            files, names, self.available, sizes, self.options.repeats
+            files,
+            names,
+            self.available,
+            sizes,
+            self.options.repeats,
+            # Sizes the budget chose (not a sample the user asked for): a strategy whose
+            # whole load costs no more than its samples is measured whole.
+            lambda n: planned and memory_guard(n, self.available[n], total, headroom) is None,
         )
         skipped.update(unsampled)
         names = [n for n in names if n not in unsampled]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -71,15 +71,20 @@ def choose_scopes(
     available: dict[str, dict[str, Any]],
     sizes: Mapping[str, int],
     repeats: int,
+    fits_whole: Callable[[str], bool] = lambda _name: False,
 ) -> tuple[dict[str, Scope], SampleSets, dict[str, str]]:
     """Per strategy: what it reads in a sampled run (and at the fit's smaller size), or
     why it cannot run, given the bytes ``sizes`` allots each (a fast strategy affords a
     bigger sample in the same time, and a whole load when its share covers the model).
 
-    Whole shards near the size where the model has such shards (a strategy then reads
+    A strategy whose one whole load costs no more than its sampled trials would
+    (``repeats`` samples and the fit's smaller one) runs whole, once: always when it
+    loads whole files, else when ``fits_whole`` says so (the budget chose the sizes, not
+    the user, and the whole load fits in memory): a measured time for the price of a
+    fitted one. Else
+    whole shards near the size where the model has such shards (a strategy then reads
     files exactly as the whole load does), else a tensor sample; a strategy that loads
-    whole files runs whole when that costs no more than its sampled trials would, and
-    is skipped when neither fits."""
+    whole files is skipped when neither fits."""
     total = sum(f.size_bytes for f in files)
     tensor_sets: dict[int, tuple[SampleSet, SampleSet | None]] = {}
     shard_sets: dict[int, tuple[SampleSet, SampleSet | None] | None] = {}
@@ -89,8 +94,9 @@ def choose_scopes(
     for name in names:
         info = available[name]
         want = sizes[name]
+        once_is_cheaper = total <= (max(1, repeats) + SMALL_FRACTION) * want
         if want >= total or (
-            info.get("samples") is False and total <= (max(1, repeats) + SMALL_FRACTION) * want
+            once_is_cheaper and (info.get("samples") is False or fits_whole(name))
         ):
             scopes[name], sets[name] = "whole", (None, None)
             continue

@@ -1,8 +1,8 @@
 """``prefetch`` reads each file ahead and loads it before it reads the next one.
 
 Reading every file ahead first and loading afterwards left the first files' pages idle
-for a whole model's read; on a 4 GiB load 1-5% of them were reclaimed by then and read
-again through the slow path (``benchmarks/bench_prefetch_order.py``).
+for a whole model's read; on a 4 GiB load on a busy machine 1-5% of them were reclaimed
+by then and read again through the slow path (``benchmarks/bench_prefetch_order.py``).
 """
 
 from __future__ import annotations

@@ -163,3 +163,22 @@ def test_two_points_do_not_make_a_fixed_cost_out_of_noise() -> None:
     # a modest fixed cost with two points is still fitted
     ok = fit([(3_000_000, 0.13), (10_000_000, 0.40)], 256_000_000)
     assert ok is not None and 0 < ok.fixed_s < 0.065
+
+
+def test_a_whole_load_that_costs_no_more_than_the_samples_is_measured_whole(
+    sharded: list[WeightFile],
+) -> None:
+    from loadscope.engine.sampled import choose_scopes
+
+    total = sum(f.size_bytes for f in sharded)
+    info = {"fast": {}, "slow": {}, "big": {}}
+    # fast: two samples and the fit's quarter of total/2 cost more than one whole load.
+    sizes = {"fast": total // 2, "slow": total // 8, "big": total // 2}
+    scopes, sets, skipped = choose_scopes(
+        sharded, list(info), info, sizes, repeats=2, fits_whole=lambda name: name != "big"
+    )
+    assert not skipped
+    assert scopes["fast"] == "whole" and sets["fast"] == (None, None)
+    # Not when the samples are the cheaper (slow), nor when the whole would not fit (big).
+    assert scopes["slow"] != "whole" and sets["slow"][0] is not None
+    assert scopes["big"] != "whole" and sets["big"][0] is not None
