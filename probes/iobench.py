@@ -330,83 +330,114 @@ class IoBench:
         offset, length = self._region(cap)
         if not self.direct:
             _evict(self.cold, path)
-        nblocks = max(1, (length + block_bytes - 1) // block_bytes)
-        next_block = iter(range(nblocks))
-        lock = threading.Lock()
-        totals = [0] * readers
-        counts = [0] * readers
-        errors: list[OSError | LoadscopeError] = []
-        deadline = time.monotonic() + seconds
-        timed_out = threading.Event()
-        landing: list[memoryview] = []
-
-        def worker(i: int) -> None:
-            try:
-                fd = _open(path, self.direct)
-            except (OSError, LoadscopeError) as exc:  # the file went away meanwhile, say
-                errors.append(exc.with_traceback(None))  # said by the point, not the thread
-                return
-            own = None if into_ram else mmap.mmap(-1, block_bytes)
-            try:
-                while True:
-                    if time.monotonic() >= deadline:
-                        timed_out.set()
-                        return
-                    with lock:
-                        block = next(next_block, None)
-                    if block is None:
-                        return
-                    at = block * block_bytes
-                    self.reading = (path, offset + at)
-                    if own is None:
-                        # A slice of the shared buffer, released at once: the buffer
-                        # can only be closed once no slice of it is alive.
-                        with landing[0][at : at + block_bytes] as dest:
-                            n = os.preadv(fd, [dest], offset + at)
-                    else:
-                        n = os.preadv(fd, [own], offset + at)
-                    totals[i] += n
-                    counts[i] += 1
-            except OSError as exc:
-                errors.append(exc.with_traceback(None))  # no frame (and slice) kept alive
-            finally:
-                if own is not None:
-                    own.close()
-                os.close(fd)
+        pool = _ReaderPool(
+            path, offset, length, block_bytes, readers, self.direct, self._note_reading
+        )
 
         def run() -> ThroughputPoint:
-            threads = [
-                threading.Thread(target=worker, args=(i,), daemon=True) for i in range(readers)
-            ]
-            t0 = time.perf_counter()
-            buf = fresh_memory(nblocks * block_bytes) if into_ram else None
-            if buf is not None:
-                landing.append(memoryview(buf))
-            try:
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join()
-                secs = time.perf_counter() - t0
-            finally:
-                if buf is not None:
-                    landing.pop().release()
-                    buf.close()
-            if errors:
-                raise errors[0]
-            done = sum(totals)
+            secs, done, requests, timed_out = pool.run(seconds, into_ram=into_ram)
             return ThroughputPoint(
                 block_bytes,
                 readers,
                 done,
                 secs,
                 done / secs if secs > 0 else 0.0,
-                sum(counts),
+                requests,
                 self.method,
-                stopped_by="time" if timed_out.is_set() else "bytes",
+                stopped_by="time" if timed_out else "bytes",
             )
 
         return self._device_delta(run)
+
+    def _note_reading(self, path: str, offset: int) -> None:
+        self.reading = (path, offset)
+
+
+class _ReaderPool:
+    """``readers`` threads taking ``block_bytes`` blocks of one region in turn, each read
+    into a small buffer of its own (reused) or into its place in one shared buffer."""
+
+    def __init__(
+        self,
+        path: str,
+        offset: int,
+        length: int,
+        block_bytes: int,
+        readers: int,
+        direct: bool,
+        on_read: Callable[[str, int], None],
+    ) -> None:
+        self.path, self.offset, self.block_bytes = path, offset, block_bytes
+        self.readers, self.direct, self.on_read = readers, direct, on_read
+        self.nblocks = max(1, (length + block_bytes - 1) // block_bytes)
+        self._next_block = iter(range(self.nblocks))
+        self._lock = threading.Lock()
+        self.totals = [0] * readers
+        self.counts = [0] * readers
+        self.errors: list[OSError | LoadscopeError] = []
+        self.deadline = 0.0
+        self.timed_out = threading.Event()
+        self.landing: list[memoryview] = []
+
+    def run(self, seconds: float, *, into_ram: bool) -> tuple[float, int, int, bool]:
+        """(seconds, bytes read, requests, stopped by time); the landing buffer, when
+        ``into_ram``, is allocated inside the clock."""
+        threads = [
+            threading.Thread(target=self._worker, args=(i, into_ram), daemon=True)
+            for i in range(self.readers)
+        ]
+        self.deadline = time.monotonic() + seconds
+        t0 = time.perf_counter()
+        buf = fresh_memory(self.nblocks * self.block_bytes) if into_ram else None
+        if buf is not None:
+            self.landing.append(memoryview(buf))
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            secs = time.perf_counter() - t0
+        finally:
+            if buf is not None:
+                self.landing.pop().release()
+                buf.close()
+        if self.errors:
+            raise self.errors[0]
+        return secs, sum(self.totals), sum(self.counts), self.timed_out.is_set()
+
+    def _worker(self, i: int, into_ram: bool) -> None:
+        try:
+            fd = _open(self.path, self.direct)
+        except (OSError, LoadscopeError) as exc:  # the file went away meanwhile, say
+            self.errors.append(exc.with_traceback(None))  # said by the point, not the thread
+            return
+        own = None if into_ram else mmap.mmap(-1, self.block_bytes)
+        try:
+            while True:
+                if time.monotonic() >= self.deadline:
+                    self.timed_out.set()
+                    return
+                with self._lock:
+                    block = next(self._next_block, None)
+                if block is None:
+                    return
+                at = block * self.block_bytes
+                self.on_read(self.path, self.offset + at)
+                if own is None:
+                    # A slice of the shared buffer, released at once: the buffer
+                    # can only be closed once no slice of it is alive.
+                    with self.landing[0][at : at + self.block_bytes] as dest:
+                        n = os.preadv(fd, [dest], self.offset + at)
+                else:
+                    n = os.preadv(fd, [own], self.offset + at)
+                self.totals[i] += n
+                self.counts[i] += 1
+        except OSError as exc:
+            self.errors.append(exc.with_traceback(None))  # no frame (and slice) kept alive
+        finally:
+            if own is not None:
+                own.close()
+            os.close(fd)
 
 
 def fresh_memory(nbytes: int) -> mmap.mmap:
