@@ -13,9 +13,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry
 
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from loadscope.loaders.pagefill import FillRange
 
 WeightFormat = Literal["safetensors", "torch"]
+#: What a strategy's :meth:`~Strategy.load` yields: ``(name, tensor)`` as each is usable.
+Tensors: TypeAlias = Iterator[tuple[str, "torch.Tensor"]]
 
 
 #: Size suffixes a byte-count knob takes (``block_bytes=16MiB``).
@@ -132,6 +134,10 @@ class LoadContext:
         knob = next(k for k in strategy.knobs if k.name == name)
         return knob.parse(self.knobs.get(name, self.hints.get(name, knob.default)))
 
+    def knob_values(self, strategy: Strategy, *names: str) -> tuple[Any, ...]:
+        """:meth:`knob` of each of ``names``, in order (``threads, block = ...``)."""
+        return tuple(self.knob(strategy, name) for name in names)
+
 
 class Strategy:
     """Base class; subclasses set the class attributes and implement :meth:`load`."""
@@ -156,21 +162,28 @@ class Strategy:
     sample_shards: bool = True
 
     def unavailable(self) -> str | None:
-        """Why this strategy cannot run in this environment, or None."""
+        """Why this strategy cannot run in this environment, or None.
+
+        A GPU strategy (``requires.gpu``) needs a usable CUDA device, asked first (which
+        imports torch: only workers ask); then the optional package, if any.
+        """
+        reasons: list[str | None] = []
+        if self.requires.gpu:
+            from loadscope.loaders.cuda import cuda_unavailable
+
+            reasons.append(cuda_unavailable())
         pkg = self.requires.package
         if pkg and importlib.util.find_spec(pkg) is None:
             extra = (
                 f" (pip install 'loadscope[{self.requires.extra}]')" if self.requires.extra else ""
             )
-            return f"{pkg} is not installed{extra}"
-        return None
+            reasons.append(f"{pkg} is not installed{extra}")
+        return "; ".join(r for r in reasons if r) or None
 
     def prepare(self, files: list[FileRequest], ctx: LoadContext) -> None:
         """Work before the clock starts that is not the load (importing a library)."""
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         raise NotImplementedError
 
     def describe(self) -> dict[str, Any]:
@@ -191,6 +204,26 @@ class Strategy:
                 for k in self.knobs
             },
         }
+
+
+class FileByFile(Strategy):
+    """A strategy that loads its files one after another, each on its own: subclasses
+    implement :meth:`load_one`, and :meth:`load` yields each file's tensors in turn."""
+
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+        for f in files:
+            yield from self.load_one(f, ctx)
+
+    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+        raise NotImplementedError
+
+
+def only_requested(request: FileRequest, items: Iterable[tuple[str, torch.Tensor]]) -> Tensors:
+    """The ``(name, tensor)`` of ``items`` that ``request`` asks for (all, unless a sample)."""
+    wanted = set(request.tensors) if request.tensors is not None else None
+    for name, t in items:
+        if wanted is None or name in wanted:
+            yield name, t
 
 
 # -- helpers shared by strategies that build tensors from their own buffers --------------------
@@ -283,7 +316,7 @@ def fill_ranges(requests: list[FileRequest]) -> list[FillRange]:
 
 def tensors_from_buffer(
     buffer: Any, base_offset: int, header: SafetensorsHeader, entries: list[TensorEntry]
-) -> Iterator[tuple[str, torch.Tensor]]:
+) -> Tensors:
     """Tensors as views on ``buffer``, which holds file bytes starting at ``base_offset``.
 
     Views are zero-copy; a tensor at an offset its dtype cannot view (unaligned) is copied.
@@ -305,7 +338,7 @@ def tensors_from_buffer(
             yield t.name, view.reshape(t.shape)
 
 
-def read_spans(request: FileRequest) -> Iterator[tuple[str, torch.Tensor]]:
+def read_spans(request: FileRequest) -> Tensors:
     """A sampled request's tensors: one ``pread`` per contiguous span of them (the
     one-big-read pattern, on the bytes the trial is asked to load), each tensor copied
     out of its span's bytes as ``safetensors.torch.load`` copies out of a file's."""

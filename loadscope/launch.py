@@ -23,9 +23,23 @@ NOT_A_TERMINAL = (
 )
 
 
+def _stopped_by(signum: int) -> str:
+    """What the signal ``signum`` did to the command, as its one line says it."""
+    if signum == signal.SIGINT:
+        return "interrupted"
+    if signum == signal.SIGTERM:
+        return "terminated"
+    if signum == signal.SIGKILL:
+        return "killed (SIGKILL: out of memory, or killed by hand)"
+    try:
+        return f"killed by {signal.Signals(signum).name}"
+    except ValueError:
+        return f"killed by signal {signum}"
+
+
 def _stop_while_starting(signum: int, _frame: FrameType | None) -> None:
     """Ctrl-C or SIGTERM while the engine is still importing: nothing started, nothing to undo."""
-    os.write(2, f"{PROG}: {'interrupted' if signum == signal.SIGINT else 'terminated'}\n".encode())
+    os.write(2, f"{PROG}: {_stopped_by(signum)}\n".encode())
     os._exit(ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED)
 
 
@@ -83,19 +97,8 @@ def _supervise() -> tuple[int | None, int | None]:
 def _say_killed(signum: int) -> None:
     """The command's child died of a signal (one that came as it was exiting, after its
     handlers were gone, or SIGKILL): say so in one line, as the child would have."""
-    if signum == signal.SIGINT:
-        what = "interrupted"
-    elif signum == signal.SIGTERM:
-        what = "terminated"
-    elif signum == signal.SIGKILL:
-        what = "killed (SIGKILL: out of memory, or killed by hand)"
-    else:
-        try:
-            what = f"killed by {signal.Signals(signum).name}"
-        except ValueError:
-            what = f"killed by signal {signum}"
     with contextlib.suppress(OSError):
-        os.write(2, f"{PROG}: {what}\n".encode())
+        os.write(2, f"{PROG}: {_stopped_by(signum)}\n".encode())
 
 
 def _report_early_exit(code: int, fd: int | None) -> None:
@@ -112,6 +115,11 @@ def _report_early_exit(code: int, fd: int | None) -> None:
         for std in (0, 1, 2):
             os.dup2(null, std)
         os.write(fd, bytes([code & 0xFF]))
+
+
+def _on_a_terminal() -> bool:
+    """The app's condition: stdin and stdout are both a terminal."""
+    return sys.stdout.isatty() and sys.stdin.isatty()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,13 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report_early_exit(code, early_exit)
         return code
     if not args_list:
-        if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        if not _on_a_terminal():
             build_parser().print_help()
             print(f"\n{NOT_A_TERMINAL}", file=sys.stderr)
             return int(ExitCode.OK)
         args_list = ["tui"]
     args = build_parser().parse_args(args_list)
-    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+    if not _on_a_terminal():
         print(NOT_A_TERMINAL, file=sys.stderr)
         return int(ExitCode.USAGE)
     from loadscope.tui.app import run_app

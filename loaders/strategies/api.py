@@ -10,15 +10,9 @@ public call always loads whole files.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 from loadscope.loaders.api import load_file
 from loadscope.loaders.strategies.auto import Auto
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
-
-if TYPE_CHECKING:
-    import torch
+from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy, Tensors
 
 
 class PublicLoadFile(Strategy):
@@ -27,10 +21,8 @@ class PublicLoadFile(Strategy):
     requires = Requirements(ram_multiple=1.0)
     knobs = tuple(k for k in Auto.knobs if k.name != "huge_pages")  # load_file: always on
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+        threads, block = ctx.knob_values(self, "threads", "block_bytes")
         direct = str(ctx.knob(self, "direct"))
         if any(f.tensors is not None for f in files):
             ctx.notes["sampled"] = "a sample: loaded through auto's per-file path"

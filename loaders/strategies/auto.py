@@ -11,9 +11,6 @@ mapped instead. Every choice and its reason are recorded in the trial.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategies.parallel import read_file_parallel
 from loadscope.loaders.strategy import (
@@ -22,14 +19,12 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
+    Tensors,
     byte_ranges,
     o_direct_ok,
 )
 from loadscope.probes.pagecache import sampled_residency
 from loadscope.probes.system import memory_headroom
-
-if TYPE_CHECKING:
-    import torch
 
 #: A file at least this resident is mapped rather than read.
 RESIDENT_ENOUGH = 0.9
@@ -48,10 +43,8 @@ class Auto(Strategy):
         Knob("huge_pages", "yes", "MADV_HUGEPAGE on the read buffers", choices=("yes", "no")),
     )
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+        threads, block = ctx.knob_values(self, "threads", "block_bytes")
         want_direct = str(ctx.knob(self, "direct"))
         choices = ctx.notes.setdefault("choices", [])
         for f in files:
@@ -74,7 +67,7 @@ class Auto(Strategy):
                 choices.append(
                     {"file": f.path, "choice": "mmap", "reason": mapped_why, "residency": fraction}
                 )
-                yield from MmapLoadFile().load([f], ctx)
+                yield from MmapLoadFile().load_one(f, ctx)
                 continue
             direct = want_direct == "yes" or (want_direct == "auto" and o_direct_ok(f.path))
             how = "O_DIRECT" if direct else "buffered pread"

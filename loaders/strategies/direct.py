@@ -8,24 +8,19 @@ O_DIRECT.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 from loadscope.loaders.strategies.parallel import read_file_parallel
 from loadscope.loaders.strategy import (
+    FileByFile,
     FileRequest,
     Knob,
     LoadContext,
     Requirements,
-    Strategy,
+    Tensors,
     o_direct_ok,
 )
 
-if TYPE_CHECKING:
-    import torch
 
-
-class Direct(Strategy):
+class Direct(FileByFile):
     name = "direct"
     summary = "O_DIRECT 1 MiB reads, 12 in flight, into an aligned buffer"
     requires = Requirements(ram_multiple=1.0)
@@ -34,11 +29,8 @@ class Direct(Strategy):
         Knob("block_bytes", 1 << 20, "bytes per read request", multiple=4096),
     )
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
-        for f in files:
-            if not o_direct_ok(f.path):
-                raise OSError(f"{f.path}: the filesystem refuses O_DIRECT")
-            yield from read_file_parallel(f, threads=threads, block_bytes=block, direct=True)
+    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+        threads, block = ctx.knob_values(self, "threads", "block_bytes")
+        if not o_direct_ok(f.path):
+            raise OSError(f"{f.path}: the filesystem refuses O_DIRECT")
+        yield from read_file_parallel(f, threads=threads, block_bytes=block, direct=True)

@@ -6,50 +6,42 @@ bytes. Holds the file twice at the peak (the bytes and the tensors).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 from loadscope.loaders.strategy import (
+    FileByFile,
     FileRequest,
     LoadContext,
     Requirements,
-    Strategy,
+    Tensors,
     read_spans,
     tensors_from_buffer,
 )
 
-if TYPE_CHECKING:
-    import torch
 
-
-class FullRead(Strategy):
+class FullRead(FileByFile):
     name = "fullread"
     summary = "safetensors.torch.load(open(p, 'rb').read())"
     requires = Requirements(ram_multiple=2.0)
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
         from safetensors.torch import load
 
         from loadscope.loaders.safetensors_format import read_header
 
-        for f in files:
-            if f.tensors is None:
-                with open(f.path, "rb") as fh:
-                    data = fh.read()
-                try:
-                    tensors = load(data)
-                except KeyError as exc:
-                    # This safetensors cannot build a dtype torch has (F8_E8M0 in 0.7):
-                    # the same bytes, the same one big read, tensors built here instead.
-                    ctx.notes.setdefault("fallback", f"safetensors has no dtype {exc}")
-                    header = read_header(f.path)
-                    buf = bytearray(data)
-                    for name, t in tensors_from_buffer(buf, 0, header, list(header.tensors)):
-                        yield name, t.clone()
-                    continue
-                yield from tensors.items()
-                continue
+        if f.tensors is not None:
             # A sample: one read per span that holds the chosen tensors.
             yield from read_spans(f)
+            return
+        with open(f.path, "rb") as fh:
+            data = fh.read()
+        try:
+            tensors = load(data)
+        except KeyError as exc:
+            # This safetensors cannot build a dtype torch has (F8_E8M0 in 0.7):
+            # the same bytes, the same one big read, tensors built here instead.
+            ctx.notes.setdefault("fallback", f"safetensors has no dtype {exc}")
+            header = read_header(f.path)
+            buf = bytearray(data)
+            for name, t in tensors_from_buffer(buf, 0, header, list(header.tensors)):
+                yield name, t.clone()
+            return
+        yield from tensors.items()

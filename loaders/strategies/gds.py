@@ -10,14 +10,17 @@ Optional: ``pip install 'loadscope[gds]'`` (kvikio for the machine's CUDA).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from loadscope.loaders.cuda import cuda_device, cuda_unavailable
-from loadscope.loaders.strategy import FileRequest, Knob, LoadContext, Requirements, Strategy
-
-if TYPE_CHECKING:
-    import torch
+from loadscope.loaders.cuda import cuda_device
+from loadscope.loaders.strategy import (
+    FileRequest,
+    Knob,
+    LoadContext,
+    Requirements,
+    Strategy,
+    Tensors,
+)
 
 
 def kvikio_mode(kvikio: Any) -> str:
@@ -41,13 +44,7 @@ class Gds(Strategy):
     requires = Requirements(gpu=True, ram_multiple=0.0, package="kvikio", extra="gds")
     knobs = (Knob("task_bytes", 16 << 20, "bytes per kvikio task (its thread pool's unit)"),)
 
-    def unavailable(self) -> str | None:
-        reasons = [r for r in (cuda_unavailable(), super().unavailable()) if r]
-        return "; ".join(reasons) or None
-
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         import torch
 
         from loadscope.loaders.staged import StagedReadError, device_tensors, plan_file

@@ -7,14 +7,8 @@ small-read pattern as ``mmap``) followed by a synchronous copy per tensor.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-from loadscope.loaders.cuda import cuda_device, cuda_unavailable
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
-
-if TYPE_CHECKING:
-    import torch
+from loadscope.loaders.cuda import cuda_device
+from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy, Tensors
 
 
 class MmapCuda(Strategy):
@@ -22,12 +16,7 @@ class MmapCuda(Strategy):
     summary = "safetensors.torch.load_file(path, device='cuda:N')"
     requires = Requirements(gpu=True, ram_multiple=0.0)
 
-    def unavailable(self) -> str | None:
-        return cuda_unavailable()
-
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         from safetensors import safe_open
         from safetensors.torch import load_file
 

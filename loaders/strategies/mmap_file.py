@@ -7,34 +7,25 @@ missing page when it is cold — the pattern that stalls on high-latency storage
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
-
-if TYPE_CHECKING:
-    import torch
+from loadscope.loaders.strategy import FileByFile, FileRequest, LoadContext, Requirements, Tensors
 
 
-class MmapLoadFile(Strategy):
+class MmapLoadFile(FileByFile):
     name = "mmap"
     summary = "safetensors.torch.load_file (memory-mapped, lazy)"
     requires = Requirements(ram_multiple=0.0)
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
         from safetensors import safe_open
         from safetensors.torch import load_file
 
-        for f in files:
-            if f.tensors is None:
-                yield from load_file(f.path).items()
-            else:
-                # load_file's own steps on the sampled tensors: map every tensor, close
-                # the file, then hand them out (touching a view while the file is open
-                # measured 20-30% faster than load_file on the emulated disk, which
-                # made sampled mmap times optimistic).
-                with safe_open(f.path, framework="pt") as handle:
-                    got = {name: handle.get_tensor(name) for name in f.tensors}
-                yield from got.items()
+        if f.tensors is None:
+            yield from load_file(f.path).items()
+        else:
+            # load_file's own steps on the sampled tensors: map every tensor, close
+            # the file, then hand them out (touching a view while the file is open
+            # measured 20-30% faster than load_file on the emulated disk, which
+            # made sampled mmap times optimistic).
+            with safe_open(f.path, framework="pt") as handle:
+                got = {name: handle.get_tensor(name) for name in f.tensors}
+            yield from got.items()

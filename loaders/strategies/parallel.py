@@ -10,24 +10,20 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategy import (
+    FileByFile,
     FileRequest,
     Knob,
     LoadContext,
     Requirements,
-    Strategy,
+    Tensors,
     group_by_span,
     selected,
     tensors_from_buffer,
 )
-
-if TYPE_CHECKING:
-    import torch
-
 
 #: The smallest request a span is split into so that every reader thread has one.
 MIN_SPLIT_BYTES = 1 << 20
@@ -112,7 +108,7 @@ def _read_into(fd: int, plain: int, dst: memoryview, offset: int, align: int) ->
         done += n
 
 
-class Parallel(Strategy):
+class Parallel(FileByFile):
     name = "parallel"
     summary = "threads of 16 MiB preads into one buffer per file, tensors as views"
     requires = Requirements(ram_multiple=1.0)
@@ -121,12 +117,9 @@ class Parallel(Strategy):
         Knob("block_bytes", 16 << 20, "bytes per read request"),
     )
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
-        for f in files:
-            yield from read_file_parallel(f, threads=threads, block_bytes=block)
+    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+        threads, block = ctx.knob_values(self, "threads", "block_bytes")
+        yield from read_file_parallel(f, threads=threads, block_bytes=block)
 
 
 def fresh_buffer(nbytes: int, *, huge_pages: bool = True) -> Any:
@@ -152,7 +145,7 @@ def read_file_parallel(
     block_bytes: int,
     direct: bool = False,
     huge_pages: bool = True,
-) -> Iterator[tuple[str, torch.Tensor]]:
+) -> Tensors:
     import mmap
 
     header = read_header(f.path)

@@ -7,22 +7,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
-
-if TYPE_CHECKING:
-    import torch
-
-
-def _only(
-    f: FileRequest, items: Iterator[tuple[str, torch.Tensor]]
-) -> Iterator[tuple[str, torch.Tensor]]:
-    wanted = set(f.tensors) if f.tensors is not None else None
-    for name, t in items:
-        if wanted is None or name in wanted:
-            yield name, t
+from loadscope.loaders.strategy import (
+    FileRequest,
+    LoadContext,
+    Requirements,
+    Strategy,
+    Tensors,
+    only_requested,
+)
 
 
 class FastSafetensors(Strategy):
@@ -34,9 +26,7 @@ class FastSafetensors(Strategy):
     # depends on the files loaded together; benchmarks/RESULTS.md). Whole, or skipped.
     sample_shards = False
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         from fastsafetensors import SafeTensorsFileLoader, SingleGroup
 
         loader = SafeTensorsFileLoader(SingleGroup(), "cpu", nogds=True)
@@ -68,13 +58,11 @@ class RunAI(Strategy):
     # 64% slow (benchmarks/RESULTS.md). Whole, or skipped.
     sample_shards = False
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         from runai_model_streamer import SafetensorsStreamer
 
         with SafetensorsStreamer() as streamer:
             for f in files:
                 streamer.stream_file(f.path)
                 # The streamer reuses its buffer: copy each tensor out.
-                yield from _only(f, ((n, t.clone()) for n, t in streamer.get_tensors()))
+                yield from only_requested(f, ((n, t.clone()) for n, t in streamer.get_tensors()))

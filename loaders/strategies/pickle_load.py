@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import pickle
 import re
-from collections.abc import Iterator
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loadscope.loaders.cuda import cuda_device, cuda_unavailable
 from loadscope.loaders.errors import TorchTooOld, UnsafePickle
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
-
-if TYPE_CHECKING:
-    import torch
+from loadscope.loaders.strategy import (
+    FileByFile,
+    FileRequest,
+    LoadContext,
+    Requirements,
+    Tensors,
+    only_requested,
+)
 
 MIN_SAFE_TORCH = (2, 6)
 
@@ -82,7 +85,7 @@ def _weights_only_refusal(exc: pickle.UnpicklingError, path: str) -> UnsafePickl
     )
 
 
-def _flatten(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+def _flatten(obj: Any, prefix: str = "") -> Tensors:
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -95,7 +98,7 @@ def _flatten(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
             yield from _flatten(value, f"{prefix}.{i}" if prefix else str(i))
 
 
-class Pickle(Strategy):
+class Pickle(FileByFile):
     name = "pickle"
     summary = "torch.load(weights_only=True)"
     requires = Requirements(formats=frozenset({"torch"}), ram_multiple=1.0)
@@ -107,25 +110,16 @@ class Pickle(Strategy):
     def map_location(self, ctx: LoadContext) -> Any:
         return "cpu"
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
         import torch
 
-        for f in files:
-            try:
-                state = torch.load(
-                    f.path,
-                    map_location=self.map_location(ctx),
-                    weights_only=True,
-                    mmap=self.use_mmap,
-                )
-            except pickle.UnpicklingError as exc:
-                raise _weights_only_refusal(exc, f.path) from None
-            wanted = set(f.tensors) if f.tensors is not None else None
-            for name, t in _flatten(state):
-                if wanted is None or name in wanted:
-                    yield name, t
+        try:
+            state = torch.load(
+                f.path, map_location=self.map_location(ctx), weights_only=True, mmap=self.use_mmap
+            )
+        except pickle.UnpicklingError as exc:
+            raise _weights_only_refusal(exc, f.path) from None
+        yield from only_requested(f, _flatten(state))
 
 
 class PickleMmap(Pickle):

@@ -6,16 +6,18 @@ Reads each tensor with positional reads instead of mapping the file.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy
+from loadscope.loaders.strategy import (
+    FileByFile,
+    FileRequest,
+    LoadContext,
+    Requirements,
+    Tensors,
+    only_requested,
+)
 
-if TYPE_CHECKING:
-    import torch
 
-
-class SafetensorsPread(Strategy):
+class SafetensorsPread(FileByFile):
     name = "pread"
     summary = 'safetensors.torch.load_file(backend="pread")'
     requires = Requirements(ram_multiple=1.0)
@@ -28,14 +30,7 @@ class SafetensorsPread(Strategy):
             return f"safetensors {safetensors.__version__} has no backend= option in load_file"
         return None
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
         from safetensors.torch import load_file
 
-        for f in files:
-            tensors = load_file(f.path, backend="pread")
-            wanted = set(f.tensors) if f.tensors is not None else None
-            for name, t in tensors.items():
-                if wanted is None or name in wanted:
-                    yield name, t
+        yield from only_requested(f, load_file(f.path, backend="pread").items())

@@ -12,8 +12,6 @@ sample.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategy import (
@@ -22,11 +20,9 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
+    Tensors,
     byte_ranges,
 )
-
-if TYPE_CHECKING:
-    import torch
 
 
 class Prefetch(Strategy):
@@ -35,9 +31,7 @@ class Prefetch(Strategy):
     requires = Requirements(ram_multiple=0.0)
     knobs = (Knob("block_bytes", 16 << 20, "size of each prefetch read"),)
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         block = ctx.knob(self, "block_bytes")
         view = memoryview(bytearray(block))
         loader = MmapLoadFile()
@@ -60,4 +54,4 @@ class Prefetch(Strategy):
             # with the test suite running beside it: 1-5% of the first files gone and
             # the whole load 1.3x as long; on the idle machine nothing was reclaimed
             # and both orders took the same time: benchmarks/bench_prefetch_order.py).
-            yield from loader.load([f], ctx)
+            yield from loader.load_one(f, ctx)

@@ -10,9 +10,6 @@ user who adds ``loadscope warm MODEL`` before their command pays.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategy import (
@@ -21,25 +18,30 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
+    Tensors,
     fill_ranges,
 )
 
-if TYPE_CHECKING:
-    import torch
+#: ``loadscope warm``'s own options, as the knobs of a strategy that warms first.
+WARM_KNOBS = (
+    Knob("threads", WARM_THREADS, "loadscope warm --threads"),
+    Knob("block_bytes", WARM_BLOCK_BYTES, "loadscope warm --block"),
+)
+
+
+def warm(strategy: Strategy, files: list[FileRequest], ctx: LoadContext) -> None:
+    """``loadscope warm`` of the bytes ``files`` ask for, with ``strategy``'s
+    :data:`WARM_KNOBS`."""
+    threads, block = ctx.knob_values(strategy, "threads", "block_bytes")
+    PageFill(fill_ranges(files), threads=threads, block_bytes=block).run()
 
 
 class Prewarm(Strategy):
     name = "prewarm"
     summary = "loadscope warm (8 threads of 16 MiB blocks), then load_file from the page cache"
     requires = Requirements(ram_multiple=0.0)
-    knobs = (
-        Knob("threads", WARM_THREADS, "loadscope warm --threads"),
-        Knob("block_bytes", WARM_BLOCK_BYTES, "loadscope warm --block"),
-    )
+    knobs = WARM_KNOBS
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
-        PageFill(fill_ranges(files), threads=threads, block_bytes=block).run()
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+        warm(self, files, ctx)
         yield from MmapLoadFile().load(files, ctx)

@@ -7,20 +7,15 @@ tensor from pageable memory to the device. Holds the file twice in RAM at the pe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-from loadscope.loaders.cuda import cuda_device, cuda_unavailable
+from loadscope.loaders.cuda import cuda_device
 from loadscope.loaders.strategy import (
     FileRequest,
     LoadContext,
     Requirements,
     Strategy,
+    Tensors,
     read_spans,
 )
-
-if TYPE_CHECKING:
-    import torch
 
 
 class ReadToCuda(Strategy):
@@ -28,12 +23,7 @@ class ReadToCuda(Strategy):
     summary = "safetensors.torch.load(open(p, 'rb').read()), then .to('cuda') per tensor"
     requires = Requirements(gpu=True, ram_multiple=2.0)
 
-    def unavailable(self) -> str | None:
-        return cuda_unavailable()
-
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         from safetensors.torch import load
 
         device = cuda_device(ctx.device)

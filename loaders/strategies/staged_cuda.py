@@ -8,14 +8,14 @@ model. The pipeline itself, with the device abstracted, is ``loaders/staged.py``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-from loadscope.loaders.cuda import cuda_unavailable
-from loadscope.loaders.strategy import FileRequest, Knob, LoadContext, Requirements, Strategy
-
-if TYPE_CHECKING:
-    import torch
+from loadscope.loaders.strategy import (
+    FileRequest,
+    Knob,
+    LoadContext,
+    Requirements,
+    Strategy,
+    Tensors,
+)
 
 
 class Staged(Strategy):
@@ -29,12 +29,7 @@ class Staged(Strategy):
         Knob("block_bytes", 4 << 20, "bytes per read request"),
     )
 
-    def unavailable(self) -> str | None:
-        return cuda_unavailable()
-
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         from loadscope.loaders.staged import CudaDevice, staged_load
 
         yield from staged_load(

@@ -20,24 +20,19 @@ transformers and the model's code are imported before the clock starts. Needs
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loadscope.loaders.api import load_file
-from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
 from loadscope.loaders.safetensors_format import read_header
+from loadscope.loaders.strategies.prewarm import WARM_KNOBS, warm
 from loadscope.loaders.strategy import (
     FileRequest,
-    Knob,
     LoadContext,
     Requirements,
     Strategy,
-    fill_ranges,
+    Tensors,
     torch_dtype,
 )
-
-if TYPE_CHECKING:
-    import torch
 
 
 def model_dir(files: list[FileRequest]) -> str:
@@ -74,9 +69,7 @@ class FromPretrained(Strategy):
         with torch.device("meta"):
             AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
         model = self.build(files, ctx)
         yield from as_stored(model, files)
 
@@ -89,14 +82,10 @@ class FromPretrained(Strategy):
 class FromPretrainedPrewarmed(FromPretrained):
     name = "hf-prewarm"
     summary = "loadscope warm, then from_pretrained(path): the no-code-change fix, end to end"
-    knobs = (
-        Knob("threads", WARM_THREADS, "loadscope warm --threads"),
-        Knob("block_bytes", WARM_BLOCK_BYTES, "loadscope warm --block"),
-    )
+    knobs = WARM_KNOBS
 
     def build(self, files: list[FileRequest], ctx: LoadContext) -> Any:
-        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
-        PageFill(fill_ranges(files), threads=threads, block_bytes=block).run()
+        warm(self, files, ctx)
         return super().build(files, ctx)
 
 
@@ -118,7 +107,7 @@ class FromConfigLoadModel(FromPretrained):
         return model
 
 
-def as_stored(model: Any, files: list[FileRequest]) -> Iterator[tuple[str, torch.Tensor]]:
+def as_stored(model: Any, files: list[FileRequest]) -> Tensors:
     """The model's tensors in the dtypes the checkpoint stored them in (for the digests)."""
     stored: dict[str, str] = {}
     for f in files:

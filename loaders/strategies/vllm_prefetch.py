@@ -12,9 +12,6 @@ this trial and not on another strategy's number.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 from loadscope.loaders.pagefill import prefetch_files_sequentially
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategy import (
@@ -23,11 +20,9 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Strategy,
+    Tensors,
     fill_ranges,
 )
-
-if TYPE_CHECKING:
-    import torch
 
 
 class VllmPrefetch(Strategy):
@@ -40,10 +35,8 @@ class VllmPrefetch(Strategy):
         Knob("block_bytes", 16 << 20, "--safetensors-prefetch-block-size: bytes per read"),
     )
 
-    def load(
-        self, files: list[FileRequest], ctx: LoadContext
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        threads, block = ctx.knob(self, "threads"), ctx.knob(self, "block_bytes")
+    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+        threads, block = ctx.knob_values(self, "threads", "block_bytes")
         ordered = sorted(files, key=lambda f: _natural_key(f.path))
         prefetch_files_sequentially(fill_ranges(ordered), threads=threads, block_bytes=block)
         ctx.notes["prefetch"] = {"threads": threads, "block_bytes": block, "files": len(ordered)}

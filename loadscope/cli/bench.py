@@ -18,6 +18,7 @@ from loadscope.cli.common import (
     UsageError,
     budget,
     check_device_usable,
+    comma_list,
     device_arg,
     emit,
     opt,
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     cache: tuple[CacheMode, ...] = ("cold", "warm") if args.cache == "both" else (args.cache,)
     strategies = None
     if args.strategies is not None:
-        strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+        strategies = tuple(comma_list(args.strategies))
         if not strategies:
             raise UsageError("--strategies is empty (see --list-strategies)")
     options = BenchOptions(
@@ -108,7 +109,7 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
     from loadscope.engine.broadcast import to_text as ranks_text
     from loadscope.model.inspection import open_checked
 
-    modes = tuple(m.strip() for m in (args.modes or "").split(",") if m.strip()) or MODES
+    modes = tuple(comma_list(args.modes or "")) or MODES
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise UsageError(f"unknown mode {unknown[0]!r} (known: {', '.join(MODES)})")

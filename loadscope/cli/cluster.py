@@ -17,6 +17,7 @@ from loadscope.cli.common import (
     Command,
     UsageError,
     budget,
+    comma_list,
     opt,
 )
 from loadscope.cli.progress import Progress, mode_for
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.k8s is not None:
         return _k8s(args, out)
     if args.hosts is not None:
-        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+        hosts = comma_list(args.hosts)
         if not hosts:
             raise UsageError("--hosts is empty: name the nodes, e.g. --hosts node0,node1")
         for host in hosts:

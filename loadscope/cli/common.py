@@ -194,6 +194,11 @@ def device_or_auto_arg(text: str) -> str:
         ) from None
 
 
+def comma_list(text: str) -> list[str]:
+    """The items of a comma-separated option (``A,B,...``), stripped, empty ones dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def check_device_usable(device: str) -> None:
     """A GPU device asked for explicitly must be one torch can use here, before any work.
 

@@ -47,8 +47,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 )
         lines = []
         for f in report.files:
-            b = "unknown" if f.before is None else f"{f.before:.0%}"
-            a = "unknown" if f.after is None else f"{f.after:.0%}"
+            b, a = _resident(f.before), _resident(f.after)
             lines.append(f"{b:>8} -> {a:<8} {format_bytes(f.size_bytes):>10}  {f.path}")
         head = (
             f"warmed {format_bytes(report.bytes_read)} in {report.seconds:.2f} s"
@@ -80,6 +79,11 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             finally:
                 locked.release()
         return code
+
+
+def _resident(fraction: float | None) -> str:
+    """A file's page-cache residency as the summary shows it (``unknown`` when not known)."""
+    return "unknown" if fraction is None else f"{fraction:.0%}"
 
 
 COMMAND = Command(
