@@ -221,7 +221,7 @@ def _views(buf: torch.Tensor, path: str) -> dict[str, torch.Tensor]:
     """Every tensor of the file as a view on its flat buffer (a copy where unaligned)."""
     import torch
 
-    from loadscope.loaders.strategy import torch_dtype
+    from loadscope.loaders.buffers import torch_dtype
 
     header = _header_from(buf, path)
     out: dict[str, torch.Tensor] = {}

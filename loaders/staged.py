@@ -33,8 +33,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from loadscope.loaders.buffers import group_by_span, selected, torch_dtype
 from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry, read_header
-from loadscope.loaders.strategy import FileRequest, group_by_span, selected, torch_dtype
+from loadscope.loaders.strategy import FileRequest
 
 if TYPE_CHECKING:
     import torch

@@ -11,6 +11,7 @@ mapped instead. Every choice and its reason are recorded in the trial.
 
 from __future__ import annotations
 
+from loadscope.loaders.buffers import byte_ranges, o_direct_ok
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategies.parallel import read_file_parallel
 from loadscope.loaders.strategy import (
@@ -20,8 +21,6 @@ from loadscope.loaders.strategy import (
     Requirements,
     Strategy,
     Tensors,
-    byte_ranges,
-    o_direct_ok,
 )
 from loadscope.probes.pagecache import sampled_residency
 from loadscope.probes.system import memory_headroom

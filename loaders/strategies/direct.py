@@ -8,6 +8,7 @@ O_DIRECT.
 
 from __future__ import annotations
 
+from loadscope.loaders.buffers import o_direct_ok
 from loadscope.loaders.strategies.parallel import read_file_parallel
 from loadscope.loaders.strategy import (
     FileByFile,
@@ -16,7 +17,6 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Tensors,
-    o_direct_ok,
 )
 
 

@@ -6,15 +6,8 @@ bytes. Holds the file twice at the peak (the bytes and the tensors).
 
 from __future__ import annotations
 
-from loadscope.loaders.strategy import (
-    FileByFile,
-    FileRequest,
-    LoadContext,
-    Requirements,
-    Tensors,
-    read_spans,
-    tensors_from_buffer,
-)
+from loadscope.loaders.buffers import read_spans, tensors_from_buffer
+from loadscope.loaders.strategy import FileByFile, FileRequest, LoadContext, Requirements, Tensors
 
 
 class FullRead(FileByFile):

@@ -12,6 +12,7 @@ import os
 import threading
 from typing import Any
 
+from loadscope.loaders.buffers import group_by_span, selected, tensors_from_buffer
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategy import (
     FileByFile,
@@ -20,9 +21,6 @@ from loadscope.loaders.strategy import (
     LoadContext,
     Requirements,
     Tensors,
-    group_by_span,
-    selected,
-    tensors_from_buffer,
 )
 
 #: The smallest request a span is split into so that every reader thread has one.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from loadscope.loaders.buffers import byte_ranges
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategy import (
     FileRequest,
@@ -21,7 +22,6 @@ from loadscope.loaders.strategy import (
     Requirements,
     Strategy,
     Tensors,
-    byte_ranges,
 )
 
 

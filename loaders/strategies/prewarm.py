@@ -10,6 +10,7 @@ user who adds ``loadscope warm MODEL`` before their command pays.
 
 from __future__ import annotations
 
+from loadscope.loaders.buffers import fill_ranges
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategy import (
@@ -19,7 +20,6 @@ from loadscope.loaders.strategy import (
     Requirements,
     Strategy,
     Tensors,
-    fill_ranges,
 )
 
 #: ``loadscope warm``'s own options, as the knobs of a strategy that warms first.

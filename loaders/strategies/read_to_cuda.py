@@ -7,15 +7,9 @@ tensor from pageable memory to the device. Holds the file twice in RAM at the pe
 
 from __future__ import annotations
 
+from loadscope.loaders.buffers import read_spans
 from loadscope.loaders.cuda import cuda_device
-from loadscope.loaders.strategy import (
-    FileRequest,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-    read_spans,
-)
+from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy, Tensors
 
 
 class ReadToCuda(Strategy):

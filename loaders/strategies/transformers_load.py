@@ -23,16 +23,10 @@ import os
 from typing import Any
 
 from loadscope.loaders.api import load_file
+from loadscope.loaders.buffers import torch_dtype
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategies.prewarm import WARM_KNOBS, warm
-from loadscope.loaders.strategy import (
-    FileRequest,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-    torch_dtype,
-)
+from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy, Tensors
 
 
 def model_dir(files: list[FileRequest]) -> str:

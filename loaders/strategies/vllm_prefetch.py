@@ -12,6 +12,7 @@ this trial and not on another strategy's number.
 
 from __future__ import annotations
 
+from loadscope.loaders.buffers import fill_ranges
 from loadscope.loaders.pagefill import prefetch_files_sequentially
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategy import (
@@ -21,7 +22,6 @@ from loadscope.loaders.strategy import (
     Requirements,
     Strategy,
     Tensors,
-    fill_ranges,
 )
 
 

@@ -426,8 +426,9 @@ def test_a_sampled_run_skips_what_cannot_be_sampled(st_dir: Path) -> None:
     for name in TRANSFORMERS if HAVE_TRANSFORMERS else ():
         assert "cannot be sampled" in report.skipped[name]
     # The prefetching strategies read ahead only the sampled tensors' bytes.
+    from loadscope.loaders.buffers import byte_ranges
     from loadscope.loaders.safetensors_format import read_header
-    from loadscope.loaders.strategy import FileRequest, byte_ranges
+    from loadscope.loaders.strategy import FileRequest
 
     path = next(st_dir.glob("*.safetensors"))
     header = read_header(path)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from loadscope.loaders.buffers import _TORCH_DTYPES, torch_dtype
 from loadscope.loaders.dtypes import DTYPE_BITS
 from loadscope.loaders.strategies import STRATEGIES
-from loadscope.loaders.strategy import _TORCH_DTYPES, FileRequest, LoadContext, torch_dtype
+from loadscope.loaders.strategy import FileRequest, LoadContext
 
 torch = pytest.importorskip("torch")
 

@@ -164,8 +164,8 @@ def _inspect_spelling(dtype: torch.dtype | str) -> str:
 
 
 def test_inspect_spelling_is_the_projects_safetensors_names() -> None:
+    from loadscope.loaders.buffers import _TORCH_DTYPES
     from loadscope.loaders.dtypes import DTYPE_BITS
-    from loadscope.loaders.strategy import _TORCH_DTYPES
 
     for st_name, torch_name in _TORCH_DTYPES.items():
         assert _inspect_spelling(torch_name) == st_name
