@@ -165,9 +165,9 @@ def cost_model(probe: ProbeReport, trials: list[tuple[str, str]]) -> CostModel:
 
 def plan_trials(
     probe: ProbeReport, trials: list[tuple[str, str]], budget_s: float
-) -> tuple[int, int | None, dict[str, int]]:
+) -> tuple[int, int | None, dict[tuple[str, str], int]]:
     """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)``
-    trials, with the bytes each strategy's sample may hold: the planner
+    trials, with the bytes each trial's sample may hold: the planner
     (:func:`~loadscope.engine.planning.plan_budget`) on the probe's rates."""
     plan = plan_budget(
         cost_model(probe, trials),
@@ -223,9 +223,9 @@ class TrialPlan:
     device: str
     strategies: tuple[str, ...]
     repeats: int
-    #: The bytes a sampled trial loads (None: whole loads), and per strategy.
+    #: The bytes a sampled trial loads (None: whole loads), and per (strategy, cache).
     sample: int | None
-    sample_sizes: dict[str, int]
+    sample_sizes: dict[tuple[str, str], int]
     #: Seconds for the single-rank trials (what the probes left, less the others' share).
     trial_s: float
     #: Ranks for the multi-rank trials (None: none are run).

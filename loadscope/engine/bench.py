@@ -60,7 +60,13 @@ from loadscope.engine.bench_records import (
     WorkerStartFailed,
 )
 from loadscope.engine.bench_tables import format_lines, to_text
-from loadscope.engine.sampled import SampleSets, choose_scopes, extrapolate_trials, fit_budget
+from loadscope.engine.sampled import (
+    SampleSets,
+    TrialKey,
+    choose_scopes,
+    extrapolate_trials,
+    fit_budget,
+)
 from loadscope.engine.sampling import SampleSet, Scope, sample_size
 from loadscope.engine.summaries import bench_summaries
 from loadscope.engine.trial_run import bounded_reference, describe_strategies, run_trial
@@ -238,10 +244,11 @@ def _run_bench(
 class _Sampled:
     """A sampled run's choices: what each strategy reads, and the report's sample."""
 
-    scopes: dict[str, Scope] = field(default_factory=dict)
+    #: By (strategy, cache).
+    scopes: dict[TrialKey, Scope] = field(default_factory=dict)
     sets: SampleSets = field(default_factory=dict)
     #: Run whole, once, in place of their sampled rounds.
-    once: set[str] = field(default_factory=set)
+    once: set[TrialKey] = field(default_factory=set)
     sample: Sample | None = None
 
 
@@ -288,7 +295,7 @@ class _Run:
                     names.remove(name)
         _no_strategy_left(names, skipped)
         self.block_stat = _block_stat_of(self.files[0].path)
-        sizes: dict[str, int] = {}
+        sizes: dict[TrialKey, int] = {}
         reason = options.sample_reason
         if options.budget_s is not None and self.sampling is None and self.sampleable and not other:
             planned = fit_budget(
@@ -330,19 +337,23 @@ class _Run:
         self,
         names: list[str],
         skipped: dict[str, str],
-        sizes: dict[str, int],
+        sizes: dict[TrialKey, int],
         reason: str,
         headroom: int,
     ) -> list[str]:
-        """What each strategy reads at the sample's size, the ones that cannot, and the
-        report's sample (none when every strategy runs whole after all)."""
+        """What each strategy reads at the sample's size in each cache state, the ones
+        that cannot, and the report's sample (none when every trial runs whole after all)."""
         assert self.sampling is not None
         files, total, sampling = self.files, self.total, self.sampling
-        planned = bool(sizes or self.options.sample_bytes_for)
-        sizes = {n: sizes.get(n, self.options.sample_bytes_for.get(n, sampling)) for n in names}
+        options = self.options
+        planned = bool(sizes or options.sample_bytes_for)
+        trials: list[TrialKey] = [
+            (n, c) for n in names for c in options.cache if wanted_in(options, n, c)
+        ]
+        sizes = {t: sizes.get(t, options.sample_bytes_for.get(t, sampling)) for t in trials}
         scopes, sets, unsampled = choose_scopes(
             files,
-            names,
+            trials,
             self.available,
             sizes,
             self.options.repeats,
@@ -351,16 +362,18 @@ class _Run:
             lambda n: planned and memory_guard(n, self.available[n], total, headroom) is None,
         )
         skipped.update(unsampled)
-        names = [n for n in names if n not in unsampled]
-        for name in names:
-            big = sets[name][0]
+        for (name, _cache), (big, _small) in sets.items():
             nbytes = total if big is None else sample_size(files, big)[0]
-            if why := memory_guard(name, self.available[name], nbytes, headroom):
+            if name not in skipped and (
+                why := memory_guard(name, self.available[name], nbytes, headroom)
+            ):
                 skipped[name] = why
         names = [n for n in names if n not in skipped]
         _no_strategy_left(names, skipped)
-        once = {n for n in names if scopes[n] == "whole" and sizes[n] < total}
-        extrapolated = [n for n in names if scopes[n] != "whole"]
+        scopes = {t: scope for t, scope in scopes.items() if t[0] in names}
+        sets = {t: pair for t, pair in sets.items() if t[0] in names}
+        once = {t for t, scope in scopes.items() if scope == "whole" and sizes[t] < total}
+        extrapolated = [t for t, scope in scopes.items() if scope != "whole"]
         if not extrapolated:
             self.sampling = None
             return names
@@ -390,7 +403,7 @@ class _Run:
         references: dict[int, dict[str, str]] = {}
         if self.sampleable:
             timeout_s = self.options.trial_timeout_s
-            if self.sampling is None or any(scopes[n] == "whole" for n in names):
+            if self.sampling is None or "whole" in scopes.values():
                 references[0] = bounded_reference(self.files, {}, timeout_s)
             for key, subset in distinct.items():
                 inside = [f for f in self.files if f.path in subset]
@@ -439,7 +452,7 @@ class _Run:
         trial finished."""
         chosen: SampleSet | None = None
         if self.sampling is not None:
-            chosen = self.sampled.sets[trial.strategy][1 if trial.fit else 0]
+            chosen = self.sampled.sets[(trial.strategy, trial.cache)][1 if trial.fit else 0]
         if self.sampleable:
             reference = references[id(chosen) if chosen is not None else 0]
         else:
@@ -498,6 +511,13 @@ class _Run:
         )
 
 
+def wanted_in(options: BenchOptions, name: str, cache: str) -> bool:
+    """Whether ``name`` runs in ``cache`` (every strategy cold; warm unless
+    ``options.warm_strategies`` leaves it out)."""
+    warm = options.warm_strategies
+    return cache == "cold" or warm is None or name in warm
+
+
 class _Plan:
     """The trials in order: interleaved rounds (round 0 the warm-up), the fit's second
     size after round 1, and more rounds when the deadline leaves time for them."""
@@ -512,23 +532,22 @@ class _Plan:
                 # The fit's second size, once per strategy and cache, after the first round:
                 # when the budget runs short, what is lost is the fit's error, not a strategy.
                 self.trials += [
-                    Trial(0, name, cache, 1, False, scope=run.sampled.scopes[name], fit=True)
+                    Trial(
+                        0, name, cache, 1, False, scope=run.sampled.scopes[(name, cache)], fit=True
+                    )
                     for cache in caches
                     for name in names
-                    if self._wanted(name, cache) and sets.get(name, (None, None))[1] is not None
+                    if wanted_in(options, name, cache)
+                    and sets.get((name, cache), (None, None))[1] is not None
                 ]
 
-    def _wanted(self, name: str, cache: str) -> bool:
-        warm = self.run.options.warm_strategies
-        return cache == "cold" or warm is None or name in warm
-
     def round_of(self, r: int) -> list[Trial]:
-        scopes, once = self.run.sampled.scopes, self.run.sampled.once
+        options, scopes, once = self.run.options, self.run.sampled.scopes, self.run.sampled.once
 
         def make(r: int, cache: CacheMode, name: str) -> Trial | None:
-            # A strategy run whole in a sampled run loads the model once, in round 1.
-            if self._wanted(name, cache) and (name not in once or r == 1):
-                return Trial(0, name, cache, r, r == 0, scope=scopes.get(name))
+            # A trial run whole in a sampled run loads the model once, in round 1.
+            if wanted_in(options, name, cache) and ((name, cache) not in once or r == 1):
+                return Trial(0, name, cache, r, r == 0, scope=scopes.get((name, cache)))
             return None
 
         return interleaved([r], self.caches, self.names, make)

@@ -68,9 +68,9 @@ class BenchOptions:
     memory_headroom_bytes: int | None = None
     #: Force sampling with this many bytes; else chosen from the budget.
     sample_bytes: int | None = None
-    #: Per strategy, the bytes its sample may hold instead (a fast strategy affords more
-    #: in the same time; at least the model's size: it runs whole).
-    sample_bytes_for: dict[str, int] = field(default_factory=dict)
+    #: Per (strategy, cache), the bytes its sample may hold instead (a fast strategy, or a
+    #: warm trial, affords more in the same time; at least the model's size: it runs whole).
+    sample_bytes_for: dict[tuple[str, str], int] = field(default_factory=dict)
     sample_reason: str = "asked for"
     #: Up to this many rounds beyond ``repeats`` while ``deadline`` leaves time for one
     #: more, as long as the last round took.

@@ -7,10 +7,12 @@ each round with warm trials also fills the page cache once (the cold trials betw
 rounds evicted it); a run pays its fork server's start once. ``doctor`` fills the
 model in from the probe's rates before any trial runs; ``bench`` from pilot trials.
 
-When whole loads do not fit, every trial's load is given the same share of what the
-fixed costs leave, so a strategy that loads fast gets a bigger sample (or the whole
-model) than a slow one, and each round is followed by one at a quarter of the size
-(the extrapolation's second point, :data:`SMALL_FRACTION`).
+When whole loads do not fit, every trial's load (a strategy in one cache state) is
+given the same share of what the fixed costs leave, so a strategy that loads fast gets
+a bigger sample than a slow one, and a warm trial a bigger one than its cold one; a
+trial whose whole load costs less than its share runs whole, and what it leaves goes
+to the others. Each sampled round is followed by one at a quarter of the size (the
+extrapolation's second point, :data:`SMALL_FRACTION`).
 
 May import: ``loadscope.engine.sampling``. Nothing here runs a trial.
 """
@@ -44,11 +46,12 @@ class CostModel:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """``repeats`` rounds; ``sizes`` the bytes each strategy's sample may hold (empty when
-    whole loads fit); ``whole_s`` the estimate for whole loads that decided it."""
+    """``repeats`` rounds; ``sizes`` the bytes each trial's sample may hold, by (strategy,
+    cache) (empty when whole loads fit; the model's size: that trial runs whole);
+    ``whole_s`` the estimate for whole loads that decided it."""
 
     repeats: int
-    sizes: dict[str, int]
+    sizes: dict[tuple[str, str], int]
     whole_s: float
 
     @property
@@ -86,10 +89,22 @@ def plan_budget(
     most, least = repeats[0], repeats[-1]
     chosen = most if usable - (most + 1) * (fixed + fill) >= usable / 3 else least
     left = max(0.0, usable - (chosen + 1) * (fixed + fill))
-    share = left / ((chosen + SMALL_FRACTION) * len(trials))
-    sizes: dict[str, int] = {}
-    for strategy, cache in trials:
-        per_byte = max(costs.seconds_per_byte[(strategy, cache)], 1e-15)
-        fits = int(min(model_bytes, max(floor_bytes, share / per_byte)))
-        sizes[strategy] = min(sizes.get(strategy, model_bytes), fits)
+    whole_load = {t: model_bytes * max(costs.seconds_per_byte[t], 1e-15) for t in trials}
+    # Water-filling: every trial's load gets an equal share of what is left; a trial whose
+    # whole load costs less than its share runs whole (its rounds, no fit round) and the
+    # rest of its share goes to the others, until no share covers another whole load.
+    capped: set[tuple[str, str]] = set()
+    while True:
+        open_ = [t for t in trials if t not in capped]
+        spent = sum(chosen * whole_load[t] for t in capped)
+        share = max(0.0, left - spent) / ((chosen + SMALL_FRACTION) * max(1, len(open_)))
+        more = {t for t in open_ if whole_load[t] * chosen <= share * (chosen + SMALL_FRACTION)}
+        if not more:
+            break
+        capped |= more
+    sizes: dict[tuple[str, str], int] = {}
+    for t in trials:
+        per_byte = max(costs.seconds_per_byte[t], 1e-15)
+        fits = model_bytes if t in capped else int(share / per_byte)
+        sizes[t] = int(min(model_bytes, max(floor_bytes, fits)))
     return Plan(chosen, sizes, whole[-1])

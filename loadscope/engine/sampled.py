@@ -41,9 +41,11 @@ from loadscope.engine.trials import reference_digests
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.pagecache import ColdCache
 
-#: Per strategy: what its trials read at the sample's size and at the fit's smaller one
-#: (None: the whole model).
-SampleSets = dict[str, tuple[SampleSet | None, SampleSet | None]]
+#: A strategy in one cache state: ``(strategy, cache)``.
+TrialKey = tuple[str, str]
+#: Per (strategy, cache): what its trials read at the sample's size and at the fit's
+#: smaller one (None: the whole model).
+SampleSets = dict[TrialKey, tuple[SampleSet | None, SampleSet | None]]
 
 
 def _unsampled_reason(info: dict[str, Any], whole: int, sample: int, smallest: int) -> str:
@@ -67,38 +69,40 @@ def _unsampled_reason(info: dict[str, Any], whole: int, sample: int, smallest: i
 
 def choose_scopes(
     files: list[WeightFile],
-    names: list[str],
+    trials: list[TrialKey],
     available: dict[str, dict[str, Any]],
-    sizes: Mapping[str, int],
+    sizes: Mapping[TrialKey, int],
     repeats: int,
     fits_whole: Callable[[str], bool] = lambda _name: False,
-) -> tuple[dict[str, Scope], SampleSets, dict[str, str]]:
-    """Per strategy: what it reads in a sampled run (and at the fit's smaller size), or
-    why it cannot run, given the bytes ``sizes`` allots each (a fast strategy affords a
-    bigger sample in the same time, and a whole load when its share covers the model).
+) -> tuple[dict[TrialKey, Scope], SampleSets, dict[str, str]]:
+    """Per trial (a strategy in one cache state): what it reads in a sampled run (and at
+    the fit's smaller size), given the bytes ``sizes`` allots it (a fast strategy, or a
+    warm trial, affords a bigger sample in the same time, and a whole load when its share
+    covers the model); per strategy, why it cannot run.
 
-    A strategy whose one whole load costs no more than its sampled trials would
-    (``repeats`` samples and the fit's smaller one) runs whole, once: always when it
-    loads whole files, else when ``fits_whole`` says so (the budget chose the sizes, not
-    the user, and the whole load fits in memory): a measured time for the price of a
-    fitted one. Else
-    whole shards near the size where the model has such shards (a strategy then reads
-    files exactly as the whole load does), else a tensor sample; a strategy that loads
-    whole files is skipped when neither fits."""
+    A trial whose one whole load costs no more than its sampled trials would
+    (``repeats`` samples and the fit's smaller one) runs whole, once: always when its
+    strategy loads whole files, else when ``fits_whole`` says so (the budget chose the
+    sizes, not the user, and the whole load fits in memory): a measured time for the
+    price of a fitted one. Else whole shards near the size where the model has such
+    shards (a strategy then reads files exactly as the whole load does), else a tensor
+    sample; a strategy that loads whole files is skipped, in every cache state, when
+    neither fits one of its trials."""
     total = sum(f.size_bytes for f in files)
     tensor_sets: dict[int, tuple[SampleSet, SampleSet | None]] = {}
     shard_sets: dict[int, tuple[SampleSet, SampleSet | None] | None] = {}
-    scopes: dict[str, Scope] = {}
+    scopes: dict[TrialKey, Scope] = {}
     sets: SampleSets = {}
     skipped: dict[str, str] = {}
-    for name in names:
+    for key in trials:
+        name = key[0]
         info = available[name]
-        want = sizes[name]
+        want = sizes[key]
         once_is_cheaper = total <= (max(1, repeats) + SMALL_FRACTION) * want
         if want >= total or (
             once_is_cheaper and (info.get("samples") is False or fits_whole(name))
         ):
-            scopes[name], sets[name] = "whole", (None, None)
+            scopes[key], sets[key] = "whole", (None, None)
             continue
         if want not in shard_sets:
             shards = choose_shards(files, want)
@@ -110,15 +114,17 @@ def choose_scopes(
         ):
             # Whole files, read the way the whole load reads each of its files: the most
             # faithful sample there is, when the shards are small enough.
-            scopes[name], sets[name] = "shards", shard_sets[want]  # type: ignore[assignment]
+            scopes[key], sets[key] = "shards", shard_sets[want]  # type: ignore[assignment]
         elif info.get("samples") is not False:
             if want not in tensor_sets:
                 tensors = choose_sample(files, want)
                 tensor_sets[want] = (tensors, smaller_sample(files, tensors))
-            scopes[name], sets[name] = "sampled", tensor_sets[want]
-        else:
+            scopes[key], sets[key] = "sampled", tensor_sets[want]
+        elif name not in skipped:
             smallest = min(f.size_bytes for f in files)
             skipped[name] = _unsampled_reason(info, total, want, smallest)
+    for key in [k for k in scopes if k[0] in skipped]:
+        del scopes[key], sets[key]
     return scopes, sets, skipped
 
 
@@ -161,9 +167,10 @@ def fit_budget(
     block_stat: str | None,
     cold: ColdCache,
     say: Listener,
-) -> tuple[dict[str, int], str] | None:
+) -> tuple[dict[TrialKey, int], str] | None:
     """Pilot every strategy that reads a sample on a small one; when full loads do not
-    fit the budget, the bytes each strategy's sample may hold, and why (None: they fit).
+    fit the budget, the bytes each trial's sample may hold (by strategy and cache), and
+    why (None: they fit).
 
     A trial's cost is its worker's fixed cost (measured around each pilot trial: fork,
     cache eviction and check, digests) plus its load, which scales with the bytes; only

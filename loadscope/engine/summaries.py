@@ -45,7 +45,9 @@ def _counted(t: Trial) -> bool:
 
 
 def bench_summaries(
-    trials: list[Trial], fits: Mapping[tuple[str, str], Fit], scopes: Mapping[str, Scope]
+    trials: list[Trial],
+    fits: Mapping[tuple[str, str], Fit],
+    scopes: Mapping[tuple[str, str], Scope],
 ) -> list[Summary]:
     out: list[Summary] = []
     whole_times: dict[tuple[str, str], float | None] = {}
@@ -64,7 +66,7 @@ def _summary(
     strategy: str,
     cache: CacheMode,
     fitted: Fit | None,
-    scopes: Mapping[str, Scope],
+    scopes: Mapping[tuple[str, str], Scope],
 ) -> Summary:
     times = spread(group, lambda t: t.seconds, steady=_counted, warmup=_first_run)
     steady = [t for t in group if _counted(t) and t.seconds]
@@ -83,7 +85,7 @@ def _summary(
         times.max_s,
         used.seconds if used else None,
         median(t.first_tensor_s for t in steady),
-        scopes.get(strategy),
+        scopes.get((strategy, cache)),
         fixed_seconds=used.fixed_s if used else None,
         fit_bytes_per_s=used.bytes_per_s if used else None,
         error_estimate=used.error if used else None,

@@ -33,25 +33,37 @@ def test_whole_loads_that_fit_are_not_sampled_and_get_the_most_rounds() -> None:
     assert (plan.repeats, plan.sizes) == (1, {})
 
 
-def test_a_sample_is_sized_by_its_strategys_rate_and_the_slowest_cache_decides() -> None:
+def test_a_sample_is_sized_by_its_trials_rate_and_a_cheap_whole_load_runs_whole() -> None:
     budget = 10.0
     plan = plan_budget(costs(), TRIALS, MODEL, budget)
     assert plan.repeats == 2
-    # Three rounds of fixed costs (two and the fit's) leave 10 - 4.5 = 5.5 s, shared by
-    # (2 + a quarter) x 3 trial loads.
-    share = (budget - 3 * 1.5) / ((2 + SMALL_FRACTION) * 3)
-    assert plan.sizes["auto"] == int(share * GB)
-    # mmap runs cold (0.1 GB/s) and warm (10 GB/s): its sample is the cold one's.
-    assert plan.sizes["mmap"] == int(share * 0.1 * GB)
-    assert plan.sample == plan.sizes["mmap"]
+    # Three rounds of fixed costs (two and the fit's) leave 10 - 4.5 = 5.5 s, 0.81 s per
+    # load shared equally. Warm mmap (10 GB/s) loads the whole model in 0.107 s: it runs
+    # whole in both rounds. The 5.29 s left is 1.17 s per cold load, over auto's whole
+    # load (1.07 s at 1 GB/s): auto runs whole too, and cold mmap (0.1 GB/s) gets the rest.
+    rest = budget - 3 * 1.5 - 2 * MODEL / (10 * GB) - 2 * MODEL / GB
+    assert plan.sizes[("mmap", "warm")] == MODEL
+    assert plan.sizes[("auto", "cold")] == MODEL
+    assert plan.sizes[("mmap", "cold")] == int(rest / (2 + SMALL_FRACTION) * 0.1 * GB)
+    assert plan.sample == plan.sizes[("mmap", "cold")]
+
+
+def test_without_a_cheap_trial_every_load_gets_the_same_share() -> None:
+    trials = [("mmap", "cold"), ("auto", "cold")]
+    plan = plan_budget(costs(), trials, MODEL, 6.0)
+    share = (6.0 - 3 * 1.0) / ((2 + SMALL_FRACTION) * 2)
+    assert plan.sizes == {
+        ("mmap", "cold"): int(share * 0.1 * GB),
+        ("auto", "cold"): int(share * GB),
+    }
 
 
 def test_fixed_costs_that_eat_the_budget_drop_to_one_round_and_the_floor_holds() -> None:
     plan = plan_budget(costs(fixed=1.0), TRIALS, MODEL, 7.5, floor_bytes=64 << 20)
     # 7.5 - 3 x 3 s of fixed costs leaves nothing for two rounds: one round and the fit.
     assert plan.repeats == 1
-    assert plan.sizes["mmap"] == 64 << 20  # the floor, not the tiny share
-    assert plan.sizes["auto"] < MODEL
+    assert plan.sizes[("mmap", "cold")] == 64 << 20  # the floor, not the tiny share
+    assert plan.sizes[("auto", "cold")] < MODEL
 
 
 def test_the_page_cache_fill_and_the_server_start_are_paid_for() -> None:
@@ -59,7 +71,7 @@ def test_the_page_cache_fill_and_the_server_start_are_paid_for() -> None:
     filled = plan_budget(costs(fill_s_per_byte=1 / (0.2 * GB), start_s=3.0), TRIALS, MODEL, 12.0)
     # The estimate of the fewest rounds (one): one fill, one start.
     assert filled.whole_s == pytest.approx(plain.whole_s + 3.0 + MODEL / (0.2 * GB))
-    assert filled.sizes["auto"] < plain.sizes["auto"]
+    assert filled.sizes[("auto", "cold")] < plain.sizes[("auto", "cold")]
     # No warm trial: no fill.
     cold = [t for t in TRIALS if t[1] == "cold"]
     a = plan_budget(costs(fill_s_per_byte=1.0), cold, MODEL, 1e9)

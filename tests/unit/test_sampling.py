@@ -173,12 +173,19 @@ def test_a_whole_load_that_costs_no_more_than_the_samples_is_measured_whole(
     total = sum(f.size_bytes for f in sharded)
     info = {"fast": {}, "slow": {}, "big": {}}
     # fast: two samples and the fit's quarter of total/2 cost more than one whole load.
-    sizes = {"fast": total // 2, "slow": total // 8, "big": total // 2}
+    sizes = {
+        ("fast", "cold"): total // 2,
+        ("slow", "cold"): total // 8,
+        ("big", "cold"): total // 2,
+    }
+    # slow's warm trial is given the whole model: it runs whole, its cold one sampled.
+    sizes[("slow", "warm")] = total
     scopes, sets, skipped = choose_scopes(
-        sharded, list(info), info, sizes, repeats=2, fits_whole=lambda name: name != "big"
+        sharded, list(sizes), info, sizes, repeats=2, fits_whole=lambda name: name != "big"
     )
     assert not skipped
-    assert scopes["fast"] == "whole" and sets["fast"] == (None, None)
+    assert scopes["fast", "cold"] == "whole" and sets["fast", "cold"] == (None, None)
     # Not when the samples are the cheaper (slow), nor when the whole would not fit (big).
-    assert scopes["slow"] != "whole" and sets["slow"][0] is not None
-    assert scopes["big"] != "whole" and sets["big"][0] is not None
+    assert scopes["slow", "cold"] != "whole" and sets["slow", "cold"][0] is not None
+    assert scopes["big", "cold"] != "whole" and sets["big", "cold"][0] is not None
+    assert scopes["slow", "warm"] == "whole" and sets["slow", "warm"] == (None, None)
