@@ -305,7 +305,7 @@ class BenchView(Vertical):
                 f" · sampled {format_bytes(sample['bytes'])}"
                 f" of {format_bytes(sample['total_bytes'])},"
                 " times (*) extrapolated to the whole model; 'fit': a trial at a quarter"
-                " of the sample, measured, for the fit"
+                " or a half of the sample, measured, for the fit"
             )
         self.query_one("#bench-status", Static).update(
             Text(

@@ -14,8 +14,8 @@ Huge models: with ``--budget``, a pilot round on a sample estimates every
 trial's fixed cost and load rate; when the plan does not fit, each strategy runs
 on a sample sized to an equal share of the budget (whole shards where they are
 small enough, else a span of tensors per file: :mod:`loadscope.engine.sampling`), at that
-size and a quarter of it, and its whole-model time is the fitted fixed cost plus
-the model at the fitted rate, with the fit's error. A strategy that loads whole
+size, a quarter and (with two rounds or more) a half of it, and its whole-model time
+is the fitted fixed cost plus the model at the fitted rate, with the fit's error. A strategy that loads whole
 files runs on whole shards, runs whole, or is skipped with the reason: never
 scaled from a tensor sample.
 
@@ -362,7 +362,7 @@ class _Run:
             lambda n: planned and memory_guard(n, self.available[n], total, headroom) is None,
         )
         skipped.update(unsampled)
-        for (name, _cache), (big, _small) in sets.items():
+        for (name, _cache), (big, _small, _middle) in sets.items():
             nbytes = total if big is None else sample_size(files, big)[0]
             if name not in skipped and (
                 why := memory_guard(name, self.available[name], nbytes, headroom)
@@ -379,7 +379,7 @@ class _Run:
             return names
         # The report's sample: the smallest any strategy read.
         first = min(extrapolated, key=lambda n: sample_size(files, sets[n][0] or {})[0])
-        big, small = sets[first]
+        big, small, _middle = sets[first]
         assert big is not None
         nbytes, count = sample_size(files, big)
         sample = Sample(
@@ -399,7 +399,7 @@ class _Run:
         """One reference read per distinct set of tensors a trial loads (key 0: every
         tensor); none for torch checkpoints (their first trial's digests are)."""
         sets, scopes = self.sampled.sets, self.sampled.scopes
-        distinct = {id(s): s for pair in sets.values() for s in pair if s is not None}
+        distinct = {id(s): s for trio in sets.values() for s in trio if s is not None}
         references: dict[int, dict[str, str]] = {}
         if self.sampleable:
             timeout_s = self.options.trial_timeout_s
@@ -452,7 +452,9 @@ class _Run:
         trial finished."""
         chosen: SampleSet | None = None
         if self.sampling is not None:
-            chosen = self.sampled.sets[(trial.strategy, trial.cache)][1 if trial.fit else 0]
+            # A fit trial of round 1 reads the quarter-size set, of round 2 the half.
+            size = min(trial.repeat, 2) if trial.fit else 0
+            chosen = self.sampled.sets[(trial.strategy, trial.cache)][size]
         if self.sampleable:
             reference = references[id(chosen) if chosen is not None else 0]
         else:
@@ -519,27 +521,32 @@ def wanted_in(options: BenchOptions, name: str, cache: str) -> bool:
 
 
 class _Plan:
-    """The trials in order: interleaved rounds (round 0 the warm-up), the fit's second
-    size after round 1, and more rounds when the deadline leaves time for them."""
+    """The trials in order: interleaved rounds (round 0 the warm-up), the fit's smaller
+    sizes (a quarter after round 1, a half after round 2), and more rounds when the
+    deadline leaves time for them."""
 
     def __init__(self, run: _Run, names: list[str], caches: list[CacheMode]) -> None:
         self.run, self.names, self.caches = run, names, caches
-        options, sets = run.options, run.sampled.sets
+        options = run.options
         self.trials: list[Trial] = []
         for r in range(0 if options.warmup else 1, options.repeats + 1):
             self.trials += self.round_of(r)
-            if r == 1:
-                # The fit's second size, once per strategy and cache, after the first round:
-                # when the budget runs short, what is lost is the fit's error, not a strategy.
-                self.trials += [
-                    Trial(
-                        0, name, cache, 1, False, scope=run.sampled.scopes[(name, cache)], fit=True
-                    )
-                    for cache in caches
-                    for name in names
-                    if wanted_in(options, name, cache)
-                    and sets.get((name, cache), (None, None))[1] is not None
-                ]
+            if r in (1, 2):
+                # The fit's other sizes, once per strategy and cache, after the first and
+                # second rounds: when the budget runs short, what is lost is the fit's
+                # error, not a strategy.
+                self.trials += self.fit_round(r)
+
+    def fit_round(self, r: int) -> list[Trial]:
+        """Round ``r``'s fit trials: at the sample's quarter (r 1) or half (r 2) size."""
+        options, sampled = self.run.options, self.run.sampled
+        return [
+            Trial(0, name, cache, r, False, scope=sampled.scopes[(name, cache)], fit=True)
+            for cache in self.caches
+            for name in self.names
+            if wanted_in(options, name, cache)
+            and sampled.sets.get((name, cache), (None, None, None))[r] is not None
+        ]
 
     def round_of(self, r: int) -> list[Trial]:
         options, scopes, once = self.run.options, self.run.sampled.scopes, self.run.sampled.once

@@ -159,7 +159,7 @@ class Sample:
     tensors: int
     files: int
     #: The largest relative error of any strategy's extrapolation (each is the error of
-    #: a fit of a fixed cost and a rate to its trials at two sample sizes).
+    #: a fit of a fixed cost and a rate to its trials at two or three sample sizes).
     error_estimate: float | None = None
     reason: str = ""
     #: The second, smaller sample size the fit uses (None: one size only).

@@ -56,8 +56,9 @@ def extrapolation_lines(report: BenchReport) -> list[str]:
     lines = [
         *textwrap.wrap(
             f"whole-model times ({format_bytes(smp.total_bytes)}): fixed cost + bytes / rate,"
-            " fitted to each strategy's trials at two sizes: what 'read' says and a quarter"
-            " of it (± one standard error; ±? where the trials cannot measure it); 'whole':"
+            " fitted to each strategy's trials at up to three sizes: what 'read' says, a"
+            " quarter and a half of it (± one standard error of the line, which grows when"
+            " the times are off a line; ±? where the trials cannot measure it); 'whole':"
             " loaded whole, measured, not extrapolated.",
             80,
         ),

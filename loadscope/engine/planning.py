@@ -11,8 +11,9 @@ When whole loads do not fit, every trial's load (a strategy in one cache state) 
 given the same share of what the fixed costs leave, so a strategy that loads fast gets
 a bigger sample than a slow one, and a warm trial a bigger one than its cold one; a
 trial whose whole load costs less than its share runs whole, and what it leaves goes
-to the others. Each sampled round is followed by one at a quarter of the size (the
-extrapolation's second point, :data:`SMALL_FRACTION`).
+to the others. The first sampled round is followed by one at a quarter of the size
+and the second by one at half of it (the extrapolation's other points,
+:func:`~loadscope.engine.sampling.fit_fractions`).
 
 May import: ``loadscope.engine.sampling``. Nothing here runs a trial.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from loadscope.engine.sampling import SMALL_FRACTION
+from loadscope.engine.sampling import fit_fractions
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +88,13 @@ def plan_budget(
             return Plan(r, {}, estimate)
     usable = budget_s - costs.start_s
     most, least = repeats[0], repeats[-1]
-    chosen = most if usable - (most + 1) * (fixed + fill) >= usable / 3 else least
-    left = max(0.0, usable - (chosen + 1) * (fixed + fill))
+    rounds_most = most + len(fit_fractions(most))
+    chosen = most if usable - rounds_most * (fixed + fill) >= usable / 3 else least
+    # The fit's trials are rounds of their own (their fixed costs and fill), each loading
+    # a fraction of the sample.
+    fits = fit_fractions(chosen)
+    loads_per_trial = chosen + sum(fits)
+    left = max(0.0, usable - (chosen + len(fits)) * (fixed + fill))
     whole_load = {t: model_bytes * max(costs.seconds_per_byte[t], 1e-15) for t in trials}
     # Water-filling: every trial's load gets an equal share of what is left; a trial whose
     # whole load costs less than its share runs whole (its rounds, no fit round) and the
@@ -97,14 +103,14 @@ def plan_budget(
     while True:
         open_ = [t for t in trials if t not in capped]
         spent = sum(chosen * whole_load[t] for t in capped)
-        share = max(0.0, left - spent) / ((chosen + SMALL_FRACTION) * max(1, len(open_)))
-        more = {t for t in open_ if whole_load[t] * chosen <= share * (chosen + SMALL_FRACTION)}
+        share = max(0.0, left - spent) / (loads_per_trial * max(1, len(open_)))
+        more = {t for t in open_ if whole_load[t] * chosen <= share * loads_per_trial}
         if not more:
             break
         capped |= more
     sizes: dict[tuple[str, str], int] = {}
     for t in trials:
         per_byte = max(costs.seconds_per_byte[t], 1e-15)
-        fits = model_bytes if t in capped else int(share / per_byte)
-        sizes[t] = int(min(model_bytes, max(floor_bytes, fits)))
+        nbytes = model_bytes if t in capped else int(share / per_byte)
+        sizes[t] = int(min(model_bytes, max(floor_bytes, nbytes)))
     return Plan(chosen, sizes, whole[-1])

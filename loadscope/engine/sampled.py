@@ -23,6 +23,7 @@ from loadscope.base.units import format_bytes
 from loadscope.engine.bench_records import BenchOptions, Listener, Trial
 from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.sampling import (
+    MIDDLE_FRACTION,
     SHARD_OVERSHOOT,
     SMALL_FRACTION,
     Fit,
@@ -32,6 +33,7 @@ from loadscope.engine.sampling import (
     choose_shards,
     extrapolate,
     fit,
+    fit_fractions,
     sample_size,
     smaller_sample,
     smaller_shards,
@@ -44,8 +46,8 @@ from loadscope.probes.pagecache import ColdCache
 #: A strategy in one cache state: ``(strategy, cache)``.
 TrialKey = tuple[str, str]
 #: Per (strategy, cache): what its trials read at the sample's size and at the fit's
-#: smaller one (None: the whole model).
-SampleSets = dict[TrialKey, tuple[SampleSet | None, SampleSet | None]]
+#: smaller ones, a quarter and a half (None: the whole model, or no such size).
+SampleSets = dict[TrialKey, tuple[SampleSet | None, SampleSet | None, SampleSet | None]]
 
 
 def _unsampled_reason(info: dict[str, Any], whole: int, sample: int, smallest: int) -> str:
@@ -89,8 +91,8 @@ def choose_scopes(
     sample; a strategy that loads whole files is skipped, in every cache state, when
     neither fits one of its trials."""
     total = sum(f.size_bytes for f in files)
-    tensor_sets: dict[int, tuple[SampleSet, SampleSet | None]] = {}
-    shard_sets: dict[int, tuple[SampleSet, SampleSet | None] | None] = {}
+    tensor_sets: dict[int, tuple[SampleSet, SampleSet | None, SampleSet | None]] = {}
+    shard_sets: dict[int, tuple[SampleSet, SampleSet | None, None] | None] = {}
     scopes: dict[TrialKey, Scope] = {}
     sets: SampleSets = {}
     skipped: dict[str, str] = {}
@@ -98,15 +100,16 @@ def choose_scopes(
         name = key[0]
         info = available[name]
         want = sizes[key]
-        once_is_cheaper = total <= (max(1, repeats) + SMALL_FRACTION) * want
+        once_is_cheaper = total <= (max(1, repeats) + sum(fit_fractions(repeats))) * want
         if want >= total or (
             once_is_cheaper and (info.get("samples") is False or fits_whole(name))
         ):
-            scopes[key], sets[key] = "whole", (None, None)
+            scopes[key], sets[key] = "whole", (None, None, None)
             continue
         if want not in shard_sets:
             shards = choose_shards(files, want)
-            shard_sets[want] = (shards, smaller_shards(files, shards)) if shards else None
+            # Whole files: half of them is the fit's one smaller size.
+            shard_sets[want] = (shards, smaller_shards(files, shards), None) if shards else None
         if (
             shard_sets[want] is not None
             and info.get("sample_files") is not False
@@ -118,7 +121,11 @@ def choose_scopes(
         elif info.get("samples") is not False:
             if want not in tensor_sets:
                 tensors = choose_sample(files, want)
-                tensor_sets[want] = (tensors, smaller_sample(files, tensors))
+                tensor_sets[want] = (
+                    tensors,
+                    smaller_sample(files, tensors, SMALL_FRACTION),
+                    smaller_sample(files, tensors, MIDDLE_FRACTION) if repeats >= 2 else None,
+                )
             scopes[key], sets[key] = "sampled", tensor_sets[want]
         elif name not in skipped:
             smallest = min(f.size_bytes for f in files)

@@ -4,8 +4,10 @@ Owns what a sampled run reads and how its times become whole-model times:
 
 * :func:`choose_sample`: runs of consecutive tensors spread across every shard and
   across each file, for strategies that read exactly the tensors they are asked for;
-* :func:`smaller_sample`: the second, smaller size of the same kind, so that each
-  strategy's times at two sizes give a fixed cost and a rate;
+* :func:`smaller_sample`: the fit's smaller sizes of the same kind (a quarter, and in
+  runs of two rounds or more a half), so that each strategy's times at two sizes give a
+  fixed cost and a rate, and at three the line's own error (a time that does not grow
+  in proportion to the bytes shows as scatter around it);
 * :func:`choose_shards`: a subset of *whole files* for strategies that load whole
   files whatever tensors they are asked for (the peers): their sample is whole shards;
 * :func:`fit`: the fixed cost and rate from the trials' (bytes, seconds) points, the
@@ -36,6 +38,17 @@ SampleSet = dict[Path, tuple[str, ...]]
 #: The second size is this fraction of the first (bytes): far enough apart that the
 #: fixed cost and the rate separate, small enough to cost a quarter of a trial.
 SMALL_FRACTION = 0.25
+#: The third size, in runs of two rounds or more: a line through three sizes can be
+#: checked against them, so the fit's error includes how far the times are from a line.
+MIDDLE_FRACTION = 0.5
+
+
+def fit_fractions(rounds: int) -> tuple[float, ...]:
+    """The fit trials' sizes, as fractions of the sample, in a run of ``rounds`` rounds:
+    a quarter after round 1, and a half after round 2 when there is one."""
+    return (SMALL_FRACTION, MIDDLE_FRACTION) if rounds >= 2 else (SMALL_FRACTION,)
+
+
 #: With only two points (nothing to check the line against), a fitted fixed cost above
 #: this fraction of the smaller trial is not believed.
 MAX_UNCHECKED_FIXED = 0.5
@@ -110,13 +123,15 @@ def sample_size(files: list[WeightFile], sample: SampleSet) -> tuple[int, int]:
     return nbytes, count
 
 
-def smaller_sample(files: list[WeightFile], sample: SampleSet) -> SampleSet | None:
-    """The same kind of sample at about a quarter of the bytes, or None when it would
+def smaller_sample(
+    files: list[WeightFile], sample: SampleSet, fraction: float = SMALL_FRACTION
+) -> SampleSet | None:
+    """The same kind of sample at about ``fraction`` of the bytes, or None when it would
     not be clearly smaller (a sample of one tensor per file cannot shrink)."""
     big, _ = sample_size(files, sample)
-    small = choose_sample(files, int(big * SMALL_FRACTION))
+    small = choose_sample(files, int(big * fraction))
     nbytes, _ = sample_size(files, small)
-    return small if 0 < nbytes <= 0.6 * big else None
+    return small if 0 < nbytes <= (fraction + 0.35) * big else None
 
 
 def _spread(files: list[WeightFile], k: int) -> list[WeightFile]:

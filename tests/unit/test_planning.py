@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadscope.engine.planning import CostModel, plan_budget
-from loadscope.engine.sampling import SMALL_FRACTION
+from loadscope.engine.sampling import fit_fractions
 
 GB = 1e9
 MODEL = 1 << 30
@@ -34,24 +34,27 @@ def test_whole_loads_that_fit_are_not_sampled_and_get_the_most_rounds() -> None:
 
 
 def test_a_sample_is_sized_by_its_trials_rate_and_a_cheap_whole_load_runs_whole() -> None:
-    budget = 10.0
+    budget = 11.0
     plan = plan_budget(costs(), TRIALS, MODEL, budget)
     assert plan.repeats == 2
-    # Three rounds of fixed costs (two and the fit's) leave 10 - 4.5 = 5.5 s, 0.81 s per
-    # load shared equally. Warm mmap (10 GB/s) loads the whole model in 0.107 s: it runs
-    # whole in both rounds. The 5.29 s left is 1.17 s per cold load, over auto's whole
-    # load (1.07 s at 1 GB/s): auto runs whole too, and cold mmap (0.1 GB/s) gets the rest.
-    rest = budget - 3 * 1.5 - 2 * MODEL / (10 * GB) - 2 * MODEL / GB
+    # Four rounds of fixed costs (two, and the fit's quarter and half) leave 11 - 6 = 5 s,
+    # shared by (2 + 1/4 + 1/2) loads of each trial: 0.61 s per load. Warm mmap (10 GB/s)
+    # loads the whole model in 0.107 s: it runs whole in both rounds. What is left is
+    # 0.87 s per cold load, over auto's whole load (1.07 s at 1 GB/s) over 2.75 loads:
+    # auto runs whole too, and cold mmap (0.1 GB/s) gets the rest.
+    loads = 2 + sum(fit_fractions(2))
+    assert loads == 2.75
+    rest = budget - 4 * 1.5 - 2 * MODEL / (10 * GB) - 2 * MODEL / GB
     assert plan.sizes[("mmap", "warm")] == MODEL
     assert plan.sizes[("auto", "cold")] == MODEL
-    assert plan.sizes[("mmap", "cold")] == int(rest / (2 + SMALL_FRACTION) * 0.1 * GB)
+    assert plan.sizes[("mmap", "cold")] == int(rest / loads * 0.1 * GB)
     assert plan.sample == plan.sizes[("mmap", "cold")]
 
 
 def test_without_a_cheap_trial_every_load_gets_the_same_share() -> None:
     trials = [("mmap", "cold"), ("auto", "cold")]
     plan = plan_budget(costs(), trials, MODEL, 6.0)
-    share = (6.0 - 3 * 1.0) / ((2 + SMALL_FRACTION) * 2)
+    share = (6.0 - 4 * 1.0) / (2.75 * 2)
     assert plan.sizes == {
         ("mmap", "cold"): int(share * 0.1 * GB),
         ("auto", "cold"): int(share * GB),

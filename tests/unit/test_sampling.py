@@ -172,7 +172,7 @@ def test_a_whole_load_that_costs_no_more_than_the_samples_is_measured_whole(
 
     total = sum(f.size_bytes for f in sharded)
     info = {"fast": {}, "slow": {}, "big": {}}
-    # fast: two samples and the fit's quarter of total/2 cost more than one whole load.
+    # fast: two samples and the fit's quarter and half of total/2 cost more than one whole load.
     sizes = {
         ("fast", "cold"): total // 2,
         ("slow", "cold"): total // 8,
@@ -184,8 +184,23 @@ def test_a_whole_load_that_costs_no_more_than_the_samples_is_measured_whole(
         sharded, list(sizes), info, sizes, repeats=2, fits_whole=lambda name: name != "big"
     )
     assert not skipped
-    assert scopes["fast", "cold"] == "whole" and sets["fast", "cold"] == (None, None)
+    assert scopes["fast", "cold"] == "whole" and sets["fast", "cold"] == (None, None, None)
     # Not when the samples are the cheaper (slow), nor when the whole would not fit (big).
     assert scopes["slow", "cold"] != "whole" and sets["slow", "cold"][0] is not None
     assert scopes["big", "cold"] != "whole" and sets["big", "cold"][0] is not None
-    assert scopes["slow", "warm"] == "whole" and sets["slow", "warm"] == (None, None)
+    assert scopes["slow", "warm"] == "whole" and sets["slow", "warm"] == (None, None, None)
+
+
+def test_a_third_size_measures_how_far_the_times_are_off_a_line() -> None:
+    # Two sizes: a line goes through their means, whatever the times do between them;
+    # the error is the repeats' scatter alone (small here).
+    two = fit([(100_000_000, 1.00), (100_000_000, 1.01), (25_000_000, 0.30)], 1_000_000_000)
+    assert two is not None and two.sizes == 2 and two.error is not None and two.error < 0.02
+    # A half-size trial far off that line (0.70 s where it predicts 0.53 s): the fit's
+    # error now says how little a line explains these times.
+    three = fit(
+        [(100_000_000, 1.00), (100_000_000, 1.01), (25_000_000, 0.30), (50_000_000, 0.70)],
+        1_000_000_000,
+    )
+    assert three is not None and three.sizes == 3 and three.error is not None
+    assert three.error > 3 * two.error
