@@ -1,11 +1,11 @@
 """Loader strategies and the checkpoint formats they read (``loadscope.loaders``).
 
 Owns: the safetensors header parser and torch archive reader (neither imports torch
-nor safetensors), the strategy contract (``strategy.py``), each strategy as one module with its
-declared knobs (``strategies/``), the byte spans a request covers and tensors built
-from a buffer of them (``buffers.py``), the worker and fork server that run a trial in isolation, a trial's
-page-cache state set up and verified (``cachestate.py``, for ``bench`` and rank 0 alike),
-and the public loader API's engine (``api.py``).
+nor safetensors), the strategy contract (``strategy.py``), each strategy as one module
+with its declared knobs (``strategies/``), the byte spans a request covers and tensors
+built from a buffer of them (``buffers.py``), the worker and fork server that run a
+trial in isolation, a trial's page-cache state set up and verified (``cachestate.py``,
+for ``bench`` and rank 0 alike), and the public loader API's engine (``api.py``).
 May import: ``loadscope.probes`` (residency, memory headroom) and ``loadscope.base``;
 never the core above it or Textual.
 """

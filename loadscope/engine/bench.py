@@ -15,9 +15,9 @@ trial's fixed cost and load rate; when the plan does not fit, each strategy runs
 on a sample sized to an equal share of the budget (whole shards where they are
 small enough, else a span of tensors per file: :mod:`loadscope.engine.sampling`), at that
 size, a quarter and (with two rounds or more) a half of it, and its whole-model time
-is the fitted fixed cost plus the model at the fitted rate, with the fit's error. A strategy that loads whole
-files runs on whole shards, runs whole, or is skipped with the reason: never
-scaled from a tensor sample.
+is the fitted fixed cost plus the model at the fitted rate, with the fit's error. A
+strategy that loads whole files runs on whole shards, runs whole, or is skipped with
+the reason: never scaled from a tensor sample.
 
 Owns the run: which strategies run here and why the others cannot (:func:`memory_guard`
 among them), the plan, its trials one after the other, the summaries and the report.
