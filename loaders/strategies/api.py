@@ -10,18 +10,20 @@ public call always loads whole files.
 
 from __future__ import annotations
 
+from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file
 from loadscope.loaders.strategies.auto import Auto
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy, Tensors
 
 
-class PublicLoadFile(Strategy):
+class PublicLoadFile(strategy.Strategy):
     name = "api"
     summary = "loadscope.load_file(path): the public API (auto's choices, safetensors' output)"
-    requires = Requirements(ram_multiple=1.0)
+    requires = strategy.Requirements(ram_multiple=1.0)
     knobs = tuple(k for k in Auto.knobs if k.name != "huge_pages")  # load_file: always on
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         threads, block = ctx.knob_values(self, "threads", "block_bytes")
         direct = str(ctx.knob(self, "direct"))
         if any(f.tensors is not None for f in files):

@@ -11,17 +11,10 @@ mapped instead. Every choice and its reason are recorded in the trial.
 
 from __future__ import annotations
 
+from loadscope.loaders import strategy
 from loadscope.loaders.buffers import byte_ranges, o_direct_ok
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategies.parallel import read_file_parallel
-from loadscope.loaders.strategy import (
-    FileRequest,
-    Knob,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-)
 from loadscope.probes.pagecache import sampled_residency
 from loadscope.probes.system import memory_headroom
 
@@ -31,18 +24,24 @@ RESIDENT_ENOUGH = 0.9
 MEMORY_MARGIN = 256 << 20
 
 
-class Auto(Strategy):
+class Auto(strategy.Strategy):
     name = "auto"
     summary = "map resident files; deep-parallel large reads (O_DIRECT when possible) when cold"
-    requires = Requirements(ram_multiple=1.0)
+    requires = strategy.Requirements(ram_multiple=1.0)
     knobs = (
-        Knob("threads", 12, "requests in flight per cold file (default: from the probes)"),
-        Knob("block_bytes", 1 << 20, "bytes per request for cold files (default: from the probes)"),
-        Knob("direct", "auto", "O_DIRECT for cold files", choices=("auto", "yes", "no")),
-        Knob("huge_pages", "yes", "MADV_HUGEPAGE on the read buffers", choices=("yes", "no")),
+        strategy.Knob("threads", 12, "requests in flight per cold file (default: from the probes)"),
+        strategy.Knob(
+            "block_bytes", 1 << 20, "bytes per request for cold files (default: from the probes)"
+        ),
+        strategy.Knob("direct", "auto", "O_DIRECT for cold files", choices=("auto", "yes", "no")),
+        strategy.Knob(
+            "huge_pages", "yes", "MADV_HUGEPAGE on the read buffers", choices=("yes", "no")
+        ),
     )
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         threads, block = ctx.knob_values(self, "threads", "block_bytes")
         want_direct = str(ctx.knob(self, "direct"))
         choices = ctx.notes.setdefault("choices", [])

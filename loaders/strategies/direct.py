@@ -8,28 +8,21 @@ O_DIRECT.
 
 from __future__ import annotations
 
+from loadscope.loaders import strategy
 from loadscope.loaders.buffers import o_direct_ok
 from loadscope.loaders.strategies.parallel import read_file_parallel
-from loadscope.loaders.strategy import (
-    FileByFile,
-    FileRequest,
-    Knob,
-    LoadContext,
-    Requirements,
-    Tensors,
-)
 
 
-class Direct(FileByFile):
+class Direct(strategy.FileByFile):
     name = "direct"
     summary = "O_DIRECT 1 MiB reads, 12 in flight, into an aligned buffer"
-    requires = Requirements(ram_multiple=1.0)
+    requires = strategy.Requirements(ram_multiple=1.0)
     knobs = (
-        Knob("threads", 12, "requests in flight per file"),
-        Knob("block_bytes", 1 << 20, "bytes per read request", multiple=4096),
+        strategy.Knob("threads", 12, "requests in flight per file"),
+        strategy.Knob("block_bytes", 1 << 20, "bytes per read request", multiple=4096),
     )
 
-    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+    def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         threads, block = ctx.knob_values(self, "threads", "block_bytes")
         if not o_direct_ok(f.path):
             raise OSError(f"{f.path}: the filesystem refuses O_DIRECT")

@@ -6,16 +6,16 @@ bytes. Holds the file twice at the peak (the bytes and the tensors).
 
 from __future__ import annotations
 
+from loadscope.loaders import strategy
 from loadscope.loaders.buffers import read_spans, tensors_from_buffer
-from loadscope.loaders.strategy import FileByFile, FileRequest, LoadContext, Requirements, Tensors
 
 
-class FullRead(FileByFile):
+class FullRead(strategy.FileByFile):
     name = "fullread"
     summary = "safetensors.torch.load(open(p, 'rb').read())"
-    requires = Requirements(ram_multiple=2.0)
+    requires = strategy.Requirements(ram_multiple=2.0)
 
-    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+    def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         from safetensors.torch import load
 
         from loadscope.loaders.safetensors_format import read_header

@@ -12,15 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from loadscope.loaders import strategy
 from loadscope.loaders.cuda import cuda_device
-from loadscope.loaders.strategy import (
-    FileRequest,
-    Knob,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-)
 
 
 def kvikio_mode(kvikio: Any) -> str:
@@ -38,13 +31,17 @@ def kvikio_mode(kvikio: Any) -> str:
     return "compat_mode unknown (this kvikio has no query for it)"
 
 
-class Gds(Strategy):
+class Gds(strategy.Strategy):
     name = "gds"
     summary = "kvikio CuFile.pread straight into GPU memory (GPUDirect Storage)"
-    requires = Requirements(gpu=True, ram_multiple=0.0, package="kvikio", extra="gds")
-    knobs = (Knob("task_bytes", 16 << 20, "bytes per kvikio task (its thread pool's unit)"),)
+    requires = strategy.Requirements(gpu=True, ram_multiple=0.0, package="kvikio", extra="gds")
+    knobs = (
+        strategy.Knob("task_bytes", 16 << 20, "bytes per kvikio task (its thread pool's unit)"),
+    )
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         import torch
 
         from loadscope.loaders.staged import StagedReadError, device_tensors, plan_file

@@ -7,16 +7,18 @@ small-read pattern as ``mmap``) followed by a synchronous copy per tensor.
 
 from __future__ import annotations
 
+from loadscope.loaders import strategy
 from loadscope.loaders.cuda import cuda_device
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy, Tensors
 
 
-class MmapCuda(Strategy):
+class MmapCuda(strategy.Strategy):
     name = "mmap-cuda"
     summary = "safetensors.torch.load_file(path, device='cuda:N')"
-    requires = Requirements(gpu=True, ram_multiple=0.0)
+    requires = strategy.Requirements(gpu=True, ram_multiple=0.0)
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         from safetensors import safe_open
         from safetensors.torch import load_file
 

@@ -7,15 +7,15 @@ missing page when it is cold — the pattern that stalls on high-latency storage
 
 from __future__ import annotations
 
-from loadscope.loaders.strategy import FileByFile, FileRequest, LoadContext, Requirements, Tensors
+from loadscope.loaders import strategy
 
 
-class MmapLoadFile(FileByFile):
+class MmapLoadFile(strategy.FileByFile):
     name = "mmap"
     summary = "safetensors.torch.load_file (memory-mapped, lazy)"
-    requires = Requirements(ram_multiple=0.0)
+    requires = strategy.Requirements(ram_multiple=0.0)
 
-    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+    def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         from safetensors import safe_open
         from safetensors.torch import load_file
 

@@ -12,16 +12,9 @@ import os
 import threading
 from typing import Any
 
+from loadscope.loaders import strategy
 from loadscope.loaders.buffers import group_by_span, selected, tensors_from_buffer
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.loaders.strategy import (
-    FileByFile,
-    FileRequest,
-    Knob,
-    LoadContext,
-    Requirements,
-    Tensors,
-)
 
 #: The smallest request a span is split into so that every reader thread has one.
 MIN_SPLIT_BYTES = 1 << 20
@@ -106,16 +99,16 @@ def _read_into(fd: int, plain: int, dst: memoryview, offset: int, align: int) ->
         done += n
 
 
-class Parallel(FileByFile):
+class Parallel(strategy.FileByFile):
     name = "parallel"
     summary = "threads of 16 MiB preads into one buffer per file, tensors as views"
-    requires = Requirements(ram_multiple=1.0)
+    requires = strategy.Requirements(ram_multiple=1.0)
     knobs = (
-        Knob("threads", 8, "reader threads per file"),
-        Knob("block_bytes", 16 << 20, "bytes per read request"),
+        strategy.Knob("threads", 8, "reader threads per file"),
+        strategy.Knob("block_bytes", 16 << 20, "bytes per read request"),
     )
 
-    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+    def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         threads, block = ctx.knob_values(self, "threads", "block_bytes")
         yield from read_file_parallel(f, threads=threads, block_bytes=block)
 
@@ -137,13 +130,13 @@ def fresh_buffer(nbytes: int, *, huge_pages: bool = True) -> Any:
 
 
 def read_file_parallel(
-    f: FileRequest,
+    f: strategy.FileRequest,
     *,
     threads: int,
     block_bytes: int,
     direct: bool = False,
     huge_pages: bool = True,
-) -> Tensors:
+) -> strategy.Tensors:
     import mmap
 
     header = read_header(f.path)

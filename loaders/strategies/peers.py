@@ -7,26 +7,21 @@
 
 from __future__ import annotations
 
-from loadscope.loaders.strategy import (
-    FileRequest,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-    only_requested,
-)
+from loadscope.loaders import strategy
 
 
-class FastSafetensors(Strategy):
+class FastSafetensors(strategy.Strategy):
     name = "fastsafetensors"
     summary = "fastsafetensors SafeTensorsFileLoader, CPU mode (nogds)"
-    requires = Requirements(ram_multiple=1.0, package="fastsafetensors", extra="peers")
+    requires = strategy.Requirements(ram_multiple=1.0, package="fastsafetensors", extra="peers")
     samples = False  # its loader reads whole files (peak RSS = the file on a sample)
     # Nor a subset of shards: extrapolated from one, 4 GiB came out 54% short (its cost
     # depends on the files loaded together; benchmarks/RESULTS.md). Whole, or skipped.
     sample_shards = False
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         from fastsafetensors import SafeTensorsFileLoader, SingleGroup
 
         loader = SafeTensorsFileLoader(SingleGroup(), "cpu", nogds=True)
@@ -49,20 +44,26 @@ class FastSafetensors(Strategy):
             loader.close()
 
 
-class RunAI(Strategy):
+class RunAI(strategy.Strategy):
     name = "runai"
     summary = "runai-model-streamer SafetensorsStreamer"
-    requires = Requirements(ram_multiple=1.0, package="runai_model_streamer", extra="peers")
+    requires = strategy.Requirements(
+        ram_multiple=1.0, package="runai_model_streamer", extra="peers"
+    )
     samples = False  # streams whole files
     # It streams the files of a load concurrently: a subset of shards predicted 4 GiB
     # 64% slow (benchmarks/RESULTS.md). Whole, or skipped.
     sample_shards = False
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         from runai_model_streamer import SafetensorsStreamer
 
         with SafetensorsStreamer() as streamer:
             for f in files:
                 streamer.stream_file(f.path)
                 # The streamer reuses its buffer: copy each tensor out.
-                yield from only_requested(f, ((n, t.clone()) for n, t in streamer.get_tensors()))
+                yield from strategy.only_requested(
+                    f, ((n, t.clone()) for n, t in streamer.get_tensors())
+                )

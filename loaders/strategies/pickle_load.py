@@ -16,16 +16,9 @@ import re
 from importlib import metadata
 from typing import Any
 
+from loadscope.loaders import strategy
 from loadscope.loaders.cuda import cuda_device, cuda_unavailable
 from loadscope.loaders.errors import TorchTooOld, UnsafePickle
-from loadscope.loaders.strategy import (
-    FileByFile,
-    FileRequest,
-    LoadContext,
-    Requirements,
-    Tensors,
-    only_requested,
-)
 
 MIN_SAFE_TORCH = (2, 6)
 
@@ -85,7 +78,7 @@ def _weights_only_refusal(exc: pickle.UnpicklingError, path: str) -> UnsafePickl
     )
 
 
-def _flatten(obj: Any, prefix: str = "") -> Tensors:
+def _flatten(obj: Any, prefix: str = "") -> strategy.Tensors:
     import torch
 
     if isinstance(obj, torch.Tensor):
@@ -98,19 +91,19 @@ def _flatten(obj: Any, prefix: str = "") -> Tensors:
             yield from _flatten(value, f"{prefix}.{i}" if prefix else str(i))
 
 
-class Pickle(FileByFile):
+class Pickle(strategy.FileByFile):
     name = "pickle"
     summary = "torch.load(weights_only=True)"
-    requires = Requirements(formats=frozenset({"torch"}), ram_multiple=1.0)
+    requires = strategy.Requirements(formats=frozenset({"torch"}), ram_multiple=1.0)
     use_mmap = False
 
     def unavailable(self) -> str | None:
         return torch_too_old()
 
-    def map_location(self, ctx: LoadContext) -> Any:
+    def map_location(self, ctx: strategy.LoadContext) -> Any:
         return "cpu"
 
-    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+    def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         import torch
 
         try:
@@ -119,13 +112,13 @@ class Pickle(FileByFile):
             )
         except pickle.UnpicklingError as exc:
             raise _weights_only_refusal(exc, f.path) from None
-        yield from only_requested(f, _flatten(state))
+        yield from strategy.only_requested(f, _flatten(state))
 
 
 class PickleMmap(Pickle):
     name = "pickle-mmap"
     summary = "torch.load(weights_only=True, mmap=True)"
-    requires = Requirements(formats=frozenset({"torch"}), ram_multiple=0.0)
+    requires = strategy.Requirements(formats=frozenset({"torch"}), ram_multiple=0.0)
     use_mmap = True
 
 
@@ -136,10 +129,10 @@ class PickleCuda(Pickle):
     name = "pickle-cuda"
     summary = "torch.load(weights_only=True, map_location='cuda:N')"
     # torch.load reads each storage into host memory before copying it to the device.
-    requires = Requirements(formats=frozenset({"torch"}), gpu=True, ram_multiple=1.0)
+    requires = strategy.Requirements(formats=frozenset({"torch"}), gpu=True, ram_multiple=1.0)
 
     def unavailable(self) -> str | None:
         return torch_too_old() or cuda_unavailable()
 
-    def map_location(self, ctx: LoadContext) -> Any:
+    def map_location(self, ctx: strategy.LoadContext) -> Any:
         return cuda_device(ctx.device)

@@ -7,20 +7,13 @@ from __future__ import annotations
 
 import inspect
 
-from loadscope.loaders.strategy import (
-    FileByFile,
-    FileRequest,
-    LoadContext,
-    Requirements,
-    Tensors,
-    only_requested,
-)
+from loadscope.loaders import strategy
 
 
-class SafetensorsPread(FileByFile):
+class SafetensorsPread(strategy.FileByFile):
     name = "pread"
     summary = 'safetensors.torch.load_file(backend="pread")'
-    requires = Requirements(ram_multiple=1.0)
+    requires = strategy.Requirements(ram_multiple=1.0)
 
     def unavailable(self) -> str | None:
         import safetensors
@@ -30,7 +23,7 @@ class SafetensorsPread(FileByFile):
             return f"safetensors {safetensors.__version__} has no backend= option in load_file"
         return None
 
-    def load_one(self, f: FileRequest, ctx: LoadContext) -> Tensors:
+    def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         from safetensors.torch import load_file
 
-        yield from only_requested(f, load_file(f.path, backend="pread").items())
+        yield from strategy.only_requested(f, load_file(f.path, backend="pread").items())

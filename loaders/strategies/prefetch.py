@@ -13,25 +13,20 @@ from __future__ import annotations
 
 import os
 
+from loadscope.loaders import strategy
 from loadscope.loaders.buffers import byte_ranges
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
-from loadscope.loaders.strategy import (
-    FileRequest,
-    Knob,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-)
 
 
-class Prefetch(Strategy):
+class Prefetch(strategy.Strategy):
     name = "prefetch"
     summary = "sequential 16 MiB reads into the page cache, then load_file, file by file"
-    requires = Requirements(ram_multiple=0.0)
-    knobs = (Knob("block_bytes", 16 << 20, "size of each prefetch read"),)
+    requires = strategy.Requirements(ram_multiple=0.0)
+    knobs = (strategy.Knob("block_bytes", 16 << 20, "size of each prefetch read"),)
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         block = ctx.knob(self, "block_bytes")
         view = memoryview(bytearray(block))
         loader = MmapLoadFile()

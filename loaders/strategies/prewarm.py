@@ -10,38 +10,35 @@ user who adds ``loadscope warm MODEL`` before their command pays.
 
 from __future__ import annotations
 
+from loadscope.loaders import strategy
 from loadscope.loaders.buffers import fill_ranges
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
-from loadscope.loaders.strategy import (
-    FileRequest,
-    Knob,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-)
 
 #: ``loadscope warm``'s own options, as the knobs of a strategy that warms first.
 WARM_KNOBS = (
-    Knob("threads", WARM_THREADS, "loadscope warm --threads"),
-    Knob("block_bytes", WARM_BLOCK_BYTES, "loadscope warm --block"),
+    strategy.Knob("threads", WARM_THREADS, "loadscope warm --threads"),
+    strategy.Knob("block_bytes", WARM_BLOCK_BYTES, "loadscope warm --block"),
 )
 
 
-def warm(strategy: Strategy, files: list[FileRequest], ctx: LoadContext) -> None:
-    """``loadscope warm`` of the bytes ``files`` ask for, with ``strategy``'s
+def warm(
+    owner: strategy.Strategy, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+) -> None:
+    """``loadscope warm`` of the bytes ``files`` ask for, with ``owner``'s
     :data:`WARM_KNOBS`."""
-    threads, block = ctx.knob_values(strategy, "threads", "block_bytes")
+    threads, block = ctx.knob_values(owner, "threads", "block_bytes")
     PageFill(fill_ranges(files), threads=threads, block_bytes=block).run()
 
 
-class Prewarm(Strategy):
+class Prewarm(strategy.Strategy):
     name = "prewarm"
     summary = "loadscope warm (8 threads of 16 MiB blocks), then load_file from the page cache"
-    requires = Requirements(ram_multiple=0.0)
+    requires = strategy.Requirements(ram_multiple=0.0)
     knobs = WARM_KNOBS
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         warm(self, files, ctx)
         yield from MmapLoadFile().load(files, ctx)

@@ -7,17 +7,19 @@ tensor from pageable memory to the device. Holds the file twice in RAM at the pe
 
 from __future__ import annotations
 
+from loadscope.loaders import strategy
 from loadscope.loaders.buffers import read_spans
 from loadscope.loaders.cuda import cuda_device
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy, Tensors
 
 
-class ReadToCuda(Strategy):
+class ReadToCuda(strategy.Strategy):
     name = "read-to-cuda"
     summary = "safetensors.torch.load(open(p, 'rb').read()), then .to('cuda') per tensor"
-    requires = Requirements(gpu=True, ram_multiple=2.0)
+    requires = strategy.Requirements(gpu=True, ram_multiple=2.0)
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         from safetensors.torch import load
 
         device = cuda_device(ctx.device)

@@ -8,28 +8,23 @@ model. The pipeline itself, with the device abstracted, is ``loaders/staged.py``
 
 from __future__ import annotations
 
-from loadscope.loaders.strategy import (
-    FileRequest,
-    Knob,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-)
+from loadscope.loaders import strategy
 
 
-class Staged(Strategy):
+class Staged(strategy.Strategy):
     name = "staged"
     summary = "parallel preads into a ring of pinned buffers, async H2D copies overlapping reads"
-    requires = Requirements(gpu=True, ram_multiple=0.0)
+    requires = strategy.Requirements(gpu=True, ram_multiple=0.0)
     knobs = (
-        Knob("slots", 4, "pinned host buffers in the ring"),
-        Knob("slot_bytes", 32 << 20, "bytes per pinned buffer (one H2D copy each)"),
-        Knob("threads", 8, "reader threads"),
-        Knob("block_bytes", 4 << 20, "bytes per read request"),
+        strategy.Knob("slots", 4, "pinned host buffers in the ring"),
+        strategy.Knob("slot_bytes", 32 << 20, "bytes per pinned buffer (one H2D copy each)"),
+        strategy.Knob("threads", 8, "reader threads"),
+        strategy.Knob("block_bytes", 4 << 20, "bytes per read request"),
     )
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         from loadscope.loaders.staged import CudaDevice, staged_load
 
         yield from staged_load(

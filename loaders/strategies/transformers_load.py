@@ -22,14 +22,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file
 from loadscope.loaders.buffers import torch_dtype
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategies.prewarm import WARM_KNOBS, warm
-from loadscope.loaders.strategy import FileRequest, LoadContext, Requirements, Strategy, Tensors
 
 
-def model_dir(files: list[FileRequest]) -> str:
+def model_dir(files: list[strategy.FileRequest]) -> str:
     """The folder ``from_pretrained`` is given: the one holding the weights and config.json."""
     roots = {os.path.dirname(f.path) for f in files}
     if len(roots) != 1:
@@ -40,15 +40,15 @@ def model_dir(files: list[FileRequest]) -> str:
     return root
 
 
-class FromPretrained(Strategy):
+class FromPretrained(strategy.Strategy):
     name = "hf-pretrained"
     summary = "transformers AutoModelForCausalLM.from_pretrained(path) to a usable CPU model"
-    requires = Requirements(ram_multiple=1.0, package="transformers", extra="transformers")
+    requires = strategy.Requirements(ram_multiple=1.0, package="transformers", extra="transformers")
     samples = False
     sample_files = False  # from_pretrained loads the model's folder
     preload = ("transformers", "transformers-model")
 
-    def prepare(self, files: list[FileRequest], ctx: LoadContext) -> None:
+    def prepare(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> None:
         """Import transformers and the model's code before the clock: the first
         ``from_pretrained`` in a process spends ~1.6 s (here) importing its modeling
         module, which is not the load. Building the model on the meta device does that
@@ -63,11 +63,13 @@ class FromPretrained(Strategy):
         with torch.device("meta"):
             AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         model = self.build(files, ctx)
         yield from as_stored(model, files)
 
-    def build(self, files: list[FileRequest], ctx: LoadContext) -> Any:
+    def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_pretrained(model_dir(files))
@@ -78,7 +80,7 @@ class FromPretrainedPrewarmed(FromPretrained):
     summary = "loadscope warm, then from_pretrained(path): the no-code-change fix, end to end"
     knobs = WARM_KNOBS
 
-    def build(self, files: list[FileRequest], ctx: LoadContext) -> Any:
+    def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
         warm(self, files, ctx)
         return super().build(files, ctx)
 
@@ -87,7 +89,7 @@ class FromConfigLoadModel(FromPretrained):
     name = "hf-load-model"
     summary = "from_config, then model.load_state_dict(loadscope.load_model(path))"
 
-    def build(self, files: list[FileRequest], ctx: LoadContext) -> Any:
+    def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -101,7 +103,7 @@ class FromConfigLoadModel(FromPretrained):
         return model
 
 
-def as_stored(model: Any, files: list[FileRequest]) -> Tensors:
+def as_stored(model: Any, files: list[strategy.FileRequest]) -> strategy.Tensors:
     """The model's tensors in the dtypes the checkpoint stored them in (for the digests)."""
     stored: dict[str, str] = {}
     for f in files:

@@ -12,30 +12,25 @@ this trial and not on another strategy's number.
 
 from __future__ import annotations
 
+from loadscope.loaders import strategy
 from loadscope.loaders.buffers import fill_ranges
 from loadscope.loaders.pagefill import prefetch_files_sequentially
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
-from loadscope.loaders.strategy import (
-    FileRequest,
-    Knob,
-    LoadContext,
-    Requirements,
-    Strategy,
-    Tensors,
-)
 
 
-class VllmPrefetch(Strategy):
+class VllmPrefetch(strategy.Strategy):
     name = "vllm-prefetch"
     summary = "vLLM's prefetch: one reader per file (8 threads, 16 MiB reads) while mmap loads"
-    requires = Requirements(ram_multiple=0.0)
+    requires = strategy.Requirements(ram_multiple=0.0)
     sample_shards = False  # one reader per file: a sample must touch every file
     knobs = (
-        Knob("threads", 8, "--safetensors-prefetch-num-threads: files read at once"),
-        Knob("block_bytes", 16 << 20, "--safetensors-prefetch-block-size: bytes per read"),
+        strategy.Knob("threads", 8, "--safetensors-prefetch-num-threads: files read at once"),
+        strategy.Knob("block_bytes", 16 << 20, "--safetensors-prefetch-block-size: bytes per read"),
     )
 
-    def load(self, files: list[FileRequest], ctx: LoadContext) -> Tensors:
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
         threads, block = ctx.knob_values(self, "threads", "block_bytes")
         ordered = sorted(files, key=lambda f: _natural_key(f.path))
         prefetch_files_sequentially(fill_ranges(ordered), threads=threads, block_bytes=block)

@@ -49,7 +49,8 @@ def is_emulator_mount(mount: Mount) -> bool:
 
 def describe_mount(mount: Mount) -> str:
     """A mount in a few words: "a tmpfs mount (source tmpfs)"."""
-    return f"a {mount.full_fstype} mount (source {mount.source})"
+    article = "an" if mount.full_fstype.lower().startswith(tuple("aeiou")) else "a"
+    return f"{article} {mount.full_fstype} mount (source {mount.source})"
 
 
 def describe_path(path: str | os.PathLike[str]) -> str:

@@ -1197,3 +1197,17 @@ def test_live_fuse_mount_and_its_connection_directory(tmp_path: Path) -> None:
         os.close(fd)  # aborts the connection, so the unmount below cannot wait on it
         for path in reversed(mounted):
             libc.umount2(bytes(path), 2)  # MNT_DETACH
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("40 1 254:0 / /m rw - ext4 /dev/vda rw", "an ext4 mount (source /dev/vda)"),
+        ("41 1 0:50 / /m rw - tmpfs tmpfs rw", "a tmpfs mount (source tmpfs)"),
+        ("42 1 0:51 / /m rw - fuse.sshfs u@h: rw", "a fuse.sshfs mount (source u@h:)"),
+    ],
+)
+def test_a_refused_mount_is_named_with_its_article(line: str, said: str) -> None:
+    from loadscope.tools.emumounts import describe_mount as in_a_few_words
+
+    assert in_a_few_words(parse_mountinfo_line(line)) == said
