@@ -333,8 +333,10 @@ def label_of(snippet: dict[str, Any]) -> str:
     what = f"{snippet['strategy']}, trial {ids}" if ids else str(snippet["strategy"])
     base = snippet.get("baseline") or "mmap"
     against = "the default load" if base == "mmap" else f"{base} cold"
-    slower = " (slower than the default here)" if speedup < 1 else ""
     shown = f"{speedup:.1f}" if speedup >= 1.05 or speedup < 0.095 else f"{speedup:.2f}"
+    # Slower as shown, not by a digit it hides: 0.998 prints as "1.00x", never with
+    # "slower" beside it.
+    slower = " (slower than the default here)" if float(shown) < 1 else ""
     proxy = f"; {snippet['proxy']}" if snippet.get("proxy") else ""
     return f"measured {shown}x vs {against}{slower} ({what}{proxy})"
 

@@ -414,3 +414,20 @@ def test_transformers_routes_are_measured_against_from_pretrained() -> None:
     assert [s.strategy for s in generic] == ["prewarm"]
     assert "vs the default load" in generic[0].label()
     assert "from_pretrained itself not timed here" in generic[0].label()
+
+
+@pytest.mark.parametrize(
+    ("speedup", "said"),
+    [
+        (0.998, "measured 1.00x vs the default load (api, trial #3)"),
+        (0.97, "measured 0.97x vs the default load (slower than the default here) (api, trial #3)"),
+        (3.14, "measured 3.1x vs the default load (api, trial #3)"),
+    ],
+)
+def test_a_snippet_is_called_slower_only_when_its_shown_figure_is(
+    speedup: float, said: str
+) -> None:
+    from loadscope.advice.snippets import label_of
+
+    snip = {"stack": "safetensors", "strategy": "api", "speedup": speedup, "trial_ids": [3]}
+    assert label_of(snip) == said
