@@ -31,24 +31,15 @@ import time
 from pathlib import Path
 
 from loadscope.base.units import format_bytes, parse_size
+from loadscope.diagnosis.trial_plan import CPU_ORDER
 from loadscope.engine.bench import BenchOptions, BenchReport, run_bench
 from loadscope.model.targets import resolve
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
 
 TARGET = 0.15
-STRATEGIES = (
-    "mmap",
-    "auto",
-    "parallel",
-    "api",
-    "prewarm",
-    "vllm-prefetch",
-    "fullread",
-    "prefetch",
-    "fastsafetensors",
-    "runai",
-)
+#: Every CPU strategy of a doctor run, in its order.
+STRATEGIES = CPU_ORDER
 
 
 def _ok(report: BenchReport) -> None:

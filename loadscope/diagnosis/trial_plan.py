@@ -40,28 +40,33 @@ def builds_with_transformers(probe: ProbeReport) -> bool:
     )
 
 
-def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
-    """The trials worth running here: the default, the parallel family (direct only where
-    the filesystem takes O_DIRECT), then the folklore fix and prefetch.
+#: The CPU trials of a safetensors model in the order they run: the default, the
+#: parallel family, then the fix in each stack's own terms (the snippets' numbers: the
+#: public API, the no-code-change prewarm, vLLM's prefetch flag, the peers where
+#: installed), then the folklore fix and prefetch. When the budget runs out, what is cut
+#: is the buffered strategies, which cost the most on slow storage and rarely win there.
+CPU_ORDER = (
+    "mmap",
+    "auto",
+    "parallel",
+    "api",
+    "prewarm",
+    "vllm-prefetch",
+    "fastsafetensors",
+    "runai",
+    "fullread",
+    "prefetch",
+)
 
-    The order is the order they run in: when the budget runs out, what is cut is the
-    buffered strategies, which cost the most on slow storage and rarely win there.
-    """
-    names = [
-        "mmap",
-        "auto",
-        "parallel",
-        # The fix in each stack's own terms (the snippets' numbers): the public API, the
-        # no-code-change prewarm, vLLM's prefetch flag, then the peers where installed.
-        "api",
-        "prewarm",
-        "vllm-prefetch",
-        "fastsafetensors",
-        "runai",
-        *(TRANSFORMERS_STRATEGIES if builds_with_transformers(probe) else ()),
-        "fullread",
-        "prefetch",
-    ]
+
+def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
+    """The trials worth running here, in :data:`CPU_ORDER`: ``direct`` beside the parallel
+    family where the filesystem takes O_DIRECT, and the transformers trials before the
+    folklore fix where the model builds with transformers."""
+    names = list(CPU_ORDER)
+    if builds_with_transformers(probe):
+        at = names.index("fullread")
+        names[at:at] = TRANSFORMERS_STRATEGIES
     thr = probe.throughput.data
     if thr is not None and thr.method == "o_direct":
         names.insert(2, "direct")
