@@ -24,6 +24,7 @@ import logging
 import os
 import pickle
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -192,6 +193,48 @@ def check_knobs(threads: int | None, block_bytes: int | None, direct: str) -> di
     return knobs
 
 
+def check_device(device: object) -> str:
+    """``device`` checked before any byte is read (ValueError naming it), as torch spells it.
+
+    A device torch does not parse ("gpu"), one it cannot use here ("cuda" on a machine
+    without a usable GPU, "cuda:3" with two), a second CPU ("cpu:1") and "meta" (no data)
+    are refused up front: moving a loaded model there would fail only after the load.
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)  # type: ignore[call-overload]
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"device {device!r} is not a device torch knows (e.g. 'cpu', 'cuda', 'cuda:1')"
+        ) from None
+    if dev.type == "cpu":
+        if dev.index not in (None, 0):
+            raise ValueError(f"device {device!r}: the CPU is one device, 'cpu'")
+        return "cpu"
+    if dev.type == "meta":
+        raise ValueError("device 'meta' holds no data: load to 'cpu' or an accelerator")
+    backend = getattr(torch, dev.type, None)
+    available = getattr(backend, "is_available", None)
+    if callable(available) and not available():
+        raise ValueError(f"device {device!r}: torch sees no usable {dev.type} device here")
+    count = getattr(backend, "device_count", None)
+    if dev.index is not None and callable(count) and dev.index >= (n := int(count())):
+        raise ValueError(f"device {device!r}: torch sees {n} {dev.type} device(s) here")
+    return str(dev)
+
+
+def check_hints(hints: object) -> dict[str, Any]:
+    """``hints`` as a dict (None: none), or a ValueError saying what it must be."""
+    if hints is None:
+        return {}
+    if not isinstance(hints, Mapping):
+        raise ValueError(
+            f"hints must be a dict like {{'threads': 16, 'block_bytes': 1 << 20}}, not {hints!r}"
+        )
+    return dict(hints)
+
+
 def _to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
     if device == "cpu":
         return tensors
@@ -220,6 +263,8 @@ def load_file(
     """
     spath = os.fsdecode(os.fspath(path))
     knobs = check_knobs(threads, block_bytes, direct)
+    device = check_device(device)
+    hinted = check_hints(hints)
     if not spath:
         raise LoadFileNotFound("an empty path names no file")
     if os.path.isdir(spath):
@@ -231,7 +276,7 @@ def load_file(
     except LoadscopeError as exc:
         raise as_api_error(exc) from None
     request = FileRequest(spath, header.file_size, "safetensors")
-    ctx = LoadContext(knobs=knobs, hints=dict(hints or {}), device="cpu")
+    ctx = LoadContext(knobs=knobs, hints=hinted, device="cpu")
     started = time.monotonic()
     try:
         tensors = dict(_fast_path().load([request], ctx))
@@ -290,6 +335,7 @@ def load_torch_file(
     from loadscope.loaders.torch_format import read_torch_info
 
     spath = os.fspath(path)
+    device = check_device(device)
     started = time.monotonic()
     try:
         info = read_torch_info(spath)

@@ -27,6 +27,8 @@ from loadscope.loaders.api import (
     FileChoice,
     LoadRecord,
     as_api_error,
+    check_device,
+    check_hints,
     check_knobs,
     load_file,
     load_torch_file,
@@ -76,6 +78,10 @@ def load_model(
     The knobs are :func:`load_file`'s, applied to every safetensors file. Use it as
     ``model.load_state_dict(loadscope.load_model(path))``.
     """
+    # Every argument checked before the first shard is read, not after it.
+    check_knobs(threads, block_bytes, direct)
+    device = check_device(device)
+    check_hints(hints)
     resolved = _checked_target(target)
     state: dict[str, torch.Tensor] = {}
     for wf in resolved.files:

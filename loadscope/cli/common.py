@@ -234,7 +234,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     """Refuse a report path that cannot be written before any work, not after it."""
     from pathlib import Path
 
-    for option in ("json", "md", "html"):
+    for option in ("json", "md", "html", "log_requests"):
         path = getattr(args, option, None)
         if not isinstance(path, str) or path == "-":
             continue

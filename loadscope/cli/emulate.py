@@ -20,6 +20,7 @@ from loadscope.cli.common import (
     Command,
     Terminated,
     UsageError,
+    check_outputs,
     duration_arg,
     opt,
     size_arg,
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         return _unmount(args, out)
     if not args.source or not args.mountpoint:
         raise UsageError("emulate needs SRC and MOUNTPOINT (or --unmount MOUNTPOINT)")
+    if not args.serve_here:
+        check_outputs(args)  # --log-requests: one line now, not the server's crash later
     settings = _settings(args)
     if args.serve_here:
         _serve_here(args, settings)
@@ -48,7 +51,9 @@ def _unmount(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.tools.blockemu import is_block_emulator_mount, unmount_block
     from loadscope.tools.emulator import mounts_at, unmount_emulator
 
-    if any(is_block_emulator_mount(m) for m in mounts_at(args.unmount)):
+    # The mount on top only: one stacked over the emulator's (a user's tmpfs) is not ours.
+    found = mounts_at(args.unmount)
+    if found and is_block_emulator_mount(found[-1]):
         unmount_block(args.unmount)
     else:
         unmount_emulator(args.unmount)

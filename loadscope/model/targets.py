@@ -49,6 +49,8 @@ SAFETENSORS_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 #: Index files in the order they are preferred.
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+#: An index named as the target: the safetensors kind first (see _index_files).
+INDEX_SUFFIXES = (".safetensors.index.json", ".bin.index.json")
 #: Torch files in model folders that are not model weights.
 NOT_WEIGHTS = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
 MAX_INDEX_BYTES = 64 << 20
@@ -194,7 +196,30 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
             weight_map=weight_map,
             alternates=_other_format(path, files),
         )
+    if path.name.lower().endswith(INDEX_SUFFIXES):
+        # A sharded index named by itself (model.safetensors.index.json, or a diffusers
+        # one): the model folder it lives in, read through that index.
+        root = path.parent
+        weight_map, files = _index_files(root, path)
+        return Target(
+            spec,
+            "directory",
+            root,
+            files,
+            index=path,
+            weight_map=weight_map,
+            alternates=_other_format(root, files),
+        )
     return Target(spec, "file", path.parent, (_weight_file(path),))
+
+
+def _index_files(root: Path, index: Path) -> tuple[dict[str, str], tuple[WeightFile, ...]]:
+    """The weight map of ``index`` and the shards it names under ``root``, each once."""
+    weight_map = read_index(index)
+    fmt: WeightFormat = "safetensors" if index.name.lower().endswith(INDEX_SUFFIXES[0]) else "torch"
+    # "./a.safetensors" and "a.safetensors" are one file: read it once.
+    shards = sorted({posixpath.normpath(s) for s in weight_map.values()})
+    return weight_map, tuple(_shard(root, index, s, fmt) for s in shards)
 
 
 def _weight_file(path: Path, fmt: WeightFormat | None = None) -> WeightFile:
@@ -202,7 +227,7 @@ def _weight_file(path: Path, fmt: WeightFormat | None = None) -> WeightFile:
     if fmt is None:
         raise UnsupportedFile(
             "is not a weight file loadscope reads (expected .safetensors, .bin, .pt or .pth,"
-            " or a model directory)",
+            " a model directory, or its *.safetensors.index.json)",
             path=path,
         )
     st = stat_regular(path)
@@ -221,11 +246,7 @@ def _directory_files(
     for index_name in INDEX_NAMES:
         if index_name in names:
             index = root / index_name
-            weight_map = read_index(index)
-            fmt: WeightFormat = "safetensors" if index_name.startswith("model.") else "torch"
-            # "./a.safetensors" and "a.safetensors" are one file: read it once.
-            shards = sorted({posixpath.normpath(s) for s in weight_map.values()})
-            return index, weight_map, tuple(_shard(root, index, s, fmt) for s in shards)
+            return index, *_index_files(root, index)
     by_format: tuple[tuple[WeightFormat, tuple[str, ...]], ...] = (
         ("safetensors", SAFETENSORS_SUFFIXES),
         ("torch", TORCH_SUFFIXES),

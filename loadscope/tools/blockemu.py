@@ -263,9 +263,9 @@ def _stop(proc: subprocess.Popen[str], mnt: Path) -> None:
     with contextlib.suppress(Exception):
         proc.communicate(timeout=5)
     # A server killed outright leaves its pieces: take them down here.
-    for mount in mounts_at(mnt):
-        if is_block_emulator_mount(mount):
-            unmount_block(str(mnt))
+    found = mounts_at(mnt)
+    if found and is_block_emulator_mount(found[-1]):
+        unmount_block(str(mnt))
 
 
 # -- recognising and removing a stale volume -----------------------------------------------
@@ -302,7 +302,9 @@ def is_block_emulator_mount(mount: Mount) -> bool:
 def unmount_block(mountpoint: str) -> None:
     """Take down a block volume whose server is gone: the ext4, its loop device, the
     FUSE mount under the image, the work directory. Refuses anything else."""
-    found = [r for m in mounts_at(mountpoint) if (r := _record_of(m)) is not None]
+    # Only the mount on top: umount takes that one, whatever is stacked under it.
+    top = mounts_at(mountpoint)[-1:]
+    found = [r for m in top if (r := _record_of(m)) is not None]
     if not found:
         raise EmulatorError(f"{mountpoint}: not a block volume loadscope's emulator made")
     work, record = found[-1]

@@ -140,9 +140,17 @@ def check_source(source: str | os.PathLike[str]) -> Path:
     return src.resolve()
 
 
+#: Set by the emulator's client for the server it starts: the pid of the parent that must be
+#: alive when the server asks to die with it (it may die while the server still imports).
+PARENT_PID_ENV = "LOADSCOPE_EMULATOR_PARENT_PID"
+
+
 def die_with_parent() -> None:
     """PR_SET_PDEATHSIG: when whoever started us dies, we get SIGTERM (and unmount)."""
-    parent = os.getppid()
+    # The parent that started us, not the one we have now: a client killed before this call
+    # has already handed us to init (or a subreaper), which getppid() would then name.
+    expected = os.environ.pop(PARENT_PID_ENV, "")
+    parent = int(expected) if expected.isdigit() else os.getppid()
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)

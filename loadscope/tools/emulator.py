@@ -40,6 +40,7 @@ from typing import Any
 from loadscope.probes.blockdev import fuse_connection_id
 from loadscope.probes.sysfs import read_int
 from loadscope.tools.emucommon import (
+    PARENT_PID_ENV,
     EmulatorError,
     EmulatorSettings,
     check_source,
@@ -189,8 +190,14 @@ def start_server(
         str(mnt),
         *settings.cli_args(),
     ]
+    env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}  # see die_with_parent
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
     )
 
 

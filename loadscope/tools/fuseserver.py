@@ -98,7 +98,12 @@ class _RequestLogWriter:
         self.lock = threading.Lock()
         # Line-buffered: a reader must see every request at once, and RELEASE (our other
         # flush point) reaches the daemon asynchronously, after close() has returned.
-        self.fh = open(path, "a", buffering=1, encoding="ascii") if path else None  # noqa: SIM115
+        try:
+            self.fh = open(path, "a", buffering=1, encoding="ascii") if path else None  # noqa: SIM115
+        except OSError as exc:
+            raise EmulatorError(
+                f"cannot write the request log {path}: {exc.strerror or exc}"
+            ) from None
 
     def write(self, path: str, offset: int, size: int) -> None:
         if self.fh is None:

@@ -231,6 +231,46 @@ def test_bad_knobs_are_value_errors(every_dtype: Path) -> None:
         loadscope.prewarm(every_dtype, threads=0)
 
 
+@pytest.mark.parametrize(
+    ("device", "said"),
+    [
+        ("gpu", "not a device torch knows"),
+        ("cpu:1", "the CPU is one device"),
+        ("meta", "holds no data"),
+        pytest.param(
+            "cuda",
+            "no usable cuda device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is usable here"),
+        ),
+    ],
+)
+def test_a_device_it_cannot_load_to_is_refused_before_any_read(
+    tmp_path: Path, device: str, said: str
+) -> None:
+    # Moving a loaded model to a bad device used to fail after the whole load, in torch's
+    # own words (AssertionError for "cuda" on a CPU-only torch).
+    ck = synthesize(tmp_path / "m", 4 << 20, shards=2, seed=13)
+    index = ck.root / "model.safetensors.index.json"
+    for call in (
+        lambda: loadscope.load_file(ck.files[0], device=device),
+        lambda: loadscope.load_model(index, device=device),
+        lambda: loadscope.load_model(ck.root, device=device, hints="x"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ValueError, match=said):
+            call()
+
+
+def test_load_model_of_an_index_file_is_its_model(tmp_path: Path) -> None:
+    ck = synthesize(tmp_path / "m", 4 << 20, shards=2, seed=14)
+    state = loadscope.load_model(ck.root / "model.safetensors.index.json")
+    _same(state, _reference(*sorted(ck.root.glob("*.safetensors"))))
+
+
+def test_hints_that_are_not_a_dict_are_a_value_error(every_dtype: Path) -> None:
+    with pytest.raises(ValueError, match="hints must be a dict"):
+        loadscope.load_file(every_dtype, hints="x")  # type: ignore[arg-type]
+
+
 def test_import_loadscope_stays_light() -> None:
     """The CLI imports loadscope: the API must not pull torch in until it is used."""
     code = (

@@ -370,6 +370,24 @@ def test_emulator_numbers_are_checked_before_mounting(
     assert not is_mounted(tmp_path / "mnt")
 
 
+def test_an_unwritable_request_log_is_one_line(source: SyntheticCheckpoint, tmp_path: Path) -> None:
+    """``--log-requests`` into a missing folder or onto a directory was the server's crash:
+    "did not come up: internal error: FileNotFoundError ... (a bug: please report it)"."""
+    from tests.conftest import run_loadscope
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    for log, code, message in (
+        (tmp_path / "no" / "log", 3, "no directory"),
+        (tmp_path, 7, "it is a directory"),
+        (Path("/proc/version"), 4, "cannot write the request log /proc/version"),
+    ):
+        result = run_loadscope("emulate", str(source.root), str(mnt), f"--log-requests={log}")
+        assert result.code == code and message in result.err, result.err
+        assert "internal error" not in result.err and len(result.err.strip().splitlines()) == 1
+        assert not is_mounted(mnt)
+
+
 def _wait_mounted(path: Path, want: bool, timeout_s: float = 15) -> bool:
     deadline = time.monotonic() + timeout_s
     while is_mounted(path) != want and time.monotonic() < deadline:
@@ -435,3 +453,60 @@ def test_a_served_model_keeps_the_users_name_and_folder(tmp_path: Path) -> None:
         probe = run_probes(served, budget_s=5)
     assert probe.target["spec"] == str(model) and probe.target["source"] == str(model)
     assert _model_path(probe) == str(model)
+
+
+def _server_of(pid: int) -> int | None:
+    """The emulator server ``pid`` started (``--serve-here``), once it runs, else None."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        try:
+            if b"--serve-here" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return int(child)
+        except OSError:
+            continue
+    return None
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie nobody reaps counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_emulate_killed_while_its_server_starts_leaves_no_mount(
+    source: SyntheticCheckpoint, tmp_path: Path
+) -> None:
+    """SIGKILL of ``emulate`` while its server still imported (before it asked to die with
+    its parent) left the server serving a live mount, reparented to init, for good."""
+    mnt = tmp_path / "early"
+    mnt.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadscope", "emulate", str(source.root), str(mnt)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = None
+    deadline = time.monotonic() + 30
+    while server is None and time.monotonic() < deadline and proc.poll() is None:
+        server = _server_of(proc.pid)
+        time.sleep(0.005)
+    proc.kill()  # the moment its server exists: that one is still importing
+    proc.wait(timeout=10)
+    assert server is not None, "the emulator never started its server"
+    try:
+        deadline = time.monotonic() + 20
+        while not _gone(server) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(server), "the server outlived the emulate command killed by SIGKILL"
+        assert _wait_mounted(mnt, False, timeout_s=5), "still mounted after its command died"
+    finally:
+        if not _gone(server):
+            os.kill(server, signal.SIGKILL)
+        unmount(mnt)

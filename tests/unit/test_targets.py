@@ -38,6 +38,21 @@ def test_directory_follows_index(synth_sharded: SyntheticCheckpoint) -> None:
     assert target.weight_map is not None and len(target.weight_map) == synth_sharded.tensor_count
 
 
+def test_an_index_named_as_the_target_is_its_model(synth_sharded: SyntheticCheckpoint) -> None:
+    index = synth_sharded.root / "model.safetensors.index.json"
+    target = resolve(str(index))
+    assert target.kind == "directory" and target.root == synth_sharded.root
+    assert target.index == index
+    assert [f.path for f in target.files] == sorted(synth_sharded.files)
+
+
+def test_a_torch_index_named_as_the_target_is_read_as_torch(
+    synth_both: SyntheticCheckpoint,
+) -> None:
+    target = resolve(str(synth_both.root / "pytorch_model.bin.index.json"))
+    assert target.formats == {"torch"} and len(target.files) == 2
+
+
 def test_index_wins_over_stray_files(synth_sharded: SyntheticCheckpoint, tmp_path: Path) -> None:
     # Mistral-style repos ship consolidated.safetensors beside the indexed shards.
     d = tmp_path / "m"
