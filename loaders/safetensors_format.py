@@ -33,6 +33,7 @@ from loadscope.loaders.errors import (
     InvalidMetadata,
     InvalidOffsets,
     InvalidTensorEntry,
+    NotACheckpoint,
     SizeOverflow,
     TensorSizeMismatch,
     TruncatedHeader,
@@ -92,6 +93,10 @@ class SafetensorsHeader:
                 yield t
 
 
+#: The first bytes of a torch checkpoint since torch 1.6 (a zip archive's local header).
+TORCH_MAGIC = b"PK\x03\x04"
+
+
 def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     """Read and validate the header of the safetensors file at ``path``."""
     spath = os.fspath(path)
@@ -102,6 +107,13 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
             raise EmptyFile("is empty (0 bytes): an interrupted download or copy?", path=spath)
         prefix = pread_exact(fd, min(file_size, SNIFF_BYTES), 0, path=spath)
         reject_impostor(prefix, spath)
+        if prefix.startswith(TORCH_MAGIC):
+            # Its first 8 bytes read as a header length of ~5.8e17: say what it is instead.
+            raise NotACheckpoint(
+                "is a torch checkpoint (a zip archive), not safetensors: read it with"
+                " torch.load(weights_only=True) or loadscope.load_model",
+                path=spath,
+            )
         if file_size < 8:
             raise TruncatedHeader(
                 f"is {file_size} bytes, shorter than the 8-byte header length", path=spath

@@ -424,6 +424,12 @@ CASES: list[Case] = [
         "HTML",
     ),
     Case(
+        "torch-zip-named-safetensors",
+        lambda t: str(torch_zip(_p(t), {"a": 1})),
+        ce.NotACheckpoint,
+        "torch checkpoint",
+    ),
+    Case(
         "torch-garbage",
         lambda t: _write(_p(t, "pytorch_model.bin"), b"GARBAGE!" * 16),
         ce.TorchCheckpointError,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -36,12 +37,26 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if not args.source or not args.mountpoint:
         raise UsageError("emulate needs SRC and MOUNTPOINT (or --unmount MOUNTPOINT)")
     if not args.serve_here:
+        _check_log_outside(args.log_requests, args.mountpoint)
         check_outputs(args)  # --log-requests: one line now, not the server's crash later
     settings = _settings(args)
     if args.serve_here:
         _serve_here(args, settings)
         return ExitCode.OK
     return _supervise(args, settings, out)
+
+
+def _check_log_outside(log: str | None, mountpoint: str) -> None:
+    """A request log under the mount point would be hidden by the mount and, left behind,
+    make the directory non-empty for the next emulate: refused before anything is written."""
+    if not log:
+        return
+    where, mnt = os.path.realpath(log), os.path.realpath(mountpoint)
+    if os.path.commonpath([where, mnt]) == mnt:
+        raise UsageError(
+            f"--log-requests {log}: inside the mount point {mountpoint}, where the mount"
+            " would hide it; write it elsewhere"
+        )
 
 
 def _unmount(args: argparse.Namespace, out: TextIO) -> ExitCode:

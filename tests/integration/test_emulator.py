@@ -263,7 +263,7 @@ def test_unmount_cli_on_stale_mount(source: SyntheticCheckpoint, tmp_path: Path)
         assert again.code == 4 and "stale: emulate --unmount removes it" in again.err
         result = run_loadscope("emulate", "--unmount", str(mnt))
         assert result.code == 0, result.err
-        assert not is_mounted(mnt)
+        assert not is_mounted(mnt) and not any(mnt.iterdir())
 
 
 def test_bad_source_is_one_line(tmp_path: Path) -> None:
@@ -381,6 +381,9 @@ def test_an_unwritable_request_log_is_one_line(source: SyntheticCheckpoint, tmp_
         (tmp_path / "no" / "log", 3, "no directory"),
         (tmp_path, 7, "it is a directory"),
         (Path("/proc/version"), 4, "cannot write the request log /proc/version"),
+        # Under the mount point it would be hidden, and left there the next emulate
+        # onto the same folder was refused as "not empty".
+        (mnt / "log", 2, "inside the mount point"),
     ):
         result = run_loadscope("emulate", str(source.root), str(mnt), f"--log-requests={log}")
         assert result.code == code and message in result.err, result.err
