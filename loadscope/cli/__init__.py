@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any, TextIO
 
 from loadscope.base._version import __version__
@@ -152,6 +153,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _once(
+    handler: Callable[[int, FrameType | None], Any],
+) -> Callable[[int, FrameType | None], Any]:
+    """``handler`` for the first SIGINT or SIGTERM; any later one is ignored, so that a
+    second Ctrl-C, or a group kill the supervising parent also passes on, cannot break
+    into the cleanup the first one started (a traceback, files left behind)."""
+
+    def stop(signum: int, frame: FrameType | None) -> Any:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return handler(signum, frame)
+
+    return stop
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``loadscope`` console script and ``python -m loadscope``."""
     parser = build_parser()
@@ -163,8 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if run is None:
         parser.print_help()
         return ExitCode.OK
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.signal(signal.SIGTERM, _once(on_sigterm))
+    previous_int = signal.signal(signal.SIGINT, _once(signal.default_int_handler))
     try:
         check_outputs(args)
         return int(run(args, sys.stdout))

@@ -7,6 +7,7 @@ May import: ``loadscope.base`` (and, lazily, the engine to check a device).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 from collections.abc import Callable
@@ -86,6 +87,8 @@ class Number:
 
         if self.above is not None:
             text = f"must be a {self.what or 'number'} above {num(self.above)}"
+            if self.hi is not None:
+                text += f" and at most {num(self.hi)}"
         elif self.lo is not None and self.hi is not None:
             text = f"must be between {num(self.lo)} and {num(self.hi)}"
         elif self.lo == 0:
@@ -119,11 +122,13 @@ def whole(text: str) -> int:
     return int(text.strip())
 
 
-#: Positive seconds (budgets, timeouts): 30, 30s, 500ms.
-SECONDS = Number(parse_duration, above=0, what="number of seconds")
+#: Positive seconds (budgets, timeouts): 30, 30s, 500ms; at most a year (a longer wait
+#: overflows the platform's timeouts: an internal error, not a usage one).
+SECONDS = Number(parse_duration, 0, 365 * 86400, above=0, what="number of seconds")
 
 
-COUNT = Number(whole, 1, what="integer")
+#: Rounds (--repeats): each is planned up front, so a huge count is memory, not time.
+COUNT = Number(whole, 1, 1000, what="integer")
 
 
 THREADS = Number(whole, 1, 1024, what="integer")
@@ -268,9 +273,17 @@ def try_write(target: Path) -> None:
 
 
 def write_file(path: str, text: str) -> None:
+    created = not os.path.lexists(path)
     try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError:
+            if created:  # a full disk: no empty or truncated report left under the name
+                with contextlib.suppress(OSError):
+                    if os.path.isfile(path):
+                        os.unlink(path)
+            raise
     except PermissionError:
         raise PermissionDenied(f"cannot write {path}: permission denied") from None
     except OSError as exc:

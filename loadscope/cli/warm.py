@@ -65,12 +65,14 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             )
         code = emit(out, args.json, json.dumps(report.to_dict(), indent=2), summary)
         if locked is not None and locked.bytes:
-            out.write(
+            # Not part of the report: with --json - stdout holds the JSON only.
+            say = sys.stderr if args.json == "-" else out
+            say.write(
                 "holding the lock: Ctrl-C to release\n"
                 if args.hold is None
                 else f"holding the lock for {args.hold:g} s\n"
             )
-            out.flush()
+            say.flush()
             try:
                 if args.hold is None:
                     signal.pause()

@@ -23,7 +23,14 @@ BAD_NUMBERS = [
     (["bench", "m", "--budget", "-5"], "--budget: must be a number of seconds above 0"),
     (["bench", "m", "--budget", "nan"], "--budget: must be a number of seconds above 0"),
     (["bench", "m", "--budget", "inf"], "--budget: must be a number of seconds above 0"),
-    (["bench", "m", "--repeats", "0"], "--repeats: must be at least 1"),
+    (["bench", "m", "--repeats", "0"], "--repeats: must be between 1 and 1000"),
+    # Huge counts and waits: planned up front or past the platform's timeouts, they were a
+    # hang eating memory or an internal error (OverflowError) after the work had started.
+    (["bench", "m", "--repeats", "9" * 23], "--repeats: must be between 1 and 1000"),
+    (["probe", "m", "--budget", "9" * 23], "--budget: must be a number of seconds above 0 and"),
+    (["doctor", "m", "--budget", "31536001"], "--budget: must be a number of seconds above 0 and"),
+    (["bench", "m", "--trial-timeout", "9" * 23], "--trial-timeout: must be a number of seconds"),
+    (["warm", "m", "--lock", "--for", "9" * 23], "at most 31536000, not '999"),
     (["bench", "m", "--ranks", "0"], "--ranks: must be between 1 and 1024"),
     (["bench", "m", "--trial-timeout", "-1"], "--trial-timeout: must be a number of seconds"),
     (["probe", "m", "--budget", "0"], "--budget: must be a number of seconds above 0"),
