@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from loadscope.base.errors import ExitCode
@@ -96,6 +97,11 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target,
         Progress(mode_for(args, sys.stderr), budget_s=args.budget) as progress,
     ):
+        if args.budget is not None:
+            # The budget is the run's: rounds it leaves no time for are skipped and
+            # counted (its planner sizes samples, but a count like --repeats 1000 of
+            # whole loads is the user's, and must not run on for minutes past it).
+            options = dataclasses.replace(options, deadline=time.monotonic() + args.budget)
         report = run_bench(target, options, progress.listener)
     return emit(out, args.json, report.to_json(), to_text(report))
 

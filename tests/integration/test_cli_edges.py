@@ -76,3 +76,17 @@ def test_a_second_signal_cannot_break_into_the_cleanup(first: signal.Signals) ->
     finally:
         for s, h in saved.items():
             signal.signal(s, h)
+
+
+def test_bench_budget_holds_against_many_repeats(cli: CliRunner, tmp_path: Path) -> None:
+    # bench --repeats 10000 --budget 5 ran for minutes: the budget sized samples but never
+    # ended the run. The rounds it leaves no time for are now skipped and counted.
+    synthesize(tmp_path / "m", size_bytes=1 << 20)
+    result = cli(
+        "bench", str(tmp_path / "m"), "--strategies", "mmap", "--repeats", "1000",
+        "--budget", "3", "--json", "-",
+    )  # fmt: skip
+    assert result.code == 0, result
+    doc = json.loads(result.out)
+    skipped = [t for t in doc["trials"] if t["status"] == "skipped"]
+    assert skipped and all(t["reason"] == "the time budget was spent" for t in skipped)
