@@ -239,10 +239,16 @@ def check_outputs(args: argparse.Namespace) -> None:
     """Refuse a report path that cannot be written before any work, not after it."""
     from pathlib import Path
 
+    seen: dict[str, str] = {}
     for option in ("json", "md", "html", "log_requests"):
         path = getattr(args, option, None)
         if not isinstance(path, str) or path == "-":
             continue
+        # Two reports into one file: the second would silently overwrite the first.
+        same = seen.setdefault(os.path.realpath(path), option)
+        if same != option:
+            flag = option.replace("_", "-")
+            raise UsageError(f"--{same.replace('_', '-')} and --{flag} both name {path}")
         target = Path(path)
         parent = target.parent
         try:

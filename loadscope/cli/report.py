@@ -6,7 +6,7 @@ import argparse
 from typing import TextIO
 
 from loadscope.base.errors import ExitCode
-from loadscope.cli.common import Command, opt
+from loadscope.cli.common import Command, UsageError, opt
 from loadscope.diagnosis.doctor import load_report
 
 
@@ -14,6 +14,8 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.report.html import to_html
     from loadscope.report.markdown import to_markdown
 
+    if args.md and args.html:
+        raise UsageError("--md and --html: pick one (Markdown is the default)")
     doc = load_report(args.file)
     out.write((to_html(doc) if args.html else to_markdown(doc)) + "\n")
     return ExitCode.OK

@@ -33,6 +33,11 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
     if args.evict and args.lock:
         raise UsageError("--evict and --lock are opposites: pick one")
+    # An option that would be ignored is refused, not dropped in silence.
+    if args.hold is not None and not args.lock:
+        raise UsageError("--for goes with --lock (how long to hold the pages)")
+    if args.allow_drop_caches and not args.evict:
+        raise UsageError("--allow-drop-caches goes with --evict")
     with open_checked(args.target, synth_dir=args.synth_dir) as target:
         if args.evict:
             report = evict(target, allow_drop_caches=args.allow_drop_caches)

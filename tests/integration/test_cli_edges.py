@@ -90,3 +90,25 @@ def test_bench_budget_holds_against_many_repeats(cli: CliRunner, tmp_path: Path)
     doc = json.loads(result.out)
     skipped = [t for t in doc["trials"] if t["status"] == "skipped"]
     assert skipped and all(t["reason"] == "the time budget was spent" for t in skipped)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # Each was dropped in silence: two reports into one file kept only the last
+        # written, --md beside --html rendered HTML, and warm ignored the options that
+        # belong to the other mode.
+        (["doctor", "{m}", "--json", "{t}/r", "--md", "{t}/./r"], "--json and --md both name"),
+        (["warm", "{m}", "--for", "1"], "--for goes with --lock"),
+        (["warm", "{m}", "--allow-drop-caches"], "--allow-drop-caches goes with --evict"),
+        (["report", "{t}/r.json", "--md", "--html"], "--md and --html: pick one"),
+    ],
+)
+def test_options_that_would_be_ignored_are_refused(
+    cli: CliRunner, tmp_path: Path, argv: list[str], said: str
+) -> None:
+    model = synthesize(tmp_path / "m", size_bytes=1 << 20).root
+    result = cli(*(a.format(m=model, t=tmp_path) for a in argv))
+    assert result.code == 2 and said in result.err, result
+    assert len(result.err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
