@@ -36,7 +36,7 @@ import shutil
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +116,8 @@ def plan(target: Target) -> list[FileCopy]:
     for entry in sorted(root.iterdir()) if root.is_dir() else []:
         if entry.name in out or not entry.name.endswith(SIDECAR_SUFFIXES):
             continue
+        if entry.name.endswith(".index.json") and not _indexes_copied_weights(entry, target):
+            continue  # the other format's index: its shards are not copied, so it dangles
         try:
             st = entry.stat()  # follows a snapshot's symlinks into blobs/
         except OSError:
@@ -123,6 +125,14 @@ def plan(target: Target) -> list[FileCopy]:
         if entry.is_file() and st.st_size <= 256 << 20:
             out[entry.name] = FileCopy(str(entry), entry.name, st.st_size)
     return [out[k] for k in sorted(out)]
+
+
+def _indexes_copied_weights(index: Path, target: Target) -> bool:
+    """Whether ``index`` is the index of the weights being copied (its format's)."""
+    if target.index is not None:
+        return index.name == target.index.name
+    fmt = "safetensors" if index.name.endswith(".safetensors.index.json") else "torch"
+    return any(wf.format == fmt for wf in target.files)
 
 
 def _check_paths(root: Path, dest: Path) -> None:
@@ -465,18 +475,30 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def pointer_lines(dest: str) -> list[str]:
+def pointer_lines(dest: str, weights: Sequence[str] = ()) -> list[str]:
     """How to point the user's stack at the copy: safe to paste (the path quoted for
-    Python and for the shell, so a space or a quote in it survives)."""
+    Python and for the shell, so a space or a quote in it survives). ``weights`` are the
+    copied weight files, relative to ``dest``: the library lines name the ones there."""
     import shlex
 
     sh = shlex.quote(dest)
+    root = dest.rstrip("/") or "/"
+    st = [w for w in weights if w.endswith(".safetensors")]
+    pt = [w for w in weights if not w.endswith(".safetensors")]
+    if len(st) == 1:
+        library = f"safetensors: load_file({os.path.join(root, st[0])!r})"
+    elif len(pt) == 1 and not st:
+        library = f"torch: torch.load({os.path.join(root, pt[0])!r}, weights_only=True)"
+    else:  # shards (or not said): the one call that reads every one of them
+        shards = f"  # its {len(st or pt)} shards" if st or pt else ""
+        library = (
+            f"{'torch' if pt and not st else 'safetensors'}: loadscope.load_model({dest!r}){shards}"
+        )
     return [
         f"transformers: AutoModel.from_pretrained({dest!r})",
         f"vLLM: vllm serve {sh}   (or --model {sh})",
         f"SGLang: python -m sglang.launch_server --model-path {sh}",
-        f"safetensors: load_file({dest.rstrip('/') + '/model.safetensors'!r})"
-        f"  # or each shard in {sh}",
+        library,
         "HF_HUB_CACHE: leave it as it is; pass the copy's path where the repo id went",
     ]
 

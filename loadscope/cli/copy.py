@@ -21,6 +21,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
     from loadscope.actions.localcopy import break_even, copy_model, pointer_lines
     from loadscope.model.inspection import open_checked
+    from loadscope.model.targets import SAFETENSORS_SUFFIXES, TORCH_SUFFIXES
 
     with open_checked(args.target, synth_dir=args.synth_dir) as target:
         if args.dest is None:
@@ -77,7 +78,13 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             f"break-even: run `loadscope doctor {shlex.quote(args.target)} --json r.json`"
             " and pass --report r.json"
         )
-    lines += ["point your stack at the copy:", *(f"  {x}" for x in pointer_lines(args.dest))]
+    weights = [
+        f.relative
+        for f in report.files
+        if f.relative.endswith(SAFETENSORS_SUFFIXES + TORCH_SUFFIXES)
+    ]
+    pointers = pointer_lines(args.dest, weights)
+    lines += ["point your stack at the copy:", *(f"  {x}" for x in pointers)]
     return emit(out, args.json, json.dumps(report.to_dict(), indent=2), "\n".join(lines))
 
 

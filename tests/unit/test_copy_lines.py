@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -26,3 +27,32 @@ def test_copy_to_dash_is_a_usage_error(synth_single: SyntheticCheckpoint) -> Non
     result = run_loadscope("copy", str(synth_single.root), "-")
     assert result.code == 2
     assert "cannot go to stdout" in result.err and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    ("weights", "said"),
+    [
+        # It named DEST/model.safetensors whatever was copied: absent for shards and for
+        # torch checkpoints.
+        (["model.safetensors"], "safetensors: load_file('/d/model.safetensors')"),
+        (["a.safetensors", "b.safetensors"], "safetensors: loadscope.load_model('/d')  # its 2"),
+        (["pytorch_model.bin"], "torch: torch.load('/d/pytorch_model.bin', weights_only=True)"),
+        (["a.bin", "b.bin"], "torch: loadscope.load_model('/d')  # its 2 shards"),
+    ],
+)
+def test_the_library_line_names_what_was_copied(weights: list[str], said: str) -> None:
+    assert any(line.startswith(said) for line in pointer_lines("/d", weights))
+
+
+@pytest.mark.integration
+def test_a_copy_of_one_format_leaves_the_other_formats_index_behind(tmp_path: Path) -> None:
+    # A folder with both formats: the copy of its safetensors took pytorch_model.bin.index.json
+    # too, an index of shards that were not copied.
+    from loadscope.tools.synth import synthesize
+
+    src = synthesize(tmp_path / "m", 2 << 20, shards=2, fmt="both").root
+    result = run_loadscope("copy", str(src), str(tmp_path / "d"), "--quiet")
+    assert result.code == 0, result.err
+    names = {p.name for p in (tmp_path / "d").iterdir()}
+    assert "model.safetensors.index.json" in names and "config.json" in names
+    assert not any(n.startswith("pytorch_model") for n in names), names
