@@ -215,8 +215,11 @@ def check_device(device: object) -> str:
     if dev.type == "meta":
         raise ValueError("device 'meta' holds no data: load to 'cpu' or an accelerator")
     backend = getattr(torch, dev.type, None)
-    available = getattr(backend, "is_available", None)
-    if callable(available) and not available():
+    # torch.cuda.is_available(), torch.xpu...; torch.backends.mps.is_available() on a Mac.
+    available = getattr(backend, "is_available", None) or getattr(
+        getattr(torch.backends, dev.type, None), "is_available", None
+    )
+    if not callable(available) or not available():
         raise ValueError(f"device {device!r}: torch sees no usable {dev.type} device here")
     count = getattr(backend, "device_count", None)
     if dev.index is not None and callable(count) and dev.index >= (n := int(count())):
@@ -232,6 +235,15 @@ def check_hints(hints: object) -> dict[str, Any]:
         raise ValueError(
             f"hints must be a dict like {{'threads': 16, 'block_bytes': 1 << 20}}, not {hints!r}"
         )
+    from loadscope.loaders.strategies.auto import Auto
+
+    declared = {k.name: k for k in Auto.knobs}
+    for name, value in hints.items():
+        if name in declared:  # checked now, not once earlier shards are loaded
+            try:
+                declared[name].parse(value)
+            except ValueError as exc:
+                raise ValueError(f"hints: {exc}") from None
     return dict(hints)
 
 

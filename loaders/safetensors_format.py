@@ -109,10 +109,14 @@ def read_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
         reject_impostor(prefix, spath)
         if prefix.startswith(TORCH_MAGIC):
             # Its first 8 bytes read as a header length of ~5.8e17: say what it is instead.
+            how = (
+                "torch.load(weights_only=True) or loadscope.load_model reads it"
+                if spath.lower().endswith((".bin", ".pt", ".pth"))
+                else "named as one by mistake? rename it to .bin (loadscope reads it then),"
+                " or read it with torch.load(weights_only=True)"
+            )
             raise NotACheckpoint(
-                "is a torch checkpoint (a zip archive), not safetensors: read it with"
-                " torch.load(weights_only=True) or loadscope.load_model",
-                path=spath,
+                f"is a torch checkpoint (a zip archive), not safetensors: {how}", path=spath
             )
         if file_size < 8:
             raise TruncatedHeader(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import shutil
 import threading
 import time
@@ -42,10 +43,10 @@ from pathlib import Path
 
 from loadscope.actions.copydest import CopyError, CopyRefused, _prepare_dest
 from loadscope.actions.throughput import rate, timing_fields
-from loadscope.base.errors import ExitCode, ReadFailed
+from loadscope.base.errors import ExitCode, LoadscopeError, ReadFailed
 from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
 from loadscope.base.units import format_bytes
-from loadscope.model.targets import Target
+from loadscope.model.targets import Target, read_index
 
 PARTIAL_SUFFIX = ".loadscope-partial"
 DEFAULT_BLOCK = 16 << 20
@@ -116,8 +117,8 @@ def plan(target: Target) -> list[FileCopy]:
     for entry in sorted(root.iterdir()) if root.is_dir() else []:
         if entry.name in out or not entry.name.endswith(SIDECAR_SUFFIXES):
             continue
-        if entry.name.endswith(".index.json") and not _indexes_copied_weights(entry, target):
-            continue  # the other format's index: its shards are not copied, so it dangles
+        if entry.name.endswith(".index.json") and not _indexes_copied_weights(entry, out):
+            continue
         try:
             st = entry.stat()  # follows a snapshot's symlinks into blobs/
         except OSError:
@@ -127,12 +128,15 @@ def plan(target: Target) -> list[FileCopy]:
     return [out[k] for k in sorted(out)]
 
 
-def _indexes_copied_weights(index: Path, target: Target) -> bool:
-    """Whether ``index`` is the index of the weights being copied (its format's)."""
-    if target.index is not None:
-        return index.name == target.index.name
-    fmt = "safetensors" if index.name.endswith(".safetensors.index.json") else "torch"
-    return any(wf.format == fmt for wf in target.files)
+def _indexes_copied_weights(index: Path, copied: dict[str, FileCopy]) -> bool:
+    """Whether every shard ``index`` names is among the files copied: an index of shards
+    left behind (the other format's, or the rest of a model one shard of which was named)
+    would send a loader to files DEST does not hold."""
+    try:
+        shards = {posixpath.normpath(s) for s in read_index(index).values()}
+    except LoadscopeError:
+        return False  # not an index a loader could follow either
+    return shards <= set(copied)
 
 
 def _check_paths(root: Path, dest: Path) -> None:
@@ -483,8 +487,8 @@ def pointer_lines(dest: str, weights: Sequence[str] = ()) -> list[str]:
 
     sh = shlex.quote(dest)
     root = dest.rstrip("/") or "/"
-    st = [w for w in weights if w.endswith(".safetensors")]
-    pt = [w for w in weights if not w.endswith(".safetensors")]
+    st = [w for w in weights if w.lower().endswith(".safetensors")]
+    pt = [w for w in weights if not w.lower().endswith(".safetensors")]
     if len(st) == 1:
         library = f"safetensors: load_file({os.path.join(root, st[0])!r})"
     elif len(pt) == 1 and not st:

@@ -105,6 +105,11 @@ def _model_path(probe: ProbeReport) -> str:
     root = str(target.get("source") or target["root"])
     if target.get("kind") == "file" and probe.files:
         return os.path.join(root, os.path.basename(probe.files[0].path))
+    spec = str(target.get("spec") or "")
+    if spec.lower().endswith(".index.json"):
+        # The index the user named: its folder may hold another format's weights, or
+        # files the index does not list, which the folder alone would also load.
+        return os.path.join(root, os.path.basename(spec))
     return root
 
 

@@ -11,6 +11,7 @@ so ``loadscope --help`` stays light); never Textual.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -59,6 +60,7 @@ TARGET is any of:
   path/to/model.safetensors        one safetensors file
   path/to/pytorch_model.bin        a torch checkpoint (.bin, .pt, .pth; never unpickled)
   path/to/model-dir                all shards (follows model.safetensors.index.json)
+  path/to/*.safetensors.index.json the shards that index names
   org/name[@revision]              a Hugging Face repo from the LOCAL cache only
                                    (also gpt2, hf://org/name, models--org--name)
   synthetic:SIZE[,shards=N][,format=safetensors|torch|both][,seed=S]
@@ -153,17 +155,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _once(
-    handler: Callable[[int, FrameType | None], Any],
-) -> Callable[[int, FrameType | None], Any]:
-    """``handler`` for the first SIGINT or SIGTERM; any later one is ignored, so that a
-    second Ctrl-C, or a group kill the supervising parent also passes on, cannot break
-    into the cleanup the first one started (a traceback, files left behind)."""
+def _stop_once() -> Callable[[int, FrameType | None], Any]:
+    """The handler of SIGINT and SIGTERM while a command runs. The first stops the command
+    (KeyboardInterrupt, :class:`Terminated`); a second, of either kind, does not break
+    into the cleanup the first started (a traceback, files left behind): it says the
+    cleanup is under way; a third ends the command by the signal, cleaned up or not (what
+    it started that would outlive it, an emulator's server, goes down with its parent)."""
+    first: dict[int, Callable[[int, FrameType | None], Any]] = {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: on_sigterm,
+    }
+    seen = [0]
 
     def stop(signum: int, frame: FrameType | None) -> Any:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        return handler(signum, frame)
+        seen[0] += 1
+        if seen[0] == 1:
+            return first[signum](signum, frame)
+        if seen[0] == 2:
+            with contextlib.suppress(OSError):
+                os.write(2, f"{PROG}: cleaning up; once more to stop at once\n".encode())
+            return None
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return None
 
     return stop
 
@@ -179,8 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if run is None:
         parser.print_help()
         return ExitCode.OK
-    previous = signal.signal(signal.SIGTERM, _once(on_sigterm))
-    previous_int = signal.signal(signal.SIGINT, _once(signal.default_int_handler))
+    stop = _stop_once()
+    previous = signal.signal(signal.SIGTERM, stop)
+    previous_int = signal.signal(signal.SIGINT, stop)
     try:
         check_outputs(args)
         return int(run(args, sys.stdout))

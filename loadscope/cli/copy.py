@@ -81,7 +81,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     weights = [
         f.relative
         for f in report.files
-        if f.relative.endswith(SAFETENSORS_SUFFIXES + TORCH_SUFFIXES)
+        if f.relative.lower().endswith(SAFETENSORS_SUFFIXES + TORCH_SUFFIXES)
     ]
     pointers = pointer_lines(args.dest, weights)
     lines += ["point your stack at the copy:", *(f"  {x}" for x in pointers)]

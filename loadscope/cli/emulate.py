@@ -21,7 +21,6 @@ from loadscope.cli.common import (
     Command,
     Terminated,
     UsageError,
-    check_outputs,
     duration_arg,
     opt,
     size_arg,
@@ -37,8 +36,9 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if not args.source or not args.mountpoint:
         raise UsageError("emulate needs SRC and MOUNTPOINT (or --unmount MOUNTPOINT)")
     if not args.serve_here:
+        # (main() has checked that --log-requests can be written: one line now, not the
+        # server's crash later.)
         _check_log_outside(args.log_requests, args.mountpoint)
-        check_outputs(args)  # --log-requests: one line now, not the server's crash later
     settings = _settings(args)
     if args.serve_here:
         _serve_here(args, settings)
@@ -51,6 +51,8 @@ def _check_log_outside(log: str | None, mountpoint: str) -> None:
     make the directory non-empty for the next emulate: refused before anything is written."""
     if not log:
         return
+    if log == "-":
+        raise UsageError("--log-requests -: the request log is a file (name one), not stdout")
     where, mnt = os.path.realpath(log), os.path.realpath(mountpoint)
     if os.path.commonpath([where, mnt]) == mnt:
         raise UsageError(

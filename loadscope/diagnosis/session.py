@@ -47,10 +47,17 @@ def _served(target: Target, emulate: EmulatorSettings | None) -> Iterator[Target
     work = Path(tempfile.mkdtemp(prefix="loadscope-emulate-", dir=parent))
     try:
         with emulated_disk(target.root, work / "mnt", emulate) as disk:
+            # What the user named, inside the mount: the one file, or the index named
+            # (a folder with both formats follows the safetensors index first).
+            inside = Path(disk.path)
+            if target.kind == "file":
+                inside = inside / target.files[0].path.name
+            elif target.index is not None:
+                inside = inside / target.index.name
             # The user's spec and folder travel with the mount: the report names the
             # model, not a mountpoint that is gone once the run ends.
             yield dataclasses.replace(
-                resolve(str(disk.path)), spec=target.spec, served_from=target.root
+                resolve(str(inside)), spec=target.spec, served_from=target.root
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)

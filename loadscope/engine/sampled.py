@@ -224,11 +224,16 @@ def fit_budget(
     # the page-cache fill each warm round pays once.
     fill = max(0.0, statistics.median(overheads["warm"]) - fixed) if overheads["warm"] else 0.0
     runs = options.repeats + (1 if options.warmup else 0)
+    budget_s = options.budget_s
+    if options.deadline is not None:
+        # What the pilots left of a run that has a hard end (bench --budget): planning the
+        # whole budget again would leave the last rounds no time.
+        budget_s = min(budget_s, max(0.0, options.deadline - time.monotonic()))
     plan = plan_budget(
         CostModel(per_byte, fixed, fill_s_per_byte=fill / max(total, 1)),
         list(per_byte),
         total,
-        options.budget_s,
+        budget_s,
         repeats=(runs,),
         floor_bytes=pilot_actual,
     )

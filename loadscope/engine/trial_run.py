@@ -227,7 +227,8 @@ def run_trial(
     if isinstance(watched.result, Failed):
         failed = replace(
             trial,
-            status="failed",
+            # Stopped by the run's budget, not by the storage: not a failure of the load.
+            status="skipped" if watched.cut_by_budget else "failed",
             reason=watched.result.reason,
             residency_before=resident,
             cache_verified=verified,
@@ -285,6 +286,8 @@ class _Watched:
     #: (seconds since the spawn, resident bytes), as the parent read them.
     rss: list[tuple[float, int]] = field(default_factory=list)
     protocol: list[str] = field(default_factory=list)
+    #: Stopped at the run's deadline (the time budget), before its own trial timeout.
+    cut_by_budget: bool = False
 
 
 def _timeout_s(options: BenchOptions) -> float:
@@ -321,6 +324,9 @@ def _watch(
     def timed_out() -> str | None:
         if time.monotonic() < deadline:
             return None
+        if timeout_s < options.trial_timeout_s:
+            seen.cut_by_budget = True
+            return f"the time budget was spent: stopped after {timeout_s:.3g} s"
         return f"timed out after {timeout_s:.3g} s; worker killed"
 
     def take(_child: int, event: _Event) -> None:

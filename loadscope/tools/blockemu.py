@@ -44,6 +44,7 @@ from loadscope.tools.emucommon import (
     check_source,
     die_with_parent,
     fuse_unavailable_reason,
+    started_by,
 )
 from loadscope.tools.emulator import emulated_disk, read_ready, start_server
 from loadscope.tools.emumounts import mounts_at, prepare_mount, unmount
@@ -188,7 +189,7 @@ def serve_block(source: str, mountpoint: str, settings: EmulatorSettings) -> Non
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    die_with_parent()
+    die_with_parent(started_by())
     work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=tempfile.gettempdir()))
     try:
         (work / "img").mkdir()

@@ -145,15 +145,28 @@ def check_source(source: str | os.PathLike[str]) -> Path:
 PARENT_PID_ENV = "LOADSCOPE_EMULATOR_PARENT_PID"
 
 
-def die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: when whoever started us dies, we get SIGTERM (and unmount)."""
-    # The parent that started us, not the one we have now: a client killed before this call
-    # has already handed us to init (or a subreaper), which getppid() would then name.
-    expected = os.environ.pop(PARENT_PID_ENV, "")
-    parent = int(expected) if expected.isdigit() else os.getppid()
+def die_with_parent(parent: int | None = None) -> None:
+    """PR_SET_PDEATHSIG: when whoever started us dies, we get SIGTERM (and unmount).
+
+    ``parent`` is the pid that must still be our parent (default: the one we have now).
+    A server passes the client's own pid (:func:`started_by`): a client killed before
+    this call has already handed it to init (or a subreaper), which getppid() would name.
+    """
+    parent = os.getppid() if parent is None else parent
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
         # The parent died before the request took effect (we were reparented): act now.
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def started_by() -> int | None:
+    """The client pid :data:`PARENT_PID_ENV` names, taken out of the environment so that
+    nothing this process starts inherits it; None when unset or not a pid."""
+    value = os.environ.pop(PARENT_PID_ENV, "")
+    try:
+        pid = int(value)
+    except ValueError:
+        return None
+    return pid if pid > 0 else None

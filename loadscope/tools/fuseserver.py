@@ -34,6 +34,7 @@ from loadscope.tools.emucommon import (
     die_with_parent,
     import_mfusepy,
     require_fuse,
+    started_by,
 )
 from loadscope.tools.emumounts import EMULATOR_SOURCE_PREFIX
 
@@ -298,7 +299,7 @@ def serve(source: str, mountpoint: str, settings: EmulatorSettings) -> None:
     if not Path(mountpoint).is_dir():
         raise EmulatorError(f"{mountpoint}: mount point is not a directory")
     require_fuse()
-    die_with_parent()
+    die_with_parent(started_by())
     ready = threading.Event()
     threading.Thread(
         target=_configure_when_mounted, args=(mountpoint, settings, ready), daemon=True

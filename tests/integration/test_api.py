@@ -237,6 +237,7 @@ def test_bad_knobs_are_value_errors(every_dtype: Path) -> None:
         ("gpu", "not a device torch knows"),
         ("cpu:1", "the CPU is one device"),
         ("meta", "holds no data"),
+        ("hip", "no usable hip device"),
         pytest.param(
             "cuda",
             "no usable cuda device",
@@ -269,6 +270,8 @@ def test_load_model_of_an_index_file_is_its_model(tmp_path: Path) -> None:
 def test_hints_that_are_not_a_dict_are_a_value_error(every_dtype: Path) -> None:
     with pytest.raises(ValueError, match="hints must be a dict"):
         loadscope.load_file(every_dtype, hints="x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="hints: threads=0"):
+        loadscope.load_file(every_dtype, hints={"threads": 0})
 
 
 def test_import_loadscope_stays_light() -> None:

@@ -384,6 +384,7 @@ def test_an_unwritable_request_log_is_one_line(source: SyntheticCheckpoint, tmp_
         # Under the mount point it would be hidden, and left there the next emulate
         # onto the same folder was refused as "not empty".
         (mnt / "log", 2, "inside the mount point"),
+        (Path("-"), 2, "the request log is a file"),
     ):
         result = run_loadscope("emulate", str(source.root), str(mnt), f"--log-requests={log}")
         assert result.code == code and message in result.err, result.err

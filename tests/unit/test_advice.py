@@ -431,3 +431,19 @@ def test_a_snippet_is_called_slower_only_when_its_shown_figure_is(
 
     snip = {"stack": "safetensors", "strategy": "api", "speedup": speedup, "trial_ids": [3]}
     assert label_of(snip) == said
+
+
+def test_the_model_path_of_an_index_target_is_that_index() -> None:
+    # A folder with both formats: its own resolution follows the safetensors index, so the
+    # advice's commands (bench, warm, copy) must name the torch index the user named.
+    from types import SimpleNamespace
+
+    from loadscope.advice.facts import _model_path
+
+    probe = SimpleNamespace(
+        target={"kind": "directory", "spec": "m/pytorch_model.bin.index.json", "root": "/d/m"},
+        files=[],
+    )
+    assert _model_path(probe) == "/d/m/pytorch_model.bin.index.json"  # type: ignore[arg-type]
+    probe.target["spec"] = "m"
+    assert _model_path(probe) == "/d/m"  # type: ignore[arg-type]

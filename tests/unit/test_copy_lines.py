@@ -56,3 +56,16 @@ def test_a_copy_of_one_format_leaves_the_other_formats_index_behind(tmp_path: Pa
     names = {p.name for p in (tmp_path / "d").iterdir()}
     assert "model.safetensors.index.json" in names and "config.json" in names
     assert not any(n.startswith("pytorch_model") for n in names), names
+
+
+@pytest.mark.integration
+def test_a_copy_of_one_shard_leaves_the_index_of_the_others_behind(tmp_path: Path) -> None:
+    from loadscope.tools.synth import synthesize
+
+    src = synthesize(tmp_path / "m", 2 << 20, shards=2).root
+    one = sorted(src.glob("*.safetensors"))[0]
+    result = run_loadscope("copy", str(one), str(tmp_path / "d"), "--quiet")
+    assert result.code == 0, result.err
+    names = {p.name for p in (tmp_path / "d").iterdir()}
+    assert one.name in names and "config.json" in names
+    assert "model.safetensors.index.json" not in names, names
