@@ -47,6 +47,9 @@ from loadscope.probes.system import oom_kills
 _SERIES_POINTS = 50
 #: A trial running when the deadline passes may finish within this much more.
 DEADLINE_GRACE_S = 10.0
+#: A trial stopped at the run's deadline is counted as cut by the budget (skipped) when its
+#: bytes grew within this many seconds; a quieter one is a timeout (failed).
+BUDGET_CUT_QUIET_S = 5.0
 _WORKER_MODULE = "loadscope.loaders.worker"
 
 
@@ -324,13 +327,20 @@ def _watch(
     def timed_out() -> str | None:
         if time.monotonic() < deadline:
             return None
-        if timeout_s < options.trial_timeout_s:
+        still_loading = time.monotonic() - progressed[1] < BUDGET_CUT_QUIET_S
+        if timeout_s < options.trial_timeout_s and still_loading:
+            # Cut by the run's budget while its bytes were still coming: not a failure of
+            # the storage. A worker that has gone quiet is a timeout, whatever ended it.
             seen.cut_by_budget = True
             return f"the time budget was spent: stopped after {timeout_s:.3g} s"
         return f"timed out after {timeout_s:.3g} s; worker killed"
 
+    progressed = [0, t_spawn]  # bytes done, when they last grew
+
     def take(_child: int, event: _Event) -> None:
         _take(event, worker, seen, trial, listener, total_bytes)
+        if seen.points and seen.points[-1][1] > progressed[0]:
+            progressed[:] = [seen.points[-1][1], time.monotonic()]
 
     stopped = supervise(
         [worker.pipes],

@@ -522,3 +522,53 @@ def test_both_formats_side_by_side_on_the_same_tensors(tmp_path: Path) -> None:
     for cache in ("cold", "warm"):
         line = next(x for x in text.splitlines() if x.startswith(f"formats, {cache}:"))
         assert " faster than " in line and "on CPU here" in line and "digests checked" in line
+
+
+_STREAMING_WORKER = r"""
+import json, os, time
+print(json.dumps({"v": 1, "event": "start", "strategy": "x", "pid": os.getpid(), "t": 0.0,
+                  "total_bytes": 1 << 40, "total_tensors": 1, "detail": {}}), flush=True)
+for i in range(1, 100000):
+    print(json.dumps({"v": 1, "event": "progress", "t": time.monotonic(),
+                      "bytes_done": i << 20, "tensors_done": 0}), flush=True)
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "status", "says"),
+    [
+        (_STREAMING_WORKER, "skipped", "the time budget was spent"),
+        (_HANGING_WORKER, "failed", "timed out"),
+    ],
+    ids=["still-loading", "quiet"],
+)
+def test_a_trial_the_runs_deadline_stops_is_cut_only_while_it_loads(
+    st_dir: Path, monkeypatch: pytest.MonkeyPatch, script: str, status: str, says: str
+) -> None:
+    # A trial stopped at the run's deadline was "failed: timed out ... worker killed", as
+    # if the storage had hung, while its bytes were still coming; a quiet one still is.
+    import time
+
+    from loadscope.engine import trial_run
+
+    monkeypatch.setattr(trial_run, "DEADLINE_GRACE_S", 0.5)
+    monkeypatch.setattr(trial_run, "BUDGET_CUT_QUIET_S", 0.8)
+    target = resolve(str(st_dir))
+    options = BenchOptions(
+        worker_argv=(sys.executable, "-c", script),
+        trial_timeout_s=60,
+        deadline=time.monotonic() + 1.5,
+    )
+    trial, _ = run_trial(
+        Trial(1, "mmap", "cold", 1, False),
+        list(target.files),
+        None,
+        options=options,
+        reference={},
+        block_stat=None,
+        cold=ColdCache(),
+        listener=lambda _e: None,
+        total_bytes=target.total_bytes,
+    )
+    assert trial.status == status and says in (trial.reason or ""), trial.reason
