@@ -6,8 +6,8 @@ import io
 import os
 import subprocess
 import sys
-from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,24 @@ def synth_sharded(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoi
 @pytest.fixture(scope="session")
 def synth_both(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoint:
     return synthesize(tmp_path_factory.mktemp("both"), 1 << 20, shards=2, fmt="both", seed=3)
+
+
+@contextmanager
+def foreign_tmpfs_at(path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted at ``path`` that loadscope did not make (a user's own mount),
+    lazily unmounted afterwards; the test is skipped where mounting is refused."""
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
 def no_workers(timeout_s: float = 10) -> bool:

@@ -188,14 +188,9 @@ os.kill(os.getpid(), signal.SIGKILL)
 _HANGING_WORKER = "import time, sys; time.sleep(600)"
 
 
-@pytest.mark.parametrize(
-    ("script", "says"),
-    [(_CRASHING_WORKER, "killed by SIGKILL"), (_HANGING_WORKER, "timed out")],
-    ids=["dies-mid-stream", "hangs"],
-)
-def test_dead_or_stuck_worker_becomes_a_failed_trial(st_dir: Path, script: str, says: str) -> None:
+def _one_trial(st_dir: Path, options: BenchOptions) -> Trial:
+    """One cold mmap trial of the model in ``st_dir`` under ``options`` (its worker)."""
     target = resolve(str(st_dir))
-    options = BenchOptions(worker_argv=(sys.executable, "-c", script), trial_timeout_s=3)
     trial, _ = run_trial(
         Trial(1, "mmap", "cold", 1, False),
         list(target.files),
@@ -207,6 +202,17 @@ def test_dead_or_stuck_worker_becomes_a_failed_trial(st_dir: Path, script: str, 
         listener=lambda _e: None,
         total_bytes=target.total_bytes,
     )
+    return trial
+
+
+@pytest.mark.parametrize(
+    ("script", "says"),
+    [(_CRASHING_WORKER, "killed by SIGKILL"), (_HANGING_WORKER, "timed out")],
+    ids=["dies-mid-stream", "hangs"],
+)
+def test_dead_or_stuck_worker_becomes_a_failed_trial(st_dir: Path, script: str, says: str) -> None:
+    options = BenchOptions(worker_argv=(sys.executable, "-c", script), trial_timeout_s=3)
+    trial = _one_trial(st_dir, options)
     assert trial.status == "failed"
     assert says in (trial.reason or "")
     if "SIGKILL" in says:
@@ -554,21 +560,10 @@ def test_a_trial_the_runs_deadline_stops_is_cut_only_while_it_loads(
 
     monkeypatch.setattr(trial_run, "DEADLINE_GRACE_S", 0.5)
     monkeypatch.setattr(trial_run, "BUDGET_CUT_QUIET_S", 0.8)
-    target = resolve(str(st_dir))
     options = BenchOptions(
         worker_argv=(sys.executable, "-c", script),
         trial_timeout_s=60,
         deadline=time.monotonic() + 1.5,
     )
-    trial, _ = run_trial(
-        Trial(1, "mmap", "cold", 1, False),
-        list(target.files),
-        None,
-        options=options,
-        reference={},
-        block_stat=None,
-        cold=ColdCache(),
-        listener=lambda _e: None,
-        total_bytes=target.total_bytes,
-    )
+    trial = _one_trial(st_dir, options)
     assert trial.status == status and says in (trial.reason or ""), trial.reason

@@ -139,21 +139,12 @@ def test_unmount_refuses_a_mount_stacked_over_a_volume(
     """``--unmount`` of a volume with a user's tmpfs mounted over it unmounted the tmpfs
     (umount takes the top mount), said "unmounted", exit 0, and left the volume."""
     mnt = tmp_path / "mnt"
-    with emulated_block_disk(source.root, mnt, FAST):
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-        try:
-            out = run_loadscope("emulate", "--unmount", str(mnt))
-            assert out.code == 4 and "it is a tmpfs mount" in out.err, out.err
-            assert [m.fstype for m in mounts_at(mnt)] == ["ext4", "tmpfs"]
-        finally:
-            subprocess.run(["umount", str(mnt)], capture_output=True, check=False)
+    from tests.conftest import foreign_tmpfs_at
+
+    with emulated_block_disk(source.root, mnt, FAST), foreign_tmpfs_at(mnt):
+        out = run_loadscope("emulate", "--unmount", str(mnt))
+        assert out.code == 4 and "it is a tmpfs mount" in out.err, out.err
+        assert [m.fstype for m in mounts_at(mnt)] == ["ext4", "tmpfs"]
 
 
 def test_the_doctor_names_the_regime_with_its_latency(tmp_path: Path) -> None:

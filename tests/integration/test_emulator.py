@@ -283,20 +283,12 @@ def test_bad_source_is_one_line(tmp_path: Path) -> None:
 @pytest.fixture
 def foreign_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs that loadscope did not mount (as a user's own mount would be)."""
+    from tests.conftest import foreign_tmpfs_at
+
     mnt = tmp_path / "their-tmpfs"
     mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with foreign_tmpfs_at(mnt):
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
 
 
 def test_unmount_refuses_a_mount_loadscope_did_not_make(foreign_tmpfs: Path) -> None:
