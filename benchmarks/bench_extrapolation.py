@@ -134,6 +134,7 @@ def main() -> int:
     ap.add_argument("--latency-ms", type=float, default=5.0)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--no-local", action="store_true")
+    ap.add_argument("--no-emulated", action="store_true", help="the local disk only")
     args = ap.parse_args()
     strategies = tuple(args.strategies.split(","))
     header = [
@@ -142,7 +143,7 @@ def main() -> int:
     ]
     lines: list[str] = []
     missed = False
-    why = fuse_unavailable_reason()
+    why = "not asked for (--no-emulated)" if args.no_emulated else fuse_unavailable_reason()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     # The emulator's source in RAM when there is room: the emulated latency is then the
     # only slow part. From this VM's disk (served from the host's cache) whole loads of
