@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.doctor import DoctorReport, run_doctor
 from loadscope.diagnosis.doctor import to_text as doctor_text
@@ -44,7 +45,7 @@ def _model_dir(options: DemoOptions, out: TextIO) -> Iterator[Path]:
     parent = options.work_dir or (
         "/var/tmp" if Path("/var/tmp").is_dir() else tempfile.gettempdir()
     )
-    work = Path(tempfile.mkdtemp(prefix="loadscope-demo-", dir=parent))
+    work = owned_tempdir("loadscope-demo-", parent)
     try:
         out.write(
             f"building a {format_bytes(options.size_bytes)} synthetic checkpoint in {work} ...\n"

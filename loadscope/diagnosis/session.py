@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadscope.base.tempdirs import owned_tempdir
 from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, DoctorReport, run_doctor
 from loadscope.engine.bench import Listener
 from loadscope.engine.probing import ProbeReport
@@ -44,7 +44,7 @@ def _served(target: Target, emulate: EmulatorSettings | None) -> Iterator[Target
         return
     # /var/tmp, as the demo: on disk, where /tmp may be a tmpfs that hides the slowness.
     parent = "/var/tmp" if Path("/var/tmp").is_dir() else None
-    work = Path(tempfile.mkdtemp(prefix="loadscope-emulate-", dir=parent))
+    work = owned_tempdir("loadscope-emulate-", parent)
     try:
         with emulated_disk(target.root, work / "mnt", emulate) as disk:
             # What the user named, inside the mount: the one file, or the index named

@@ -32,15 +32,14 @@ May import: those, ``loadscope.engine.trials``, ``loadscope.engine.sampling``,
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
 from loadscope.engine.bench_records import (
     GPU_STRATEGIES,
@@ -197,27 +196,11 @@ def run_bench(
     The workers get a scratch directory for what their libraries cache under the temp
     dir; it is removed when the run ends, and one left by a run that was killed
     outright (its process gone) is removed by the next run."""
-    _reap_stale_scratch()
-    scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+    scratch = str(owned_tempdir(SCRATCH_PREFIX))
     try:
         return _run_bench(target, options, listener, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _reap_stale_scratch() -> None:
-    """Remove scratch directories whose run (the pid in the name) no longer exists."""
-    with contextlib.suppress(OSError):
-        for entry in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
-            pid = entry.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
-            if not pid.isdigit():
-                continue
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                shutil.rmtree(entry, ignore_errors=True)
-            except OSError:
-                continue
 
 
 def _run_bench(

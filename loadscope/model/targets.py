@@ -38,6 +38,7 @@ from loadscope.base.errors import (
     error_from_oserror,
 )
 from loadscope.base.safeio import open_regular, pread_exact, stat_regular
+from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes, parse_size
 from loadscope.probes.hfcache import hub_cache_location
 from loadscope.tools.synth import SynthFormat, synthesize
@@ -498,7 +499,7 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
                 " (use a smaller size or --synth-dir)"
             )
         try:
-            tmp = Path(tempfile.mkdtemp(prefix="loadscope-synthetic-", dir=parent))
+            tmp = owned_tempdir("loadscope-synthetic-", parent)
         except OSError as exc:
             raise _synth_dir_error(exc, parent) from None
         try:
