@@ -19,17 +19,18 @@ def _dead_pid() -> int:
 def test_a_folder_whose_process_is_gone_is_reaped_and_no_other(tmp_path: Path) -> None:
     # A SIGKILLed doctor left its synthetic checkpoint (gigabytes) in the temp dir for good.
     host, dead = _host(), _dead_pid()
-    gone = tmp_path / f"loadscope-synthetic-{dead}@{host}-abc"
-    alive = tmp_path / f"loadscope-synthetic-{os.getpid()}@{host}-def"
-    elsewhere = tmp_path / f"loadscope-synthetic-{dead}@another-host-ghi"  # a shared folder
-    other_kind = tmp_path / f"loadscope-demo-{dead}@{host}-jkl"
-    for d in (gone, alive, elsewhere, other_kind):
+    gone = tmp_path / f"loadscope-synthetic-{dead}@{host}@abc"
+    alive = tmp_path / f"loadscope-synthetic-{os.getpid()}@{host}@def"
+    elsewhere = tmp_path / f"loadscope-synthetic-{dead}@another-host@ghi"  # a shared folder
+    longer = tmp_path / f"loadscope-synthetic-{dead}@{host}-2@mno"  # "node-2" is not "node"
+    other_kind = tmp_path / f"loadscope-demo-{dead}@{host}@jkl"
+    for d in (gone, alive, elsewhere, longer, other_kind):
         (d / "model").mkdir(parents=True)
         (d / "model" / "model.safetensors").write_bytes(b"x")
     made = owned_tempdir("loadscope-synthetic-", tmp_path)
-    assert made.name.startswith(f"loadscope-synthetic-{os.getpid()}@{host}-") and made.is_dir()
+    assert made.name.startswith(f"loadscope-synthetic-{os.getpid()}@{host}@") and made.is_dir()
     assert not gone.exists()
-    assert alive.exists() and elsewhere.exists() and other_kind.exists()
+    assert alive.exists() and elsewhere.exists() and longer.exists() and other_kind.exists()
     assert reap_stale("loadscope-demo-", tmp_path) == [other_kind]
 
 
