@@ -281,18 +281,15 @@ def try_write(target: Path) -> None:
 def write_file(path: str, text: str) -> None:
     created = not os.path.lexists(path)
     try:
-        try:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError:
-            if created:  # a full disk: no empty or truncated report left under the name
-                with contextlib.suppress(OSError):
-                    if os.path.isfile(path):
-                        os.unlink(path)
-            raise
-    except PermissionError:
-        raise PermissionDenied(f"cannot write {path}: permission denied") from None
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
     except OSError as exc:
+        if created and os.path.isfile(path):
+            # A full disk: no empty or truncated report left under the name.
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if isinstance(exc, PermissionError):
+            raise PermissionDenied(f"cannot write {path}: permission denied") from None
         raise OutputError(f"cannot write {path}: {exc.strerror}") from None
 
 

@@ -66,11 +66,11 @@ def _unmount(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.source or args.mountpoint:
         raise UsageError("emulate --unmount takes only the MOUNTPOINT")
     from loadscope.tools.blockemu import is_block_emulator_mount, unmount_block
-    from loadscope.tools.emulator import mounts_at, unmount_emulator
+    from loadscope.tools.emulator import top_mount, unmount_emulator
 
     # The mount on top only: one stacked over the emulator's (a user's tmpfs) is not ours.
-    found = mounts_at(args.unmount)
-    if found and is_block_emulator_mount(found[-1]):
+    top = top_mount(args.unmount)
+    if top is not None and is_block_emulator_mount(top):
         unmount_block(args.unmount)
     else:
         unmount_emulator(args.unmount)

@@ -47,7 +47,7 @@ from loadscope.tools.emucommon import (
     started_by,
 )
 from loadscope.tools.emulator import emulated_disk, read_ready, start_server
-from loadscope.tools.emumounts import mounts_at, prepare_mount, unmount
+from loadscope.tools.emumounts import prepare_mount, top_mount, unmount
 
 READY_LINE = "loadscope-emulate-block: ready"
 #: The work directory's prefix: a loop device whose image lies under one is ours.
@@ -264,8 +264,8 @@ def _stop(proc: subprocess.Popen[str], mnt: Path) -> None:
     with contextlib.suppress(Exception):
         proc.communicate(timeout=5)
     # A server killed outright leaves its pieces: take them down here.
-    found = mounts_at(mnt)
-    if found and is_block_emulator_mount(found[-1]):
+    top = top_mount(mnt)
+    if top is not None and is_block_emulator_mount(top):
         unmount_block(str(mnt))
 
 
@@ -304,11 +304,11 @@ def unmount_block(mountpoint: str) -> None:
     """Take down a block volume whose server is gone: the ext4, its loop device, the
     FUSE mount under the image, the work directory. Refuses anything else."""
     # Only the mount on top: umount takes that one, whatever is stacked under it.
-    top = mounts_at(mountpoint)[-1:]
-    found = [r for m in top if (r := _record_of(m)) is not None]
-    if not found:
+    top = top_mount(mountpoint)
+    found = _record_of(top) if top is not None else None
+    if found is None:
         raise EmulatorError(f"{mountpoint}: not a block volume loadscope's emulator made")
-    work, record = found[-1]
+    work, record = found
     _umount(record["mountpoint"])
     _detach(record["loop"])
     with contextlib.suppress(EmulatorError):

@@ -58,6 +58,7 @@ from loadscope.tools.emumounts import (
     is_mounted,
     mounts_at,
     prepare_mount,
+    top_mount,
     unmount,
     unmount_emulator,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "read_ready",
     "serve",
     "start_server",
+    "top_mount",
     "unmount",
     "unmount_emulator",
 ]

@@ -42,6 +42,13 @@ def mounts_at(mountpoint: str | os.PathLike[str]) -> list[Mount]:
     return []
 
 
+def top_mount(mountpoint: str | os.PathLike[str]) -> Mount | None:
+    """The mount that is seen at ``mountpoint`` (the last of a stack; what umount takes),
+    or None. Every judgement of whose mount a path is reads this one, never one below it."""
+    found = mounts_at(mountpoint)
+    return found[-1] if found else None
+
+
 def is_emulator_mount(mount: Mount) -> bool:
     """True for a mount the emulator made (live, or stale after its server died)."""
     return mount.full_fstype == EMULATOR_FSTYPE and mount.source.startswith(EMULATOR_SOURCE_PREFIX)
@@ -60,9 +67,8 @@ def describe_path(path: str | os.PathLike[str]) -> str:
         return "does not exist"
     if not os.path.isdir(target):
         return "is not a directory"
-    found = mounts_at(target)
-    if found:
-        return f"is {describe_mount(found[-1])}"
+    if (top := top_mount(target)) is not None:
+        return f"is {describe_mount(top)}"
     return "is a directory, not a mount point"
 
 
@@ -74,11 +80,10 @@ def check_mountpoint(mountpoint: str | os.PathLike[str]) -> None:
     """
     target = os.fspath(mountpoint)
     # The mount table first: a stale FUSE mount (its server gone) fails every stat.
-    found = mounts_at(target)
-    if found:
-        stale = " (stale: emulate --unmount removes it)" if is_emulator_mount(found[-1]) else ""
+    if (top := top_mount(target)) is not None:
+        stale = " (stale: emulate --unmount removes it)" if is_emulator_mount(top) else ""
         raise EmulatorError(
-            f"{target}: already {describe_mount(found[-1])}{stale}; choose an empty directory"
+            f"{target}: already {describe_mount(top)}{stale}; choose an empty directory"
         )
     if not os.path.lexists(target):
         return  # emulated_disk creates it
@@ -118,8 +123,8 @@ def unmount(mountpoint: str | os.PathLike[str]) -> bool:
     target = os.fspath(mountpoint)
 
     def ours() -> bool:
-        found = mounts_at(target)
-        return bool(found) and is_emulator_mount(found[-1])
+        top = top_mount(target)
+        return top is not None and is_emulator_mount(top)
 
     for cmd in (
         ["fusermount3", "-u", target],
@@ -136,14 +141,14 @@ def unmount(mountpoint: str | os.PathLike[str]) -> bool:
 def unmount_emulator(mountpoint: str | os.PathLike[str]) -> None:
     """``emulate --unmount``: unmount an emulator mount, or refuse saying what the path is."""
     target = os.fspath(mountpoint)
-    found = mounts_at(target)
-    if not found:
+    top = top_mount(target)
+    if top is None:
         what = describe_path(target)
         error: type[LoadscopeError] = PathNotFound if what == "does not exist" else EmulatorError
         raise error(f"{target}: not unmounted: it {what}")
-    if not is_emulator_mount(found[-1]):
+    if not is_emulator_mount(top):
         raise EmulatorError(
-            f"{target}: not unmounted: it is {describe_mount(found[-1])}, not one loadscope's"
+            f"{target}: not unmounted: it is {describe_mount(top)}, not one loadscope's"
             " emulator made"
         )
     if not unmount(target):
