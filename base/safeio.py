@@ -21,23 +21,21 @@ from loadscope.base.errors import LoadscopeError, NotARegularFile, ReadFailed, e
 T = TypeVar("T")
 
 
+#: ``st_mode`` tests and the names a message gives them, most common first.
+_FILE_KINDS: tuple[tuple[Callable[[int], bool], str], ...] = (
+    (stat.S_ISREG, "regular file"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISFIFO, "FIFO (named pipe)"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISLNK, "symbolic link"),
+)
+
+
 def file_kind(mode: int) -> str:
     """A readable name for the file type in an ``st_mode``."""
-    if stat.S_ISREG(mode):
-        return "regular file"
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISFIFO(mode):
-        return "FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    if stat.S_ISCHR(mode):
-        return "character device"
-    if stat.S_ISBLK(mode):
-        return "block device"
-    if stat.S_ISLNK(mode):
-        return "symbolic link"
-    return "special file"
+    return next((name for test, name in _FILE_KINDS if test(mode)), "special file")
 
 
 def _refuse(exc: OSError, path: str | os.PathLike[str]) -> LoadscopeError:

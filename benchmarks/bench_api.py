@@ -14,13 +14,14 @@ Run: ``.venv/bin/python benchmarks/bench_api.py [--rounds 5] [--size 1GiB]``
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from loadscope.base.units import format_bytes, parse_size
+from bench_args import emulated_parser
+
+from loadscope.base.units import format_bytes
 from loadscope.engine.bench import BenchOptions, run_bench
 from loadscope.model.targets import resolve
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
@@ -58,10 +59,7 @@ def row(storage: str, size: int, api: list[float], auto: list[float]) -> tuple[s
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--size", type=parse_size, default=parse_size("1GiB"))
-    ap.add_argument("--latency-ms", type=float, default=5.0)
+    ap = emulated_parser(__doc__, rounds=5, size="1GiB")
     args = ap.parse_args()
     lines = [
         "| storage | model | rounds | `api` cold s | `auto` cold s | api/auto, median (min-max) |",

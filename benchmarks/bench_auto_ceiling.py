@@ -23,7 +23,6 @@ Run: ``.venv/bin/python benchmarks/bench_auto_ceiling.py [--size 2GiB] [--rounds
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import os
@@ -35,7 +34,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from loadscope.base.units import format_bytes, format_rate, parse_size
+from bench_args import emulated_parser
+
+from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import BenchOptions, BenchReport, run_bench
 from loadscope.engine.probing import run_probes
 from loadscope.loaders.buffers import o_direct_ok
@@ -160,10 +161,7 @@ def regimes(src: Path, tmp: Path, latency_s: float) -> Iterator[tuple[str, Path,
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=parse_size, default=parse_size("2GiB"))
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--latency-ms", type=float, default=5.0)
+    ap = emulated_parser(__doc__, rounds=3, size="2GiB")
     ap.add_argument("--only", default="", help="comma-separated regime prefixes to run")
     args = ap.parse_args()
     lines = [

@@ -14,14 +14,15 @@ Run: ``.venv/bin/python benchmarks/bench_transformers.py [--rounds 3] [--size 1G
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from loadscope.base.units import format_bytes, parse_size
+from bench_args import emulated_parser
+
+from loadscope.base.units import format_bytes
 from loadscope.engine.bench import BenchOptions, run_bench
 from loadscope.model.targets import resolve
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
@@ -61,10 +62,7 @@ def main() -> int:
     if importlib.util.find_spec("transformers") is None:
         print("transformers is not installed (pip install 'loadscope[transformers]')")
         return 1
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--size", type=parse_size, default=parse_size("1GiB"))
-    ap.add_argument("--latency-ms", type=float, default=5.0)
+    ap = emulated_parser(__doc__, rounds=3, size="1GiB")
     args = ap.parse_args()
     lines = [
         "| storage | model | rounds | `hf-pretrained` cold s | fix, cold s"

@@ -49,7 +49,7 @@ import os
 import resource
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -74,11 +74,11 @@ class RankProtocolError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class RankStart:
+class RankInfo:
+    """One rank as it started: what the report lists per rank."""
+
     rank: int
-    world_size: int
     pid: int
-    t: float  # time.monotonic() (the same clock as the parent's on Linux)
     backend: str
     device: str
     torch_version: str
@@ -86,6 +86,18 @@ class RankStart:
     init_s: float
     threads: int
     rss_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RankStart(RankInfo):
+    """A rank joined: its description, the world it joined and when (its first event)."""
+
+    world_size: int
+    t: float  # time.monotonic() (the same clock as the parent's on Linux)
+
+    def info(self) -> RankInfo:
+        """The description alone (what the report keeps)."""
+        return RankInfo(**{f.name: getattr(self, f.name) for f in fields(RankInfo)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,16 +524,16 @@ def run(plan: dict[str, Any], emitter: _Emitter, rank: int, world: int) -> int:
     init_s = time.perf_counter() - t_init
     emitter.emit(
         RankStart(
-            rank,
-            world,
-            os.getpid(),
-            time.monotonic(),
-            backend,
-            str(device),
-            torch.__version__,
-            init_s,
-            threads,
-            _vm_kib("VmRSS"),
+            rank=rank,
+            pid=os.getpid(),
+            backend=backend,
+            device=str(device),
+            torch_version=torch.__version__,
+            init_s=init_s,
+            threads=threads,
+            rss_bytes=_vm_kib("VmRSS"),
+            world_size=world,
+            t=time.monotonic(),
         )
     )
     trials: list[dict[str, Any]] = plan["trials"]

@@ -46,6 +46,23 @@ def cli() -> CliRunner:
     return run
 
 
+@contextmanager
+def slow_synthetic(
+    root: Path, size: int, *, seed: int, latency_s: float, why: str = "emulated slow disk"
+) -> Iterator[Path]:
+    """A synthetic model of ``size`` bytes under ``root``, served by the emulated slow disk
+    at ``latency_s`` per request (readahead 128 KiB); skips, saying ``why`` it is needed,
+    where FUSE is unavailable."""
+    from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
+
+    if (reason := fuse_unavailable_reason()) is not None:
+        pytest.skip(f"needs the {why}: {reason}")
+    src = synthesize(root / "src", size, seed=seed)
+    settings = EmulatorSettings(latency_s=latency_s, jitter_s=0.0, readahead_kb=128)
+    with emulated_disk(src.root, root / "mnt", settings) as disk:
+        yield disk.path
+
+
 def run_loadscope(*args: str, timeout: float = 60, cwd: Path | None = None) -> CliResult:
     """Run ``python -m loadscope`` in a child process (a real exit code and real stderr)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}

@@ -30,8 +30,8 @@ records :mod:`loadscope.engine.rank_records`', the summaries
 :mod:`loadscope.engine.summaries`' and the text :mod:`loadscope.engine.rank_tables`';
 their public names are importable from here too.
 
-May import: those, ``loadscope.engine.trials``, ``loadscope.model``, ``loadscope.probes``,
-``loadscope.base``.
+May import: those, ``loadscope.engine.trials``, ``loadscope.loaders.rank`` (``RankInfo``),
+``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ from loadscope.engine.rank_records import (
     Mode,
     NotEnoughMemory,
     RankFinished,
-    RankInfo,
     RankResult,
     RankStarted,
 )
@@ -77,6 +76,7 @@ from loadscope.engine.trials import (
     reference_digests,
     target_record,
 )
+from loadscope.loaders.rank import RankInfo
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.system import memory_headroom
 

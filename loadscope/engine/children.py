@@ -42,18 +42,6 @@ def forked(
         return None  # a fresh interpreter still works, only slower to start
 
 
-def popen(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """``command`` with piped text stdout and stderr (``OSError`` when it cannot start)."""
-    return subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,  # its own process group: killable with all it spawns
-    )
-
-
 def python_module(module: str) -> list[str]:
     """The command that runs ``module`` in a fresh interpreter."""
     return [sys.executable, "-m", module]

@@ -22,7 +22,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from loadscope.engine.children import Child, Pipes, forked, popen, python_module
+from loadscope.base.processes import popen
+from loadscope.engine.children import Child, Pipes, forked, python_module
 from loadscope.engine.rank_records import (
     BroadcastCancelled,
     BroadcastListener,
@@ -31,7 +32,6 @@ from loadscope.engine.rank_records import (
     BroadcastTrialFinished,
     BroadcastTrialStarted,
     RankFinished,
-    RankInfo,
     RankResult,
     RankStarted,
 )
@@ -42,6 +42,7 @@ from loadscope.loaders.rank import (
     RankDone,
     RankEvent,
     RankFailed,
+    RankInfo,
     RankProtocolError,
     RankStart,
     RankTrial,
@@ -281,16 +282,7 @@ class Launch:
         if isinstance(item, RankProtocolError):
             out.protocol_errors.append(f"rank {rank.rank}: {item}")
         elif isinstance(item, RankStart):
-            info = RankInfo(
-                item.rank,
-                item.pid,
-                item.backend,
-                item.device,
-                item.torch_version,
-                item.init_s,
-                item.threads,
-                item.rss_bytes,
-            )
+            info = item.info()
             out.infos[item.rank] = info
             self.say(RankStarted(info))
         elif isinstance(item, RankCache):

@@ -5,7 +5,8 @@ trial, :class:`BroadcastTrial`, :class:`BroadcastSummary` per mode and cache sta
 :class:`BroadcastReport` with its JSON and Markdown), the events a live view follows
 and the errors a run raises. The JSON keeps these fields in this order.
 
-May import: ``loadscope.engine.trials``, ``loadscope.base``, and
+May import: ``loadscope.engine.trials``, ``loadscope.base``, ``loadscope.loaders.rank``
+(:class:`RankInfo`, the description each rank sends as it starts), and
 :mod:`~loadscope.engine.rank_tables` inside ``to_markdown`` only (the tables import
 these records). Nothing here runs a rank.
 """
@@ -21,6 +22,7 @@ from typing import Any, Literal, get_args
 from loadscope.base import errors
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.engine.trials import CacheMode, Started, TrialStatus
+from loadscope.loaders.rank import RankInfo
 
 SCHEMA_VERSION = 1
 Mode = Literal["independent", "broadcast", "broadcast-async", "sharded"]
@@ -145,18 +147,6 @@ class BroadcastSummary:
     rss_delta_bytes_total: float | None
     #: Median independent time / this mode's median time, in the same cache state.
     speedup_vs_independent: float | None = None
-
-
-@dataclass(slots=True)
-class RankInfo:
-    rank: int
-    pid: int
-    backend: str
-    device: str
-    torch_version: str
-    init_s: float
-    threads: int
-    rss_bytes: int | None
 
 
 @dataclass(slots=True)

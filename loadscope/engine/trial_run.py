@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from loadscope.base.processes import popen
 from loadscope.engine.bench_records import (
     BenchCancelled,
     BenchError,
@@ -35,7 +36,7 @@ from loadscope.engine.bench_records import (
     TrialProgress,
     WorkerStartFailed,
 )
-from loadscope.engine.children import Child, Pipes, forked, popen, python_module
+from loadscope.engine.children import Child, Pipes, forked, python_module
 from loadscope.engine.supervise import Events, supervise
 from loadscope.engine.trials import digest_mismatch, exit_reason, kill_group, reference_digests
 from loadscope.loaders.cachestate import prepare_cache

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadscope.base.processes import popen
 from loadscope.probes.blockdev import fuse_connection_id
 from loadscope.probes.sysfs import read_int
 from loadscope.tools.emucommon import (
@@ -193,14 +194,7 @@ def start_server(
         *settings.cli_args(),
     ]
     env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}  # see die_with_parent
-    return subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env=env,
-    )
+    return popen(cmd, env)
 
 
 def read_ready(proc: subprocess.Popen[str], ready: str, timeout_s: float, what: str) -> list[str]:

@@ -22,9 +22,8 @@ from loadscope.engine.bench import to_text as bench_text
 from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache
 from loadscope.report.schema import check as check_schema
-from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import SyntheticCheckpoint, synthesize
-from tests.conftest import run_loadscope
+from tests.conftest import run_loadscope, slow_synthetic
 
 pytestmark = pytest.mark.integration
 
@@ -310,14 +309,11 @@ def test_budget_that_fits_loads_whole_files(st_dir: Path) -> None:
 
 @pytest.fixture
 def slow_model(tmp_path: Path) -> Iterator[Path]:
-    if (why := fuse_unavailable_reason()) is not None:
-        # This VM's local disk is served from the host's cache: cold times swing 2-5x
-        # between runs, too much to check a 20% bound on. The emulated disk is stable.
-        pytest.skip(f"needs the emulated slow disk as a stable medium: {why}")
-    src = synthesize(tmp_path / "src", 64 << 20, seed=8)
-    settings = EmulatorSettings(latency_s=0.002, jitter_s=0.0, readahead_kb=128)
-    with emulated_disk(src.root, tmp_path / "mnt", settings) as disk:
-        yield disk.path
+    # This VM's local disk is served from the host's cache: cold times swing 2-5x
+    # between runs, too much to check a 20% bound on. The emulated disk is stable.
+    why = "emulated slow disk as a stable medium"
+    with slow_synthetic(tmp_path, 64 << 20, seed=8, latency_s=0.002, why=why) as path:
+        yield path
 
 
 def test_extrapolation_from_a_quarter_sample_is_close_to_the_whole_load(slow_model: Path) -> None:

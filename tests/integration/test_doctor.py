@@ -19,7 +19,7 @@ from loadscope.report.markdown import to_markdown
 from loadscope.report.schema import check as check_schema
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
-from tests.conftest import REPO_ROOT, run_loadscope
+from tests.conftest import REPO_ROOT, run_loadscope, slow_synthetic
 
 pytestmark = pytest.mark.integration
 GOLDEN = REPO_ROOT / "tests" / "golden"
@@ -57,12 +57,8 @@ def test_report_command_refuses_other_json(tmp_path: Path) -> None:
 
 @pytest.fixture
 def slow_model(tmp_path: Path) -> Iterator[Path]:
-    if (why := fuse_unavailable_reason()) is not None:
-        pytest.skip(f"emulated slow disk unavailable: {why}")
-    src = synthesize(tmp_path / "src", 32 << 20, seed=3)
-    settings = EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=128)
-    with emulated_disk(src.root, tmp_path / "mnt", settings) as disk:
-        yield disk.path
+    with slow_synthetic(tmp_path, 32 << 20, seed=3, latency_s=0.005) as path:
+        yield path
 
 
 def test_doctor_on_the_emulated_disk_recommends_what_the_trials_show(slow_model: Path) -> None:

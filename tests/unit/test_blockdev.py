@@ -181,19 +181,15 @@ def test_nvme_partition_on_local_samsung(fake: FakeSysfs) -> None:
     ]
     assert report.chain[0].size_bytes == 1_000_000 * 512
     (nvme,) = report.disks
-    assert nvme == PhysicalDisk(
+    # Every field: the queue's as _QUEUE_DEFAULTS wrote them (those of _BASE but one).
+    assert nvme == replace(
+        _BASE,
         name="nvme0n1",
         maj_min="259:0",
         sysfs_path=disk,
         model="Samsung SSD 980 PRO 1TB",
-        vendor=None,
         transport="nvme",
         nvme_transport="pcie",
-        rotational=False,
-        read_ahead_kb=128,
-        max_sectors_kb=1280,
-        max_hw_sectors_kb=2048,
-        scheduler="none",
         nr_requests=1023,
         size_bytes=2_000_000 * 512,
     )

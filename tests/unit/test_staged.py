@@ -36,7 +36,7 @@ from loadscope.loaders.staged import (
     staged_load,
 )
 from loadscope.loaders.strategy import FileRequest
-from loadscope.tools.synth import SyntheticCheckpoint, synthesize
+from loadscope.tools.synth import SyntheticCheckpoint
 
 
 class FakeDevice:
@@ -157,14 +157,14 @@ def device() -> Iterator[FakeDevice]:
     dev.close()
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoint:
-    return synthesize(tmp_path_factory.mktemp("staged"), 1 << 20, seed=7)
+@pytest.fixture
+def model(synth_single: SyntheticCheckpoint) -> SyntheticCheckpoint:
+    return synth_single  # one 2 MiB file (the session's, see conftest)
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> SyntheticCheckpoint:
-    return synthesize(tmp_path_factory.mktemp("staged-shards"), 1 << 20, shards=3, seed=8)
+@pytest.fixture
+def shards(synth_sharded: SyntheticCheckpoint) -> SyntheticCheckpoint:
+    return synth_sharded  # three files, 3 MiB in all
 
 
 def _requests(ckpt: SyntheticCheckpoint, pick: Callable[[list[str]], list[str]] | None = None):
