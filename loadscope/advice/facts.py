@@ -67,6 +67,9 @@ class Facts:
     latency_p50_us: float | None = None
     #: A pickle-only model: a sample converted to safetensors and both formats timed.
     conversion: ConversionTrial | None = None
+    #: A torch model with the same model as safetensors beside it: those files (relative
+    #: to the folder), loaded among the trials; empty otherwise.
+    safetensors_beside: list[str] = field(default_factory=list)
     #: The FUSE mount's fusectl folder (/sys/fs/fuse/connections/N), when the probe found it.
     fuse_connection_path: str | None = None
 
@@ -141,8 +144,11 @@ def facts_from(
         scaling = max(p.bytes_per_s for p in thr.parallel) / thr.parallel[0].bytes_per_s
     bdi = primary.storage.bdi.data
     cold, warm, ids = _timed(bench)
+    beside = [str(n) for n in (bench.target.get("safetensors_beside") or [])] if bench else []
+    model_root = str(probe.target.get("source") or probe.target["root"])
     return Facts(
-        model_path=_model_path(probe),
+        # With safetensors beside the pickles, the fixes load those: the folder names them.
+        model_path=model_root if beside else _model_path(probe),
         failures=list(failures),
         not_run=_not_run(bench),
         storage_class=mount.storage_class if mount else "unknown",
@@ -164,13 +170,14 @@ def facts_from(
         cold=cold,
         warm=warm,
         trial_ids=ids,
-        model_root=str(probe.target.get("source") or probe.target["root"]),
+        model_root=model_root,
         local_disk=_local_disk(probe),
         ranks=len(ranks.ranks) or int(ranks.options.get("ranks") or 0) if ranks else None,
         rank_modes={(m.mode, m.cache): m for m in ranks.summary} if ranks else {},
         rank_backend=str(ranks.options.get("backend")) if ranks else None,
         degraded_links=_degraded(probe),
         conversion=conversion,
+        safetensors_beside=beside,
     )
 
 

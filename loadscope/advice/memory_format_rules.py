@@ -2,16 +2,19 @@
 
 A model bigger than the memory this process may use is the first fix of all
 (without the memory no other fix matters); torch pickles are converted to
-safetensors, with the gain measured on a converted sample when the doctor ran one.
+safetensors, with the gain measured on a converted sample when the doctor ran one, or,
+where the folder holds the same model as safetensors already, those are named instead.
 May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
 :mod:`loadscope.advice.snippets`, ``loadscope.engine``, ``loadscope.base``.
 """
 
 from __future__ import annotations
 
+import os
+
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
-from loadscope.advice.snippets import command, commands
+from loadscope.advice.snippets import Snippet, command, commands
 from loadscope.base.units import format_bytes
 from loadscope.engine.bench import GPU_STRATEGIES
 
@@ -69,6 +72,8 @@ def rule_memory_fit(f: Facts) -> list[Recommendation]:
 def rule_pickle(f: Facts) -> list[Recommendation]:
     if "torch" not in f.formats:
         return []
+    if f.safetensors_beside:
+        return [_load_safetensors_beside(f)]
     conv = f.conversion
     gain = conv.speedup if conv is not None else None
     action = (
@@ -118,3 +123,74 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
             optional=gain is None or gain < WORTH_IT,
         )
     ]
+
+
+def _load_safetensors_beside(f: Facts) -> Recommendation:
+    """The model is in the folder as safetensors too: load those, nothing to convert;
+    measured as ``load_file`` (the ``mmap`` trials, on those files) against ``torch.load``."""
+    names = f.safetensors_beside
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    gain = f.speedup("mmap", base_name="pickle")
+    action = (
+        f"this folder already holds the model as safetensors ({shown}): load those instead"
+        " of the pickles (no unpickling, so no code execution; memory-mapped), nothing to"
+        " convert"
+    )
+    evidence = [Evidence("format", "torch pickle, with safetensors beside it")]
+    mmap_s, pickle_s = f.seconds("mmap"), f.seconds("pickle")
+    if gain is not None and mmap_s and pickle_s:
+        action += (
+            f"; measured here cold: load_file {mmap_s:.3g} s vs torch.load {pickle_s:.3g} s"
+            f" ({gain:.1f}x{', slower here' if gain < 1 else ''})"
+        )
+        evidence += [
+            Evidence("torch.load cold", pickle_s, "s"),
+            Evidence("load_file cold, the safetensors beside", mmap_s, "s"),
+        ]
+    why = f.why_not_measured("mmap") or f.why_not_measured("pickle") or "no cold trial of both"
+    if len(names) == 1:
+        code = (
+            "from safetensors.torch import load_file\n"
+            f"sd = load_file({os.path.join(f.model_root, names[0])!r})"
+        )
+    else:
+        code = (
+            "import glob, os\n"
+            "from safetensors.torch import load_file\n"
+            "sd = {}\n"
+            f"for path in sorted(glob.glob(os.path.join({f.model_root!r}, '*.safetensors'))):\n"
+            "    sd.update(load_file(path))"
+        )
+    loads = Snippet(
+        stack="safetensors",
+        code=code,
+        strategy="mmap",  # load_file per file: the code above
+        route="code change",
+        what="the safetensors already there",
+        speedup=gain,
+        baseline="pickle",
+        trial_ids=f.cold_trial_ids("mmap"),
+        note="" if gain is not None else f"not measured here ({why})",
+    )
+    hf = Snippet(
+        stack="transformers",
+        code="from transformers import AutoModel  # prefers safetensors where both exist\n"
+        f"model = AutoModel.from_pretrained({f.model_root!r}, use_safetensors=True)",
+        strategy="hf-pretrained",
+        route="code change",
+        what="from_pretrained on the folder",
+        note="not measured here (from_pretrained was not timed on these files)",
+    )
+    return Recommendation(
+        id="use-safetensors-beside",
+        title="Load the safetensors files already beside the pickles",
+        action=action,
+        strategy="mmap",
+        evidence=evidence,
+        risk="none: reads files that are already there",
+        confidence="high",
+        expected_speedup=gain,
+        measured=gain is not None,
+        snippets=[loads, hf],
+        optional=gain is None or gain < WORTH_IT,
+    )

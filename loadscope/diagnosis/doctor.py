@@ -121,7 +121,8 @@ def run_doctor(
     plan = plan_doctor(target, probe, budget_s, device, ranks, failures)
     bench = _run_trials(target, probe, plan, budget_s, listener, cancel, failures)
     conversion = None
-    if target.formats == {"torch"} and not probe.stalled:
+    if target.formats == {"torch"} and not target.alternates and not probe.stalled:
+        # (Safetensors already beside the pickles were loaded among the trials instead.)
         step("conversion")
         total_left = max(10.0, budget_s - (time.monotonic() - started) - 1.0)
         conversion = measure_conversion(

@@ -219,6 +219,8 @@ def hints_from(probe: ProbeReport) -> dict[str, Any]:
 GPU_TORCH_STRATEGIES = ("pickle-cuda",)
 #: torch.load(weights_only=True), with and without mmap=True: what measures pickles.
 TORCH_STRATEGIES = ("pickle", "pickle-mmap")
+#: On the safetensors beside a torch model's pickles: the default and the fast path.
+SAFETENSORS_BESIDE_STRATEGIES = ("mmap", "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +258,10 @@ def plan_doctor(
         failures.append(device_note)
     if formats != {"safetensors"}:
         strategies: tuple[str, ...] = TORCH_STRATEGIES
+        if target.alternates:
+            # The same model as safetensors beside the pickles: the default and the fast
+            # path on those, loaded whole like the pickles (what "load those" measures).
+            strategies += SAFETENSORS_BESIDE_STRATEGIES
         device = "cpu"
     elif device != "cpu":
         strategies = GPU_STRATEGIES
@@ -267,7 +273,7 @@ def plan_doctor(
         ranks = gpu_count(probe)
     multi = ranks is not None and ranks >= 2 and formats == {"safetensors"}
     remaining = max(10.0, budget_s - probe.elapsed_s - 2.0) * (0.6 if multi else 1.0)
-    if formats == {"torch"}:
+    if formats == {"torch"} and not target.alternates:
         # Half for converting a sample to safetensors and timing both: what makes
         # "convert to safetensors" a measured number.
         remaining *= 0.5

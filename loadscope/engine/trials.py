@@ -152,8 +152,9 @@ def ram_refusal(need: int, how: str, room: int, room_is: str) -> str | None:
 
 
 def target_record(target: Target) -> dict[str, Any]:
-    """The report's ``target``: what was loaded, as both runners' JSON gives it."""
-    return {
+    """The report's ``target``: what was loaded, as both runners' JSON gives it; for a
+    torch model with the same model as safetensors beside it, those files' names."""
+    record: dict[str, Any] = {
         "spec": target.report_spec,
         "kind": target.kind,
         "root": target.report_root,
@@ -161,6 +162,9 @@ def target_record(target: Target) -> dict[str, Any]:
         "total_bytes": target.total_bytes,
         "formats": sorted(target.formats),
     }
+    if target.formats == {"torch"} and target.alternates:
+        record["safetensors_beside"] = [f.path.name for f in target.alternates]
+    return record
 
 
 class Ended(Protocol):

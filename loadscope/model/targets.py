@@ -52,6 +52,8 @@ TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 #: An index named as the target: the safetensors kind first (see _index_files).
 INDEX_SUFFIXES = (".safetensors.index.json", ".bin.index.json")
+#: The file names HF's libraries save a single-file torch model under.
+HF_TORCH_NAMES = ("pytorch_model.bin", "diffusion_pytorch_model.bin")
 #: Torch files in model folders that are not model weights.
 NOT_WEIGHTS = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
 MAX_INDEX_BYTES = 64 << 20
@@ -211,7 +213,11 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
             weight_map=weight_map,
             alternates=_other_format(root, files),
         )
-    return Target(spec, "file", path.parent, (_weight_file(path),))
+    file = _weight_file(path)
+    # HF's default torch file beside the same model as safetensors (many Hub repos hold
+    # both): named so that the advice says "load those", not "convert".
+    beside = _other_format(path.parent, (file,)) if path.name in HF_TORCH_NAMES else ()
+    return Target(spec, "file", path.parent, (file,), alternates=beside)
 
 
 def _index_files(root: Path, index: Path) -> tuple[dict[str, str], tuple[WeightFile, ...]]:
@@ -265,19 +271,27 @@ def _directory_files(
 
 
 def _other_format(root: Path, files: tuple[WeightFile, ...]) -> tuple[WeightFile, ...]:
-    """The torch files of a folder whose safetensors were chosen (by their own index when
-    there is one), or () when there are none or they cannot be resolved: the preferred
-    format is what every command loads; the other is only measured beside it."""
-    if {f.format for f in files} != {"safetensors"}:
+    """The files of the other format in the model's folder: the torch files beside chosen
+    safetensors, or the safetensors beside a chosen torch index or ``pytorch_model.bin``
+    (each by its own index when there is one); () when there are none or they cannot be
+    resolved. The chosen format is what every command loads; the other is measured beside
+    it (and safetensors already there are named in place of "convert to safetensors")."""
+    formats = {f.format for f in files}
+    other: WeightFormat
+    if formats == {"safetensors"}:
+        other, suffixes, index_suffix = "torch", TORCH_SUFFIXES, INDEX_SUFFIXES[1]
+    elif formats == {"torch"}:
+        other, suffixes, index_suffix = "safetensors", SAFETENSORS_SUFFIXES, INDEX_SUFFIXES[0]
+    else:
         return ()
     try:
         names = sorted(e.name for e in os.scandir(root))
-        if "pytorch_model.bin.index.json" in names:
-            index = root / "pytorch_model.bin.index.json"
-            shards = sorted({posixpath.normpath(s) for s in read_index(index).values()})
-            return tuple(_shard(root, index, s, "torch") for s in shards)
-        picked = [n for n in names if n.lower().endswith(TORCH_SUFFIXES) and n not in NOT_WEIGHTS]
-        return tuple(_weight_file(root / n, "torch") for n in picked)
+        index = next((n for n in INDEX_NAMES if n in names and n.endswith(index_suffix)), None)
+        if index is not None:
+            shards = sorted({posixpath.normpath(s) for s in read_index(root / index).values()})
+            return tuple(_shard(root, root / index, s, other) for s in shards)
+        picked = [n for n in names if n.lower().endswith(suffixes) and n not in NOT_WEIGHTS]
+        return tuple(_weight_file(root / n, other) for n in picked)
     except (OSError, LoadscopeError):
         return ()
 

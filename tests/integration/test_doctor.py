@@ -449,6 +449,31 @@ def test_a_pickle_only_model_gets_a_measured_conversion(tmp_path: Path) -> None:
     assert "a sample converted to safetensors" in to_markdown(doc)
 
 
+def test_doctor_on_a_torch_index_with_safetensors_beside_says_load_those(
+    tmp_path: Path,
+) -> None:
+    """Named by its torch index, a model that is in its folder as safetensors too was told
+    to "convert to safetensors" (and a sample was converted for the number). Now the
+    safetensors are loaded among the trials and named: no conversion, a measured ratio
+    whose trials exist, and the fixes' code loads the folder (the safetensors)."""
+    root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root
+    target = resolve(str(root / "pytorch_model.bin.index.json"))
+    report = run_doctor(target, budget_s=30)
+    assert report.conversion is None
+    ids = [r.id for r in report.advice.recommendations]
+    assert "convert-to-safetensors" not in ids, ids
+    rec = next(r for r in report.advice.recommendations if r.id == "use-safetensors-beside")
+    assert rec.measured and rec.expected_speedup is not None, report.failures
+    assert "model-00001-of-00002.safetensors" in rec.action
+    assert report.bench is not None
+    mmap_ids = {t.id for t in report.bench.trials if t.strategy == "mmap" and t.cache == "cold"}
+    assert set(rec.snippets[0].trial_ids) <= mmap_ids and rec.snippets[0].trial_ids
+    assert report.bench.target["safetensors_beside"] == sorted(
+        f.name for f in root.glob("*.safetensors")
+    )
+    check_schema(json.loads(report.to_json()), "doctor")
+
+
 def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path) -> None:
     """Issue 20: on a folder with both formats the doctor ran torch.load without mmap=True
     only and printed no seed-000 ratio in its text, Markdown or HTML."""

@@ -179,6 +179,33 @@ def test_wsl_and_pickles() -> None:
     assert "move-off-wsl-drive" in got and "convert-to-safetensors" in got
 
 
+def test_safetensors_beside_the_pickles_are_named_not_converted() -> None:
+    """A torch model whose folder holds it as safetensors too: "load those", measured as
+    load_file on them against torch.load, never "convert" (they exist already)."""
+    f = facts({"pickle": 6.0, "mmap": 2.0, "auto": 1.0}, formats={"torch"})
+    f.model_root = "/models/my model"
+    f.safetensors_beside = ["model.safetensors"]
+    a = advise_facts(f)
+    got = [r.id for r in a.recommendations]
+    assert "convert-to-safetensors" not in got
+    rec = next(r for r in a.recommendations if r.id == "use-safetensors-beside")
+    assert rec.measured and rec.expected_speedup == pytest.approx(3.0) and not rec.optional
+    assert "model.safetensors" in rec.action and "nothing to convert" in rec.action
+    assert "load_file 2 s vs torch.load 6 s (3.0x)" in rec.action
+    loads = rec.snippets[0]
+    assert loads.strategy == "mmap" and loads.baseline == "pickle"
+    assert "load_file('/models/my model/model.safetensors')" in loads.code
+    assert loads.trial_ids == f.cold_trial_ids("mmap") and loads.speedup == pytest.approx(3.0)
+    assert rec.snippets[1].label().startswith("not measured here")
+    # Sharded: every shard by the folder's files; and without the trials, no number.
+    f = facts({"pickle": 6.0}, formats={"torch"})
+    f.safetensors_beside = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "use-safetensors-beside")
+    assert rec.expected_speedup is None and not rec.measured and "measured" not in rec.action
+    assert "glob.glob" in rec.snippets[0].code
+    assert rec.snippets[0].label().startswith("not measured here")
+
+
 def test_no_trials_no_invented_gain() -> None:
     a = advise_facts(facts({}, storage="network-fs", read_ahead_kb=8192))
     assert all(r.expected_speedup is None for r in a.recommendations)

@@ -53,6 +53,28 @@ def test_a_torch_index_named_as_the_target_is_read_as_torch(
     assert target.formats == {"torch"} and len(target.files) == 2
 
 
+def test_safetensors_beside_a_torch_model_are_its_alternates(
+    synth_both: SyntheticCheckpoint, tmp_path: Path
+) -> None:
+    """A torch index named in a folder that also holds the model as safetensors: those are
+    found (by their own index), so that the advice can say "load those", not "convert"."""
+    target = resolve(str(synth_both.root / "pytorch_model.bin.index.json"))
+    assert target.formats == {"torch"}
+    assert {f.format for f in target.alternates} == {"safetensors"}
+    assert sorted(f.path.name for f in target.alternates) == sorted(
+        f.name for f in synth_both.files if f.name.endswith(".safetensors")
+    )
+    # HF's single-file name too; any other torch file stands alone (its folder may hold
+    # anything), and a torch-only folder has nothing beside it.
+    single = synthesize(tmp_path / "one", 256 << 10, fmt="both", seed=4).root
+    beside = resolve(str(single / "pytorch_model.bin")).alternates
+    assert [f.path.name for f in beside] == ["model.safetensors"]
+    (single / "pytorch_model.bin").rename(single / "ckpt.bin")
+    assert resolve(str(single / "ckpt.bin")).alternates == ()
+    only = synthesize(tmp_path / "torch", 256 << 10, fmt="torch", seed=5).root
+    assert resolve(str(only / "pytorch_model.bin")).alternates == ()
+
+
 def test_index_wins_over_stray_files(synth_sharded: SyntheticCheckpoint, tmp_path: Path) -> None:
     # Mistral-style repos ship consolidated.safetensors beside the indexed shards.
     d = tmp_path / "m"
