@@ -278,6 +278,7 @@ def _other_format(root: Path, files: tuple[WeightFile, ...]) -> tuple[WeightFile
     it (and safetensors already there are named in place of "convert to safetensors")."""
     formats = {f.format for f in files}
     other: WeightFormat
+    suffixes: tuple[str, ...]
     if formats == {"safetensors"}:
         other, suffixes, index_suffix = "torch", TORCH_SUFFIXES, INDEX_SUFFIXES[1]
     elif formats == {"torch"}:
