@@ -15,6 +15,8 @@ import contextlib
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, TextIO
@@ -155,23 +157,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stop_once() -> Callable[[int, FrameType | None], Any]:
+class _StopOnce:
     """The handler of SIGINT and SIGTERM while a command runs. The first stops the command
     (KeyboardInterrupt, :class:`Terminated`); a second, of either kind, does not break
     into the cleanup the first started (a traceback, files left behind): it says the
     cleanup is under way; a third ends the command by the signal, cleaned up or not (what
-    it started that would outlive it, an emulator's server, goes down with its parent)."""
-    first: dict[int, Callable[[int, FrameType | None], Any]] = {
-        signal.SIGINT: signal.default_int_handler,
-        signal.SIGTERM: on_sigterm,
-    }
-    seen = [0]
+    it started that would outlive it, an emulator's server, goes down with its parent).
 
-    def stop(signum: int, frame: FrameType | None) -> Any:
-        seen[0] += 1
-        if seen[0] == 1:
-            return first[signum](signum, frame)
-        if seen[0] == 2:
+    A stop raised where Python cannot raise (a weakref callback, a ``__del__``: a Ctrl-C
+    during ``copy`` landed in one) is swallowed with an "Exception ignored" traceback and
+    the command goes on as if never stopped. :meth:`unraisable`, installed as
+    ``sys.unraisablehook``, delivers it again from the next point where it can be raised.
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[int, Callable[[int, FrameType | None], Any]] = {
+            signal.SIGINT: signal.default_int_handler,
+            signal.SIGTERM: on_sigterm,
+        }
+        self.seen = 0
+        self.previous_hook = sys.unraisablehook
+
+    def __call__(self, signum: int, frame: FrameType | None) -> Any:
+        self.seen += 1
+        if self.seen == 1:
+            return self.first[signum](signum, frame)
+        if self.seen == 2:
             with contextlib.suppress(OSError):
                 os.write(2, f"{PROG}: cleaning up; once more to stop at once\n".encode())
             return None
@@ -179,7 +190,28 @@ def _stop_once() -> Callable[[int, FrameType | None], Any]:
         os.kill(os.getpid(), signum)
         return None
 
-    return stop
+    def unraisable(self, info: Any) -> None:
+        exc = info.exc_value
+        if self.seen == 1 and isinstance(exc, KeyboardInterrupt | Terminated):
+            self.seen = 0  # the stop did not happen: the next one is the first again
+            signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+            # Not from here (a stop raised inside this hook is swallowed too): a moment
+            # later, to the main thread, so that a blocking call it is in is interrupted.
+            threading.Thread(target=_signal_main_later, args=(signum,), daemon=True).start()
+            return
+        self.previous_hook(info)
+
+
+def _signal_main_later(signum: int) -> None:
+    time.sleep(0.01)
+    main_thread = threading.main_thread().ident
+    if main_thread is not None:
+        with contextlib.suppress(OSError):
+            signal.pthread_kill(main_thread, signum)
+
+
+def _stop_once() -> _StopOnce:
+    return _StopOnce()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -196,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = _stop_once()
     previous = signal.signal(signal.SIGTERM, stop)
     previous_int = signal.signal(signal.SIGINT, stop)
+    sys.unraisablehook = stop.unraisable
     try:
         check_outputs(args)
         return int(run(args, sys.stdout))
@@ -225,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+        sys.unraisablehook = stop.previous_hook
         if stuck := stuck_reads():
             print(
                 f"{PROG}: {len(stuck)} read(s) still wait in the kernel (first: {stuck[0]}),"

@@ -163,7 +163,9 @@ def target_record(target: Target) -> dict[str, Any]:
         "formats": sorted(target.formats),
     }
     if target.formats == {"torch"} and target.alternates:
-        record["safetensors_beside"] = [f.path.name for f in target.alternates]
+        record["safetensors_beside"] = [
+            os.path.relpath(f.path, target.root) for f in target.alternates
+        ]
     return record
 
 

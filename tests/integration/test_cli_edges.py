@@ -103,6 +103,45 @@ print("not reached", flush=True)
     assert proc.returncode == -int(second)
 
 
+@pytest.mark.parametrize(
+    ("sig", "raised"), [(signal.SIGINT, "KeyboardInterrupt"), (signal.SIGTERM, "Terminated")]
+)
+def test_a_stop_that_lands_in_a_weakref_callback_still_stops(
+    sig: signal.Signals, raised: str
+) -> None:
+    # A Ctrl-C during `copy` landed in a WeakSet callback: Python printed "Exception
+    # ignored in: <function WeakSet...>" with a traceback, swallowed the KeyboardInterrupt
+    # and the copy ran to its end. The stop is now raised again where it can be.
+    code = f"""
+import signal, sys, time, weakref
+from loadscope.cli import _stop_once
+stop = _stop_once()
+signal.signal(signal.SIGINT, stop)
+signal.signal(signal.SIGTERM, stop)
+sys.unraisablehook = stop.unraisable
+class Thing:
+    pass
+thing = Thing()
+ref = weakref.ref(thing, lambda _: signal.raise_signal({int(sig)}))
+try:
+    del thing  # the callback runs, the handler raises inside it
+    time.sleep(5)
+    print("went on", flush=True)
+except BaseException as exc:
+    print(type(exc).__name__, flush=True)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+    assert proc.stdout.splitlines() == [raised], proc
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc
+
+
 def test_bench_budget_holds_against_many_repeats(cli: CliRunner, tmp_path: Path) -> None:
     # bench --repeats 1000 --budget 5 ran for minutes: the budget sized samples but never
     # ended the run. The rounds it leaves no time for are now skipped and counted.
