@@ -136,6 +136,9 @@ def advise(
     return advise_facts(facts_from(probe, bench, ranks, failures, conversion))
 
 
+#: Fixes of the format loaded, not of the storage: healthy storage does not make them optional.
+FORMAT_FIXES = ("use-safetensors-beside",)
+
 #: The default load each kind of run is judged against: without its cold trial there is
 #: no baseline, so neither "healthy" nor a speed-up can be said.
 BASELINES: tuple[str, ...] = ("mmap", "mmap-cuda", "pickle")
@@ -195,8 +198,12 @@ def advise_facts(f: Facts) -> Advice:
         and not network_like(f)
     )
     if healthy:
+        # Healthy storage makes its own fixes optional, not a measured fix of what is
+        # loaded (torch pickles where the same model's safetensors are beside them).
         for r in recs:
-            r.optional = True
+            r.optional = r.optional or r.id not in FORMAT_FIXES
+        recs.sort(key=lambda r: r.optional)  # stable: the ranking above holds within each
+    if healthy and all(r.optional for r in recs):
         assert mmap_bps is not None and limit
         headline = (
             f"healthy: {f.storage_class} storage, the default load runs at"

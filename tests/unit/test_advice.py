@@ -190,6 +190,7 @@ def test_safetensors_beside_the_pickles_are_named_not_converted() -> None:
     assert "convert-to-safetensors" not in got
     rec = next(r for r in a.recommendations if r.id == "use-safetensors-beside")
     assert rec.measured and rec.expected_speedup == pytest.approx(3.0) and not rec.optional
+    assert a.verdict.status == "problem" and "beside the pickles, 3.0x" in a.verdict.headline
     assert "model.safetensors" in rec.action and "nothing to convert" in rec.action
     assert "load_file 2 s vs torch.load 6 s (3.0x)" in rec.action
     loads = rec.snippets[0]
@@ -204,6 +205,28 @@ def test_safetensors_beside_the_pickles_are_named_not_converted() -> None:
     assert rec.expected_speedup is None and not rec.measured and "measured" not in rec.action
     assert "glob.glob" in rec.snippets[0].code
     assert rec.snippets[0].label().startswith("not measured here")
+
+
+def test_healthy_storage_does_not_hide_a_measured_format_fix() -> None:
+    """Healthy local storage (load_file near the disk's limit) said "nothing to fix" and
+    made every fix optional, while torch.load of the pickles took 2.6x what load_file of
+    the safetensors beside them did: that fix is of the format, not the storage."""
+    f = facts(
+        {"pickle": 2.6, "mmap": 1.0}, storage="local-block", formats={"torch"}, seq_limit=1.1e9
+    )
+    f.safetensors_beside = ["model.safetensors"]
+    a = advise_facts(f)
+    assert a.verdict.status == "problem", a.verdict.headline
+    assert a.verdict.headline.startswith("local disk: load the safetensors files already")
+    assert a.recommendations[0].id == "use-safetensors-beside"
+    assert all(r.optional for r in a.recommendations[1:])
+    # The same storage with no format fix worth having (1.0x): healthy, nothing to fix.
+    f = facts(
+        {"pickle": 1.0, "mmap": 1.0}, storage="local-block", formats={"torch"}, seq_limit=1.1e9
+    )
+    f.safetensors_beside = ["model.safetensors"]
+    a = advise_facts(f)
+    assert a.verdict.status == "healthy" and "nothing to fix" in a.verdict.headline
 
 
 def test_no_trials_no_invented_gain() -> None:
