@@ -301,14 +301,21 @@ class _Run:
         other = [n for n in names if self.files_for(n) != files]
         if other:
             rest = [n for n in names if n not in other]
+            # The other format: the pickles beside chosen safetensors, or the safetensors
+            # beside a torch model named by its index or pytorch_model.bin.
+            theirs, ours = (
+                ("torch files", "safetensors")
+                if files[0].format == "safetensors"
+                else ("safetensors", "torch files")
+            )
             self.notes.append(
-                f"{', '.join(other)} read the torch files ({len(self.files_for(other[0]))})"
+                f"{', '.join(other)} read the {theirs} ({len(self.files_for(other[0]))})"
                 " beside the"
                 + (
-                    f" safetensors ({len(files)}) that {', '.join(rest)} read: both formats, the"
+                    f" {ours} ({len(files)}) that {', '.join(rest)} read: both formats, the"
                     " same tensors"
                     if rest
-                    else f" safetensors ({len(files)}), checked against their tensors"
+                    else f" {ours} ({len(files)}), checked against their tensors"
                 )
             )
             if self.sampling is not None or self.options.budget_s is not None:

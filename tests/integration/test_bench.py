@@ -526,6 +526,26 @@ def test_both_formats_side_by_side_on_the_same_tensors(tmp_path: Path) -> None:
         assert " faster than " in line and "on CPU here" in line and "digests checked" in line
 
 
+def test_safetensors_beside_a_torch_index_are_measured_and_named_as_such(tmp_path: Path) -> None:
+    """Named by its torch index, the model's safetensors beside it are read by the
+    safetensors strategies, and the note says which format each side read (it said
+    "read the torch files beside the safetensors", the other way round)."""
+    from loadscope.tools.synth import synthesize
+
+    root = synthesize(tmp_path / "both", 4 << 20, shards=2, fmt="both", seed=12).root
+    target = resolve(str(root / "pytorch_model.bin.index.json"))
+    assert target.formats == {"torch"}
+    report = run_bench(target, BenchOptions(strategies=("pickle", "mmap"), repeats=1, warmup=False))
+    assert not report.skipped, report.skipped
+    # The first trial's tensors are the reference the other format is checked against.
+    assert all(t.status == "ok" and t.verified is not False for t in report.trials)
+    assert [t.verified for t in report.trials if t.strategy == "mmap"] == [True]
+    assert (
+        "mmap read the safetensors (2) beside the torch files (2) that pickle read: both"
+        " formats, the same tensors"
+    ) in report.notes, report.notes
+
+
 _STREAMING_WORKER = r"""
 import json, os, time
 print(json.dumps({"v": 1, "event": "start", "strategy": "x", "pid": os.getpid(), "t": 0.0,
