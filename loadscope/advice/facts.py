@@ -70,6 +70,8 @@ class Facts:
     #: A torch model with the same model as safetensors beside it: those files (relative
     #: to the folder), loaded among the trials; empty otherwise.
     safetensors_beside: list[str] = field(default_factory=list)
+    #: Their index (``model.safetensors.index.json``) when one names them, else None.
+    safetensors_index: str | None = None
     #: The FUSE mount's fusectl folder (/sys/fs/fuse/connections/N), when the probe found it.
     fuse_connection_path: str | None = None
 
@@ -178,6 +180,9 @@ def facts_from(
         degraded_links=_degraded(probe),
         conversion=conversion,
         safetensors_beside=beside,
+        safetensors_index=str(bench.target["safetensors_index"])
+        if bench and beside and bench.target.get("safetensors_index")
+        else None,
     )
 
 

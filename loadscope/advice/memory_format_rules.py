@@ -154,12 +154,22 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
             f"sd = load_file({os.path.join(f.model_root, names[0])!r})"
         )
     else:
+        # Exactly the files named above: by their index where one names them, else listed.
+        if f.safetensors_index:
+            listed = (
+                f"with open(os.path.join(folder, {f.safetensors_index!r})) as index:\n"
+                "    shards = sorted(set(json.load(index)['weight_map'].values()))\n"
+            )
+        else:
+            listed = f"shards = {names!r}\n"
         code = (
-            "import glob, os\n"
-            "from safetensors.torch import load_file\n"
+            ("import json, os\n" if f.safetensors_index else "import os\n")
+            + "from safetensors.torch import load_file\n"
+            f"folder = {f.model_root!r}\n"
+            f"{listed}"
             "sd = {}\n"
-            f"for path in sorted(glob.glob(os.path.join({f.model_root!r}, '*.safetensors'))):\n"
-            "    sd.update(load_file(path))"
+            "for shard in shards:\n"
+            "    sd.update(load_file(os.path.join(folder, shard)))"
         )
     loads = Snippet(
         stack="safetensors",

@@ -137,7 +137,7 @@ def advise(
 
 
 #: Fixes of the format loaded, not of the storage: healthy storage does not make them optional.
-FORMAT_FIXES = ("use-safetensors-beside",)
+FORMAT_FIXES = ("use-safetensors-beside", "convert-to-safetensors")
 
 #: The default load each kind of run is judged against: without its cold trial there is
 #: no baseline, so neither "healthy" nor a speed-up can be said.
@@ -189,7 +189,10 @@ def advise_facts(f: Facts) -> Advice:
             r.optional = True
         headline = "healthy: the files live in RAM (tmpfs/ramfs); loading is a memory copy at most"
         return Advice(Verdict("healthy", headline), recs, contradictions(f))
-    mmap_bps = f.rate("mmap")
+    # The default load: load_file, or for a torch model torch.load (even where the
+    # safetensors beside it were loaded too).
+    default = "pickle" if f.formats == {"torch"} else "mmap"
+    mmap_bps = f.rate(default)
     limit = f.sequential_limit_bytes_per_s
     near_limit = bool(limit and mmap_bps and mmap_bps >= HEALTHY_FRACTION * limit)
     healthy = (
@@ -206,7 +209,8 @@ def advise_facts(f: Facts) -> Advice:
     if healthy and all(r.optional for r in recs):
         assert mmap_bps is not None and limit
         headline = (
-            f"healthy: {f.storage_class} storage, the default load runs at"
+            f"healthy: {f.storage_class} storage, the default load"
+            f"{' (torch.load)' if default == 'pickle' else ''} runs at"
             f" {format_rate(mmap_bps)},"
             f" {mmap_bps / limit:.0%}"
             " of the measured sequential limit; nothing to fix"

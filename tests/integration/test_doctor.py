@@ -465,7 +465,13 @@ def test_doctor_on_a_torch_index_with_safetensors_beside_says_load_those(
     to "convert to safetensors" (and a sample was converted for the number). Now the
     safetensors are loaded among the trials and named: no conversion, a measured ratio
     whose trials exist, and the fixes' code loads the folder (the safetensors)."""
-    root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root
+    import torch
+    from safetensors.torch import save_file
+
+    root = synthesize(tmp_path / "llama [v2]*", 8 << 20, shards=2, fmt="both", seed=12).root
+    expected = set(json.loads((root / "model.safetensors.index.json").read_text())["weight_map"])
+    # A stray safetensors file the index does not name: the advice's code must not load it.
+    save_file({"stray": torch.zeros(4)}, str(root / "consolidated.safetensors"))
     target = resolve(str(root / "pytorch_model.bin.index.json"))
     report = run_doctor(target, budget_s=30)
     assert report.conversion is None
@@ -478,8 +484,13 @@ def test_doctor_on_a_torch_index_with_safetensors_beside_says_load_those(
     mmap_ids = {t.id for t in report.bench.trials if t.strategy == "mmap" and t.cache == "cold"}
     assert set(rec.snippets[0].trial_ids) <= mmap_ids and rec.snippets[0].trial_ids
     assert report.bench.target["safetensors_beside"] == sorted(
-        f.name for f in root.glob("*.safetensors")
+        f.name for f in root.glob("model-*.safetensors")
     )
+    # The code shown loads exactly the model's safetensors (a folder name with glob
+    # characters, a stray file beside them).
+    scope: dict[str, object] = {}
+    exec(rec.snippets[0].code, scope)  # the advice's own snippet, run as a user would
+    assert set(scope["sd"]) == expected  # type: ignore[call-overload]
     check_schema(json.loads(report.to_json()), "doctor")
 
 

@@ -38,3 +38,15 @@ def test_on_the_cpu_the_cpu_pair_and_an_unverified_pair_says_so() -> None:
         " NOT verified to be the same tensors)"
     ]
     assert format_lines(_bench("cuda", {"mmap": 1.0, "pickle": 2.0})) == []
+
+
+def test_a_torch_model_checks_the_safetensors_beside_it_against_its_own_tensors() -> None:
+    """Named by its torch index, the pickles are the reference (their first trial has no
+    verdict) and the safetensors beside them are what was checked: "NOT verified" was
+    printed above a note saying both formats held the same tensors."""
+    doc = _bench("cpu", {"pickle": 2.0, "mmap": 1.0})
+    doc["target"] = {"formats": ["torch"]}
+    doc["trials"][0]["verified"] = None  # the reference
+    assert format_lines(doc)[0].endswith("; the same tensors, digests checked)")
+    doc["trials"][1]["verified"] = False
+    assert format_lines(doc)[0].endswith("; NOT verified to be the same tensors)")
