@@ -144,11 +144,17 @@ def _supervise(args: argparse.Namespace, settings: EmulatorSettings, out: TextIO
                     f"serving {args.source} at {args.mountpoint}: {how}{args.latency * 1e3:g}"
                     f" ms per request, readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
                 )
-            disk.process.wait()
+            code = disk.process.wait()
     except (KeyboardInterrupt, Terminated):
         out.write(f"unmounted {args.mountpoint}\n")  # the way to stop it: not an error
         return ExitCode.OK
-    raise EmulatorError(f"{what} at {args.mountpoint} stopped on its own")
+    if code == 0:
+        # The server left its loop cleanly: the mount was taken away from outside
+        # (``emulate --unmount``, umount, fusermount -u) as a way to stop it.
+        out.write(f"unmounted {args.mountpoint} (from outside)\n")
+        return ExitCode.OK
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    raise EmulatorError(f"{what} at {args.mountpoint} stopped on its own ({how})")
 
 
 def _served(args: argparse.Namespace, settings: EmulatorSettings) -> tuple[Any, str]:

@@ -266,6 +266,48 @@ def test_unmount_cli_on_stale_mount(source: SyntheticCheckpoint, tmp_path: Path)
         assert not is_mounted(mnt) and not any(mnt.iterdir())
 
 
+@pytest.mark.parametrize("how", ["unmount", "kill"])
+def test_the_foreground_emulator_ends_as_its_mount_was_taken_away(
+    source: SyntheticCheckpoint, tmp_path: Path, how: str
+) -> None:
+    """`emulate --unmount` from another shell is a way to stop a running `emulate`: it
+    said "stopped on its own", exit 4. It now says unmounted, exit 0; a server that died
+    (killed) is still an error, saying how it ended."""
+    from tests.conftest import run_loadscope
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    cmd = [sys.executable, "-m", "loadscope", "emulate", str(source.root), str(mnt)]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert is_mounted(mnt), proc.stderr
+        if how == "unmount":
+            assert run_loadscope("emulate", "--unmount", str(mnt)).code == 0
+        else:
+            server = subprocess.run(
+                ["pgrep", "-f", "--", f"--serve-here {source.root} {mnt}"],
+                capture_output=True, text=True, check=False,
+            ).stdout.split()  # fmt: skip
+            assert server, "no server process"
+            os.kill(int(server[0]), signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        run_loadscope("emulate", "--unmount", str(mnt))
+    if how == "unmount":
+        assert proc.returncode == 0 and f"unmounted {mnt} (from outside)" in out, (out, err)
+    else:
+        assert proc.returncode == 4, (out, err)
+        assert "stopped on its own (killed by signal 9)" in err
+    assert "Traceback" not in err and not is_mounted(mnt)
+
+
 def test_bad_source_is_one_line(tmp_path: Path) -> None:
     from tests.conftest import run_loadscope
 
