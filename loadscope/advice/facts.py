@@ -72,6 +72,8 @@ class Facts:
     safetensors_beside: list[str] = field(default_factory=list)
     #: Their index (``model.safetensors.index.json``) when one names them, else None.
     safetensors_index: str | None = None
+    #: Why the other format's files in the model's folder cannot be used, if so.
+    alternates_problem: str | None = None
     #: The FUSE mount's fusectl folder (/sys/fs/fuse/connections/N), when the probe found it.
     fuse_connection_path: str | None = None
 
@@ -182,6 +184,9 @@ def facts_from(
         safetensors_beside=beside,
         safetensors_index=str(bench.target["safetensors_index"])
         if bench and beside and bench.target.get("safetensors_index")
+        else None,
+        alternates_problem=str(bench.target.get("alternates_problem") or "") or None
+        if bench
         else None,
     )
 

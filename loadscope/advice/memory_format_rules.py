@@ -101,6 +101,10 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
         ]
     elif conv is not None and conv.reason:
         evidence.append(Evidence("conversion not measured", conv.reason))
+    if f.alternates_problem:
+        # Safetensors in the folder that could not be loaded: a broken download, likely.
+        action += f"; {f.alternates_problem} (an incomplete download? fix them, or convert)"
+        evidence.append(Evidence("safetensors beside", f.alternates_problem))
     return [
         Recommendation(
             id="convert-to-safetensors",

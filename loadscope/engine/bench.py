@@ -251,7 +251,8 @@ class _Run:
         self.files = list(target.files)
         self.total = target.total_bytes
         self.sampleable = target.formats == {"safetensors"}
-        self.notes: list[str] = []
+        # Said, not passed over: the other format's files in the folder that cannot be used.
+        self.notes: list[str] = [target.alternates_problem] if target.alternates_problem else []
         #: The sample's bytes (the smallest any strategy reads); None: whole loads.
         self.sampling: int | None = None
         self.sampled = _Sampled()

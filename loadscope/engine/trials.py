@@ -153,7 +153,8 @@ def ram_refusal(need: int, how: str, room: int, room_is: str) -> str | None:
 
 def target_record(target: Target) -> dict[str, Any]:
     """The report's ``target``: what was loaded, as both runners' JSON gives it; for a
-    torch model with the same model as safetensors beside it, those files' names."""
+    torch model with the same model as safetensors beside it, those files' names; and
+    why the other format's files in the folder cannot be used, if so."""
     record: dict[str, Any] = {
         "spec": target.report_spec,
         "kind": target.kind,
@@ -169,6 +170,8 @@ def target_record(target: Target) -> dict[str, Any]:
         index = INDEX_NAMES[0]  # model.safetensors.index.json: what names them, if there
         if (Path(target.root) / index).is_file():
             record["safetensors_index"] = index
+    if target.alternates_problem:
+        record["alternates_problem"] = target.alternates_problem
     return record
 
 

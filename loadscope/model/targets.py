@@ -128,6 +128,9 @@ class Target:
     #: the other one (torch beside safetensors), so the formats can be measured side by
     #: side on the same tensors. Empty otherwise; ``files`` stay the preferred format's.
     alternates: tuple[WeightFile, ...] = ()
+    #: Why the other format's files in the folder cannot be used ("" when there are none
+    #: or they are fine): a missing shard, a FIFO, a broken link; said, not passed over.
+    alternates_problem: str = ""
     #: The model's own folder when this target is the emulator's mount of it (the
     #: mount is gone after the run: advice and fixes name this folder instead).
     served_from: Path | None = None
@@ -190,6 +193,7 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
         raise error_from_oserror(exc, path) from None
     if is_dir:
         index, weight_map, files = _directory_files(path)
+        alternates, problem = _other_format(path, files)
         return Target(
             spec,
             "directory",
@@ -197,13 +201,15 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
             files,
             index=index,
             weight_map=weight_map,
-            alternates=_other_format(path, files),
+            alternates=alternates,
+            alternates_problem=problem,
         )
     if path.name.lower().endswith(INDEX_SUFFIXES):
         # A sharded index named by itself (model.safetensors.index.json, or a diffusers
         # one): the model folder it lives in, read through that index.
         root = path.parent
         weight_map, files = _index_files(root, path)
+        alternates, problem = _other_format(root, files)
         return Target(
             spec,
             "directory",
@@ -211,13 +217,18 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
             files,
             index=path,
             weight_map=weight_map,
-            alternates=_other_format(root, files),
+            alternates=alternates,
+            alternates_problem=problem,
         )
     file = _weight_file(path)
     # HF's default torch file beside the same model as safetensors (many Hub repos hold
     # both): named so that the advice says "load those", not "convert".
-    beside = _other_format(path.parent, (file,)) if path.name in HF_TORCH_NAMES else ()
-    return Target(spec, "file", path.parent, (file,), alternates=beside)
+    alternates, problem = (
+        _other_format(path.parent, (file,)) if path.name in HF_TORCH_NAMES else ((), "")
+    )
+    return Target(
+        spec, "file", path.parent, (file,), alternates=alternates, alternates_problem=problem
+    )
 
 
 def _index_files(root: Path, index: Path) -> tuple[dict[str, str], tuple[WeightFile, ...]]:
@@ -270,12 +281,17 @@ def _directory_files(
     )
 
 
-def _other_format(root: Path, files: tuple[WeightFile, ...]) -> tuple[WeightFile, ...]:
-    """The files of the other format in the model's folder: the torch files beside chosen
-    safetensors, or the safetensors beside a chosen torch index or ``pytorch_model.bin``
-    (each by its own index when there is one); () when there are none or they cannot be
-    resolved. The chosen format is what every command loads; the other is measured beside
-    it (and safetensors already there are named in place of "convert to safetensors")."""
+#: The other format's files, and why they cannot be used ("" when they can, or are none).
+_Other = tuple[tuple[WeightFile, ...], str]
+
+
+def _other_format(root: Path, files: tuple[WeightFile, ...]) -> _Other:
+    """The files of the other format in the model's folder (the Target's two fields): the
+    torch files beside chosen safetensors, or the safetensors beside a chosen torch index
+    or ``pytorch_model.bin`` (each by its own index when there is one); none when there
+    are none, and why when they cannot be used (``alternates_problem``). The chosen
+    format is what every command loads; the other is measured beside it (and safetensors
+    already there are named in place of "convert to safetensors")."""
     formats = {f.format for f in files}
     other: WeightFormat
     suffixes: tuple[str, ...]
@@ -284,17 +300,17 @@ def _other_format(root: Path, files: tuple[WeightFile, ...]) -> tuple[WeightFile
     elif formats == {"torch"}:
         other, suffixes, index_suffix = "safetensors", SAFETENSORS_SUFFIXES, INDEX_SUFFIXES[0]
     else:
-        return ()
+        return (), ""
     try:
         names = sorted(e.name for e in os.scandir(root))
         index = next((n for n in INDEX_NAMES if n in names and n.endswith(index_suffix)), None)
         if index is not None:
             shards = sorted({posixpath.normpath(s) for s in read_index(root / index).values()})
-            return tuple(_shard(root, root / index, s, other) for s in shards)
+            return tuple(_shard(root, root / index, s, other) for s in shards), ""
         picked = [n for n in names if n.lower().endswith(suffixes) and n not in NOT_WEIGHTS]
-        return tuple(_weight_file(root / n, other) for n in picked)
-    except (OSError, LoadscopeError):
-        return ()
+        return tuple(_weight_file(root / n, other) for n in picked), ""
+    except (OSError, LoadscopeError) as exc:
+        return (), f"the {other} files beside it cannot be used: {exc}"
 
 
 def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:

@@ -544,6 +544,14 @@ def test_safetensors_beside_a_torch_index_are_measured_and_named_as_such(tmp_pat
         "mmap read the safetensors (2) beside the torch files (2) that pickle read: both"
         " formats, the same tensors"
     ) in report.notes, report.notes
+    # A shard of them gone: the note says so, and the safetensors strategy is skipped.
+    (root / "model-00002-of-00002.safetensors").unlink()
+    report = run_bench(
+        resolve(str(root / "pytorch_model.bin.index.json")),
+        BenchOptions(strategies=("pickle", "mmap"), repeats=1, warmup=False),
+    )
+    assert "mmap" in report.skipped
+    assert any("safetensors files beside it cannot be used" in n for n in report.notes)
 
 
 _STREAMING_WORKER = r"""

@@ -168,19 +168,41 @@ def test_doctor_on_tmpfs_is_healthy(tmpfs_model: Path) -> None:
 
 
 def test_doctor_on_local_disk_says_nothing_to_fix(tmp_path: Path) -> None:
-    from loadscope.advice.rules import NETWORK_LIKE_LATENCY_US
+    """On a local disk that measures healthy in this run, the verdict is "nothing to fix".
+
+    This VM's disk is a file its host serves; under the suite's load its cold 4 KiB reads
+    can take over a millisecond, or the default load fall under half the disk's measured
+    limit, or a fix measure 1.5x. Those runs are not a healthy disk: the verdict must
+    then not say "nothing to fix", and the test skips with the numbers."""
+    from loadscope.advice.results import HEALTHY_FRACTION, WORTH_IT
+    from loadscope.advice.rules import facts_from, network_like
 
     model = synthesize(tmp_path / "m", 128 << 20, seed=4)
     report = run_doctor(resolve(str(model.root)), budget_s=30)
     verdict = report.advice.verdict
-    p50 = report.probe.latency.data.p50_us if report.probe.latency.data else None
-    if verdict.status != "healthy" and p50 is not None and p50 >= NETWORK_LIKE_LATENCY_US:
-        # This VM's disk is a file the host serves; under the suite's load its cold 4 KiB
-        # reads can take over a millisecond. Then the verdict must say so, with the number.
-        assert "behaving like a network volume" in verdict.headline, verdict.headline
-        pytest.skip(f"the disk answered like a network volume in this run (p50 {p50:.0f} us)")
+    f = facts_from(report.probe, report.bench)
+    rate, limit = f.rate("mmap"), f.sequential_limit_bytes_per_s
+    fixes = [
+        r.id
+        for r in report.advice.recommendations
+        if r.measured and (r.expected_speedup or 0) >= WORTH_IT
+    ]
+    healthy_disk = (
+        f.storage_class == "local-block"
+        and rate is not None
+        and limit is not None
+        and rate >= HEALTHY_FRACTION * limit
+        and not network_like(f)
+        and not fixes
+    )
+    if not healthy_disk:
+        assert "nothing to fix" not in verdict.headline, verdict.headline
+        pytest.skip(
+            f"the disk did not measure healthy in this run (p50 {f.latency_p50_us} us, load"
+            f" {rate} B/s of {limit} B/s, fixes {fixes}): {verdict.headline}"
+        )
     assert verdict.status == "healthy", verdict.headline
-    assert "nothing to fix" in report.advice.verdict.headline
+    assert "nothing to fix" in verdict.headline
 
 
 def test_markdown_and_html_of_a_real_run_match_golden() -> None:

@@ -212,6 +212,14 @@ def test_safetensors_beside_the_pickles_are_named_not_converted() -> None:
     assert rec.snippets[0].label().startswith("not measured here")
 
 
+def test_safetensors_beside_that_cannot_be_used_are_named_in_the_convert_advice() -> None:
+    f = facts({"pickle": 6.0}, formats={"torch"})
+    f.alternates_problem = "the safetensors files beside it cannot be used: x: missing"
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "convert-to-safetensors")
+    assert "cannot be used: x: missing (an incomplete download?" in rec.action
+    assert any(e.value == f.alternates_problem for e in rec.evidence)
+
+
 def test_healthy_storage_does_not_hide_a_measured_format_fix() -> None:
     """Healthy local storage said "nothing to fix" and made every fix optional, while
     load_file of the safetensors beside the pickles was 2x faster than torch.load of

@@ -75,6 +75,25 @@ def test_safetensors_beside_a_torch_model_are_its_alternates(
     assert resolve(str(only / "pytorch_model.bin")).alternates == ()
 
 
+def test_unusable_safetensors_beside_are_said_not_passed_over(
+    synth_both: SyntheticCheckpoint, tmp_path: Path
+) -> None:
+    """The safetensors beside a torch model, with a shard missing: none are used, and why
+    is kept (it fell back to "convert" saying nothing)."""
+    d = tmp_path / "m"
+    d.mkdir()
+    for f in synth_both.root.iterdir():
+        if f.name != "model-00002-of-00002.safetensors":
+            (d / f.name).symlink_to(f)
+    target = resolve(str(d / "pytorch_model.bin.index.json"))
+    assert target.alternates == ()
+    assert target.alternates_problem.startswith("the safetensors files beside it cannot be used")
+    assert "model-00002-of-00002.safetensors" in target.alternates_problem
+    assert "missing" in target.alternates_problem
+    # The torch files beside safetensors likewise; a folder without any: nothing to say.
+    assert resolve(str(synth_both.root)).alternates_problem == ""
+
+
 def test_index_wins_over_stray_files(synth_sharded: SyntheticCheckpoint, tmp_path: Path) -> None:
     # Mistral-style repos ship consolidated.safetensors beside the indexed shards.
     d = tmp_path / "m"
