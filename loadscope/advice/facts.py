@@ -74,6 +74,9 @@ class Facts:
     safetensors_index: str | None = None
     #: Why the other format's files in the model's folder cannot be used, if so.
     alternates_problem: str | None = None
+    #: A torch model's files and index (relative to ``model_root``), for the conversion.
+    torch_files: list[str] = field(default_factory=list)
+    torch_index: str | None = None
     #: The FUSE mount's fusectl folder (/sys/fs/fuse/connections/N), when the probe found it.
     fuse_connection_path: str | None = None
 
@@ -188,6 +191,8 @@ def facts_from(
         alternates_problem=str(bench.target.get("alternates_problem") or "") or None
         if bench
         else None,
+        torch_files=[str(n) for n in probe.target.get("torch_files") or []],
+        torch_index=str(probe.target["torch_index"]) if probe.target.get("torch_index") else None,
     )
 
 

@@ -115,14 +115,7 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
             confidence="high",
             expected_speedup=gain,
             measured=gain is not None,
-            snippets=[
-                command(
-                    "safetensors",
-                    "import torch; from safetensors.torch import save_file\n"
-                    "sd = torch.load('pytorch_model.bin', weights_only=True)\n"
-                    "save_file({k: v.contiguous() for k, v in sd.items()}, 'model.safetensors')",
-                )
-            ],
+            snippets=[command("safetensors", _conversion_code(f))],
             # A measured gain worth having is a fix, not an option.
             optional=gain is None or gain < WORTH_IT,
         )
@@ -208,3 +201,46 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
         snippets=[loads, hf],
         optional=gain is None or gain < WORTH_IT,
     )
+
+
+#: One torch file to safetensors as the measured conversion does it: mapped, not held
+#: twice; a tied entry (storage shared, which save_file refuses) gets its own copy.
+_CONVERT_ONE = (
+    "def convert(src, dest):\n"
+    "    sd = torch.load(src, weights_only=True, mmap=True)\n"
+    "    seen, out = set(), {}\n"
+    "    for k, v in sd.items():\n"
+    "        key = (v.untyped_storage().data_ptr(), v.untyped_storage().nbytes())\n"
+    "        out[k] = v.clone() if key in seen and v.numel() else v.contiguous()\n"
+    "        seen.add(key)\n"
+    "    save_file(out, dest)\n"
+)
+
+
+def _conversion_code(f: Facts) -> str:
+    """The user's own torch files converted beside them (``x.bin`` -> ``x.safetensors``,
+    and the index rewritten for the new names when there is one)."""
+    names = f.torch_files or ["pytorch_model.bin"]
+    head = (
+        "import json, os, torch\n" if f.torch_index else "import os, torch\n"
+    ) + "from safetensors.torch import save_file\n"
+    body = f"folder = {f.model_root!r}\n" + _CONVERT_ONE
+    if f.torch_index:
+        body += (
+            f"with open(os.path.join(folder, {f.torch_index!r})) as fh:\n"
+            "    index = json.load(fh)\n"
+            "renamed = {}\n"
+            "for shard in sorted(set(index['weight_map'].values())):\n"
+            "    renamed[shard] = os.path.splitext(shard)[0] + '.safetensors'\n"
+            "    convert(os.path.join(folder, shard), os.path.join(folder, renamed[shard]))\n"
+            "index['weight_map'] = {k: renamed[v] for k, v in index['weight_map'].items()}\n"
+            "with open(os.path.join(folder, 'model.safetensors.index.json'), 'w') as fh:\n"
+            "    json.dump(index, fh, indent=2)"
+        )
+    else:
+        body += (
+            f"for name in {names!r}:\n"
+            "    stem = os.path.splitext(name)[0]\n"
+            "    convert(os.path.join(folder, name), os.path.join(folder, stem + '.safetensors'))"
+        )
+    return head + body

@@ -163,6 +163,11 @@ def target_record(target: Target) -> dict[str, Any]:
         "total_bytes": target.total_bytes,
         "formats": sorted(target.formats),
     }
+    if target.formats == {"torch"}:
+        # What the advice's conversion code names: the user's own files (and index).
+        record["torch_files"] = [os.path.relpath(f.path, target.root) for f in target.files]
+        if target.index is not None:
+            record["torch_index"] = os.path.relpath(target.index, target.root)
     if target.formats == {"torch"} and target.alternates:
         record["safetensors_beside"] = [
             os.path.relpath(f.path, target.root) for f in target.alternates

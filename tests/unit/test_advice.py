@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -513,3 +514,46 @@ def test_the_model_path_of_an_index_target_is_that_index() -> None:
     assert _model_path(probe) == "/d/m/pytorch_model.bin.index.json"  # type: ignore[arg-type]
     probe.target["spec"] = "m"
     assert _model_path(probe) == "/d/m"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("layout", ["sharded", "one file"])
+def test_the_conversion_code_converts_the_users_own_files(tmp_path: Path, layout: str) -> None:
+    """The "convert" advice showed torch.load('pytorch_model.bin') -> 'model.safetensors'
+    whatever the files were called (ckpt.bin, two shards). It names the user's files now,
+    and run as shown it converts them beside the pickles, the index too, tied tensors
+    included, to the same tensors."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    from loadscope.model.targets import resolve
+    from loadscope.tools.synth import synthesize
+
+    root = synthesize(tmp_path / "m [1]", 1 << 20, shards=2 if layout == "sharded" else 1,
+                      fmt="torch", seed=9).root  # fmt: skip
+    if layout == "one file":
+        tied = torch.load(root / "pytorch_model.bin", weights_only=True)
+        tied["tied"] = next(iter(tied.values()))  # shares its storage
+        torch.save(tied, root / "ckpt.bin")
+        (root / "pytorch_model.bin").unlink()
+    target = resolve(str(root / ("ckpt.bin" if layout == "one file" else "")))
+    f = facts({"pickle": 2.0}, formats={"torch"})
+    f.model_root = str(root)
+    files = [w.path for w in target.files]
+    f.torch_files = [p.name for p in files]
+    f.torch_index = target.index.name if target.index else None
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "convert-to-safetensors")
+    code = rec.snippets[0].code
+    assert "pytorch_model.bin'" not in code or layout == "sharded"
+    exec(code, {})  # as a user would run it
+    for p in files:
+        want = torch.load(p, weights_only=True)
+        got = load_file(str(p.with_suffix(".safetensors")))
+        assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
+    if layout == "sharded":
+        index = json.loads((root / "model.safetensors.index.json").read_text())
+        assert set(index["weight_map"].values()) == {
+            p.with_suffix(".safetensors").name for p in files
+        }
+        assert resolve(str(root)).formats == {"safetensors"}  # the folder now loads them
