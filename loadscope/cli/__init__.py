@@ -15,8 +15,6 @@ import contextlib
 import os
 import signal
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, TextIO
@@ -167,7 +165,10 @@ class _StopOnce:
     A stop raised where Python cannot raise (a weakref callback, a ``__del__``: a Ctrl-C
     during ``copy`` landed in one) is swallowed with an "Exception ignored" traceback and
     the command goes on as if never stopped. :meth:`unraisable`, installed as
-    ``sys.unraisablehook``, delivers it again from the next point where it can be raised.
+    ``sys.unraisablehook`` while the command runs, arms a 10 ms timer (no thread, no
+    lock: it may run inside the garbage collector) whose SIGALRM, handled by
+    :meth:`alarm`, raises the stop again from wherever the main thread then is, also out
+    of a blocking call. ``main`` disarms the timer when the command ends.
     """
 
     def __init__(self) -> None:
@@ -176,6 +177,7 @@ class _StopOnce:
             signal.SIGTERM: on_sigterm,
         }
         self.seen = 0
+        self.pending: int | None = None
         self.previous_hook = sys.unraisablehook
 
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
@@ -194,20 +196,16 @@ class _StopOnce:
         exc = info.exc_value
         if self.seen == 1 and isinstance(exc, KeyboardInterrupt | Terminated):
             self.seen = 0  # the stop did not happen: the next one is the first again
-            signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
-            # Not from here (a stop raised inside this hook is swallowed too): a moment
-            # later, to the main thread, so that a blocking call it is in is interrupted.
-            threading.Thread(target=_signal_main_later, args=(signum,), daemon=True).start()
+            self.pending = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
             return
         self.previous_hook(info)
 
-
-def _signal_main_later(signum: int) -> None:
-    time.sleep(0.01)
-    main_thread = threading.main_thread().ident
-    if main_thread is not None:
-        with contextlib.suppress(OSError):
-            signal.pthread_kill(main_thread, signum)
+    def alarm(self, _signum: int, frame: FrameType | None) -> Any:
+        pending, self.pending = self.pending, None
+        if pending is None or self.seen:  # nothing swallowed, or a new signal came first
+            return None
+        return self(pending, frame)
 
 
 def _stop_once() -> _StopOnce:
@@ -228,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = _stop_once()
     previous = signal.signal(signal.SIGTERM, stop)
     previous_int = signal.signal(signal.SIGINT, stop)
+    previous_alarm = signal.signal(signal.SIGALRM, stop.alarm)
     sys.unraisablehook = stop.unraisable
     try:
         check_outputs(args)
@@ -256,9 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return int(ExitCode.INTERNAL)
     finally:
+        sys.unraisablehook = stop.previous_hook
+        signal.setitimer(signal.ITIMER_REAL, 0)  # a stop still pending: the command is over
+        signal.signal(signal.SIGALRM, previous_alarm)
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
-        sys.unraisablehook = stop.previous_hook
         if stuck := stuck_reads():
             print(
                 f"{PROG}: {len(stuck)} read(s) still wait in the kernel (first: {stuck[0]}),"

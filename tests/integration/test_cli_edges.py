@@ -118,6 +118,7 @@ from loadscope.cli import _stop_once
 stop = _stop_once()
 signal.signal(signal.SIGINT, stop)
 signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGALRM, stop.alarm)
 sys.unraisablehook = stop.unraisable
 class Thing:
     pass
