@@ -123,6 +123,15 @@ def _model_path(probe: ProbeReport) -> str:
     return root
 
 
+def _beside_path(root: str, beside: list[str], index: object) -> str:
+    """What the fixes name when the safetensors beside a torch model are loaded instead:
+    their index, or their one file; the folder only for several loose files (a folder
+    with a torch index resolves to the pickles: it is named only without a better name)."""
+    if index:
+        return os.path.join(root, str(index))
+    return os.path.join(root, beside[0]) if len(beside) == 1 else root
+
+
 def _not_run(bench: BenchReport | None) -> dict[str, str]:
     """Why a strategy has no cold trial: skipped (not installed, would not fit), or failed."""
     if bench is None:
@@ -152,10 +161,10 @@ def facts_from(
     bdi = primary.storage.bdi.data
     cold, warm, ids = _timed(bench)
     beside = [str(n) for n in (bench.target.get("safetensors_beside") or [])] if bench else []
+    st_index = bench.target.get("safetensors_index") if bench and beside else None
     model_root = str(probe.target.get("source") or probe.target["root"])
     return Facts(
-        # With safetensors beside the pickles, the fixes load those: the folder names them.
-        model_path=model_root if beside else _model_path(probe),
+        model_path=_beside_path(model_root, beside, st_index) if beside else _model_path(probe),
         failures=list(failures),
         not_run=_not_run(bench),
         storage_class=mount.storage_class if mount else "unknown",
@@ -185,9 +194,7 @@ def facts_from(
         degraded_links=_degraded(probe),
         conversion=conversion,
         safetensors_beside=beside,
-        safetensors_index=str(bench.target["safetensors_index"])
-        if bench and beside and bench.target.get("safetensors_index")
-        else None,
+        safetensors_index=str(st_index) if st_index else None,
         alternates_problem=str(bench.target.get("alternates_problem") or "") or None
         if bench
         else None,

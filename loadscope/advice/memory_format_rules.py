@@ -5,7 +5,8 @@ A model bigger than the memory this process may use is the first fix of all
 safetensors, with the gain measured on a converted sample when the doctor ran one, or,
 where the folder holds the same model as safetensors already, those are named instead.
 May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
-:mod:`loadscope.advice.snippets`, ``loadscope.engine``, ``loadscope.base``.
+:mod:`loadscope.advice.snippets`, ``loadscope.engine``, ``loadscope.model`` (the names
+HF gives safetensors twins), ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.advice.snippets import Snippet, command, commands
 from loadscope.base.units import format_bytes
 from loadscope.engine.bench import GPU_STRATEGIES
+from loadscope.model.targets import safetensors_twin
 
 
 def rule_memory_fit(f: Facts) -> list[Recommendation]:
@@ -198,7 +200,8 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
         confidence="high",
         expected_speedup=gain,
         measured=gain is not None,
-        snippets=[loads, hf],
+        # from_pretrained finds model*.safetensors only (transformers' names).
+        snippets=[loads, hf] if all(n.startswith("model") for n in names) else [loads],
         optional=gain is None or gain < WORTH_IT,
     )
 
@@ -207,7 +210,7 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
 #: twice; a tied entry (storage shared, which save_file refuses) gets its own copy.
 _CONVERT_ONE = (
     "def convert(src, dest):\n"
-    "    sd = torch.load(src, weights_only=True, mmap=True)\n"
+    "    sd = torch.load(src, map_location='cpu', weights_only=True, mmap=True)\n"
     "    seen, out = set(), {}\n"
     "    for k, v in sd.items():\n"
     "        key = (v.untyped_storage().data_ptr(), v.untyped_storage().nbytes())\n"
@@ -218,29 +221,38 @@ _CONVERT_ONE = (
 
 
 def _conversion_code(f: Facts) -> str:
-    """The user's own torch files converted beside them (``x.bin`` -> ``x.safetensors``,
-    and the index rewritten for the new names when there is one)."""
+    """The user's own torch files converted beside them under the names HF's libraries
+    look for (:func:`~loadscope.model.targets.safetensors_twin`: ``pytorch_model.bin`` ->
+    ``model.safetensors``), and the index rewritten for them when there is one."""
     names = f.torch_files or ["pytorch_model.bin"]
     head = (
         "import json, os, torch\n" if f.torch_index else "import os, torch\n"
     ) + "from safetensors.torch import save_file\n"
-    body = f"folder = {f.model_root!r}\n" + _CONVERT_ONE
+    body = f"folder = {f.model_root!r}\n" + _CONVERT_ONE + _TWIN
     if f.torch_index:
         body += (
             f"with open(os.path.join(folder, {f.torch_index!r})) as fh:\n"
             "    index = json.load(fh)\n"
-            "renamed = {}\n"
             "for shard in sorted(set(index['weight_map'].values())):\n"
-            "    renamed[shard] = os.path.splitext(shard)[0] + '.safetensors'\n"
-            "    convert(os.path.join(folder, shard), os.path.join(folder, renamed[shard]))\n"
-            "index['weight_map'] = {k: renamed[v] for k, v in index['weight_map'].items()}\n"
-            "with open(os.path.join(folder, 'model.safetensors.index.json'), 'w') as fh:\n"
+            "    convert(os.path.join(folder, shard), os.path.join(folder, twin(shard)))\n"
+            "index['weight_map'] = {k: twin(v) for k, v in index['weight_map'].items()}\n"
+            f"with open(os.path.join(folder, {safetensors_twin(f.torch_index)!r}), 'w') as fh:\n"
             "    json.dump(index, fh, indent=2)"
         )
     else:
         body += (
             f"for name in {names!r}:\n"
-            "    stem = os.path.splitext(name)[0]\n"
-            "    convert(os.path.join(folder, name), os.path.join(folder, stem + '.safetensors'))"
+            "    convert(os.path.join(folder, name), os.path.join(folder, twin(name)))"
         )
     return head + body
+
+
+#: HF's safetensors name for a torch file (what transformers and diffusers look for).
+_TWIN = (
+    "def twin(name):  # pytorch_model*.bin -> model*.safetensors, x.bin -> x.safetensors\n"
+    "    stem = os.path.splitext(name)[0]\n"
+    "    if os.path.basename(stem).startswith('pytorch_model'):\n"
+    "        head, base = os.path.split(stem)\n"
+    "        stem = os.path.join(head, 'model' + base[len('pytorch_model'):])\n"
+    "    return stem + '.safetensors'\n"
+)

@@ -186,15 +186,17 @@ def advise_facts(f: Facts) -> Advice:
         return Advice(Verdict("unmeasured", f"could not measure: {missing}"), [], [])
     if f.storage_class == "memory":
         for r in recs:
-            r.optional = True
+            r.optional = r.optional or r.id not in FORMAT_FIXES
+        recs.sort(key=lambda r: r.optional)
+    if f.storage_class == "memory" and all(r.optional for r in recs):
         headline = "healthy: the files live in RAM (tmpfs/ramfs); loading is a memory copy at most"
         return Advice(Verdict("healthy", headline), recs, contradictions(f))
     # The default load: load_file, or for a torch model torch.load (even where the
     # safetensors beside it were loaded too).
     default = "pickle" if f.formats == {"torch"} else "mmap"
-    mmap_bps = f.rate(default)
+    default_bps = f.rate(default)
     limit = f.sequential_limit_bytes_per_s
-    near_limit = bool(limit and mmap_bps and mmap_bps >= HEALTHY_FRACTION * limit)
+    near_limit = bool(limit and default_bps and default_bps >= HEALTHY_FRACTION * limit)
     healthy = (
         f.storage_class in ("local-block", "memory", "overlay")
         and near_limit
@@ -207,12 +209,12 @@ def advise_facts(f: Facts) -> Advice:
             r.optional = r.optional or r.id not in FORMAT_FIXES
         recs.sort(key=lambda r: r.optional)  # stable: the ranking above holds within each
     if healthy and all(r.optional for r in recs):
-        assert mmap_bps is not None and limit
+        assert default_bps is not None and limit
         headline = (
             f"healthy: {f.storage_class} storage, the default load"
             f"{' (torch.load)' if default == 'pickle' else ''} runs at"
-            f" {format_rate(mmap_bps)},"
-            f" {mmap_bps / limit:.0%}"
+            f" {format_rate(default_bps)},"
+            f" {default_bps / limit:.0%}"
             " of the measured sequential limit; nothing to fix"
         )
         return Advice(Verdict("healthy", headline), recs, contradictions(f))

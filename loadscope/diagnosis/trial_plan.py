@@ -219,8 +219,9 @@ def hints_from(probe: ProbeReport) -> dict[str, Any]:
 GPU_TORCH_STRATEGIES = ("pickle-cuda",)
 #: torch.load(weights_only=True), with and without mmap=True: what measures pickles.
 TORCH_STRATEGIES = ("pickle", "pickle-mmap")
-#: On the safetensors beside a torch model's pickles: the default and the fast path.
-SAFETENSORS_BESIDE_STRATEGIES = ("mmap", "auto")
+#: A torch model with its safetensors beside it: the pickles' two ways and, on the
+#: safetensors, the default and the fast path; the pair the advice compares first.
+TORCH_WITH_SAFETENSORS = ("pickle", "mmap", "pickle-mmap", "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,8 +261,9 @@ def plan_doctor(
         strategies: tuple[str, ...] = TORCH_STRATEGIES
         if target.alternates:
             # The same model as safetensors beside the pickles: the default and the fast
-            # path on those, loaded whole like the pickles (what "load those" measures).
-            strategies += SAFETENSORS_BESIDE_STRATEGIES
+            # path on those too, loaded whole like the pickles; the pair "load those"
+            # rests on (torch.load, load_file) first, should the budget cut the rest.
+            strategies = TORCH_WITH_SAFETENSORS
         device = "cpu"
     elif device != "cpu":
         strategies = GPU_STRATEGIES

@@ -296,8 +296,9 @@ class _Run:
 
     def _other_format(self, names: list[str]) -> list[str]:
         """The strategies that read the model's other format (a folder holding both): the
-        torch strategies read the pickles, checked against the safetensors' tensors;
-        whole files, never sampled."""
+        torch strategies on the pickles beside safetensors, or the safetensors strategies
+        on the safetensors beside a torch model; checked against the chosen format's
+        tensors; whole files, never sampled."""
         files = self.files
         other = [n for n in names if self.files_for(n) != files]
         if other:

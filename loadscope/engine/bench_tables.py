@@ -115,20 +115,18 @@ def format_lines(bench: dict[str, Any]) -> list[str]:
             text = f"torch.load is {st / pk:.1f}x faster than safetensors on {device} here"
         mm = medians.get(("pickle-mmap", cache))
         extra = f"; torch.load(mmap=True) {mm:.3g} s" if isinstance(mm, (int, float)) else ""
-        # The other format's trials were checked against the target's own tensors: the
-        # pickles beside safetensors, or the safetensors beside a torch model.
-        torch_target = "torch" in ((bench.get("target") or {}).get("formats") or [])
+        # Both formats' trials: each checked against the reference tensors (the trial
+        # that was the reference has no verdict of its own and is not counted).
         checked = [
             t.get("verified")
             for t in bench.get("trials") or []
             if isinstance(t, dict)
             and t.get("cache") == cache
             and (
-                t.get("strategy") == safetensors
-                if torch_target
-                else str(t.get("strategy", "")).startswith("pickle")
+                t.get("strategy") == safetensors or str(t.get("strategy", "")).startswith("pickle")
             )
             and t.get("status") == "ok"
+            and t.get("verified") is not None
         ]
         same = (
             "the same tensors, digests checked"

@@ -92,9 +92,16 @@ def reference_digests(
 
 def digest_mismatch(reference: Mapping[str, str], digests: Mapping[str, str]) -> str | None:
     """How a trial's tensor ``digests`` differ from the ``reference`` read (the first
-    differing and the first missing tensor named), or None when every one matches."""
-    mismatched = sorted(n for n, d in digests.items() if reference.get(n) != d)
-    missing = sorted(set(reference) - set(digests))
+    differing and the first missing tensor named), or None when every one matches.
+
+    A name one side has and the other lacks is not a difference when its bytes are
+    those of a tensor the other side has: a tied alias (``lm_head.weight`` sharing the
+    embedding's storage), which pickles keep and ``save_pretrained``'s safetensors drop."""
+    theirs, ours = set(reference.values()), set(digests.values())
+    mismatched = sorted(
+        n for n, d in digests.items() if reference.get(n, d if d in theirs else None) != d
+    )
+    missing = sorted(n for n in set(reference) - set(digests) if reference[n] not in ours)
     parts = []
     if mismatched:
         parts.append(

@@ -125,8 +125,10 @@ class Target:
     #: For HF cache targets: repo id and revision; for synthetic ones: the spec.
     detail: str = ""
     #: A folder holding the model in both formats (as many Hub repos do): the files of
-    #: the other one (torch beside safetensors), so the formats can be measured side by
-    #: side on the same tensors. Empty otherwise; ``files`` stay the preferred format's.
+    #: the other one (the torch files beside chosen safetensors, or the safetensors twins
+    #: of a torch model named by its index or ``pytorch_model.bin``), so the formats can be
+    #: measured side by side on the same tensors. Empty otherwise; ``files`` stay the
+    #: chosen format's.
     alternates: tuple[WeightFile, ...] = ()
     #: Why the other format's files in the folder cannot be used ("" when there are none
     #: or they are fine): a missing shard, a FIFO, a broken link; said, not passed over.
@@ -193,7 +195,7 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
         raise error_from_oserror(exc, path) from None
     if is_dir:
         index, weight_map, files = _directory_files(path)
-        alternates, problem = _other_format(path, files)
+        alternates, problem = _other_format(path, files, index)
         return Target(
             spec,
             "directory",
@@ -209,7 +211,7 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
         # one): the model folder it lives in, read through that index.
         root = path.parent
         weight_map, files = _index_files(root, path)
-        alternates, problem = _other_format(root, files)
+        alternates, problem = _other_format(root, files, path)
         return Target(
             spec,
             "directory",
@@ -224,7 +226,7 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
     # HF's default torch file beside the same model as safetensors (many Hub repos hold
     # both): named so that the advice says "load those", not "convert".
     alternates, problem = (
-        _other_format(path.parent, (file,)) if path.name in HF_TORCH_NAMES else ((), "")
+        _other_format(path.parent, (file,), None) if path.name in HF_TORCH_NAMES else ((), "")
     )
     return Target(
         spec, "file", path.parent, (file,), alternates=alternates, alternates_problem=problem
@@ -285,32 +287,68 @@ def _directory_files(
 _Other = tuple[tuple[WeightFile, ...], str]
 
 
-def _other_format(root: Path, files: tuple[WeightFile, ...]) -> _Other:
+def safetensors_twin(name: str) -> str:
+    """The name HF's libraries give the safetensors form of a torch file or index:
+    ``pytorch_model*.bin`` -> ``model*.safetensors`` (transformers),
+    ``diffusion_pytorch_model*.bin`` -> ``diffusion_pytorch_model*.safetensors``
+    (diffusers), ``x.bin`` -> ``x.safetensors``; ``*.bin.index.json`` likewise."""
+    head, base = posixpath.split(name)
+    index = base.lower().endswith(INDEX_SUFFIXES[1])
+    stem = base[: -len(INDEX_SUFFIXES[1])] if index else posixpath.splitext(base)[0]
+    if stem.startswith("pytorch_model"):
+        stem = "model" + stem[len("pytorch_model") :]
+    return posixpath.join(head, stem + (INDEX_SUFFIXES[0] if index else ".safetensors"))
+
+
+def _other_format(root: Path, files: tuple[WeightFile, ...], index: Path | None) -> _Other:
     """The files of the other format in the model's folder (the Target's two fields): the
-    torch files beside chosen safetensors, or the safetensors beside a chosen torch index
-    or ``pytorch_model.bin`` (each by its own index when there is one); none when there
-    are none, and why when they cannot be used (``alternates_problem``). The chosen
-    format is what every command loads; the other is measured beside it (and safetensors
-    already there are named in place of "convert to safetensors")."""
+    torch files beside chosen safetensors (by their own index when there is one), or the
+    safetensors twins of a chosen torch model (:func:`safetensors_twin`: by the twin of
+    its index, else file by file, all of them or none, so that a variant's or an
+    adapter's safetensors are never taken for the model's); none when there are none,
+    and why when they cannot be used. The chosen format is what every command loads; the
+    other is measured beside it (and safetensors already there are named in place of
+    "convert to safetensors")."""
     formats = {f.format for f in files}
-    other: WeightFormat
-    suffixes: tuple[str, ...]
-    if formats == {"safetensors"}:
-        other, suffixes, index_suffix = "torch", TORCH_SUFFIXES, INDEX_SUFFIXES[1]
-    elif formats == {"torch"}:
-        other, suffixes, index_suffix = "safetensors", SAFETENSORS_SUFFIXES, INDEX_SUFFIXES[0]
-    else:
-        return (), ""
     try:
+        if formats == {"torch"}:
+            return _safetensors_twins(root, files, index), ""
+        if formats != {"safetensors"}:
+            return (), ""
         names = sorted(e.name for e in os.scandir(root))
-        index = next((n for n in INDEX_NAMES if n in names and n.endswith(index_suffix)), None)
-        if index is not None:
-            shards = sorted({posixpath.normpath(s) for s in read_index(root / index).values()})
-            return tuple(_shard(root, root / index, s, other) for s in shards), ""
-        picked = [n for n in names if n.lower().endswith(suffixes) and n not in NOT_WEIGHTS]
-        return tuple(_weight_file(root / n, other) for n in picked), ""
+        torch_index = INDEX_NAMES[1]
+        if torch_index in names:
+            shards = sorted(
+                {posixpath.normpath(s) for s in read_index(root / torch_index).values()}
+            )
+            return tuple(_shard(root, root / torch_index, s, "torch") for s in shards), ""
+        picked = [n for n in names if n.lower().endswith(TORCH_SUFFIXES) and n not in NOT_WEIGHTS]
+        return tuple(_weight_file(root / n, "torch") for n in picked), ""
     except (OSError, LoadscopeError) as exc:
-        return (), f"the {other} files beside it cannot be used: {exc}"
+        other = "torch" if formats == {"safetensors"} else "safetensors"
+        return (), f"the {other} files beside the model cannot be used: {exc}"
+
+
+def _safetensors_twins(
+    root: Path, files: tuple[WeightFile, ...], index: Path | None
+) -> tuple[WeightFile, ...]:
+    if index is not None:
+        twin_index = root / safetensors_twin(os.path.relpath(index, root))
+        if os.path.lexists(twin_index):
+            shards = sorted({posixpath.normpath(s) for s in read_index(twin_index).values()})
+            return tuple(_shard(root, twin_index, s, "safetensors") for s in shards)
+    twins = [root / safetensors_twin(os.path.relpath(f.path, root)) for f in files]
+    present = [t for t in twins if os.path.lexists(t)]
+    if not present:
+        return ()
+    if len(present) < len(twins):
+        missing = next(t for t in twins if not os.path.lexists(t))
+        raise ShardMissing(
+            f"is missing, though {len(present)} of the {len(twins)} safetensors twins of the"
+            " torch files are there",
+            path=missing,
+        )
+    return tuple(_weight_file(t, "safetensors") for t in twins)
 
 
 def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:

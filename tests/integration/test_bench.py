@@ -551,7 +551,7 @@ def test_safetensors_beside_a_torch_index_are_measured_and_named_as_such(tmp_pat
         BenchOptions(strategies=("pickle", "mmap"), repeats=1, warmup=False),
     )
     assert "mmap" in report.skipped
-    assert any("safetensors files beside it cannot be used" in n for n in report.notes)
+    assert any("safetensors files beside the model cannot be used" in n for n in report.notes)
 
 
 _STREAMING_WORKER = r"""

@@ -215,7 +215,7 @@ def test_safetensors_beside_the_pickles_are_named_not_converted() -> None:
 
 def test_safetensors_beside_that_cannot_be_used_are_named_in_the_convert_advice() -> None:
     f = facts({"pickle": 6.0}, formats={"torch"})
-    f.alternates_problem = "the safetensors files beside it cannot be used: x: missing"
+    f.alternates_problem = "the safetensors files beside the model cannot be used: x: missing"
     rec = next(r for r in advise_facts(f).recommendations if r.id == "convert-to-safetensors")
     assert "cannot be used: x: missing (an incomplete download?" in rec.action
     assert any(e.value == f.alternates_problem for e in rec.evidence)
@@ -527,7 +527,7 @@ def test_the_conversion_code_converts_the_users_own_files(tmp_path: Path, layout
     import torch
     from safetensors.torch import load_file
 
-    from loadscope.model.targets import resolve
+    from loadscope.model.targets import resolve, safetensors_twin
     from loadscope.tools.synth import synthesize
 
     root = synthesize(tmp_path / "m [1]", 1 << 20, shards=2 if layout == "sharded" else 1,
@@ -549,11 +549,9 @@ def test_the_conversion_code_converts_the_users_own_files(tmp_path: Path, layout
     exec(code, {})  # as a user would run it
     for p in files:
         want = torch.load(p, weights_only=True)
-        got = load_file(str(p.with_suffix(".safetensors")))
+        got = load_file(str(root / safetensors_twin(p.name)))
         assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want)
     if layout == "sharded":
         index = json.loads((root / "model.safetensors.index.json").read_text())
-        assert set(index["weight_map"].values()) == {
-            p.with_suffix(".safetensors").name for p in files
-        }
+        assert set(index["weight_map"].values()) == {safetensors_twin(p.name) for p in files}
         assert resolve(str(root)).formats == {"safetensors"}  # the folder now loads them

@@ -16,6 +16,7 @@ from loadscope.model.targets import (
     open_target,
     parse_synthetic,
     resolve,
+    safetensors_twin,
 )
 from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 from tests.malformed_cases import good_st
@@ -75,6 +76,37 @@ def test_safetensors_beside_a_torch_model_are_its_alternates(
     assert resolve(str(only / "pytorch_model.bin")).alternates == ()
 
 
+@pytest.mark.parametrize(
+    ("torch_name", "twin"),
+    [
+        ("pytorch_model.bin", "model.safetensors"),
+        ("pytorch_model-00001-of-00002.bin", "model-00001-of-00002.safetensors"),
+        ("pytorch_model.bin.index.json", "model.safetensors.index.json"),
+        ("diffusion_pytorch_model.bin", "diffusion_pytorch_model.safetensors"),
+        ("diffusion_pytorch_model.fp16.bin", "diffusion_pytorch_model.fp16.safetensors"),
+        ("unet/pytorch_model.bin", "unet/model.safetensors"),
+        ("ckpt.pt", "ckpt.safetensors"),
+    ],
+)
+def test_safetensors_twin_is_the_name_hf_looks_for(torch_name: str, twin: str) -> None:
+    assert safetensors_twin(torch_name) == twin
+
+
+def test_only_the_twins_count_as_beside(tmp_path: Path) -> None:
+    """An adapter's or a variant's safetensors in the folder are not the model's: only
+    the torch file's twin is taken (all *.safetensors were, and bench loaded both)."""
+    synthesize(tmp_path, 256 << 10, fmt="both", seed=6)
+    good_st(tmp_path / "adapter_model.safetensors")
+    good_st(tmp_path / "model.fp16.safetensors")
+    beside = resolve(str(tmp_path / "pytorch_model.bin")).alternates
+    assert [f.path.name for f in beside] == ["model.safetensors"]
+    d = tmp_path / "diffusers"
+    d.mkdir()
+    (d / "diffusion_pytorch_model.bin").symlink_to(tmp_path / "pytorch_model.bin")
+    good_st(d / "diffusion_pytorch_model.fp16.safetensors")
+    assert resolve(str(d / "diffusion_pytorch_model.bin")).alternates == ()
+
+
 def test_unusable_safetensors_beside_are_said_not_passed_over(
     synth_both: SyntheticCheckpoint, tmp_path: Path
 ) -> None:
@@ -87,7 +119,9 @@ def test_unusable_safetensors_beside_are_said_not_passed_over(
             (d / f.name).symlink_to(f)
     target = resolve(str(d / "pytorch_model.bin.index.json"))
     assert target.alternates == ()
-    assert target.alternates_problem.startswith("the safetensors files beside it cannot be used")
+    assert target.alternates_problem.startswith(
+        "the safetensors files beside the model cannot be used"
+    )
     assert "model-00002-of-00002.safetensors" in target.alternates_problem
     assert "missing" in target.alternates_problem
     # The torch files beside safetensors likewise; a folder without any: nothing to say.
