@@ -73,7 +73,9 @@ class Route:
     strategy: str
     #: The change in a few words ("--load-format fastsafetensors", "loadscope warm first").
     what: str
-    #: Code with ``{py}`` (the model path as a Python string) and ``{sh}`` (for a shell).
+    #: Code with ``{py}`` (the model as loadscope and safetensors name it: a folder, a
+    #: file, an index, as a Python string) and ``{sh}`` (for a shell); ``{dir_py}`` and
+    #: ``{dir_sh}``: the folder (or repo id) the HF stacks and servers take.
     template: str
     #: The trial this route's speed-up is measured against: the stack's own default.
     baseline: str = "mmap"
@@ -89,7 +91,7 @@ class Route:
 _TRANSFORMERS_LOAD_MODEL = (
     "import loadscope\n"
     "from transformers import AutoConfig, AutoModelForCausalLM\n"
-    "config = AutoConfig.from_pretrained({py})\n"
+    "config = AutoConfig.from_pretrained({dir_py})\n"
     "model = AutoModelForCausalLM.from_config(config, dtype=config.dtype)\n"
     "model.load_state_dict(loadscope.load_model({py}))"
 )
@@ -118,7 +120,7 @@ ROUTES: tuple[Route, ...] = (
         "no code change",
         "hf-prewarm",
         "loadscope warm first",
-        "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({py})",
+        "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({dir_py})",
         baseline="hf-pretrained",
     ),
     Route(
@@ -135,7 +137,7 @@ ROUTES: tuple[Route, ...] = (
         "no code change",
         "prewarm",
         "loadscope warm first",
-        "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({py})",
+        "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({dir_py})",
         unless="hf-pretrained",
         proxy="the same reads timed with load_file; from_pretrained itself not timed here",
     ),
@@ -149,84 +151,84 @@ ROUTES: tuple[Route, ...] = (
         "for shard in shard_paths:\n"
         "    with open(shard, 'rb') as f:\n"
         "        state.update(load(f.read()))\n"
-        "model = AutoModelForCausalLM.from_pretrained({py}, state_dict=state)",
+        "model = AutoModelForCausalLM.from_pretrained({dir_py}, state_dict=state)",
     ),
     Route(
         "diffusers",
         "no code change",
         "prewarm",
         "loadscope warm first",
-        "# run first: loadscope warm {sh}\npipe = DiffusionPipeline.from_pretrained({py})",
+        "# run first: loadscope warm {sh}\npipe = DiffusionPipeline.from_pretrained({dir_py})",
     ),
     Route(
         "diffusers",
         "a flag",
         "fullread",
         "disable_mmap=True",
-        "pipe = DiffusionPipeline.from_pretrained({py}, disable_mmap=True)",
+        "pipe = DiffusionPipeline.from_pretrained({dir_py}, disable_mmap=True)",
     ),
     Route(
         "vllm",
         "a flag",
         "vllm-prefetch",
         "--safetensors-load-strategy prefetch",
-        "vllm serve {sh} --safetensors-load-strategy prefetch",
+        "vllm serve {dir_sh} --safetensors-load-strategy prefetch",
     ),
     Route(
         "vllm",
         "a flag",
         "fullread",
         "--safetensors-load-strategy eager",
-        "vllm serve {sh} --safetensors-load-strategy eager",
+        "vllm serve {dir_sh} --safetensors-load-strategy eager",
     ),
     Route(
         "vllm",
         "a flag",
         "fastsafetensors",
         "--load-format fastsafetensors",
-        "vllm serve {sh} --load-format fastsafetensors",
+        "vllm serve {dir_sh} --load-format fastsafetensors",
     ),
     Route(
         "vllm",
         "a flag",
         "runai",
         "--load-format runai_streamer",
-        "vllm serve {sh} --load-format runai_streamer",
+        "vllm serve {dir_sh} --load-format runai_streamer",
     ),
     Route(
         "vllm",
         "no code change",
         "prewarm",
         "loadscope warm first",
-        "loadscope warm {sh} && vllm serve {sh}",
+        "loadscope warm {sh} && vllm serve {dir_sh}",
     ),
     Route(
         "sglang",
         "a flag",
         "fullread",
         "--weight-loader-disable-mmap",
-        "python -m sglang.launch_server --model-path {sh} --weight-loader-disable-mmap",
+        "python -m sglang.launch_server --model-path {dir_sh} --weight-loader-disable-mmap",
     ),
     Route(
         "sglang",
         "a flag",
         "fastsafetensors",
         "--load-format fastsafetensors",
-        "python -m sglang.launch_server --model-path {sh} --load-format fastsafetensors",
+        "python -m sglang.launch_server --model-path {dir_sh} --load-format fastsafetensors",
     ),
     Route(
         "sglang",
         "a flag",
         "runai",
         "--load-format runai_streamer",
-        "python -m sglang.launch_server --model-path {sh} --load-format runai_streamer",
+        "python -m sglang.launch_server --model-path {dir_sh} --load-format runai_streamer",
     ),
     Route(
         "sglang",
         "no code change",
         "prewarm",
         "loadscope warm first",
-        "loadscope warm {sh} && python -m sglang.launch_server --model-path {sh}",
+        "loadscope warm {sh} && python -m sglang.launch_server --model-path {dir_sh}",
     ),
     Route(
         "shell",
@@ -285,7 +287,12 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         note = f"not measured here: {why}" if why else "not measured here"
     return Snippet(
         stack=route.stack,
-        code=route.template.format(py=repr(model), sh=shlex.quote(model)),
+        code=route.template.format(
+            py=repr(model),
+            sh=shlex.quote(model),
+            dir_py=repr(_folder_of(model)),
+            dir_sh=shlex.quote(_folder_of(model)),
+        ),
         strategy=route.strategy,
         route=route.route,
         what=route.what,
@@ -295,6 +302,15 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
     )
+
+
+def _folder_of(model: str) -> str:
+    """The folder (or repo id) of ``model``: from_pretrained, ``vllm serve`` and
+    ``--model-path`` take a folder, not an index or weight file."""
+    name = model.rsplit("/", 1)[-1].lower()
+    if name.endswith((".index.json", ".safetensors", ".bin", ".pt", ".pth")) and "/" in model:
+        return model.rsplit("/", 1)[0] or "/"
+    return model
 
 
 def command(stack: str, code: str) -> Snippet:

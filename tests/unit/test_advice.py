@@ -555,3 +555,27 @@ def test_the_conversion_code_converts_the_users_own_files(tmp_path: Path, layout
         index = json.loads((root / "model.safetensors.index.json").read_text())
         assert set(index["weight_map"].values()) == {safetensors_twin(p.name) for p in files}
         assert resolve(str(root)).formats == {"safetensors"}  # the folder now loads them
+
+
+@pytest.mark.parametrize(
+    ("model", "folder"),
+    [
+        ("/m/llama/model.safetensors.index.json", "/m/llama"),
+        ("/m/llama/model.safetensors", "/m/llama"),
+        ("/m/my llama", "/m/my llama"),
+        ("org/name", "org/name"),
+    ],
+)
+def test_hf_stacks_are_given_the_folder_loadscope_the_model(model: str, folder: str) -> None:
+    """from_pretrained, `vllm serve` and --model-path take a folder: they were given the
+    index or weight file the user named (from_pretrained('.../model.safetensors.index.json'))."""
+    import shlex
+
+    from loadscope.advice.snippets import load_snippets
+
+    f = facts({"mmap": 10.0, "prewarm": 2.0, "vllm-prefetch": 3.0})
+    by_stack = {s.stack: s.code for s in load_snippets("prewarm", f, model)}
+    assert f"from_pretrained({folder!r})" in by_stack["transformers"]
+    assert f"# run first: loadscope warm {shlex.quote(model)}" in by_stack["transformers"]
+    assert f"--model-path {shlex.quote(folder)}" in by_stack["sglang"]
+    assert f"vllm serve {shlex.quote(folder)}" in by_stack["vllm"]
