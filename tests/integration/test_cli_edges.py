@@ -58,6 +58,18 @@ except LoadscopeError as exc:
     assert not path.exists()
 
 
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter from the repository (its output captured)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+
+
 @pytest.mark.parametrize(
     ("first", "second", "raised"),
     [
@@ -89,14 +101,7 @@ os.kill(os.getpid(), {int(second)})
 time.sleep(5)
 print("not reached", flush=True)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-    )
+    proc = _python(code)
     assert proc.stdout.splitlines() == [raised, "cleanup goes on"], proc
     assert "cleaning up; once more to stop at once" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -131,14 +136,7 @@ try:
 except BaseException as exc:
     print(type(exc).__name__, flush=True)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-    )
+    proc = _python(code)
     assert proc.stdout.splitlines() == [raised], proc
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc
 
