@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 from loadscope.base.units import format_bytes
 from loadscope.engine.rank_launch import (
@@ -77,7 +78,7 @@ from loadscope.engine.trials import (
     target_record,
 )
 from loadscope.loaders.rank import RankInfo
-from loadscope.model.targets import Target, WeightFile
+from loadscope.model.targets import Target, WeightFile, safetensors_twin
 from loadscope.probes.system import memory_headroom
 
 __all__ = [
@@ -183,6 +184,7 @@ def _check(target: Target, options: BroadcastOptions) -> None:
         raise BroadcastError(
             "multi-rank loading reads safetensors checkpoints; this target is "
             + " and ".join(sorted(target.formats))
+            + _safetensors_hint(target)
         )
     if not target.files:
         raise BroadcastError("the target has no weight files")
@@ -303,3 +305,13 @@ def _mark_unfinished(
             reason = f"not run: the ranks were stopped in trial #{stopped_at.id}"
             out.append(replace(trial, status="skipped", reason=reason))
     return out
+
+
+def _safetensors_hint(target: Target) -> str:
+    """Where the same model is as safetensors beside a torch target, what to name."""
+    beside = [f.path for f in target.alternates if f.format == "safetensors"]
+    if not beside:
+        return ""
+    index = Path(target.root) / safetensors_twin("pytorch_model.bin.index.json")
+    name = beside[0] if len(beside) == 1 else index if index.is_file() else Path(target.root)
+    return f"; the same model is beside it as safetensors: name {name}"

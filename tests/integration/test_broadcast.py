@@ -18,6 +18,7 @@ import pytest
 from loadscope.engine.broadcast import (
     MODES,
     BroadcastCancelled,
+    BroadcastError,
     BroadcastEvent,
     BroadcastOptions,
     BroadcastTrialFinished,
@@ -389,3 +390,16 @@ def test_bench_ranks_with_a_killed_rank_exits_1_and_names_its_trial(tmp_path: Pa
     killed = next(f for f in report["failures"] if "was killed by SIGKILL" in f)
     assert f"during trial #{failed[0]['id']} (" in killed, killed
     assert killed in stdout or killed.split(":")[0] in stdout
+
+
+def test_a_torch_target_is_refused_naming_the_safetensors_beside_it(tmp_path: Path) -> None:
+    root = synthesize(tmp_path / "both", 1 << 20, shards=2, fmt="both", seed=4).root
+    with pytest.raises(BroadcastError, match="this target is torch") as refused:
+        run_broadcast(resolve(str(root / "pytorch_model.bin.index.json")), BroadcastOptions())
+    assert str(refused.value).endswith(
+        f"the same model is beside it as safetensors: name {root / 'model.safetensors.index.json'}"
+    )
+    only = synthesize(tmp_path / "torch", 1 << 20, fmt="torch", seed=4).root
+    with pytest.raises(BroadcastError) as refused:
+        run_broadcast(resolve(str(only)), BroadcastOptions())
+    assert str(refused.value).endswith("this target is torch")
