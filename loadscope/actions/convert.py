@@ -34,6 +34,11 @@ from loadscope.probes.result import Unavailable
 PREFIX = ".loadscope-convert-"
 
 
+#: Why a checkpoint cannot be converted as it is (a training checkpoint, a whole model):
+#: said by the converting child, read by the advice.
+NOT_A_STATE_DICT = "it is not a flat state dict of tensors (name -> tensor)"
+
+
 class ConversionFailed(LoadscopeError):
     """The sample could not be converted (not a flat state dict, no room, a timeout)."""
 
@@ -202,7 +207,7 @@ def _main(src: str, dest: str) -> int:
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
-        print("it is not a flat state dict of tensors (name -> tensor)", file=sys.stderr)
+        print(NOT_A_STATE_DICT, file=sys.stderr)
         return 1
     seen: set[tuple[int, int]] = set()
     out: dict[str, torch.Tensor] = {}

@@ -5,14 +5,16 @@ A model bigger than the memory this process may use is the first fix of all
 safetensors, with the gain measured on a converted sample when the doctor ran one, or,
 where the folder holds the same model as safetensors already, those are named instead.
 May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
-:mod:`loadscope.advice.snippets`, ``loadscope.engine``, ``loadscope.model`` (the names
-HF gives safetensors twins), ``loadscope.base``.
+:mod:`loadscope.advice.snippets`, ``loadscope.engine``, ``loadscope.actions`` (the
+conversion's refusal), ``loadscope.model`` (the names HF gives safetensors twins),
+``loadscope.base``.
 """
 
 from __future__ import annotations
 
 import os
 
+from loadscope.actions.convert import NOT_A_STATE_DICT
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.advice.snippets import Snippet, command, commands
@@ -103,6 +105,15 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
         ]
     elif conv is not None and conv.reason:
         evidence.append(Evidence("conversion not measured", conv.reason))
+    nested = conv is not None and NOT_A_STATE_DICT in (conv.reason or "")
+    if nested:
+        # The code below converts a flat state dict: this file holds something else.
+        action += (
+            f"; {conv.source.rsplit('/', 1)[-1] if conv else 'the file'} is not a flat state"
+            " dict (a training checkpoint holding one, or a whole model): save the model's"
+            " state dict on its own first (torch.save(ckpt['model'], path), by its key), then"
+            " convert that"
+        )
     if f.alternates_problem:
         # Safetensors in the folder that could not be loaded: a broken download, likely.
         action += f"; {f.alternates_problem} (an incomplete download? fix them, or convert)"
@@ -117,7 +128,7 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
             confidence="high",
             expected_speedup=gain,
             measured=gain is not None,
-            snippets=[command("safetensors", _conversion_code(f))],
+            snippets=[] if nested else [command("safetensors", _conversion_code(f))],
             # A measured gain worth having is a fix, not an option.
             optional=gain is None or gain < WORTH_IT,
         )
@@ -183,8 +194,8 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
     )
     hf = Snippet(
         stack="transformers",
-        code="from transformers import AutoModel  # prefers safetensors where both exist\n"
-        f"model = AutoModel.from_pretrained({f.model_root!r}, use_safetensors=True)",
+        code="from transformers import AutoModelForCausalLM  # or the Auto class you load with\n"
+        f"model = AutoModelForCausalLM.from_pretrained({f.model_root!r}, use_safetensors=True)",
         strategy="hf-pretrained",
         route="code change",
         what="from_pretrained on the folder",

@@ -37,6 +37,7 @@ May import: those, ``loadscope.engine.trials``, ``loadscope.loaders.rank`` (``Ra
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -314,4 +315,4 @@ def _safetensors_hint(target: Target) -> str:
         return ""
     index = Path(target.root) / safetensors_twin("pytorch_model.bin.index.json")
     name = beside[0] if len(beside) == 1 else index if index.is_file() else Path(target.root)
-    return f"; the same model is beside it as safetensors: name {name}"
+    return f"; the same model is beside it as safetensors: name {shlex.quote(str(name))}"

@@ -52,8 +52,6 @@ TORCH_SUFFIXES = (".bin", ".pt", ".pth")
 INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 #: An index named as the target: the safetensors kind first (see _index_files).
 INDEX_SUFFIXES = (".safetensors.index.json", ".bin.index.json")
-#: The file names HF's libraries save a single-file torch model under.
-HF_TORCH_NAMES = ("pytorch_model.bin", "diffusion_pytorch_model.bin")
 #: Torch files in model folders that are not model weights.
 NOT_WEIGHTS = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
 MAX_INDEX_BYTES = 64 << 20
@@ -223,11 +221,9 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
             alternates_problem=problem,
         )
     file = _weight_file(path)
-    # HF's default torch file beside the same model as safetensors (many Hub repos hold
-    # both): named so that the advice says "load those", not "convert".
-    alternates, problem = (
-        _other_format(path.parent, (file,), None) if path.name in HF_TORCH_NAMES else ((), "")
-    )
+    # A torch file with its safetensors twin beside it (many Hub repos hold both; a file
+    # converted by the advice's code): named so that the advice says "load those".
+    alternates, problem = _other_format(path.parent, (file,), None)
     return Target(
         spec, "file", path.parent, (file,), alternates=alternates, alternates_problem=problem
     )

@@ -221,6 +221,18 @@ def test_safetensors_beside_that_cannot_be_used_are_named_in_the_convert_advice(
     assert any(e.value == f.alternates_problem for e in rec.evidence)
 
 
+def test_a_checkpoint_that_is_not_a_state_dict_gets_no_conversion_code() -> None:
+    """The conversion failed on a training checkpoint ({'model': {...}, 'epoch': 3}), yet
+    the advice showed code that fails on it the same way."""
+    from loadscope.actions.convert import NOT_A_STATE_DICT, ConversionTrial
+
+    f = facts({"pickle": 2.0}, formats={"torch"})
+    f.conversion = ConversionTrial("/m/ckpt.bin", 1 << 20, reason=f"could not: {NOT_A_STATE_DICT}")
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "convert-to-safetensors")
+    assert rec.snippets == [] and "ckpt.bin is not a flat state dict" in rec.action
+    assert "torch.save(ckpt['model'], path)" in rec.action
+
+
 def test_healthy_storage_does_not_hide_a_measured_format_fix() -> None:
     """Healthy local storage said "nothing to fix" and made every fix optional, while
     load_file of the safetensors beside the pickles was 2x faster than torch.load of

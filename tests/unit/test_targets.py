@@ -65,13 +65,17 @@ def test_safetensors_beside_a_torch_model_are_its_alternates(
     assert sorted(f.path.name for f in target.alternates) == sorted(
         f.name for f in synth_both.files if f.name.endswith(".safetensors")
     )
-    # HF's single-file name too; any other torch file stands alone (its folder may hold
-    # anything), and a torch-only folder has nothing beside it.
+    # A single torch file too, by its twin's name (model.safetensors for pytorch_model.bin,
+    # x.safetensors for x.bin); a torch-only folder has nothing beside it.
     single = synthesize(tmp_path / "one", 256 << 10, fmt="both", seed=4).root
     beside = resolve(str(single / "pytorch_model.bin")).alternates
     assert [f.path.name for f in beside] == ["model.safetensors"]
     (single / "pytorch_model.bin").rename(single / "ckpt.bin")
     assert resolve(str(single / "ckpt.bin")).alternates == ()
+    # ... until its own twin is there (as the advice's conversion code writes it).
+    (single / "model.safetensors").rename(single / "ckpt.safetensors")
+    twin = resolve(str(single / "ckpt.bin")).alternates
+    assert [f.path.name for f in twin] == ["ckpt.safetensors"]
     only = synthesize(tmp_path / "torch", 256 << 10, fmt="torch", seed=5).root
     assert resolve(str(only / "pytorch_model.bin")).alternates == ()
 
