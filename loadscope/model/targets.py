@@ -222,8 +222,11 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
         )
     file = _weight_file(path)
     # A torch file with its safetensors twin beside it (many Hub repos hold both; a file
-    # converted by the advice's code): named so that the advice says "load those".
-    alternates, problem = _other_format(path.parent, (file,), None)
+    # converted by the advice's code): named so that the advice says "load those". (A
+    # safetensors file stands alone: the folder's pickles may be anything.)
+    alternates, problem = (
+        _other_format(path.parent, (file,), None) if file.format == "torch" else ((), "")
+    )
     return Target(
         spec, "file", path.parent, (file,), alternates=alternates, alternates_problem=problem
     )

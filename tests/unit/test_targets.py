@@ -76,6 +76,8 @@ def test_safetensors_beside_a_torch_model_are_its_alternates(
     (single / "model.safetensors").rename(single / "ckpt.safetensors")
     twin = resolve(str(single / "ckpt.bin")).alternates
     assert [f.path.name for f in twin] == ["ckpt.safetensors"]
+    # A safetensors file stands alone, pickles beside it or not (they may be anything).
+    assert resolve(str(synth_both.root / "model-00001-of-00002.safetensors")).alternates == ()
     only = synthesize(tmp_path / "torch", 256 << 10, fmt="torch", seed=5).root
     assert resolve(str(only / "pytorch_model.bin")).alternates == ()
 
