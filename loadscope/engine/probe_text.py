@@ -217,7 +217,9 @@ def to_text(report: ProbeReport) -> str:
     lines += _gpu_lines(report.gpus)
     for note in report.notes:
         lines.append(_wrap("note", note))
-    lines.append(_wrap("took", f"{report.elapsed_s:.1f} s of a {report.budget_s:g} s budget"))
+    # In a doctor run the probes have a share of its budget: said as theirs.
+    took = f"{report.elapsed_s:.1f} s of the probes' {report.budget_s:g} s budget"
+    lines.append(_wrap("took", took))
     return "\n".join(lines)
 
 
