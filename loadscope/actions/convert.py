@@ -99,7 +99,7 @@ def conversion_folder(model_root: Path, need_bytes: int) -> tuple[Path, str]:
     model_fs = _filesystem(model_root, table)
     tried: list[str] = []
     candidates: list[tuple[Path, str]] = []
-    parent = model_root.parent
+    parent = Path(os.path.abspath(model_root)).parent  # "." said nothing of where
     try:
         same = os.stat(parent).st_dev == model_dev
     except OSError as exc:
