@@ -196,7 +196,7 @@ def inspect_target(target: Target) -> Inspection:
         spec=target.report_spec,
         kind=target.kind,
         root=target.report_root,
-        index=str(target.index) if target.index else None,
+        index=os.path.abspath(target.index) if target.index else None,  # as root is
         files=files,
     )
 
