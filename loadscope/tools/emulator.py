@@ -211,13 +211,24 @@ def read_ready(proc: subprocess.Popen[str], ready: str, timeout_s: float, what: 
         timer.cancel()
     if line.startswith(ready):
         return line[len(ready) :].split()
+    ended: int | None = None
+    if not line:  # its output closed: it is ending; how, before our own kill
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            ended = proc.wait(timeout=1)
     proc.kill()
     _, err = proc.communicate(timeout=30)
     late = time.monotonic() > deadline
-    lines = [x for x in err.strip().splitlines() if x.strip()]
-    # The server's own one-line error, without its program-name prefix.
-    detail = lines[-1].removeprefix("loadscope: ") if lines else f"exit code {proc.returncode}"
+    lines = [x for x in err.strip().splitlines() if x.strip() and not x.startswith(_FUSE_NOISE)]
+    if ended is not None and ended < 0:
+        detail = f"its server was killed by signal {-ended}"
+    else:
+        # The server's own one-line error, without its program-name prefix.
+        detail = lines[-1].removeprefix("loadscope: ") if lines else f"exit code {proc.returncode}"
     raise EmulatorError(f"{what} did not come up{' in time' if late else ''}: {detail}")
+
+
+#: What libfuse says on every start here, never the reason a server did not come up.
+_FUSE_NOISE = ("Ignoring invalid max threads value",)
 
 
 def _stop(proc: subprocess.Popen[str], mnt: Path, grace_s: float = 10.0) -> None:

@@ -286,6 +286,7 @@ def test_the_foreground_emulator_ends_as_its_mount_was_taken_away(
         while not is_mounted(mnt) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert is_mounted(mnt), proc.stderr
+        time.sleep(1.0)  # mounted a moment before the server says it is ready
         if how == "unmount":
             assert run_loadscope("emulate", "--unmount", str(mnt)).code == 0
         else:
