@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import replace
-from pathlib import Path
 
 from loadscope.base.units import format_bytes
 from loadscope.engine.rank_launch import (
@@ -79,7 +78,7 @@ from loadscope.engine.trials import (
     target_record,
 )
 from loadscope.loaders.rank import RankInfo
-from loadscope.model.targets import Target, WeightFile, safetensors_twin
+from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.system import memory_headroom
 
 __all__ = [
@@ -313,6 +312,5 @@ def _safetensors_hint(target: Target) -> str:
     beside = [f.path for f in target.alternates if f.format == "safetensors"]
     if not beside:
         return ""
-    index = Path(target.root) / safetensors_twin("pytorch_model.bin.index.json")
-    name = beside[0] if len(beside) == 1 else index if index.is_file() else Path(target.root)
+    name = beside[0] if len(beside) == 1 else target.alternates_index or target.root
     return f"; the same model is beside it as safetensors: name {shlex.quote(str(name))}"

@@ -30,7 +30,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from loadscope.base.units import format_bytes
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.model.targets import INDEX_NAMES, Target, WeightFile
+from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.system import describe_death
 
 CacheMode = Literal["cold", "warm"]
@@ -179,9 +179,8 @@ def target_record(target: Target) -> dict[str, Any]:
         record["safetensors_beside"] = [
             os.path.relpath(f.path, target.root) for f in target.alternates
         ]
-        index = INDEX_NAMES[0]  # model.safetensors.index.json: what names them, if there
-        if (Path(target.root) / index).is_file():
-            record["safetensors_index"] = index
+        if target.alternates_index is not None:
+            record["safetensors_index"] = os.path.relpath(target.alternates_index, target.root)
     if target.alternates_problem:
         record["alternates_problem"] = target.alternates_problem
     return record

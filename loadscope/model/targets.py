@@ -131,6 +131,8 @@ class Target:
     #: Why the other format's files in the folder cannot be used ("" when there are none
     #: or they are fine): a missing shard, a FIFO, a broken link; said, not passed over.
     alternates_problem: str = ""
+    #: The index that names ``alternates`` (the safetensors twin of a torch index), if any.
+    alternates_index: Path | None = None
     #: The model's own folder when this target is the emulator's mount of it (the
     #: mount is gone after the run: advice and fixes name this folder instead).
     served_from: Path | None = None
@@ -193,7 +195,7 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
         raise error_from_oserror(exc, path) from None
     if is_dir:
         index, weight_map, files = _directory_files(path)
-        alternates, problem = _other_format(path, files, index)
+        other = _other_format(path, files, index)
         return Target(
             spec,
             "directory",
@@ -201,15 +203,16 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
             files,
             index=index,
             weight_map=weight_map,
-            alternates=alternates,
-            alternates_problem=problem,
+            alternates=other.files,
+            alternates_problem=other.problem,
+            alternates_index=other.index,
         )
     if path.name.lower().endswith(INDEX_SUFFIXES):
         # A sharded index named by itself (model.safetensors.index.json, or a diffusers
         # one): the model folder it lives in, read through that index.
         root = path.parent
         weight_map, files = _index_files(root, path)
-        alternates, problem = _other_format(root, files, path)
+        other = _other_format(root, files, path)
         return Target(
             spec,
             "directory",
@@ -217,18 +220,23 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
             files,
             index=path,
             weight_map=weight_map,
-            alternates=alternates,
-            alternates_problem=problem,
+            alternates=other.files,
+            alternates_problem=other.problem,
+            alternates_index=other.index,
         )
     file = _weight_file(path)
     # A torch file with its safetensors twin beside it (many Hub repos hold both; a file
     # converted by the advice's code): named so that the advice says "load those". (A
     # safetensors file stands alone: the folder's pickles may be anything.)
-    alternates, problem = (
-        _other_format(path.parent, (file,), None) if file.format == "torch" else ((), "")
-    )
+    other = _other_format(path.parent, (file,), None) if file.format == "torch" else _Other()
     return Target(
-        spec, "file", path.parent, (file,), alternates=alternates, alternates_problem=problem
+        spec,
+        "file",
+        path.parent,
+        (file,),
+        alternates=other.files,
+        alternates_problem=other.problem,
+        alternates_index=other.index,
     )
 
 
@@ -282,8 +290,14 @@ def _directory_files(
     )
 
 
-#: The other format's files, and why they cannot be used ("" when they can, or are none).
-_Other = tuple[tuple[WeightFile, ...], str]
+@dataclass(frozen=True, slots=True)
+class _Other:
+    """The other format's files, why they cannot be used ("" when they can, or are none),
+    and the index that names them."""
+
+    files: tuple[WeightFile, ...] = ()
+    problem: str = ""
+    index: Path | None = None
 
 
 def safetensors_twin(name: str) -> str:
@@ -311,35 +325,35 @@ def _other_format(root: Path, files: tuple[WeightFile, ...], index: Path | None)
     formats = {f.format for f in files}
     try:
         if formats == {"torch"}:
-            return _safetensors_twins(root, files, index), ""
+            return _safetensors_twins(root, files, index)
         if formats != {"safetensors"}:
-            return (), ""
+            return _Other()
         names = sorted(e.name for e in os.scandir(root))
         torch_index = INDEX_NAMES[1]
         if torch_index in names:
             shards = sorted(
                 {posixpath.normpath(s) for s in read_index(root / torch_index).values()}
             )
-            return tuple(_shard(root, root / torch_index, s, "torch") for s in shards), ""
+            shard_files = tuple(_shard(root, root / torch_index, s, "torch") for s in shards)
+            return _Other(shard_files, index=root / torch_index)
         picked = [n for n in names if n.lower().endswith(TORCH_SUFFIXES) and n not in NOT_WEIGHTS]
-        return tuple(_weight_file(root / n, "torch") for n in picked), ""
+        return _Other(tuple(_weight_file(root / n, "torch") for n in picked))
     except (OSError, LoadscopeError) as exc:
         other = "torch" if formats == {"safetensors"} else "safetensors"
-        return (), f"the {other} files beside the model cannot be used: {exc}"
+        return _Other(problem=f"the {other} files beside the model cannot be used: {exc}")
 
 
-def _safetensors_twins(
-    root: Path, files: tuple[WeightFile, ...], index: Path | None
-) -> tuple[WeightFile, ...]:
+def _safetensors_twins(root: Path, files: tuple[WeightFile, ...], index: Path | None) -> _Other:
     if index is not None:
         twin_index = root / safetensors_twin(os.path.relpath(index, root))
         if os.path.lexists(twin_index):
             shards = sorted({posixpath.normpath(s) for s in read_index(twin_index).values()})
-            return tuple(_shard(root, twin_index, s, "safetensors") for s in shards)
+            twin_files = tuple(_shard(root, twin_index, s, "safetensors") for s in shards)
+            return _Other(twin_files, index=twin_index)
     twins = [root / safetensors_twin(os.path.relpath(f.path, root)) for f in files]
     present = [t for t in twins if os.path.lexists(t)]
     if not present:
-        return ()
+        return _Other()
     if len(present) < len(twins):
         missing = next(t for t in twins if not os.path.lexists(t))
         raise ShardMissing(
@@ -347,7 +361,7 @@ def _safetensors_twins(
             " torch files are there",
             path=missing,
         )
-    return tuple(_weight_file(t, "safetensors") for t in twins)
+    return _Other(tuple(_weight_file(t, "safetensors") for t in twins))
 
 
 def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:
