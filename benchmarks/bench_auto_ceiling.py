@@ -36,11 +36,12 @@ from pathlib import Path
 
 from bench_args import emulated_parser
 
+from loadscope.base.memory import fresh_memory
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import BenchOptions, BenchReport, run_bench
 from loadscope.engine.probing import run_probes
 from loadscope.loaders.buffers import o_direct_ok
-from loadscope.loaders.strategies.parallel import fresh_buffer, parallel_read
+from loadscope.loaders.strategies.parallel import parallel_read
 from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache
 from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk
@@ -70,7 +71,7 @@ def into_ram(path: str, size: int, threads: int, block: int) -> float:
     if not ev.verified:
         sys.exit(f"{path}: not verified cold ({ev.note})")
     direct = o_direct_ok(path)
-    buf = fresh_buffer(size + 4096)
+    buf = fresh_memory(size + 4096)
     view = memoryview(buf)
     t0 = time.perf_counter()
     parallel_read(

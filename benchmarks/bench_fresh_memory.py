@@ -5,7 +5,11 @@ disk (5 ms, readahead 128 KiB), read cold with the probe's best shape (16 reader
 1 MiB, O_DIRECT) into:
 
 - ``reuse``: one 1 MiB buffer per reader, reused (what the probe's scan measures);
-- ``fresh-huge``: one fresh buffer the size of the shard, ``MADV_HUGEPAGE`` (``auto``);
+- ``fresh-shared``: one fresh buffer the size of the shard as ``auto`` took it before
+  2026-12-05: ``mmap.mmap(-1, n)``, which is *shared* anonymous memory (shmem), marked
+  ``MADV_HUGEPAGE`` (a no-op on shmem where ``shmem_enabled`` is ``never``);
+- ``fresh-4k``: private anonymous memory in 4 KiB pages (``huge_pages=no``);
+- ``fresh-huge``: private anonymous memory marked ``MADV_HUGEPAGE`` (``auto``);
 - ``prefaulted``: the same buffer with every page touched before the clock starts;
 - ``populate``: the same buffer populated by ``MADV_POPULATE_WRITE`` inside the clock;
 - ``ahead``: the same buffer populated by one more thread, 8 MiB at a time, while the
@@ -15,12 +19,17 @@ Rounds interleave the variants; every read is evicted and verified cold first. M
 with the share of both CPUs busy during each read (``/proc/stat``): where it is near
 100%, the emulated disk's server and the loader share saturated CPUs, and no loader-side
 change in how memory is touched can be faster than the CPU time it costs.
-Run: ``.venv/bin/python benchmarks/bench_fresh_memory.py [--rounds 3]``
+Then the memory alone, no I/O (``--memory-only`` runs just this): a fresh 1 GiB buffer
+written whole (``memset``, the GIL released) by one thread and by two, as shared
+anonymous memory, private in 4 KiB pages and private in 2 MiB pages, against writing the
+same buffer again once its pages exist.
+Run: ``.venv/bin/python benchmarks/bench_fresh_memory.py [--rounds 3] [--memory-only]``
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import mmap
 import os
 import statistics
@@ -30,7 +39,8 @@ import threading
 import time
 from pathlib import Path
 
-from loadscope.loaders.strategies.parallel import fresh_buffer, parallel_read
+from loadscope.base.memory import fresh_memory
+from loadscope.loaders.strategies.parallel import parallel_read
 from loadscope.probes.pagecache import ColdCache
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
@@ -78,7 +88,11 @@ def _populate_ahead(buf: mmap.mmap, size: int) -> threading.Thread:
 
 
 def _fresh(path: str, size: int, variant: str) -> float:
-    buf = fresh_buffer(size + 4096, huge_pages=True)
+    if variant == "fresh-shared":
+        buf = mmap.mmap(-1, size + 4096)
+        buf.madvise(mmap.MADV_HUGEPAGE)
+    else:
+        buf = fresh_memory(size + 4096, huge_pages=variant != "fresh-4k")
     view = memoryview(buf)
     if variant == "prefaulted":
         for i in range(0, size, 4096):
@@ -98,6 +112,59 @@ def _fresh(path: str, size: int, variant: str) -> float:
     return secs
 
 
+MEMORY_BYTES = 1 << 30
+
+
+def _buffer(kind: str) -> mmap.mmap:
+    if kind == "shared":
+        return mmap.mmap(-1, MEMORY_BYTES)  # what mmap.mmap(-1, n) gives: shmem
+    return fresh_memory(MEMORY_BYTES, huge_pages=kind == "private, 2 MiB")
+
+
+def _first_and_again(threads: int, kind: str) -> tuple[float, float]:
+    """(first write, second write) of a fresh buffer, in bytes/s."""
+    libc = ctypes.CDLL(None)
+    buf = _buffer(kind)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    part = MEMORY_BYTES // threads
+
+    def write_all() -> float:
+        pool = [
+            threading.Thread(target=libc.memset, args=(ctypes.c_void_p(base + i * part), 1, part))
+            for i in range(threads)
+        ]
+        t0 = time.perf_counter()
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        return MEMORY_BYTES / (time.perf_counter() - t0)
+
+    first, again = write_all(), write_all()
+    buf.close()
+    return first, again
+
+
+def memory_table(rounds: int) -> None:
+    kinds = ("shared", "private, 4 KiB", "private, 2 MiB")
+    shapes = [(n, kind) for n in (1, 2) for kind in kinds]
+    got: dict[tuple[int, str], list[tuple[float, float]]] = {s: [] for s in shapes}
+    for r in range(rounds):
+        for shape in shapes if r % 2 == 0 else shapes[::-1]:
+            got[shape].append(_first_and_again(*shape))
+    print("| writers | memory | first write | written again | first / again | first writes |")
+    print("|---|---|---|---|---|---|")
+    for n, kind in shapes:
+        firsts = [a for a, _ in got[(n, kind)]]
+        first = statistics.median(firsts)
+        again = statistics.median(b for _, b in got[(n, kind)])
+        runs = ", ".join(f"{x / 1e9:.2f}" for x in firsts)
+        print(
+            f"| {n} | {kind} | {first / 1e9:.2f} GB/s | {again / 1e9:.2f} GB/s"
+            f" | {first / again:.2f}x | {runs} |"
+        )
+
+
 def _cpu_ticks() -> tuple[int, int]:
     """(busy, total) jiffies of every CPU since boot (idle and iowait are not busy)."""
     with open("/proc/stat") as f:
@@ -108,10 +175,22 @@ def _cpu_ticks() -> tuple[int, int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--memory-only", action="store_true", help="only the memory, no reads")
     args = ap.parse_args()
+    if args.memory_only:
+        memory_table(args.rounds)
+        return 0
     if (why := fuse_unavailable_reason()) is not None:
         sys.exit(f"the emulated disk is unavailable: {why}")
-    variants = ("reuse", "fresh-huge", "prefaulted", "populate", "ahead")
+    variants = (
+        "reuse",
+        "fresh-shared",
+        "fresh-4k",
+        "fresh-huge",
+        "prefaulted",
+        "populate",
+        "ahead",
+    )
     rates: dict[str, list[float]] = {v: [] for v in variants}
     busy: dict[str, list[float]] = {v: [] for v in variants}
     slow = EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=128)
@@ -143,6 +222,8 @@ def main() -> int:
         runs = ", ".join(f"{x / 1e9:.2f}" for x in rates[v])
         cpu = statistics.median(busy[v])
         print(f"| {v} | {med / 1e9:.2f} GB/s | {med / base:.2f}x | {cpu:.0%} | {runs} |")
+    print()
+    memory_table(args.rounds)
     return 0
 
 

@@ -24,8 +24,9 @@ import threading
 import time
 from pathlib import Path
 
+from loadscope.base.memory import fresh_memory
 from loadscope.base.units import parse_size
-from loadscope.loaders.strategies.parallel import fresh_buffer, parallel_read
+from loadscope.loaders.strategies.parallel import parallel_read
 from loadscope.probes.pagecache import ColdCache
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
@@ -44,11 +45,11 @@ def _read_all(shards: list[Path], pipelined: bool) -> float:
     sizes = [s.stat().st_size // 4096 * 4096 for s in shards]
     kept: list[mmap.mmap] = []
     t0 = time.perf_counter()
-    nxt = fresh_buffer(sizes[0] + 4096, huge_pages=True)
+    nxt = fresh_memory(sizes[0] + 4096, huge_pages=True)
     for i, (shard, size) in enumerate(zip(shards, sizes, strict=True)):
         buf, helper = nxt, None
         if i + 1 < len(shards):
-            nxt = fresh_buffer(sizes[i + 1] + 4096, huge_pages=True)
+            nxt = fresh_memory(sizes[i + 1] + 4096, huge_pages=True)
             if pipelined:
                 helper = threading.Thread(target=_touch, args=(nxt, sizes[i + 1]))
                 helper.start()

@@ -10,7 +10,6 @@ readahead — which is exactly what a plain ``read()`` or mmap load meets.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import random
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from loadscope.base.errors import LoadscopeError
+from loadscope.base.memory import fresh_memory
 from loadscope.base.safeio import open_regular
 from loadscope.probes.iosampler import IoDelta, IoSampler, delta
 from loadscope.probes.pagecache import ColdCache
@@ -438,15 +438,6 @@ class _ReaderPool:
             if own is not None:
                 own.close()
             os.close(fd)
-
-
-def fresh_memory(nbytes: int) -> mmap.mmap:
-    """Anonymous page-aligned memory, marked for huge pages as a loader's buffer is."""
-    buf = mmap.mmap(-1, nbytes)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        with contextlib.suppress(OSError):
-            buf.madvise(mmap.MADV_HUGEPAGE)
-    return buf
 
 
 def _quantiles(samples: list[float]) -> dict[int, float]:
