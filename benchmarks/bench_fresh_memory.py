@@ -8,8 +8,8 @@ disk (5 ms, readahead 128 KiB), read cold with the probe's best shape (16 reader
 - ``fresh-shared``: one fresh buffer the size of the shard as ``auto`` took it before
   2026-12-05: ``mmap.mmap(-1, n)``, which is *shared* anonymous memory (shmem), marked
   ``MADV_HUGEPAGE`` (a no-op on shmem where ``shmem_enabled`` is ``never``);
-- ``fresh-4k``: private anonymous memory in 4 KiB pages (``huge_pages=no``);
-- ``fresh-huge``: private anonymous memory marked ``MADV_HUGEPAGE`` (``auto``);
+- ``fresh-4k``: private anonymous memory in 4 KiB pages (``auto`` since 2026-12-05);
+- ``fresh-huge``: private anonymous memory marked ``MADV_HUGEPAGE`` (``huge_pages=yes``);
 - ``prefaulted``: the same buffer with every page touched before the clock starts;
 - ``populate``: the same buffer populated by ``MADV_POPULATE_WRITE`` inside the clock;
 - ``ahead``: the same buffer populated by one more thread, 8 MiB at a time, while the

@@ -3,7 +3,7 @@ next shard's buffer faulted in by a thread while the current shard is read.
 
 A model of 4 shards (default 2 GiB) served by the emulated FUSE disk (5 ms, readahead
 128 KiB); each shard read cold with 16 readers x 1 MiB, O_DIRECT, into a fresh
-``MADV_HUGEPAGE`` buffer of its size (what ``auto`` does per file). ``pipelined`` touches
+private buffer of its size (what ``auto`` does per file). ``pipelined`` touches
 one byte per 4 KiB of shard k+1's buffer from a second thread while shard k is read,
 taking the first touch of fresh memory off the readers' path. Rounds interleave the two
 (order swapped every round); every shard is evicted and verified cold first. Medians and
@@ -45,11 +45,11 @@ def _read_all(shards: list[Path], pipelined: bool) -> float:
     sizes = [s.stat().st_size // 4096 * 4096 for s in shards]
     kept: list[mmap.mmap] = []
     t0 = time.perf_counter()
-    nxt = fresh_memory(sizes[0] + 4096, huge_pages=True)
+    nxt = fresh_memory(sizes[0] + 4096)
     for i, (shard, size) in enumerate(zip(shards, sizes, strict=True)):
         buf, helper = nxt, None
         if i + 1 < len(shards):
-            nxt = fresh_memory(sizes[i + 1] + 4096, huge_pages=True)
+            nxt = fresh_memory(sizes[i + 1] + 4096)
             if pipelined:
                 helper = threading.Thread(target=_touch, args=(nxt, sizes[i + 1]))
                 helper.start()

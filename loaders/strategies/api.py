@@ -19,7 +19,7 @@ class PublicLoadFile(strategy.Strategy):
     name = "api"
     summary = "loadscope.load_file(path): the public API (auto's choices, safetensors' output)"
     requires = strategy.Requirements(ram_multiple=1.0)
-    knobs = tuple(k for k in Auto.knobs if k.name != "huge_pages")  # load_file: always on
+    knobs = tuple(k for k in Auto.knobs if k.name != "huge_pages")  # load_file: auto's default
 
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext

@@ -35,7 +35,10 @@ class Auto(strategy.Strategy):
         ),
         strategy.Knob("direct", "auto", "O_DIRECT for cold files", choices=("auto", "yes", "no")),
         strategy.Knob(
-            "huge_pages", "yes", "MADV_HUGEPAGE on the read buffers", choices=("yes", "no")
+            "huge_pages",
+            "no",
+            "MADV_HUGEPAGE on the read buffers (off: slower where 2 MiB pages need compaction)",
+            choices=("yes", "no"),
         ),
     )
 
@@ -79,7 +82,7 @@ class Auto(strategy.Strategy):
                     "block_bytes": block,
                 }
             )
-            huge = str(ctx.knob(self, "huge_pages")) != "no"
+            huge = str(ctx.knob(self, "huge_pages")) == "yes"
             yield from read_file_parallel(
                 f, threads=threads, block_bytes=block, direct=direct, huge_pages=huge
             )

@@ -118,7 +118,7 @@ def read_file_parallel(
     threads: int,
     block_bytes: int,
     direct: bool = False,
-    huge_pages: bool = True,
+    huge_pages: bool = False,
 ) -> strategy.Tensors:
     import mmap
 

@@ -170,6 +170,8 @@ def advise_facts(f: Facts) -> Advice:
         key=lambda r: (
             r.id != "memory-limit",  # first: without the memory, no other fix matters
             r.optional,
+            # A fix measured slower here than the default is listed after every other.
+            r.measured and r.expected_speedup is not None and r.expected_speedup < 1.0,
             not r.measured,
             -(r.expected_speedup or 0),
             r.confidence != "high",

@@ -111,7 +111,7 @@ TRIAL_TIMEOUT_S = 600.0
 
 
 def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, ...]) -> ExitCode:
-    from loadscope.engine.broadcast import MODES, BroadcastOptions, run_broadcast
+    from loadscope.engine.broadcast import MODES, BroadcastOptions, check, run_broadcast
     from loadscope.engine.broadcast import to_text as ranks_text
     from loadscope.model.inspection import open_checked
 
@@ -154,9 +154,10 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         trial_timeout_s=args.trial_timeout if args.trial_timeout != TRIAL_TIMEOUT_S else None,
     )
     with (
-        Progress(mode_for(args, sys.stderr)) as progress,
         open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target,
+        Progress(mode_for(args, sys.stderr)) as progress,
     ):
+        check(target, options)  # a refusal stands alone, before any progress line
         progress.step(f"{args.ranks} ranks: {', '.join(modes)}")
         report = run_broadcast(target, options, progress.listener)
     code = emit(out, args.json, report.to_json(), ranks_text(report))

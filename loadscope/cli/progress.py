@@ -54,6 +54,7 @@ class Progress:
         self.trial = ""
         self.rate = ""
         self._ranks_done = 0
+        self._planned = 0  # trials in the plan so far: it grows when the budget adds rounds
         self._lock = threading.Lock()
         self._live: Any = None
 
@@ -107,6 +108,11 @@ class Progress:
             self._finished(f"{b.mode} {b.cache}", took, b.bytes_per_s, b.status, b.reason)
         elif isinstance(event, TrialStarted):
             t = event.trial
+            with self._lock:
+                added, self._planned = event.total - self._planned, event.total
+            if 0 < added < event.total:
+                n = "trial" if added == 1 else "trials"
+                self._line(f"time is left in the budget: one more round ({added} {n})")
             warm = " (warm-up)" if t.warmup else ""
             fit = " (fit)" if getattr(t, "fit", False) else ""
             self._started(

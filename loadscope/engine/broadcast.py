@@ -165,7 +165,8 @@ def plan_trials(options: BroadcastOptions, modes: tuple[Mode, ...]) -> list[Broa
     return [replace(trial, id=i) for i, trial in enumerate(plan, 1)]
 
 
-def _check(target: Target, options: BroadcastOptions) -> None:
+def check(target: Target, options: BroadcastOptions) -> None:
+    """Refuse (BroadcastError) a plan that cannot run on ``target``, before anything starts."""
     if options.ranks < 1:
         raise BroadcastError(f"ranks must be at least 1, not {options.ranks}")
     if options.repeats < 1:
@@ -221,7 +222,7 @@ def run_broadcast(
 ) -> BroadcastReport:
     """Run the multi-rank plan on ``target`` with ``options.ranks`` real ranks; the report."""
     say = listener or (lambda _e: None)
-    _check(target, options)
+    check(target, options)
     files = list(target.files)
     model_bytes = target.total_bytes
     available = (options.memory_available or memory_headroom)()

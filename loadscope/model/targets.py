@@ -186,6 +186,28 @@ def format_of(path: Path) -> WeightFormat | None:
     return None
 
 
+def _folder(
+    spec: str,
+    root: Path,
+    files: tuple[WeightFile, ...],
+    index: Path | None,
+    weight_map: dict[str, str] | None,
+) -> Target:
+    """A model folder's target, with the other format's files beside it when it has them."""
+    other = _other_format(root, files, index)
+    return Target(
+        spec,
+        "directory",
+        root,
+        files,
+        index=index,
+        weight_map=weight_map,
+        alternates=other.files,
+        alternates_problem=other.problem,
+        alternates_index=other.index,
+    )
+
+
 def resolve_path(path: Path, *, spec: str | None = None) -> Target:
     """Resolve an existing file or directory."""
     spec = spec if spec is not None else str(path)
@@ -195,35 +217,12 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
         raise error_from_oserror(exc, path) from None
     if is_dir:
         index, weight_map, files = _directory_files(path)
-        other = _other_format(path, files, index)
-        return Target(
-            spec,
-            "directory",
-            path,
-            files,
-            index=index,
-            weight_map=weight_map,
-            alternates=other.files,
-            alternates_problem=other.problem,
-            alternates_index=other.index,
-        )
+        return _folder(spec, path, files, index, weight_map)
     if path.name.lower().endswith(INDEX_SUFFIXES):
         # A sharded index named by itself (model.safetensors.index.json, or a diffusers
         # one): the model folder it lives in, read through that index.
-        root = path.parent
-        weight_map, files = _index_files(root, path)
-        other = _other_format(root, files, path)
-        return Target(
-            spec,
-            "directory",
-            root,
-            files,
-            index=path,
-            weight_map=weight_map,
-            alternates=other.files,
-            alternates_problem=other.problem,
-            alternates_index=other.index,
-        )
+        weight_map, files = _index_files(path.parent, path)
+        return _folder(spec, path.parent, files, path, weight_map)
     file = _weight_file(path)
     # A torch file with its safetensors twin beside it (many Hub repos hold both; a file
     # converted by the advice's code): named so that the advice says "load those". (A

@@ -403,3 +403,15 @@ def test_a_torch_target_is_refused_naming_the_safetensors_beside_it(tmp_path: Pa
     with pytest.raises(BroadcastError) as refused:
         run_broadcast(resolve(str(only)), BroadcastOptions())
     assert str(refused.value).endswith("this target is torch")
+
+
+def test_the_cli_refusal_of_a_torch_target_is_one_line_before_any_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loadscope.cli import main
+
+    root = synthesize(tmp_path / "both", 1 << 20, fmt="both", seed=4).root
+    code = main(["bench", str(root / "pytorch_model.bin"), "--ranks", "2", "--no-progress"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("loadscope: multi-rank loading reads"), err

@@ -591,3 +591,21 @@ def test_hf_stacks_are_given_the_folder_loadscope_the_model(model: str, folder: 
     assert f"# run first: loadscope warm {shlex.quote(model)}" in by_stack["transformers"]
     assert f"--model-path {shlex.quote(folder)}" in by_stack["sglang"]
     assert f"vllm serve {shlex.quote(folder)}" in by_stack["vllm"]
+
+
+def test_a_fix_measured_slower_here_is_listed_after_the_other_tips() -> None:
+    """load_file of the safetensors beside the pickles measured 0.5x torch.load here: it
+    was listed first among the optional tips, above ones that help or are not measured."""
+    f = facts(
+        {"pickle": 1.0, "mmap": 2.0},
+        {"pickle": 0.05, "mmap": 0.1},
+        storage="local-block",
+        formats={"torch"},
+        seq_limit=1.1e9,
+    )
+    f.safetensors_beside = ["model.safetensors"]
+    recs = advise_facts(f).recommendations
+    assert "prewarm" in [r.id for r in recs]  # an optional tip that is not a measured loss
+    slower = next(i for i, r in enumerate(recs) if r.id == "use-safetensors-beside")
+    assert recs[slower].expected_speedup == pytest.approx(0.5) and recs[slower].optional
+    assert slower == len(recs) - 1 and len(recs) > 1, [(r.id, r.expected_speedup) for r in recs]
