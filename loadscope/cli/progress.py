@@ -109,8 +109,10 @@ class Progress:
         elif isinstance(event, TrialStarted):
             t = event.trial
             with self._lock:
-                added, self._planned = event.total - self._planned, event.total
-            if 0 < added < event.total:
+                # A plan's first trial sets its size (a doctor may run more than one plan).
+                added = event.total - self._planned if event.index > 0 else 0
+                self._planned = event.total
+            if added > 0:
                 n = "trial" if added == 1 else "trials"
                 self._line(f"time is left in the budget: one more round ({added} {n})")
             warm = " (warm-up)" if t.warmup else ""

@@ -32,3 +32,13 @@ def test_a_round_added_by_the_budget_is_said_before_its_first_trial() -> None:
 
 def test_a_plan_that_does_not_grow_says_nothing_of_rounds() -> None:
     assert not any("one more round" in ln for ln in _run([3, 3, 3]))
+
+
+def test_a_second_plan_larger_than_the_first_is_not_a_round_added() -> None:
+    out = io.StringIO()
+    with Progress("lines", stream=out) as progress:
+        for index, total in ((0, 2), (1, 2), (0, 5)):  # a second run_bench: index 0 again
+            trial = Trial(index + 1, "mmap", "cold", 1, False, seconds=1.0)
+            progress.listener(TrialStarted(trial, index, total))
+            progress.listener(TrialFinished(trial))
+    assert "one more round" not in out.getvalue()
