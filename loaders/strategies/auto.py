@@ -37,7 +37,7 @@ class Auto(strategy.Strategy):
         strategy.Knob(
             "huge_pages",
             "no",
-            "MADV_HUGEPAGE on the read buffers (off: slower where 2 MiB pages need compaction)",
+            "MADV_HUGEPAGE on the read buffers; off by default: 2 MiB pages can wait on compaction",
             choices=("yes", "no"),
         ),
     )
