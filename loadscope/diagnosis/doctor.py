@@ -45,6 +45,7 @@ from loadscope.diagnosis.trial_plan import (
     TrialPlan,
     hints_from,
     plan_doctor,
+    rank_target,
 )
 from loadscope.engine.bench import (
     BenchCancelled,
@@ -313,9 +314,13 @@ def _rank_trials(
             " (raise --budget)"
         )
         return None
+    loads = rank_target(target)
+    if loads is None:  # the plan found them: they went since
+        failures.append("ranks: not run: the safetensors beside the torch model are gone")
+        return None
     try:
-        return run_broadcast(
-            target,
+        report = run_broadcast(
+            loads,
             BroadcastOptions(
                 ranks=ranks,
                 modes=RANK_MODES,
@@ -333,6 +338,14 @@ def _rank_trials(
     except LoadscopeError as exc:
         failures.append(f"ranks: {exc}")
         return None
+    if loads is not target:
+        named = loads.index or Path(loads.files[0].path)
+        report.notes.insert(
+            0,
+            f"ran on the safetensors beside the torch model ({named.name}): multi-rank"
+            " loading reads safetensors",
+        )
+    return report
 
 
 #: The least budget left for the multi-rank round (start-up of N ranks and three loads).

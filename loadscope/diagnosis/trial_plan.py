@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from loadscope.base.errors import LoadscopeError
 from loadscope.engine.bench import GPU_STRATEGIES, BenchError, describe_strategies
 from loadscope.engine.broadcast import Mode
 from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.probing import ProbeReport
-from loadscope.model.targets import Target
+from loadscope.model.targets import Target, resolve_path
 
 #: The user's own load end to end (with transformers installed and a config.json beside
 #: the weights): from_pretrained as is, and after loadscope warm (the no-code-change fix).
@@ -240,6 +242,23 @@ class TrialPlan:
     ranks: int | None
 
 
+def rank_target(target: Target) -> Target | None:
+    """What the multi-rank round loads: a safetensors model itself, a torch model's
+    safetensors twins (by their index, or the one file), else None."""
+    if target.formats == {"safetensors"}:
+        return target
+    if target.formats != {"torch"} or not target.alternates:
+        return None
+    try:
+        if target.alternates_index is not None:
+            return resolve_path(target.alternates_index)
+        if len(target.alternates) == 1:
+            return resolve_path(Path(target.alternates[0].path))
+    except LoadscopeError:  # gone or changed since the target was resolved
+        return None
+    return None
+
+
 def plan_doctor(
     target: Target,
     probe: ProbeReport,
@@ -273,7 +292,14 @@ def plan_doctor(
     trials += [(s, "warm") for s in strategies if s in WARM_STRATEGIES]
     if ranks is None and device != "cpu" and gpu_count(probe) >= 2:
         ranks = gpu_count(probe)
-    multi = ranks is not None and ranks >= 2 and formats == {"safetensors"}
+    # Multi-rank loading reads safetensors: a torch model's round runs on its twins.
+    multi = ranks is not None and ranks >= 2 and rank_target(target) is not None
+    if ranks is not None and ranks >= 2 and not multi:
+        failures.append(
+            "ranks: not run: multi-rank loading reads safetensors, and this model is "
+            + " and ".join(sorted(formats))
+            + (" with no safetensors beside it" if formats == {"torch"} else "")
+        )
     remaining = max(10.0, budget_s - probe.elapsed_s - 2.0) * (0.6 if multi else 1.0)
     if formats == {"torch"} and not target.alternates:
         # Half for converting a sample to safetensors and timing both: what makes

@@ -516,6 +516,31 @@ def test_doctor_on_a_torch_index_with_safetensors_beside_says_load_those(
     check_schema(json.loads(report.to_json()), "doctor")
 
 
+def test_doctor_ranks_on_a_torch_model_run_on_its_safetensors_or_say_why(
+    tmp_path: Path,
+) -> None:
+    """``doctor --ranks 2`` on a torch model dropped the multi-rank round without a word.
+    With the same model beside it as safetensors the round runs on those, and says so;
+    with none, the report says why it did not run."""
+    root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=5).root
+    report = run_doctor(resolve(str(root / "pytorch_model.bin.index.json")), budget_s=40, ranks=2)
+    assert report.ranks is not None, report.failures
+    assert report.ranks.notes[0] == (
+        "ran on the safetensors beside the torch model (model.safetensors.index.json):"
+        " multi-rank loading reads safetensors"
+    )
+    assert report.ranks.target["formats"] == ["safetensors"]
+    assert report.ranks.target["spec"].endswith("model.safetensors.index.json")
+    assert report.ranks.target["files"] == 2
+    only = synthesize(tmp_path / "torch", 4 << 20, fmt="torch", seed=5).root
+    report = run_doctor(resolve(str(only)), budget_s=20, ranks=2)
+    assert report.ranks is None
+    assert (
+        "ranks: not run: multi-rank loading reads safetensors, and this model is torch"
+        " with no safetensors beside it"
+    ) in report.failures
+
+
 def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path) -> None:
     """Issue 20: on a folder with both formats the doctor ran torch.load without mmap=True
     only and printed no seed-000 ratio in its text, Markdown or HTML."""
