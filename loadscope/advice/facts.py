@@ -160,7 +160,13 @@ def facts_from(
         scaling = max(p.bytes_per_s for p in thr.parallel) / thr.parallel[0].bytes_per_s
     bdi = primary.storage.bdi.data
     cold, warm, ids = _timed(bench)
-    beside = [str(n) for n in (bench.target.get("safetensors_beside") or [])] if bench else []
+    # Safetensors beside a torch model whose trials found other tensors: not the model.
+    differ = bench.other_format_differs() if bench else None
+    beside = (
+        [str(n) for n in (bench.target.get("safetensors_beside") or [])]
+        if bench and not differ
+        else []
+    )
     st_index = bench.target.get("safetensors_index") if bench and beside else None
     model_root = str(probe.target.get("source") or probe.target["root"])
     return Facts(
@@ -195,9 +201,8 @@ def facts_from(
         conversion=conversion,
         safetensors_beside=beside,
         safetensors_index=str(st_index) if st_index else None,
-        alternates_problem=str(bench.target.get("alternates_problem") or "") or None
-        if bench
-        else None,
+        alternates_problem=differ
+        or (str(bench.target.get("alternates_problem") or "") or None if bench else None),
         torch_files=[str(n) for n in probe.target.get("torch_files") or []],
         torch_index=str(probe.target["torch_index"]) if probe.target.get("torch_index") else None,
     )

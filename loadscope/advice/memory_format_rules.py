@@ -115,8 +115,13 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
             " convert that"
         )
     if f.alternates_problem:
-        # Safetensors in the folder that could not be loaded: a broken download, likely.
-        action += f"; {f.alternates_problem} (an incomplete download? fix them, or convert)"
+        # Safetensors in the folder that could not be loaded (a broken download, likely),
+        # or that hold another model: the conversion below never overwrites them.
+        action += f"; {f.alternates_problem}" + (
+            " (the code below stops rather than overwrite them: move them away first)"
+            if "not the same model" in f.alternates_problem
+            else " (an incomplete download? fix them, or convert)"
+        )
         evidence.append(Evidence("safetensors beside", f.alternates_problem))
     return [
         Recommendation(
@@ -234,7 +239,8 @@ _CONVERT_ONE = (
 def _conversion_code(f: Facts) -> str:
     """The user's own torch files converted beside them under the names HF's libraries
     look for (:func:`~loadscope.model.targets.safetensors_twin`: ``pytorch_model.bin`` ->
-    ``model.safetensors``), and the index rewritten for them when there is one."""
+    ``model.safetensors``), and the index rewritten for them when there is one; it stops
+    before writing anything when one of those names is taken (never overwrites a file)."""
     names = f.torch_files or ["pytorch_model.bin"]
     head = (
         "import json, os, torch\n" if f.torch_index else "import os, torch\n"
@@ -244,16 +250,25 @@ def _conversion_code(f: Facts) -> str:
         body += (
             f"with open(os.path.join(folder, {f.torch_index!r})) as fh:\n"
             "    index = json.load(fh)\n"
-            "for shard in sorted(set(index['weight_map'].values())):\n"
-            "    convert(os.path.join(folder, shard), os.path.join(folder, twin(shard)))\n"
-            "index['weight_map'] = {k: twin(v) for k, v in index['weight_map'].items()}\n"
-            f"with open(os.path.join(folder, {safetensors_twin(f.torch_index)!r}), 'w') as fh:\n"
-            "    json.dump(index, fh, indent=2)"
+            "shards = sorted(set(index['weight_map'].values()))\n"
+            f"index_out = os.path.join(folder, {safetensors_twin(f.torch_index)!r})\n"
         )
     else:
+        body += f"shards, index_out = {names!r}, None\n"
+    body += (
+        "pairs = [(os.path.join(folder, s), os.path.join(folder, twin(s))) for s in shards]\n"
+        "outs = [dest for _, dest in pairs] + ([index_out] if index_out else [])\n"
+        "taken = [dest for dest in outs if os.path.lexists(dest)]\n"
+        "if taken:\n"
+        "    raise SystemExit(f'{taken[0]} exists: not overwritten (move it away first)')\n"
+        "for src, dest in pairs:\n"
+        "    convert(src, dest)"
+    )
+    if f.torch_index:
         body += (
-            f"for name in {names!r}:\n"
-            "    convert(os.path.join(folder, name), os.path.join(folder, twin(name)))"
+            "\nindex['weight_map'] = {k: twin(v) for k, v in index['weight_map'].items()}\n"
+            "with open(index_out, 'x') as fh:\n"
+            "    json.dump(index, fh, indent=2)"
         )
     return head + body
 

@@ -135,7 +135,7 @@ def run_doctor(
     if plan.ranks is not None and not probe.stalled:
         step("ranks")
         rank_report = _rank_trials(
-            target, plan.ranks, plan.device, budget_s, started, cancel, failures
+            target, bench, plan.ranks, plan.device, budget_s, started, cancel, failures
         )
     step("advice")
     advice = advise(probe, bench, rank_report, failures, conversion=conversion)
@@ -299,6 +299,7 @@ def measure_conversion(
 
 def _rank_trials(
     target: Target,
+    bench: BenchReport | None,
     ranks: int,
     device: str,
     budget_s: float,
@@ -317,6 +318,10 @@ def _rank_trials(
     loads = rank_target(target)
     if loads is None:  # the plan found them: they went since
         failures.append("ranks: not run: the safetensors beside the torch model are gone")
+        return None
+    differ = bench.other_format_differs() if bench is not None else None
+    if loads is not target and differ:
+        failures.append(f"ranks: not run: {differ}")
         return None
     try:
         report = run_broadcast(

@@ -314,8 +314,8 @@ class _Run:
                 f"{', '.join(other)} read the {theirs} ({len(self.files_for(other[0]))})"
                 " beside the"
                 + (
-                    f" {ours} ({len(files)}) that {', '.join(rest)} read: both formats, the"
-                    " same tensors"
+                    f" {ours} ({len(files)}) that {', '.join(rest)} read: both formats,"
+                    f" every trial checked against the {ours}' tensors"
                     if rest
                     else f" {ours} ({len(files)}), checked against their tensors"
                 )

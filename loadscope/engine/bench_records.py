@@ -194,6 +194,20 @@ class BenchReport:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
+    def other_format_differs(self) -> str | None:
+        """Why the safetensors beside a torch model are not that model: the first trial of
+        them whose tensors differ from the torch files'; None when none did."""
+        if not self.target.get("safetensors_beside"):
+            return None
+        for t in self.trials:
+            wrong = t.status == "failed" and (t.reason or "").startswith("wrong tensors")
+            if wrong and not t.strategy.startswith("pickle"):
+                return (
+                    "the safetensors files beside the model hold other tensors than the torch"
+                    f" files (trial #{t.id}, {t.strategy}: {t.reason}): not the same model"
+                )
+        return None
+
 
 # -- events for a live view (CLI progress line, TUI charts) -------------------------------------
 

@@ -18,95 +18,101 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import json
 import os
-import posixpath
 import re
 import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Literal
 
 from loadscope.base.errors import (
-    ExitCode,
     LoadscopeError,
     NotARegularFile,
     PathNotFound,
     error_from_oserror,
 )
-from loadscope.base.safeio import open_regular, pread_exact, stat_regular
+from loadscope.base.safeio import open_regular, pread_exact
 from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes, parse_size
+from loadscope.model.twins import Other, other_format, safetensors_twin
+from loadscope.model.weightfiles import (
+    INDEX_NAMES,
+    INDEX_SUFFIXES,
+    MAX_INDEX_BYTES,
+    NOT_WEIGHTS,
+    SAFETENSORS_SUFFIXES,
+    TORCH_SUFFIXES,
+    BadTargetSpec,
+    HubCacheMiss,
+    InvalidIndex,
+    NotEnoughSpace,
+    NoWeightFiles,
+    ShardMissing,
+    ShardOutsideModel,
+    TargetError,
+    UnsupportedFile,
+    WeightFile,
+    WeightFormat,
+    check_shard_name,
+    format_of,
+    index_files,
+    parse_index,
+    read_index,
+    shard_file,
+    weight_file,
+)
 from loadscope.probes.hfcache import hub_cache_location
 from loadscope.tools.synth import SynthFormat, synthesize
 
-WeightFormat = Literal["safetensors", "torch"]
+#: What this module gives (the weight-file names and errors are re-exported from
+#: :mod:`weightfiles`, the other format's files from :mod:`twins`).
+__all__ = [
+    "INDEX_NAMES",
+    "INDEX_SUFFIXES",
+    "MAX_INDEX_BYTES",
+    "NOT_WEIGHTS",
+    "SAFETENSORS_SUFFIXES",
+    "TORCH_SUFFIXES",
+    "BadTargetSpec",
+    "HubCacheMiss",
+    "InvalidIndex",
+    "NoWeightFiles",
+    "NotEnoughSpace",
+    "Other",
+    "ShardMissing",
+    "ShardOutsideModel",
+    "SyntheticSpec",
+    "Target",
+    "TargetError",
+    "TargetKind",
+    "UnsupportedFile",
+    "WeightFile",
+    "WeightFormat",
+    "check_shard_name",
+    "format_of",
+    "hub_cache_dir",
+    "index_files",
+    "looks_like_repo_id",
+    "open_target",
+    "other_format",
+    "parse_index",
+    "parse_synthetic",
+    "read_index",
+    "repo_spec",
+    "resolve",
+    "resolve_path",
+    "resolve_repo_id",
+    "safetensors_twin",
+    "shard_file",
+    "weight_file",
+]
+
 TargetKind = Literal["file", "directory", "hf-cache", "synthetic"]
 
-SAFETENSORS_SUFFIXES = (".safetensors",)
-TORCH_SUFFIXES = (".bin", ".pt", ".pth")
-#: Index files in the order they are preferred.
-INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-#: An index named as the target: the safetensors kind first (see _index_files).
-INDEX_SUFFIXES = (".safetensors.index.json", ".bin.index.json")
-#: Torch files in model folders that are not model weights.
-NOT_WEIGHTS = ("training_args.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
-MAX_INDEX_BYTES = 64 << 20
 _HF_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
-
-
-class TargetError(LoadscopeError):
-    """The target cannot be turned into weight files."""
-
-    exit_code = ExitCode.UNSUPPORTED
-
-
-class UnsupportedFile(TargetError):
-    """A file whose name is not a weight format loadscope reads."""
-
-
-class NoWeightFiles(TargetError):
-    """A directory holding no weight files."""
-
-
-class HubCacheMiss(PathNotFound):
-    """A Hugging Face repo id that is not in the local cache (loadscope never downloads)."""
-
-
-class BadTargetSpec(TargetError):
-    """A ``synthetic:`` spec or repo id that does not parse."""
-
-    exit_code = ExitCode.USAGE
-
-
-class InvalidIndex(TargetError):
-    """An index JSON that is malformed, names missing shards, or points outside the model."""
-
-    exit_code = ExitCode.CORRUPT
-
-
-class ShardMissing(InvalidIndex):
-    """The index names a shard file that is not there (an incomplete download?)."""
-
-
-class ShardOutsideModel(InvalidIndex):
-    """The index names a shard by an absolute path or one that climbs out with ``..``."""
-
-
-class NotEnoughSpace(TargetError):
-    """No room to build a synthetic checkpoint."""
-
-    exit_code = ExitCode.RESOURCES
-
-
-@dataclass(frozen=True, slots=True)
-class WeightFile:
-    path: Path
-    size_bytes: int
-    format: WeightFormat
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,16 +182,6 @@ class Target:
         return tuple(f for f in self.alternates if f.format in formats)
 
 
-def format_of(path: Path) -> WeightFormat | None:
-    """The weight format a file name promises, or None."""
-    name = path.name.lower()
-    if name.endswith(SAFETENSORS_SUFFIXES):
-        return "safetensors"
-    if name.endswith(TORCH_SUFFIXES):
-        return "torch"
-    return None
-
-
 def _folder(
     spec: str,
     root: Path,
@@ -194,7 +190,7 @@ def _folder(
     weight_map: dict[str, str] | None,
 ) -> Target:
     """A model folder's target, with the other format's files beside it when it has them."""
-    other = _other_format(root, files, index)
+    other = other_format(root, files, index)
     return Target(
         spec,
         "directory",
@@ -221,13 +217,13 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
     if path.name.lower().endswith(INDEX_SUFFIXES):
         # A sharded index named by itself (model.safetensors.index.json, or a diffusers
         # one): the model folder it lives in, read through that index.
-        weight_map, files = _index_files(path.parent, path)
+        weight_map, files = index_files(path.parent, path)
         return _folder(spec, path.parent, files, path, weight_map)
-    file = _weight_file(path)
+    file = weight_file(path)
     # A torch file with its safetensors twin beside it (many Hub repos hold both; a file
     # converted by the advice's code): named so that the advice says "load those". (A
     # safetensors file stands alone: the folder's pickles may be anything.)
-    other = _other_format(path.parent, (file,), None) if file.format == "torch" else _Other()
+    other = other_format(path.parent, (file,), None) if file.format == "torch" else Other()
     return Target(
         spec,
         "file",
@@ -237,29 +233,6 @@ def resolve_path(path: Path, *, spec: str | None = None) -> Target:
         alternates_problem=other.problem,
         alternates_index=other.index,
     )
-
-
-def _index_files(root: Path, index: Path) -> tuple[dict[str, str], tuple[WeightFile, ...]]:
-    """The weight map of ``index`` and the shards it names under ``root``, each once."""
-    weight_map = read_index(index)
-    fmt: WeightFormat = "safetensors" if index.name.lower().endswith(INDEX_SUFFIXES[0]) else "torch"
-    # "./a.safetensors" and "a.safetensors" are one file: read it once.
-    shards = sorted({posixpath.normpath(s) for s in weight_map.values()})
-    return weight_map, tuple(_shard(root, index, s, fmt) for s in shards)
-
-
-def _weight_file(path: Path, fmt: WeightFormat | None = None) -> WeightFile:
-    fmt = fmt or format_of(path)
-    if fmt is None:
-        raise UnsupportedFile(
-            "is not a weight file loadscope reads (expected .safetensors, .bin, .pt or .pth,"
-            " a model directory, or its *.safetensors.index.json)",
-            path=path,
-        )
-    st = stat_regular(path)
-    if not os.access(path, os.R_OK):
-        raise error_from_oserror(PermissionError(13, "Permission denied"), path)
-    return WeightFile(path=path, size_bytes=st.st_size, format=fmt)
 
 
 def _directory_files(
@@ -272,7 +245,7 @@ def _directory_files(
     for index_name in INDEX_NAMES:
         if index_name in names:
             index = root / index_name
-            return index, *_index_files(root, index)
+            return index, *index_files(root, index)
     by_format: tuple[tuple[WeightFormat, tuple[str, ...]], ...] = (
         ("safetensors", SAFETENSORS_SUFFIXES),
         ("torch", TORCH_SUFFIXES),
@@ -280,87 +253,13 @@ def _directory_files(
     for fmt, suffixes in by_format:
         picked = [n for n in names if n.lower().endswith(suffixes) and n not in NOT_WEIGHTS]
         if picked:
-            return None, None, tuple(_weight_file(root / n, fmt) for n in picked)
+            return None, None, tuple(weight_file(root / n, fmt) for n in picked)
     hint = _subfolders_with_weights(root, names)
     raise NoWeightFiles(
         "holds no weight files (.safetensors, .bin, .pt, .pth)"
         + (f"; these subfolders do, point at one: {', '.join(hint)}" if hint else ""),
         path=root,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _Other:
-    """The other format's files, why they cannot be used ("" when they can, or are none),
-    and the index that names them."""
-
-    files: tuple[WeightFile, ...] = ()
-    problem: str = ""
-    index: Path | None = None
-
-
-def safetensors_twin(name: str) -> str:
-    """The name HF's libraries give the safetensors form of a torch file or index:
-    ``pytorch_model*.bin`` -> ``model*.safetensors`` (transformers),
-    ``diffusion_pytorch_model*.bin`` -> ``diffusion_pytorch_model*.safetensors``
-    (diffusers), ``x.bin`` -> ``x.safetensors``; ``*.bin.index.json`` likewise."""
-    head, base = posixpath.split(name)
-    index = base.lower().endswith(INDEX_SUFFIXES[1])
-    stem = base[: -len(INDEX_SUFFIXES[1])] if index else posixpath.splitext(base)[0]
-    if stem.startswith("pytorch_model"):
-        stem = "model" + stem[len("pytorch_model") :]
-    return posixpath.join(head, stem + (INDEX_SUFFIXES[0] if index else ".safetensors"))
-
-
-def _other_format(root: Path, files: tuple[WeightFile, ...], index: Path | None) -> _Other:
-    """The files of the other format in the model's folder (the Target's two fields): the
-    torch files beside chosen safetensors (by their own index when there is one), or the
-    safetensors twins of a chosen torch model (:func:`safetensors_twin`: by the twin of
-    its index, else file by file, all of them or none, so that a variant's or an
-    adapter's safetensors are never taken for the model's); none when there are none,
-    and why when they cannot be used. The chosen format is what every command loads; the
-    other is measured beside it (and safetensors already there are named in place of
-    "convert to safetensors")."""
-    formats = {f.format for f in files}
-    try:
-        if formats == {"torch"}:
-            return _safetensors_twins(root, files, index)
-        if formats != {"safetensors"}:
-            return _Other()
-        names = sorted(e.name for e in os.scandir(root))
-        torch_index = INDEX_NAMES[1]
-        if torch_index in names:
-            shards = sorted(
-                {posixpath.normpath(s) for s in read_index(root / torch_index).values()}
-            )
-            shard_files = tuple(_shard(root, root / torch_index, s, "torch") for s in shards)
-            return _Other(shard_files, index=root / torch_index)
-        picked = [n for n in names if n.lower().endswith(TORCH_SUFFIXES) and n not in NOT_WEIGHTS]
-        return _Other(tuple(_weight_file(root / n, "torch") for n in picked))
-    except (OSError, LoadscopeError) as exc:
-        other = "torch" if formats == {"safetensors"} else "safetensors"
-        return _Other(problem=f"the {other} files beside the model cannot be used: {exc}")
-
-
-def _safetensors_twins(root: Path, files: tuple[WeightFile, ...], index: Path | None) -> _Other:
-    if index is not None:
-        twin_index = root / safetensors_twin(os.path.relpath(index, root))
-        if os.path.lexists(twin_index):
-            shards = sorted({posixpath.normpath(s) for s in read_index(twin_index).values()})
-            twin_files = tuple(_shard(root, twin_index, s, "safetensors") for s in shards)
-            return _Other(twin_files, index=twin_index)
-    twins = [root / safetensors_twin(os.path.relpath(f.path, root)) for f in files]
-    present = [t for t in twins if os.path.lexists(t)]
-    if not present:
-        return _Other()
-    if len(present) < len(twins):
-        missing = next(t for t in twins if not os.path.lexists(t))
-        raise ShardMissing(
-            f"is missing, though {len(present)} of the {len(twins)} safetensors twins of the"
-            " torch files are there",
-            path=missing,
-        )
-    return _Other(tuple(_weight_file(t, "safetensors") for t in twins))
 
 
 def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:
@@ -379,90 +278,6 @@ def _subfolders_with_weights(root: Path, names: list[str]) -> list[str]:
     return found[:8]
 
 
-def read_index(index: Path) -> dict[str, str]:
-    """Read an index JSON's ``weight_map`` (tensor name -> shard file name), validated."""
-    fd = open_regular(index)
-    try:
-        size = os.fstat(fd).st_size
-        if size > MAX_INDEX_BYTES:
-            raise InvalidIndex(f"is {format_bytes(size)}, too large for an index file", path=index)
-        raw = pread_exact(fd, size, 0, path=index)
-    finally:
-        os.close(fd)
-    return parse_index(raw, path=index)
-
-
-def parse_index(raw: bytes, *, path: Path) -> dict[str, str]:
-    """Validate index JSON bytes; each shard must be a plain relative path inside the model."""
-    twice: list[str] = []
-
-    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for key, value in items:
-            if key in out and not twice:
-                twice.append(key)
-            out[key] = value
-        return out
-
-    try:
-        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InvalidIndex(
-            f"is not valid JSON ({str(exc).splitlines()[0][:100]})", path=path
-        ) from None
-    if twice:
-        raise InvalidIndex(
-            f"has the key {twice[0]!r} twice (a tensor listed in two shards? JSON would"
-            " silently keep the last); fix or download the index again",
-            path=path,
-        )
-    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise InvalidIndex("has no 'weight_map' object of tensor name -> shard file", path=path)
-    for tensor, shard in weight_map.items():
-        if not isinstance(shard, str) or not shard:
-            raise InvalidIndex(f"tensor {tensor!r} maps to {shard!r}, not a file name", path=path)
-        check_shard_name(shard, index=path)
-    return weight_map
-
-
-def check_shard_name(shard: str, *, index: Path) -> None:
-    """Refuse shard names that could leave the model directory (absolute, ``..``, NUL, ``\\``)."""
-    pure = PurePosixPath(shard)
-    if (
-        "\0" in shard
-        or "\\" in shard
-        or pure.is_absolute()
-        or ".." in pure.parts
-        or shard.startswith("~")
-    ):
-        raise ShardOutsideModel(
-            f"names shard {shard!r}, which is outside the model directory; refusing to follow it",
-            path=index,
-        )
-
-
-def _shard(root: Path, index: Path, shard: str, fmt: WeightFormat) -> WeightFile:
-    path = root / shard
-    if not os.path.lexists(path):
-        raise ShardMissing(
-            f"names shard {shard!r}, which is missing (incomplete download?)", path=index
-        )
-    try:
-        exists = path.exists()
-    except OSError as exc:  # e.g. a symlink whose target name is too long to stat
-        raise error_from_oserror(exc, path) from None
-    if not exists:
-        raise ShardMissing(
-            f"names shard {shard!r}, a broken symlink (incomplete download?)", path=index
-        )
-    return _weight_file(path, fmt)
-
-
-# -- Hugging Face cache ----------------------------------------------------------------------
-
-
-#: A repo id without an organisation, as classic models are named (``gpt2``).
 _HF_BARE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*)(?:@(?P<rev>[\w./-]+))?$")
 #: File names a user means as files, not as a bare repo id.
 _FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".ckpt", ".gguf")

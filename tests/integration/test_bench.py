@@ -542,7 +542,7 @@ def test_safetensors_beside_a_torch_index_are_measured_and_named_as_such(tmp_pat
     assert [t.verified for t in report.trials if t.strategy == "mmap"] == [True]
     assert (
         "mmap read the safetensors (2) beside the torch files (2) that pickle read: both"
-        " formats, the same tensors"
+        " formats, every trial checked against the torch files' tensors"
     ) in report.notes, report.notes
     # A shard of them gone: the note says so, and the safetensors strategy is skipped.
     (root / "model-00002-of-00002.safetensors").unlink()

@@ -541,6 +541,30 @@ def test_doctor_ranks_on_a_torch_model_run_on_its_safetensors_or_say_why(
     ) in report.failures
 
 
+def test_safetensors_beside_that_hold_another_model_are_not_taken_for_it(
+    tmp_path: Path,
+) -> None:
+    """pytorch_model.bin beside an unrelated model.safetensors: every trial of the
+    safetensors failed "wrong tensors", yet the advice said "load those" and the rank
+    round ran on them. Now they are named as another model, and neither happens."""
+    import shutil
+
+    root = synthesize(tmp_path / "mix", 2 << 20, fmt="torch", seed=1).root
+    other = synthesize(tmp_path / "other", 1 << 20, seed=7).root / "model.safetensors"
+    shutil.copy(other, root / "model.safetensors")
+    report = run_doctor(resolve(str(root / "pytorch_model.bin")), budget_s=30, ranks=2)
+    ids = [r.id for r in report.advice.recommendations]
+    assert "use-safetensors-beside" not in ids, ids
+    rec = next(r for r in report.advice.recommendations if r.id == "convert-to-safetensors")
+    assert "hold other tensors than the torch files" in rec.action
+    assert "not the same model" in rec.action and "stops rather than overwrite" in rec.action
+    assert report.ranks is None
+    assert any(
+        f.startswith("ranks: not run: the safetensors files beside the model hold other")
+        for f in report.failures
+    ), report.failures
+
+
 def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path) -> None:
     """Issue 20: on a folder with both formats the doctor ran torch.load without mmap=True
     only and printed no seed-000 ratio in its text, Markdown or HTML."""

@@ -609,3 +609,25 @@ def test_a_fix_measured_slower_here_is_listed_after_the_other_tips() -> None:
     slower = next(i for i, r in enumerate(recs) if r.id == "use-safetensors-beside")
     assert recs[slower].expected_speedup == pytest.approx(0.5) and recs[slower].optional
     assert slower == len(recs) - 1 and len(recs) > 1, [(r.id, r.expected_speedup) for r in recs]
+
+
+def test_the_conversion_code_never_overwrites_a_file(tmp_path: Path) -> None:
+    """Run as shown in a folder where a name it would write is taken (another model's
+    model.safetensors): it stops before writing anything, and says which file."""
+    from loadscope.tools.synth import synthesize
+
+    root = synthesize(tmp_path / "m", 1 << 20, shards=2, fmt="torch", seed=9).root
+    taken = root / "model-00002-of-00002.safetensors"
+    taken.write_bytes(b"someone else's")
+    f = facts({"pickle": 2.0}, formats={"torch"})
+    f.model_root = str(root)
+    f.torch_files = ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+    f.torch_index = "pytorch_model.bin.index.json"
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "convert-to-safetensors")
+    with pytest.raises(
+        SystemExit, match=r"model-00002-of-00002\.safetensors exists: not overwritten"
+    ):
+        exec(rec.snippets[0].code, {})
+    assert taken.read_bytes() == b"someone else's"
+    assert not (root / "model-00001-of-00002.safetensors").exists()
+    assert not (root / "model.safetensors.index.json").exists()

@@ -113,6 +113,30 @@ def test_only_the_twins_count_as_beside(tmp_path: Path) -> None:
     assert resolve(str(d / "diffusion_pytorch_model.bin")).alternates == ()
 
 
+def test_safetensors_sharded_otherwise_than_the_pickles_are_found(tmp_path: Path) -> None:
+    """A repo saved once as one pytorch_model.bin and again as two safetensors shards (or
+    the other way round): the safetensors were missed, so the doctor said "convert" and
+    its code would have written a second copy beside them."""
+    import shutil
+
+    one = synthesize(tmp_path / "one", 1 << 20, fmt="torch", seed=3).root
+    for f in synthesize(tmp_path / "st2", 1 << 20, shards=2, seed=3).root.iterdir():
+        shutil.copy(f, one / f.name)
+    target = resolve(str(one / "pytorch_model.bin"))
+    assert [f.path.name for f in target.alternates] == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ]
+    assert target.alternates_index == one / "model.safetensors.index.json"
+    two = synthesize(tmp_path / "two", 1 << 20, shards=2, fmt="torch", seed=3).root
+    shutil.copy(synthesize(tmp_path / "st1", 1 << 20, seed=3).root / "model.safetensors", two)
+    target = resolve(str(two / "pytorch_model.bin.index.json"))
+    assert [f.path.name for f in target.alternates] == ["model.safetensors"]
+    # Not under HF's torch names: a model.safetensors beside ckpt.bin may be anything.
+    (two / "pytorch_model-00001-of-00002.bin").rename(two / "ckpt.bin")
+    assert resolve(str(two / "ckpt.bin")).alternates == ()
+
+
 def test_unusable_safetensors_beside_are_said_not_passed_over(
     synth_both: SyntheticCheckpoint, tmp_path: Path
 ) -> None:
