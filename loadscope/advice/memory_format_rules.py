@@ -18,7 +18,7 @@ from loadscope.actions.convert import NOT_A_STATE_DICT
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.advice.snippets import Snippet, command, commands
-from loadscope.base.units import format_bytes
+from loadscope.base.units import format_bytes, format_speedup
 from loadscope.engine.bench import GPU_STRATEGIES
 from loadscope.model.targets import safetensors_twin
 
@@ -90,7 +90,7 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
         action += (
             f"; measured here on {name} ({format_bytes(conv.sample_bytes)}) converted"
             f" {conv.where}: load_file {conv.safetensors_cold_s:.3g} s vs torch.load"
-            f" {conv.pickle_cold_s:.3g} s cold ({gain:.1f}x{', slower here' if gain < 1 else ''})"
+            f" {conv.pickle_cold_s:.3g} s cold ({format_speedup(gain)})"
             + (
                 f", warm {conv.safetensors_warm_s:.3g} s vs {conv.pickle_warm_s:.3g} s"
                 if conv.safetensors_warm_s and conv.pickle_warm_s
@@ -156,7 +156,7 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
     if gain is not None and mmap_s and pickle_s:
         action += (
             f"; measured here cold: load_file {mmap_s:.3g} s vs torch.load {pickle_s:.3g} s"
-            f" ({gain:.1f}x{', slower here' if gain < 1 else ''})"
+            f" ({format_speedup(gain)})"
         )
         evidence += [
             Evidence("torch.load cold", pickle_s, "s"),

@@ -78,13 +78,20 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         strategies = tuple(comma_list(args.strategies))
         if not strategies:
             raise UsageError("--strategies is empty (see --list-strategies)")
+    knobs = _parse_knobs(args.knob)
+    unused = [name for name in knobs if strategies is not None and name not in strategies]
+    if unused and args.ranks is None:
+        raise UsageError(
+            f"--knob {unused[0]}.{next(iter(knobs[unused[0]]))}: {unused[0]} is not among"
+            f" --strategies {','.join(strategies or ())}"
+        )
     options = BenchOptions(
         strategies=strategies,
         cache=cache,
         repeats=args.repeats,
         warmup=not args.no_warmup,
         budget_s=args.budget,
-        knobs=_parse_knobs(args.knob),
+        knobs=knobs,
         trial_timeout_s=args.trial_timeout,
         allow_drop_caches=args.allow_drop_caches,
     )
@@ -132,7 +139,8 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
     ]
     if ignored:
         raise UsageError(
-            f"{' and '.join(ignored)} do not apply with --ranks: it runs the multi-rank modes"
+            f"{' and '.join(ignored)} {'do' if len(ignored) > 1 else 'does'} not apply with"
+            " --ranks: it runs the multi-rank modes"
             " (--modes independent,broadcast,broadcast-async,sharded) on the whole model"
         )
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -294,6 +294,8 @@ def plan_doctor(
         ranks = gpu_count(probe)
     # Multi-rank loading reads safetensors: a torch model's round runs on its twins.
     multi = ranks is not None and ranks >= 2 and rank_target(target) is not None
+    if ranks == 1:
+        failures.append("ranks: not run: --ranks 1 is one rank; the multi-rank round needs 2")
     if ranks is not None and ranks >= 2 and not multi:
         failures.append(
             "ranks: not run: multi-rank loading reads safetensors, and this model is "

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.units import format_bytes, format_rate
+from loadscope.base.units import format_bytes, format_rate, format_speedup
 from loadscope.engine.sampling import whole_rate
 from loadscope.report.sections import (
     Block,
@@ -185,7 +185,9 @@ def to_html(doc: dict[str, Any]) -> str:
         out.append("<h2>Recommendations</h2><ol>")
         for r in recs:
             how = "measured" if r.get("measured", True) else "estimated"
-            gain = f" — {r['expected_speedup']:.1f}x {how}" if r.get("expected_speedup") else ""
+            speedup = r.get("expected_speedup")
+            shown, _, slower = format_speedup(speedup).partition(", ") if speedup else ("", "", "")
+            gain = f" — {shown} {how}" + (f", {slower}" if slower else "") if speedup else ""
             opt = " (optional)" if r.get("optional") else ""
             out.append(f"<li><b>{_e(r['title'])}</b>{_e(opt)}{_e(gain)}<br>{_e(r['action'])}")
             if r.get("risk"):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.base.units import format_bytes, format_rate, format_speedup, format_us
 from loadscope.engine.bench import format_lines
 from loadscope.engine.sampling import whole_rate, whole_seconds_text
 
@@ -203,7 +203,7 @@ def _recommendations(doc: dict[str, Any]) -> Section | None:
         return None
     rows = []
     for i, r in enumerate(recs, 1):
-        gain = f"{r['expected_speedup']:.1f}x" if r.get("expected_speedup") else "-"
+        gain = format_speedup(r["expected_speedup"]) if r.get("expected_speedup") else "-"
         if r.get("expected_speedup") and not r.get("measured", True):
             gain += " (est.)"
         ram = format_bytes(r["ram_bytes_needed"]) if r.get("ram_bytes_needed") else "-"
@@ -411,9 +411,11 @@ def _ranks(doc: dict[str, Any]) -> Section | None:
             )
         )
     header = ("mode", "cache", "median s", "rate", "x independent", "read amp")
-    return Section(
-        "ranks", f"{n} ranks (slowest rank, median seconds)", (Table(header, tuple(rows)),)
-    )
+    blocks: list[Block] = [Table(header, tuple(rows))]
+    notes = [str(n) for n in ranks.get("notes") or []]
+    if notes:
+        blocks.append(Bullets(tuple(notes)))  # what the ranks ran on, when not the target
+    return Section("ranks", f"{n} ranks (slowest rank, median seconds)", tuple(blocks))
 
 
 def _fio(doc: dict[str, Any]) -> Section | None:

@@ -532,6 +532,12 @@ def test_doctor_ranks_on_a_torch_model_run_on_its_safetensors_or_say_why(
     assert report.ranks.target["formats"] == ["safetensors"]
     assert report.ranks.target["spec"].endswith("model.safetensors.index.json")
     assert report.ranks.target["files"] == 2
+    # The Markdown and the HTML say it too (they had the table without the note).
+    from loadscope.report.html import to_html
+
+    note = "ran on the safetensors beside the torch model (model.safetensors.index.json)"
+    assert note in to_markdown(report.to_dict())
+    assert html.escape(note) in to_html(report.to_dict())
     only = synthesize(tmp_path / "torch", 4 << 20, fmt="torch", seed=5).root
     report = run_doctor(resolve(str(only)), budget_s=20, ranks=2)
     assert report.ranks is None
@@ -539,6 +545,11 @@ def test_doctor_ranks_on_a_torch_model_run_on_its_safetensors_or_say_why(
         "ranks: not run: multi-rank loading reads safetensors, and this model is torch"
         " with no safetensors beside it"
     ) in report.failures
+    # One rank is no multi-rank round: said, not silently dropped.
+    report = run_doctor(resolve(str(only)), budget_s=10, ranks=1)
+    assert "ranks: not run: --ranks 1 is one rank; the multi-rank round needs 2" in (
+        report.failures
+    )
 
 
 def test_safetensors_beside_that_hold_another_model_are_not_taken_for_it(

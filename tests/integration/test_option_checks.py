@@ -203,9 +203,10 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_any_work(
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
-        (["--strategies", "mmap"], "--strategies do not apply with --ranks"),
-        (["--knob", "parallel.threads=4"], "--knob do not apply with --ranks"),
-        (["--budget", "10"], "--budget do not apply with --ranks"),
+        (["--strategies", "mmap"], "--strategies does not apply with --ranks"),
+        (["--knob", "parallel.threads=4"], "--knob does not apply with --ranks"),
+        (["--budget", "10"], "--budget does not apply with --ranks"),
+        (["--budget", "10", "--knob", "auto.threads=4"], "--knob and --budget do not apply"),
         (["--ranks", "999"], "would measure the scheduler"),
     ],
 )
@@ -216,3 +217,11 @@ def test_bench_ranks_refuses_what_it_would_ignore(
     argv = ["bench", "/nonexistent/model", "--ranks", "2", *extra]
     result = cli(*argv)
     assert result.code == 2 and says in result.err, result
+
+
+def test_a_knob_for_a_strategy_not_run_is_refused(cli: CliRunner) -> None:
+    """``--strategies mmap --knob auto.huge_pages=yes`` ran mmap and dropped the knob."""
+    result = cli("bench", "/nonexistent/model", "--strategies", "mmap", "--knob",
+                 "auto.huge_pages=yes")  # fmt: skip
+    assert result.code == 2, result
+    assert "--knob auto.huge_pages: auto is not among --strategies mmap" in result.err

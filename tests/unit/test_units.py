@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadscope.base.units import format_bytes, parse_size
+from loadscope.base.units import format_bytes, format_speedup, parse_size
 
 
 @pytest.mark.parametrize(
@@ -47,3 +47,19 @@ def test_parse_size_rejects(text: str) -> None:
 )
 def test_format_bytes(n: float, expected: str) -> None:
     assert format_bytes(n) == expected
+
+
+@pytest.mark.parametrize(
+    ("x", "shown"),
+    [
+        (18.64, "18.6x"),
+        (1.05, "1.1x"),
+        (1.02, "1.02x"),
+        (0.998, "1.00x"),  # not "slower" for a digit the text hides
+        (0.95, "0.95x, slower here"),  # was "1.0x, slower here"
+        (0.5, "0.50x, slower here"),
+        (0.05, "0.1x, slower here"),
+    ],
+)
+def test_format_speedup_never_shows_a_loss_as_1x(x: float, shown: str) -> None:
+    assert format_speedup(x) == shown
