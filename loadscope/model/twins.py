@@ -22,6 +22,7 @@ from loadscope.model.weightfiles import (
     TORCH_SUFFIXES,
     ShardMissing,
     WeightFile,
+    WeightFormat,
     read_index,
     shard_file,
     weight_file,
@@ -67,13 +68,8 @@ def other_format(root: Path, files: tuple[WeightFile, ...], index: Path | None) 
         if formats != {"safetensors"}:
             return Other()
         names = sorted(e.name for e in os.scandir(root))
-        torch_index = INDEX_NAMES[1]
-        if torch_index in names:
-            shards = sorted(
-                {posixpath.normpath(s) for s in read_index(root / torch_index).values()}
-            )
-            shard_files = tuple(shard_file(root, root / torch_index, s, "torch") for s in shards)
-            return Other(shard_files, index=root / torch_index)
+        if INDEX_NAMES[1] in names:
+            return _by_index(root, root / INDEX_NAMES[1], "torch")
         picked = [n for n in names if n.lower().endswith(TORCH_SUFFIXES) and n not in NOT_WEIGHTS]
         return Other(tuple(weight_file(root / n, "torch") for n in picked))
     except (OSError, LoadscopeError) as exc:
@@ -85,9 +81,7 @@ def _safetensors_twins(root: Path, files: tuple[WeightFile, ...], index: Path | 
     if index is not None:
         twin_index = root / safetensors_twin(os.path.relpath(index, root))
         if os.path.lexists(twin_index):
-            shards = sorted({posixpath.normpath(s) for s in read_index(twin_index).values()})
-            twin_files = tuple(shard_file(root, twin_index, s, "safetensors") for s in shards)
-            return Other(twin_files, index=twin_index)
+            return _by_index(root, twin_index, "safetensors")
     twins = [root / safetensors_twin(os.path.relpath(f.path, root)) for f in files]
     present = [t for t in twins if os.path.lexists(t)]
     if not present:
@@ -121,8 +115,13 @@ def _resharded_twin(root: Path, files: tuple[WeightFile, ...]) -> Other:
     whole = safetensors_twin(base)
     index = root / (whole[: -len(".safetensors")] + INDEX_SUFFIXES[0])
     if os.path.lexists(index):
-        shards = sorted({posixpath.normpath(s) for s in read_index(index).values()})
-        return Other(tuple(shard_file(root, index, s, "safetensors") for s in shards), index=index)
+        return _by_index(root, index, "safetensors")
     if os.path.lexists(root / whole):
         return Other((weight_file(root / whole, "safetensors"),))
     return Other()
+
+
+def _by_index(root: Path, index: Path, fmt: WeightFormat) -> Other:
+    """The shards ``index`` names, each once, as the other format's files."""
+    shards = sorted({posixpath.normpath(s) for s in read_index(index).values()})
+    return Other(tuple(shard_file(root, index, s, fmt) for s in shards), index=index)
