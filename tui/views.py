@@ -22,7 +22,7 @@ from textual.widgets import DataTable, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.units import format_bytes, format_rate
+from loadscope.base.units import format_bytes, format_rate, format_speedup
 from loadscope.engine.bench import Trial
 from loadscope.tui.charts import (
     RateChart,
@@ -362,7 +362,7 @@ class AdviceView(Vertical):
             gain = r.get("expected_speedup")
             est = "" if r.get("measured", True) else " est."
             tag = " (optional)" if r.get("optional") else ""
-            label = f"{i}. {r['title']}{tag}" + (f" — {gain:.1f}x{est}" if gain else "")
+            label = f"{i}. {r['title']}{tag}" + (f" — {format_speedup(gain)}{est}" if gain else "")
             recs.add_option(Option(label, id=r["id"]))
         if self.recommendations:
             recs.highlighted = 0
