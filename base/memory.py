@@ -7,7 +7,7 @@ huge pages follow ``shmem_enabled``, commonly ``never``). Measured on a 2-core V
 (``benchmarks/bench_fresh_memory.py``), a fresh 1 GiB written once by one thread: 1.9 GB/s
 shared, 2.2 GB/s private in 4 KiB pages, 0.4-1.8 GB/s (median 0.8) private in 2 MiB pages,
 which the kernel must first find or compact; a cold 2 GiB ``auto`` load on an emulated
-5 ms FUSE disk ran at 0.41x with huge pages asked for.
+5 ms FUSE disk ran at 0.41x with huge pages asked for (``benchmarks/bench_auto_ceiling.py``).
 May import: the standard library only.
 """
 

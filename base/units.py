@@ -72,11 +72,18 @@ _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, ""
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zµ]*)\s*$")
 
 
-def format_speedup(x: float) -> str:
-    """``3.1x``; near 1 two decimals (``1.02x``), so that a loss is never shown as
-    ``1.0x``; below 1 as shown, ``0.95x, slower here``."""
+def speedup_shown(x: float) -> tuple[str, bool]:
+    """(``3.1x``, slower as shown): near 1 two decimals (``1.02x``), so that a loss is
+    never shown as ``1.0x``, and 0.998 (``1.00x``) is not called slower for a digit the
+    text hides."""
     shown = f"{x:.1f}" if x >= 1.05 or x < 0.095 else f"{x:.2f}"
-    return f"{shown}x, slower here" if float(shown) < 1 else f"{shown}x"
+    return f"{shown}x", float(shown) < 1
+
+
+def format_speedup(x: float) -> str:
+    """``3.1x``, ``1.02x``; below 1 as shown, ``0.95x, slower here``."""
+    shown, slower = speedup_shown(x)
+    return f"{shown}, slower here" if slower else shown
 
 
 def parse_duration(text: str) -> float:

@@ -22,7 +22,8 @@ change in how memory is touched can be faster than the CPU time it costs.
 Then the memory alone, no I/O (``--memory-only`` runs just this): a fresh 1 GiB buffer
 written whole (``memset``, the GIL released) by one thread and by two, as shared
 anonymous memory, private in 4 KiB pages and private in 2 MiB pages, against writing the
-same buffer again once its pages exist.
+same buffer again once its pages exist; then a first write 0, 2 and 8 s after freeing
+as much.
 Run: ``.venv/bin/python benchmarks/bench_fresh_memory.py [--rounds 3] [--memory-only]``
 """
 
@@ -165,6 +166,18 @@ def memory_table(rounds: int) -> None:
         )
 
 
+def recycle_table(waits: tuple[float, ...] = (0.0, 2.0, 8.0)) -> None:
+    """A first write of fresh private memory right after freeing as much, and seconds
+    later: whether memory the guest has just freed is cheaper to touch again."""
+    print("| freed before | first write |")
+    print("|---|---|")
+    for wait in waits:
+        _first_and_again(1, "private, 4 KiB")  # write and free 1 GiB
+        time.sleep(wait)
+        first, _ = _first_and_again(1, "private, 4 KiB")
+        print(f"| {wait:g} s | {first / 1e9:.2f} GB/s |")
+
+
 def _cpu_ticks() -> tuple[int, int]:
     """(busy, total) jiffies of every CPU since boot (idle and iowait are not busy)."""
     with open("/proc/stat") as f:
@@ -179,6 +192,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.memory_only:
         memory_table(args.rounds)
+        print()
+        recycle_table()
         return 0
     if (why := fuse_unavailable_reason()) is not None:
         sys.exit(f"the emulated disk is unavailable: {why}")

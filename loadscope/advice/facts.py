@@ -74,6 +74,8 @@ class Facts:
     safetensors_index: str | None = None
     #: Why the other format's files in the model's folder cannot be used, if so.
     alternates_problem: str | None = None
+    #: ... because their trials found other tensors: another model, not a broken download.
+    alternates_differ: bool = False
     #: A torch model's files and index (relative to ``model_root``), for the conversion.
     torch_files: list[str] = field(default_factory=list)
     torch_index: str | None = None
@@ -203,6 +205,7 @@ def facts_from(
         safetensors_index=str(st_index) if st_index else None,
         alternates_problem=differ
         or (str(bench.target.get("alternates_problem") or "") or None if bench else None),
+        alternates_differ=differ is not None,
         torch_files=[str(n) for n in probe.target.get("torch_files") or []],
         torch_index=str(probe.target["torch_index"]) if probe.target.get("torch_index") else None,
     )

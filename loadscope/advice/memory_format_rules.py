@@ -119,7 +119,7 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
         # or that hold another model: the conversion below never overwrites them.
         action += f"; {f.alternates_problem}" + (
             " (the code below stops rather than overwrite them: move them away first)"
-            if "not the same model" in f.alternates_problem
+            if f.alternates_differ
             else " (an incomplete download? fix them, or convert)"
         )
         evidence.append(Evidence("safetensors beside", f.alternates_problem))

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from loadscope.base.units import speedup_shown
+
 #: The stacks a load snippet is written for, in the order they are shown.
 STACKS = ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell")
 
@@ -349,12 +351,10 @@ def label_of(snippet: dict[str, Any]) -> str:
     what = f"{snippet['strategy']}, trial {ids}" if ids else str(snippet["strategy"])
     base = snippet.get("baseline") or "mmap"
     against = "the default load" if base == "mmap" else f"{base} cold"
-    shown = f"{speedup:.1f}" if speedup >= 1.05 or speedup < 0.095 else f"{speedup:.2f}"
-    # Slower as shown, not by a digit it hides: 0.998 prints as "1.00x", never with
-    # "slower" beside it.
-    slower = " (slower than the default here)" if float(shown) < 1 else ""
+    shown, slower = speedup_shown(speedup)
+    later = " (slower than the default here)" if slower else ""
     proxy = f"; {snippet['proxy']}" if snippet.get("proxy") else ""
-    return f"measured {shown}x vs {against}{slower} ({what}{proxy})"
+    return f"measured {shown} vs {against}{later} ({what}{proxy})"
 
 
 def snippet_heading(snippet: dict[str, Any]) -> str:

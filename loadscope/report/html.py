@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.units import format_bytes, format_rate, format_speedup
+from loadscope.base.units import format_bytes, format_rate, speedup_shown
 from loadscope.engine.sampling import whole_rate
 from loadscope.report.sections import (
     Block,
@@ -186,8 +186,8 @@ def to_html(doc: dict[str, Any]) -> str:
         for r in recs:
             how = "measured" if r.get("measured", True) else "estimated"
             speedup = r.get("expected_speedup")
-            shown, _, slower = format_speedup(speedup).partition(", ") if speedup else ("", "", "")
-            gain = f" — {shown} {how}" + (f", {slower}" if slower else "") if speedup else ""
+            shown, slower = speedup_shown(speedup) if speedup else ("", False)
+            gain = f" — {shown} {how}" + (", slower here" if slower else "") if speedup else ""
             opt = " (optional)" if r.get("optional") else ""
             out.append(f"<li><b>{_e(r['title'])}</b>{_e(opt)}{_e(gain)}<br>{_e(r['action'])}")
             if r.get("risk"):
