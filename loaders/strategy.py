@@ -126,8 +126,17 @@ class LoadContext:
     device: str = "cpu"
 
     def knob(self, strategy: Strategy, name: str) -> Any:
+        """The value ``strategy`` runs with: the knob given, else (for loadscope's own tuned
+        strategies only) the probe's hint, else the knob's default. A strategy that stands
+        for a route (a stack's code, a loadscope command) never takes a hint: its trial
+        runs with the settings the route's code uses."""
         knob = next(k for k in strategy.knobs if k.name == name)
-        return knob.parse(self.knobs.get(name, self.hints.get(name, knob.default)))
+        hinted = self.hints.get(name, knob.default) if strategy.tuned else knob.default
+        return knob.parse(self.knobs.get(name, hinted))
+
+    def settings(self, strategy: Strategy) -> dict[str, Any]:
+        """Every knob of ``strategy`` as this context runs it (what the trial records)."""
+        return {k.name: self.knob(strategy, k.name) for k in strategy.knobs}
 
     def knob_values(self, strategy: Strategy, *names: str) -> tuple[Any, ...]:
         """:meth:`knob` of each of ``names``, in order (``threads, block = ...``)."""
@@ -155,6 +164,12 @@ class Strategy:
     #: sample is always spans of every file; with ``samples`` False too (a peer that
     #: loads the files of a load together), it runs whole or is skipped, never scaled.
     sample_shards: bool = True
+    #: True for loadscope's own tuned strategies (``auto``, ``direct``, ``parallel``, the
+    #: GPU staging): where no knob is given they take the probe's measured best readers
+    #: and request size. False for every strategy that stands for a route a user runs
+    #: (the public API, ``loadscope warm``, a stack's flag): its trial runs with the
+    #: route's own defaults, so the number printed beside the route is the route's.
+    tuned: bool = False
 
     def unavailable(self) -> str | None:
         """Why this strategy cannot run in this environment, or None.
@@ -193,6 +208,7 @@ class Strategy:
             "samples": self.samples,
             "sample_files": self.sample_files,
             "sample_shards": self.sample_shards,
+            "tuned": self.tuned,
             "preload": list(self.preload),
             "knobs": {
                 k.name: {"default": k.default, "help": k.help, "takes": k.takes()}

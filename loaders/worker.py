@@ -164,6 +164,8 @@ def run(spec: dict[str, Any], emitter: Emitter) -> int:
             detail={
                 "io": asdict(delta(before, after)),
                 "residency_at_start": resident,
+                # The knobs as the trial ran them: a route's trial must run its code's own.
+                "settings": ctx.settings(strategy),
                 **ctx.notes,
             },
         )

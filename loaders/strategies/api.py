@@ -28,7 +28,9 @@ class PublicLoadFile(strategy.Strategy):
         direct = str(ctx.knob(self, "direct"))
         if any(f.tensors is not None for f in files):
             ctx.notes["sampled"] = "a sample: loaded through auto's per-file path"
-            yield from Auto().load(files, ctx)
+            # With load_file's own settings, never the probe's hints (auto would take them).
+            own = strategy.LoadContext(knobs=ctx.settings(self), notes=ctx.notes)
+            yield from Auto().load(files, own)
             return
         for f in files:
             yield from load_file(f.path, threads=threads, block_bytes=block, direct=direct).items()

@@ -28,10 +28,16 @@ class Auto(strategy.Strategy):
     name = "auto"
     summary = "map resident files; deep-parallel large reads (O_DIRECT when possible) when cold"
     requires = strategy.Requirements(ram_multiple=1.0)
+    tuned = True  # the probe's best readers where no knob is given
     knobs = (
         strategy.Knob("threads", 12, "requests in flight per cold file (default: from the probes)"),
+        # A multiple of 4096, as O_DIRECT reads need (as ``direct``'s): any other size would
+        # be split into aligned and unaligned reads behind the caller's back.
         strategy.Knob(
-            "block_bytes", 1 << 20, "bytes per request for cold files (default: from the probes)"
+            "block_bytes",
+            1 << 20,
+            "bytes per request for cold files (default: from the probes)",
+            multiple=4096,
         ),
         strategy.Knob("direct", "auto", "O_DIRECT for cold files", choices=("auto", "yes", "no")),
         strategy.Knob(

@@ -16,6 +16,7 @@ from loadscope.loaders.strategies.parallel import read_file_parallel
 class Direct(strategy.FileByFile):
     name = "direct"
     summary = "O_DIRECT 1 MiB reads, 12 in flight, into an aligned buffer"
+    tuned = True
     requires = strategy.Requirements(ram_multiple=1.0)
     knobs = (
         strategy.Knob("threads", 12, "requests in flight per file"),

@@ -101,6 +101,7 @@ def _read_into(fd: int, plain: int, dst: memoryview, offset: int, align: int) ->
 class Parallel(strategy.FileByFile):
     name = "parallel"
     summary = "threads of 16 MiB preads into one buffer per file, tensors as views"
+    tuned = True
     requires = strategy.Requirements(ram_multiple=1.0)
     knobs = (
         strategy.Knob("threads", 8, "reader threads per file"),
