@@ -30,6 +30,8 @@ from loadscope.loaders.api import (
     check_device,
     check_hints,
     check_knobs,
+    check_record,
+    import_for_load,
     load_file,
     load_torch_file,
 )
@@ -79,6 +81,8 @@ def load_model(
     ``model.load_state_dict(loadscope.load_model(path))``.
     """
     # Every argument checked before the first shard is read, not after it.
+    record = check_record(record)
+    import_for_load(record)  # a first call's torch import, in the record's wall time
     check_knobs(threads, block_bytes, direct)
     device = check_device(device)
     check_hints(hints)

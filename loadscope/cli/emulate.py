@@ -138,12 +138,14 @@ def _supervise(args: argparse.Namespace, settings: EmulatorSettings, out: TextIO
     served, what = _served(args, settings)
     try:
         with served as disk:
-            if sys.stderr.isatty():
-                how = f"ext4 on {disk.loop} over a disk answering in " if args.block else ""
-                sys.stderr.write(
-                    f"serving {args.source} at {args.mountpoint}: {how}{args.latency * 1e3:g}"
-                    f" ms per request, readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
-                )
+            # Always, and at once: `emulate ... 2>&1 | tee log` (or a script waiting for
+            # it) must see that the mount is up, not only a terminal.
+            how = f"ext4 on {disk.loop} over a disk answering in " if args.block else ""
+            sys.stderr.write(
+                f"serving {args.source} at {args.mountpoint}: {how}{args.latency * 1e3:g}"
+                f" ms per request, readahead {args.readahead_kb} KiB; Ctrl-C unmounts\n"
+            )
+            sys.stderr.flush()
             code = disk.process.wait()
     except (KeyboardInterrupt, Terminated):
         out.write(f"unmounted {args.mountpoint}\n")  # the way to stop it: not an error

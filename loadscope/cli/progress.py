@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Literal, TextIO
 
-from loadscope.base.units import format_bytes
+from loadscope.base.units import format_bytes, format_rate
 
 Mode = Literal["live", "lines", "off"]
 #: What a plain progress line looks like (tests tell them from an error line by it).
@@ -28,8 +28,9 @@ LINE_RE = re.compile(r"^\[\s*\d+\.\d+s\] ")
 
 
 def rate_suffix(bytes_per_s: float | None) -> str:
-    """``, 65 MB/s`` after a time, or nothing when no rate was measured."""
-    return f", {format_bytes(bytes_per_s)}/s" if bytes_per_s else ""
+    """``, 65 MB/s`` after a time (decimal, as every report), or nothing when no rate was
+    measured."""
+    return f", {format_rate(bytes_per_s)}" if bytes_per_s else ""
 
 
 def mode_for(args: Any, stream: TextIO) -> Mode:
@@ -55,6 +56,9 @@ class Progress:
         self.rate = ""
         self._ranks_done = 0
         self._planned = 0  # trials in the plan so far: it grows when the budget adds rounds
+        # The round the budget added that is running: (its number, its first trial's
+        # index, its size); None while the plan's own trials run.
+        self._added: tuple[int, int, int] | None = None
         self._lock = threading.Lock()
         self._live: Any = None
 
@@ -110,23 +114,35 @@ class Progress:
             t = event.trial
             with self._lock:
                 # A plan's first trial sets its size (a doctor may run more than one plan).
+                if event.index == 0:
+                    self._added = None
                 added = event.total - self._planned if event.index > 0 else 0
                 self._planned = event.total
-            if added > 0:
+                if added > 0:
+                    # One total per round: "round 2: trial 1/16", not "17/32".
+                    number = max(t.repeat, self._added[0] + 1 if self._added else 2)
+                    self._added = (number, event.index, added)
+                counted = self._added
+            if added > 0 and counted is not None:
                 n = "trial" if added == 1 else "trials"
-                self._line(f"time is left in the budget: one more round ({added} {n})")
+                self._line(
+                    f"time is left in the budget: one more round (round {counted[0]}, {added} {n})"
+                )
+            if counted is None:
+                k = f"trial {event.index + 1}/{event.total}"
+            else:
+                number, first, size = counted
+                k = f"round {number}: trial {event.index - first + 1}/{size}"
             warm = " (warm-up)" if t.warmup else ""
             fit = " (fit)" if getattr(t, "fit", False) else ""
-            self._started(
-                f"trial {event.index + 1}/{event.total} {t.strategy} {t.cache}{warm}{fit}"
-            )
+            self._started(f"{k} {t.strategy} {t.cache}{warm}{fit}")
         elif isinstance(event, TrialProgress):
             if event.total_bytes:
                 pct = 100 * event.bytes_done / event.total_bytes
                 rate = event.bytes_done / event.seconds if event.seconds > 0 else 0.0
                 with self._lock:
                     self.rate = (
-                        f"{pct:3.0f}% of {format_bytes(event.total_bytes)}  {format_bytes(rate)}/s"
+                        f"{pct:3.0f}% of {format_bytes(event.total_bytes)}  {format_rate(rate)}"
                     )
         elif isinstance(event, TrialFinished):
             t = event.trial
@@ -228,7 +244,7 @@ class ByteMeter:
         eta = f"{(total - done) / rate:.0f} s left" if rate > 0 and done < total else ""
         text = (
             f"{self.label} {format_bytes(done)} of {format_bytes(total)}"
-            f"  {format_bytes(rate)}/s  {eta}".rstrip()
+            f"  {format_rate(rate)}  {eta}".rstrip()
         )
         if self.mode == "live":
             self.stream.write(f"\r{text[:78]:<78}")

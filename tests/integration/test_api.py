@@ -274,6 +274,78 @@ def test_hints_that_are_not_a_dict_are_a_value_error(every_dtype: Path) -> None:
         loadscope.load_file(every_dtype, hints={"threads": 0})
 
 
+def test_an_unknown_hint_is_refused_naming_the_accepted_ones(tmp_path: Path) -> None:
+    # {'x': 1} (or a misspelt 'thread') was accepted and ignored without a word.
+    ck = synthesize(tmp_path / "m", 4 << 20, shards=2, seed=15)
+    for call in (
+        lambda: loadscope.load_file(ck.files[0], hints={"x": 1}),
+        lambda: loadscope.load_model(ck.root, hints={"threads": 8, "x": 1}),
+    ):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value) == (
+            "hints: unknown key 'x' (accepted: threads, block_bytes, direct, huge_pages)"
+        )
+    assert len(loadscope.load_file(ck.files[0], hints={"threads": 8, "block_bytes": "2MiB"}))
+
+
+def test_a_record_that_is_not_a_load_record_is_a_value_error(tmp_path: Path) -> None:
+    # record={} loaded the whole file, then raised AttributeError ('dict' has no 'files').
+    ck = synthesize(tmp_path / "m", 4 << 20, shards=2, seed=16)
+    for call in (
+        lambda: loadscope.load_file(ck.files[0], record={}),  # type: ignore[arg-type]
+        lambda: loadscope.load_model(ck.root, record={}),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ValueError, match=r"^record must be a loadscope\.LoadRecord\(\)"):
+            call()
+
+
+def test_a_block_size_o_direct_would_change_is_refused(every_dtype: Path) -> None:
+    # 5000 was accepted, then read as 4 KiB O_DIRECT reads and unaligned buffered ones.
+    for call in (
+        lambda: loadscope.load_file(every_dtype, block_bytes=5000),
+        lambda: loadscope.load_model(every_dtype, block_bytes=5000),
+        lambda: loadscope.load_file(every_dtype, hints={"block_bytes": 5000}),
+    ):
+        with pytest.raises(ValueError, match=r"block_bytes=5000: .*a multiple of 4096"):
+            call()
+    record = loadscope.LoadRecord()
+    _evict(every_dtype)
+    loadscope.load_file(every_dtype, block_bytes=3 * 4096, record=record)
+    (choice,) = record.files
+    assert choice.strategy == "mmap" or choice.block_bytes == 3 * 4096, choice
+
+
+@pytest.mark.parametrize("call", ["load_file", "load_model"])
+def test_the_first_calls_torch_import_is_in_its_record(every_dtype: Path, call: str) -> None:
+    """A process's first load imports torch (~1.5 s): the record left it out, and its
+    time under-reported what the caller waited. The second call pays nothing."""
+    code = (
+        "import sys, loadscope\n"
+        "assert 'torch' not in sys.modules\n"
+        f"load = loadscope.{call}\n"
+        "first, second = loadscope.LoadRecord(), loadscope.LoadRecord()\n"
+        "load(sys.argv[1], record=first)\n"
+        "load(sys.argv[1], record=second)\n"
+        "d = first.to_dict()\n"
+        "assert d['import_seconds'] == first.import_seconds, d\n"
+        "assert abs(d['wall_seconds'] - first.import_seconds - first.seconds) < 1e-9, d\n"
+        "assert 'importing torch' in str(first) and 'importing' not in str(second)\n"
+        "print(first.import_seconds, second.import_seconds, second.wall_seconds, second.seconds)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(every_dtype)],
+        check=False,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second, wall, seconds = (float(x) for x in out.stdout.split())
+    assert first > 0.01 and second == 0.0 and wall == seconds, out.stdout
+
+
 def test_import_loadscope_stays_light() -> None:
     """The CLI imports loadscope: the API must not pull torch in until it is used."""
     code = (

@@ -309,6 +309,39 @@ def test_the_foreground_emulator_ends_as_its_mount_was_taken_away(
     assert "Traceback" not in err and not is_mounted(mnt)
 
 
+def test_the_ready_line_reaches_a_pipe_while_the_mount_is_up(
+    source: SyntheticCheckpoint, tmp_path: Path
+) -> None:
+    """`emulate SRC MNT 2>&1 | tee log` never said the mount was up: the ready line was
+    written only when stderr was a terminal. It is written always, at once."""
+    import select
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    cmd = [sys.executable, "-m", "loadscope", "emulate", str(source.root), str(mnt)]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    try:
+        ready, _, _ = select.select([proc.stderr], [], [], 30)
+        line = proc.stderr.readline() if ready else ""
+        mounted = is_mounted(mnt)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        from tests.conftest import run_loadscope
+
+        run_loadscope("emulate", "--unmount", str(mnt))
+    assert line.startswith(f"serving {source.root} at {mnt}: 2 ms per request"), (line, err)
+    assert "Ctrl-C unmounts" in line and mounted
+    assert proc.returncode == 0 and f"unmounted {mnt}" in out, (out, err)
+    assert "Traceback" not in err and not is_mounted(mnt)
+
+
 def test_bad_source_is_one_line(tmp_path: Path) -> None:
     from tests.conftest import run_loadscope
 

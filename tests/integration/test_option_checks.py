@@ -79,6 +79,9 @@ def test_numbers_are_checked_as_they_are_parsed(
         ("parallel.threads=0", "parallel.threads='0': expected integer 1..256"),
         ("auto.direct=maybe", "auto.direct='maybe': expected auto | yes | no"),
         ("direct.block_bytes=5000", "a multiple of 4096"),
+        # auto (and load_file's api) read with O_DIRECT too: 5000 was run as 4 KiB reads.
+        ("auto.block_bytes=5000", "auto.block_bytes='5000': expected bytes 4096..1073741824,"),
+        ("api.block_bytes=5000", "a multiple of 4096"),
     ],
 )
 def test_knobs_are_checked_against_each_strategys_declaration(

@@ -34,3 +34,10 @@ def test_off_mode_prints_nothing_and_live_mode_clears_its_line() -> None:
     text = live.getvalue()
     assert "\n" not in text and text.count("\r") > 10
     assert text.endswith("\r") and text.rsplit("\r", 2)[-2].strip() == ""
+
+
+def test_the_rate_is_decimal_as_in_every_report() -> None:
+    out = io.StringIO()
+    _feed(ByteMeter("warming", "lines", out, every_s=2.0))
+    # 100 MiB in 10 s: it said "10 MiB/s" beside the "10.5 MB/s" of the reports.
+    assert "10.5 MB/s" in out.getvalue().splitlines()[-1] and "iB/s" not in out.getvalue()
