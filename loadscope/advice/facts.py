@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from loadscope.actions.convert import ConversionTrial
+from loadscope.base.hf_layout import folder_layout
 from loadscope.engine.bench import BenchReport, Summary
 from loadscope.engine.broadcast import BroadcastReport, BroadcastSummary
 from loadscope.engine.probing import ProbeReport
@@ -26,6 +27,38 @@ class LocalDiskFacts:
     write_bytes_per_s: float
     cold_read_bytes_per_s: float
     cold_verified: bool
+
+
+#: An extrapolated figure whose fit's relative error is above this is not a figure.
+MAX_FIT_ERROR = 0.25
+#: An estimate may not beat the storage's best measured read by more than this (the
+#: scatter of repeated probes and trials on one machine).
+BOUND_SLACK = 1.15
+#: A cold load may not beat a warm one by more than this. Wider: on a local disk served
+#: from its host's cache a cold load of a small model takes about what a warm one does,
+#: and two 20 ms trials on a busy 2-core machine differ by a third.
+WARM_SLACK = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One strategy's whole-model time, and how far it can be trusted."""
+
+    seconds: float
+    #: "measured": whole loads timed; "estimated": fitted from samples (± ``error``).
+    how: str
+    #: The fit's relative standard error (estimated figures), None when not measurable.
+    error: float | None = None
+    #: Why it is no figure to act on (a bound it breaks, a fit too loose), else None.
+    unreliable: str | None = None
+
+    def label(self) -> str:
+        """ "measured", "estimated ±12%", or "not measured reliably (why)"."""
+        if self.unreliable:
+            return f"not measured reliably ({self.unreliable})"
+        if self.how == "estimated":
+            return f"estimated ±{self.error:.0%}" if self.error is not None else "estimated"
+        return "measured"
 
 
 @dataclass(slots=True)
@@ -81,15 +114,92 @@ class Facts:
     torch_index: str | None = None
     #: The FUSE mount's fusectl folder (/sys/fs/fuse/connections/N), when the probe found it.
     fuse_connection_path: str | None = None
+    #: Which library ``model_root`` is saved for (``base/hf_layout.py``), "" when unknown:
+    #: the snippets show a library's code only for its own folders.
+    layout: str = ""
+
+    #: The bench's time budget (seconds), when it had one: what "needs ~N s" is said against.
+    budget_s: float | None = None
 
     def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
         """Whole-model time of ``base_name`` over ``strategy``'s (measured, or extrapolated
         from a sample: sampled strategies read samples of their own sizes, so their sample
-        times cannot be compared)."""
-        base, other = self.seconds(base_name, cache), self.seconds(strategy, cache)
-        if not base or not other:
+        times cannot be compared); None when either figure is missing or breaks a bound
+        (:meth:`figure`): a speed-up is never made of a figure that cannot be trusted."""
+        base, other = self.figure(base_name, cache), self.figure(strategy, cache)
+        if base is None or other is None or base.unreliable or other.unreliable:
             return None
-        return base / other
+        return base.seconds / other.seconds
+
+    def figure(self, strategy: str, cache: str = "cold") -> Figure | None:
+        """``strategy``'s whole-model time with how it was obtained and whether it holds.
+
+        A figure is unreliable when an extrapolation's fit error is over
+        :data:`MAX_FIT_ERROR` (or cannot be measured), when a cold load beats the warm
+        default load (or its own warm load) by more than :data:`WARM_SLACK`, or when an
+        estimate beats the storage's best measured read by more than :data:`BOUND_SLACK`:
+        all are physically impossible, so the figure is wrong, not the storage fast."""
+        table = self.cold if cache == "cold" else self.warm
+        s = table.get(strategy)
+        if s is None or not (s.extrapolated_median_seconds or s.median_seconds):
+            return None
+        estimated = s.extrapolated_median_seconds is not None and s.scope not in (None, "whole")
+        seconds = float(s.extrapolated_median_seconds or s.median_seconds or 0.0)
+        why: str | None = None
+        if estimated and (s.error_estimate is None or s.error_estimate > MAX_FIT_ERROR):
+            why = (
+                "its fit's error could not be measured"
+                if s.error_estimate is None
+                else f"fit error ±{s.error_estimate:.0%}, over ±{MAX_FIT_ERROR:.0%}"
+            )
+        elif cache == "cold" and self.storage_class != "memory":
+            why = self._cold_bound(strategy, seconds, estimated)
+        return Figure(seconds, "estimated" if estimated else "measured", s.error_estimate, why)
+
+    def _cold_bound(self, strategy: str, seconds: float, estimated: bool) -> str | None:
+        """The bound a cold figure breaks, if any (see :meth:`figure`)."""
+        for warm_of in dict.fromkeys((strategy, "mmap")):
+            w = self.warm.get(warm_of)
+            warm_s = (w.extrapolated_median_seconds or w.median_seconds) if w else None
+            if warm_s and seconds * WARM_SLACK < warm_s:
+                return (
+                    f"cold {seconds:.3g} s is faster than {warm_of} warm {warm_s:.3g} s:"
+                    " a cold load cannot beat a warm one"
+                )
+        limit = self.limit_bytes_per_s
+        if estimated and limit and self.model_bytes / seconds > BOUND_SLACK * limit:
+            rate = self.model_bytes / seconds / 1e9
+            return (
+                f"estimated {rate:.3g} GB/s, above the storage's best measured read"
+                f" ({limit / 1e9:.3g} GB/s)"
+            )
+        return None
+
+    def how_obtained(self, strategy: str, base_name: str = "mmap") -> str:
+        """ "measured" when both figures of a speed-up are whole loads, else "estimated
+        ±E%" with the larger of their fit errors."""
+        figs = [f for f in (self.figure(base_name), self.figure(strategy)) if f is not None]
+        if all(f.how == "measured" for f in figs):
+            return "measured"
+        errors = [f.error for f in figs if f.how == "estimated" and f.error is not None]
+        return f"estimated ±{max(errors):.0%}" if errors else "estimated"
+
+    def needs_budget_s(self, strategy: str) -> float | None:
+        """About how much ``--budget`` a whole-model measure of ``strategy`` (three cold
+        loads besides the probes and the other trials) would take, from its figure."""
+        fig = self.figure(strategy)
+        if fig is None:
+            return None
+        return (self.budget_s or 0.0) + 3 * fig.seconds + 10.0
+
+    def unreliable_note(self, strategy: str) -> str | None:
+        """ "not measured reliably here (why; needs ~N s of budget)", or None."""
+        fig = self.figure(strategy)
+        if fig is None or not fig.unreliable:
+            return None
+        need = self.needs_budget_s(strategy)
+        more = f"; needs ~{need:.0f} s of budget" if need else ""
+        return f"not measured reliably here ({fig.unreliable}{more})"
 
     def rate(self, strategy: str, cache: str = "cold") -> float | None:
         """The whole model's bytes per second of ``strategy`` (measured or extrapolated)."""
@@ -100,7 +210,7 @@ class Facts:
         return list(self.trial_ids.get((strategy, "cold"), []))
 
     def why_not_measured(self, strategy: str) -> str | None:
-        return self.not_run.get(strategy)
+        return self.not_run.get(strategy) or self.unreliable_note(strategy)
 
     def seconds(self, strategy: str, cache: str = "cold") -> float | None:
         table = self.cold if cache == "cold" else self.warm
@@ -208,7 +318,14 @@ def facts_from(
         alternates_differ=differ is not None,
         torch_files=[str(n) for n in probe.target.get("torch_files") or []],
         torch_index=str(probe.target["torch_index"]) if probe.target.get("torch_index") else None,
+        budget_s=_budget_of(bench),
+        layout=folder_layout(model_root),
     )
+
+
+def _budget_of(bench: BenchReport | None) -> float | None:
+    budget = bench.options.get("budget_s") if bench else None
+    return float(budget) if isinstance(budget, int | float) else None
 
 
 def _degraded(probe: ProbeReport) -> list[tuple[str, str, str]]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from loadscope.advice.facts import Facts, LocalDiskFacts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation, ids_of
-from loadscope.advice.snippets import Snippet, commands, load_snippets
+from loadscope.advice.snippets import Snippet, commands, load_snippets, offered
 from loadscope.base.units import format_bytes
 
 
@@ -43,7 +43,7 @@ def rule_prewarm(f: Facts) -> list[Recommendation]:
             ram_bytes_needed=f.model_bytes,
             risk="page cache is shared and reclaimable: other memory pressure evicts it",
             confidence="medium",
-            snippets=load_snippets("prewarm", f, f.model_path),
+            snippets=offered(load_snippets("prewarm", f, f.model_path))[0],
             apply={"kind": "warm", "source": f.model_path},
             optional=True,
         )

@@ -42,6 +42,9 @@ class Recommendation:
     title: str
     action: str
     strategy: str | None = None
+    #: What the user applies, named ("loadscope.load_file (safetensors)"): the route whose
+    #: trial gives ``expected_speedup``; empty for a fix with no route of its own.
+    route: str = ""
     #: Measured speed-up over the default (mmap load_file), cold; None when not measured.
     expected_speedup: float | None = None
     evidence: list[Evidence] = field(default_factory=list)
@@ -88,6 +91,19 @@ def ids_of(f: Facts, *keys: tuple[str, str]) -> list[int]:
 def remeasure(f: Facts, options: str) -> Snippet:
     """The bench command that re-measures the fix with ``options``."""
     return command("shell", f"loadscope bench {shlex.quote(f.model_path)} {options}  # re-measure")
+
+
+def slower_evidence(slower: list[Snippet]) -> list[Evidence]:
+    """The routes measured slower than their stack's default, as evidence (never as a fix)."""
+    return [
+        Evidence(
+            f"measured slower than the default here: {s.what} ({s.stack})",
+            round(s.speedup, 2) if s.speedup is not None else None,
+            "x",
+            list(s.trial_ids),
+        )
+        for s in slower
+    ]
 
 
 def ram_risk(f: Facts, need: int) -> str:

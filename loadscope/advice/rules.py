@@ -186,6 +186,10 @@ def advise_facts(f: Facts) -> Advice:
     missing = unmeasured_reason(f)
     if missing is not None:
         return Advice(Verdict("unmeasured", f"could not measure: {missing}"), [], [])
+    default = "pickle" if f.formats == {"torch"} else "mmap"
+    shaky = unreliable_reason(f, (default,))
+    if shaky is not None:
+        return Advice(Verdict("unmeasured", f"could not measure reliably: {shaky}"), [], [])
     if f.storage_class == "memory":
         for r in recs:
             r.optional = r.optional or r.id not in FORMAT_FIXES
@@ -195,7 +199,6 @@ def advise_facts(f: Facts) -> Advice:
         return Advice(Verdict("healthy", headline), recs, contradictions(f))
     # The default load: load_file, or for a torch model torch.load (even where the
     # safetensors beside it were loaded too).
-    default = "pickle" if f.formats == {"torch"} else "mmap"
     default_bps = f.rate(default)
     limit = f.sequential_limit_bytes_per_s
     near_limit = bool(limit and default_bps and default_bps >= HEALTHY_FRACTION * limit)
@@ -220,15 +223,59 @@ def advise_facts(f: Facts) -> Advice:
             " of the measured sequential limit; nothing to fix"
         )
         return Advice(Verdict("healthy", headline), recs, contradictions(f))
+    once_per_answer(recs)
     problems = [r for r in recs if not r.optional]
     if problems:
         top = problems[0]
-        est = "" if top.measured else " (estimated)"
-        gain = f", {top.expected_speedup:.1f}x faster{est}" if top.expected_speedup else ""
-        headline = f"{_kind(f)}: {top.title.lower()}{gain}"
+        headline = f"{_kind(f)}: {top.title.lower()}{_gain_words(f, top)}"
         return Advice(Verdict("problem", headline), recs, contradictions(f))
+    # No fix fired: that says "healthy" only when the fixes' own figures could be trusted.
+    shaky = unreliable_reason(f, tuple(f.cold))
+    if shaky is not None:
+        return Advice(Verdict("unmeasured", f"could not measure reliably: {shaky}"), [], [])
     headline = f"{_kind(f)}: no measured fix beats the default by {WORTH_IT:g}x"
     return Advice(Verdict("healthy", headline), recs, contradictions(f))
+
+
+def _gain_words(f: Facts, top: Recommendation) -> str:
+    """ ", 12.4x faster with loadscope.load_file (safetensors) (measured)"."""
+    if not top.expected_speedup:
+        return ""
+    how = (
+        (f.how_obtained(top.strategy) if top.strategy else "measured")
+        if top.measured
+        else "estimated"
+    )
+    with_route = f" with {top.route}" if top.route else ""
+    return f", {top.expected_speedup:.1f}x faster{with_route} ({how})"
+
+
+def unreliable_reason(f: Facts, strategies: Sequence[str]) -> str | None:
+    """The first of ``strategies`` whose cold figure cannot be trusted: which, why, and
+    the budget a whole-model measure needs; None when every one holds."""
+    for name in strategies:
+        note = f.figure(name)
+        if note is not None and note.unreliable:
+            need = f.needs_budget_s(name)
+            more = f"; a whole-model measure needs ~{need:.0f} s (--budget {need:.0f})"
+            more = more if need else ""
+            return f"{name}'s cold figure: {note.unreliable}{more}"
+    return None
+
+
+def once_per_answer(recs: list[Recommendation]) -> None:
+    """Each stack's route appears once in an answer: under the highest-ranked fix that
+    offers it, not again (word for word) under a later one."""
+    seen: set[tuple[str, str]] = set()
+    for r in recs:
+        kept = []
+        for s in r.snippets:
+            key = (s.stack, s.code)
+            if s.strategy is not None and key in seen:
+                continue
+            seen.add(key)
+            kept.append(s)
+        r.snippets = kept
 
 
 #: A cold 4 KiB read this slow is not a local SSD's (NVMe answers in ~0.1 ms, SATA SSDs

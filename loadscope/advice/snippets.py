@@ -8,7 +8,10 @@ strategy whose trial ran that very code (``ROUTES``: vLLM's prefetch flag is the
 ``fullread`` trial), and carries that trial's measured speed-up over the default
 load — or "not measured here" with the reason, never another strategy's number.
 Snippets that are commands rather than loads (re-measure, copy, dmesg) carry no
-number at all. Paths in the code are the user's own, quoted for the language.
+number at all. Paths in the code are the user's own, quoted for the language. A
+library's lines are shown only for a folder saved for it (``Measured.layout``: no
+``DiffusionPipeline`` for a language model), and each runs as printed
+(``tests/unit/test_hf_routes_run.py`` executes every transformers and diffusers line).
 
 This module only formats: the numbers come from a :class:`Measured` (the advice's
 facts), so it imports nothing above the base layer.
@@ -21,6 +24,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from loadscope.base.hf_layout import (
+    DIFFUSERS_MODEL,
+    DIFFUSERS_PIPELINE,
+    TRANSFORMERS,
+    UNKNOWN,
+)
 from loadscope.base.units import speedup_shown
 
 #: The stacks a load snippet is written for, in the order they are shown.
@@ -46,6 +55,8 @@ class Snippet:
     note: str = ""
     #: Set when the number is a stand-in's: what was timed instead of the snippet's call.
     proxy: str = ""
+    #: How the number was obtained: "measured" (whole loads) or "estimated ±E%" (a fit).
+    how: str = "measured"
 
     def label(self) -> str:
         """The line shown under the stack's name: the number, or why there is none."""
@@ -65,6 +76,14 @@ class Measured(Protocol):
 
     def why_not_measured(self, strategy: str) -> str | None:
         """Why ``strategy`` has no cold trial here (skipped, failed), if known."""
+        ...
+
+    #: Which library the model's folder is saved for (``base/hf_layout.py``): a route for
+    #: one library is shown only for its folders. Read with ``""`` (unknown) as default.
+    layout: str
+
+    def how_obtained(self, strategy: str, base_name: str = "mmap") -> str:
+        """ "measured", or "estimated ±E%" when either figure is a fit's."""
         ...
 
 
@@ -88,14 +107,24 @@ class Route:
     proxy: str = ""
     #: How to measure a route the diagnosis does not run.
     measure_with: str = ""
+    #: The folder layouts the code runs on (``Measured.layout``); empty: any.
+    layouts: tuple[str, ...] = ()
 
 
+#: transformers' code fails on a diffusers folder; unknown folders keep their lines.
+_NOT_DIFFUSERS = (TRANSFORMERS, UNKNOWN)
+
+
+#: ``loadscope.from_pretrained``: load_model's reads put into the model from_pretrained
+#: would build, with no random init; the ``hf-load-model`` trial runs that same function.
 _TRANSFORMERS_LOAD_MODEL = (
-    "import loadscope\n"
-    "from transformers import AutoConfig, AutoModelForCausalLM\n"
-    "config = AutoConfig.from_pretrained({dir_py})\n"
-    "model = AutoModelForCausalLM.from_config(config, dtype=config.dtype)\n"
-    "model.load_state_dict(loadscope.load_model({py}))"
+    "import loadscope  # AutoModelForCausalLM.from_pretrained, its weights read by loadscope\n"
+    "model = loadscope.from_pretrained({py})"
+)
+#: from_pretrained as users call it (the ``hf-pretrained`` trial's code).
+_TRANSFORMERS_PRETRAINED = (
+    "from transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained({dir_py})"
 )
 
 #: Every way a stack can load the model differently, by the trial that measures it.
@@ -122,52 +151,82 @@ ROUTES: tuple[Route, ...] = (
         "no code change",
         "hf-prewarm",
         "loadscope warm first",
-        "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({dir_py})",
+        "# run first: loadscope warm {sh}\n" + _TRANSFORMERS_PRETRAINED,
         baseline="hf-pretrained",
+        layouts=_NOT_DIFFUSERS,
     ),
     Route(
         "transformers",
         "code change",
         "hf-load-model",
-        "load_state_dict(loadscope.load_model)",
+        "loadscope.from_pretrained",
         _TRANSFORMERS_LOAD_MODEL,
         baseline="hf-pretrained",
         measure_with="loadscope bench MODEL --strategies hf-pretrained,hf-load-model",
+        layouts=_NOT_DIFFUSERS,
     ),
     Route(
         "transformers",
         "no code change",
         "prewarm",
         "loadscope warm first",
-        "# run first: loadscope warm {sh}\nmodel = AutoModelForCausalLM.from_pretrained({dir_py})",
+        "# run first: loadscope warm {sh}\n" + _TRANSFORMERS_PRETRAINED,
         unless="hf-pretrained",
         proxy="the same reads timed with load_file; from_pretrained itself not timed here",
+        layouts=_NOT_DIFFUSERS,
     ),
     Route(
         "transformers",
-        "code change",
+        "a flag",
         "fullread",
-        "state_dict from load(f.read())",
-        "from safetensors.torch import load\n"
-        "state = {{}}\n"
-        "for shard in shard_paths:\n"
-        "    with open(shard, 'rb') as f:\n"
-        "        state.update(load(f.read()))\n"
-        "model = AutoModelForCausalLM.from_pretrained({dir_py}, state_dict=state)",
+        "disable_mmap=True",
+        # Each safetensors file read whole and its bytes load()ed: the fullread trial's reads.
+        "from transformers import AutoModelForCausalLM  # disable_mmap: transformers >= 5.6\n"
+        "model = AutoModelForCausalLM.from_pretrained({dir_py}, disable_mmap=True)",
+        proxy="the same reads timed as load(f.read()); from_pretrained itself not timed here",
+        layouts=_NOT_DIFFUSERS,
     ),
     Route(
         "diffusers",
         "no code change",
         "prewarm",
         "loadscope warm first",
-        "# run first: loadscope warm {sh}\npipe = DiffusionPipeline.from_pretrained({dir_py})",
+        "# run first: loadscope warm {sh}\n"
+        "from diffusers import DiffusionPipeline\n"
+        "pipe = DiffusionPipeline.from_pretrained({dir_py})",
+        proxy="the same reads timed with load_file; from_pretrained itself not timed here",
+        layouts=(DIFFUSERS_PIPELINE,),
     ),
     Route(
         "diffusers",
         "a flag",
         "fullread",
         "disable_mmap=True",
+        "from diffusers import DiffusionPipeline  # disable_mmap: diffusers >= 0.37\n"
         "pipe = DiffusionPipeline.from_pretrained({dir_py}, disable_mmap=True)",
+        proxy="the same reads timed as load(f.read()); from_pretrained itself not timed here",
+        layouts=(DIFFUSERS_PIPELINE,),
+    ),
+    Route(
+        "diffusers",
+        "no code change",
+        "prewarm",
+        "loadscope warm first",
+        "# run first: loadscope warm {sh}\n"
+        "from diffusers import AutoModel\n"
+        "model = AutoModel.from_pretrained({dir_py})",
+        proxy="the same reads timed with load_file; from_pretrained itself not timed here",
+        layouts=(DIFFUSERS_MODEL,),
+    ),
+    Route(
+        "diffusers",
+        "a flag",
+        "fullread",
+        "disable_mmap=True",
+        "from diffusers import AutoModel  # disable_mmap: diffusers >= 0.36\n"
+        "model = AutoModel.from_pretrained({dir_py}, disable_mmap=True)",
+        proxy="the same reads timed as load(f.read()); from_pretrained itself not timed here",
+        layouts=(DIFFUSERS_MODEL,),
     ),
     Route(
         "vllm",
@@ -268,10 +327,20 @@ def load_snippets(fix: str, measured: Measured, model: str) -> list[Snippet]:
     return out
 
 
+def offered(snippets: list[Snippet]) -> tuple[list[Snippet], list[Snippet]]:
+    """``snippets`` split into the ones a fix may offer and the routes measured slower
+    than their stack's default here (never offered as a fix; the details list them)."""
+    slower = [s for s in snippets if s.speedup is not None and s.speedup < 1.0]
+    return [s for s in snippets if s not in slower], slower
+
+
 def _applies(route: Route, measured: Measured) -> bool:
     """A generic stand-in only without the stack's own baseline trial; a route measured
     against the stack's own baseline only when that baseline ran (else the stand-in,
-    measured against the default load, says it for the stack)."""
+    measured against the default load, says it for the stack); a library's route only for
+    the folders its code runs on (a diffusers line never for a language model's folder)."""
+    if route.layouts and getattr(measured, "layout", UNKNOWN) not in route.layouts:
+        return False
     if route.unless and measured.speedup(route.unless, base_name=route.unless):
         return False
     if route.baseline != "mmap":
@@ -286,7 +355,13 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         why = measured.why_not_measured(route.strategy) or (
             f"run {route.measure_with}" if route.measure_with else None
         )
-        note = f"not measured here: {why}" if why else "not measured here"
+        note = (
+            why
+            if why and why.startswith("not measured")
+            else f"not measured here: {why}"
+            if why
+            else "not measured here"
+        )
     return Snippet(
         stack=route.stack,
         code=route.template.format(
@@ -301,6 +376,7 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         speedup=speedup,
         baseline=route.baseline,
         proxy=route.proxy,
+        how=measured.how_obtained(route.strategy, route.baseline) if speedup else "measured",
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
     )
@@ -354,7 +430,8 @@ def label_of(snippet: dict[str, Any]) -> str:
     shown, slower = speedup_shown(speedup)
     later = " (slower than the default here)" if slower else ""
     proxy = f"; {snippet['proxy']}" if snippet.get("proxy") else ""
-    return f"measured {shown} vs {against}{later} ({what}{proxy})"
+    how = str(snippet.get("how") or "measured")
+    return f"{how} {shown} vs {against}{later} ({what}{proxy})"
 
 
 def snippet_heading(snippet: dict[str, Any]) -> str:

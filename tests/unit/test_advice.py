@@ -61,14 +61,27 @@ def ids(advice: Any) -> list[str]:
 
 
 def test_parallel_reads_when_measured_faster_with_the_gain() -> None:
-    a = advise_facts(facts({"mmap": 15.5, "fullread": 35.0, "auto": 0.81, "parallel": 6.9}))
+    a = advise_facts(
+        facts({"mmap": 15.5, "fullread": 35.0, "auto": 0.81, "parallel": 6.9, "api": 0.84})
+    )
     assert a.verdict.status == "problem"
     top = a.recommendations[0]
-    assert top.id == "parallel-reads" and top.strategy == "auto"
-    assert top.expected_speedup is not None and 19 < top.expected_speedup < 19.3
-    assert "0.81 s vs 15.5 s cold" in top.action
-    assert top.evidence[0].trial_ids == [3]
-    assert "19.1x faster" in a.verdict.headline
+    # The number is the route's a user pastes (the public API), not loadscope's own reader.
+    assert top.id == "parallel-reads" and top.strategy == "api"
+    assert top.expected_speedup is not None and 18.4 < top.expected_speedup < 18.5
+    assert "0.84 s vs 15.5 s cold" in top.action
+    assert top.evidence[0].trial_ids == [5]
+    assert any("'auto' reader" in e.what and e.value == 0.81 for e in top.evidence)
+    assert "18.5x faster with loadscope.load_file (safetensors) (measured)" in (a.verdict.headline)
+    assert "auto" not in a.verdict.headline
+
+
+def test_an_internal_reader_alone_is_no_fix_to_paste() -> None:
+    """Issue 37: "14.9x faster (loadscope's 'direct' strategy)" led the answer, a
+    strategy no user can paste; without a measured route, no parallel-reads fix."""
+    a = advise_facts(facts({"mmap": 15.5, "direct": 0.81}, read_ahead_kb=8192))
+    assert "parallel-reads" not in [r.id for r in a.recommendations]
+    assert "direct" not in a.verdict.headline
 
 
 def test_small_gains_are_not_a_problem() -> None:
@@ -85,7 +98,9 @@ def test_read_whole_files_only_when_faster_and_it_fits() -> None:
     rec = next(r for r in a.recommendations if r.id == "read-whole-files")
     assert rec.expected_speedup == 2.5 and rec.ram_bytes_needed == 2 * GiB
     assert "N copies" in rec.risk
-    assert {"vllm", "diffusers", "sglang"} <= {s.stack for s in rec.snippets}
+    # Not a diffusers folder: no DiffusionPipeline line (tests/unit/test_hf_routes_run.py).
+    assert {"vllm", "transformers", "sglang"} <= {s.stack for s in rec.snippets}
+    assert "diffusers" not in {s.stack for s in rec.snippets}
 
 
 def test_ram_and_cgroup_guard_blocks_read_whole_files() -> None:
@@ -146,7 +161,9 @@ def test_healthy_local_disk_is_nothing_to_fix() -> None:
 
 
 def test_slow_local_disk_is_a_problem() -> None:
-    a = advise_facts(facts({"mmap": 4.0, "auto": 1.0}, storage="local-block", seq_limit=1.5e9))
+    a = advise_facts(
+        facts({"mmap": 4.0, "auto": 1.0, "api": 1.0}, storage="local-block", seq_limit=1.5e9)
+    )
     assert a.verdict.status == "problem"
 
 
@@ -303,7 +320,7 @@ def test_copy_break_even_counts_the_loads_it_takes() -> None:
 
 
 def test_copy_is_optional_when_an_in_place_fix_is_as_fast() -> None:
-    f = facts({"mmap": 40.0, "auto": 5.0}, model=8 * GiB)
+    f = facts({"mmap": 40.0, "auto": 5.0, "api": 5.0}, model=8 * GiB)
     f.local_disk = _disk(read=2e9)
     a = advise_facts(f)
     rec = next(r for r in a.recommendations if r.id == "copy-to-local-disk")
@@ -312,7 +329,7 @@ def test_copy_is_optional_when_an_in_place_fix_is_as_fast() -> None:
 
 
 def test_measured_fixes_rank_before_estimated_ones() -> None:
-    f = facts({"mmap": 40.0, "auto": 10.0}, model=8 * GiB)
+    f = facts({"mmap": 40.0, "auto": 10.0, "api": 10.0}, model=8 * GiB)
     f.local_disk = _disk(read=8e9)  # estimated 37x, beats auto by 9x
     a = advise_facts(f)
     assert [r.id for r in a.recommendations][:2] == ["parallel-reads", "copy-to-local-disk"]
@@ -439,14 +456,20 @@ def test_every_stack_gets_a_snippet_with_its_own_trial_number() -> None:
     top = advise_facts(f).recommendations[0]
     assert top.id == "parallel-reads"
     loads = [s for s in top.snippets if s.strategy]
-    assert {s.stack for s in loads} == set(STACKS)
+    # Every stack but diffusers, whose lines are for diffusers folders only.
+    assert {s.stack for s in loads} == set(STACKS) - {"diffusers"}
     for s in loads:
         assert s.strategy is not None and s.speedup == f.speedup(s.strategy)
         if s.speedup is not None:
             assert s.trial_ids == f.trial_ids[(s.strategy, "cold")]
     vllm = {s.strategy: s for s in loads if s.stack == "vllm"}
-    assert vllm["vllm-prefetch"].speedup == 0.5  # its own trial: slower than mmap here
-    assert "slower than the default" in vllm["vllm-prefetch"].label()
+    # Its own trial: slower than mmap here, so never offered as a fix; the details say so.
+    assert "vllm-prefetch" not in vllm
+    slower = [e for e in top.evidence if e.what.startswith("measured slower")]
+    assert [(e.value, e.trial_ids) for e in slower] == [
+        (0.5, f.trial_ids[("vllm-prefetch", "cold")])
+    ]
+    assert "--safetensors-load-strategy prefetch (vllm)" in slower[0].what
     assert vllm["prewarm"].speedup == 2.5
     assert vllm["fastsafetensors"].speedup is None
     assert vllm["fastsafetensors"].label() == (

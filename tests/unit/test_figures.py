@@ -1,0 +1,93 @@
+"""Numbers with their confidence: a figure that breaks a bound is never a speed-up.
+
+Issue 37: sampled runs printed "api cold 3.17 GB/s 40.51x" (faster than warm mmap),
+"auto cold 20.3 GB/s" on a ~1.4 GB/s disk, and a "problem ... 2.4x" verdict on fits of
+±223%. Each of those figures is now "not measured reliably" with the budget it needs,
+no verdict rests on one, and an extrapolated figure says "estimated ±E%".
+"""
+
+from __future__ import annotations
+
+from loadscope.advice.rules import advise_facts
+from loadscope.engine.bench import Summary
+from tests.unit.test_advice import GiB, facts
+
+
+def _sampled(strategy: str, seconds: float, error: float | None, model: int = GiB) -> Summary:
+    """A sampled strategy's summary: its sample's time, and the fit's whole-model figure."""
+    return Summary(
+        strategy,
+        "cold",
+        2,
+        seconds / 10,
+        model / seconds,
+        None,
+        seconds / 10,
+        seconds / 10,
+        seconds / 10,
+        extrapolated_median_seconds=seconds,
+        scope="sampled",
+        error_estimate=error,
+        measured_bytes=model // 10,
+    )
+
+
+def test_an_estimate_says_so_with_its_error() -> None:
+    f = facts({"mmap": 15.0})
+    f.cold["api"] = _sampled("api", 1.5, 0.12)
+    fig = f.figure("api")
+    assert fig is not None and fig.how == "estimated" and fig.label() == "estimated ±12%"
+    assert f.figure("mmap").label() == "measured"  # type: ignore[union-attr]
+    top = advise_facts(f).recommendations[0]
+    api = next(s for s in top.snippets if s.strategy == "api")
+    assert api.label().startswith("estimated ±12% 10.0x vs the default load")
+    assert "(estimated ±12%)" in top.action
+
+
+def test_a_loose_fit_is_not_a_figure() -> None:
+    f = facts({"mmap": 15.0}, read_ahead_kb=8192)
+    f.cold["api"] = _sampled("api", 1.5, 0.40)
+    f.budget_s = 30.0
+    assert f.speedup("api") is None
+    a = advise_facts(f)
+    assert "parallel-reads" not in [r.id for r in a.recommendations]
+    # No fix fired, but that does not make the storage healthy: the figure was shaky.
+    assert a.verdict.status == "unmeasured"
+    assert "could not measure reliably: api's cold figure: fit error ±40%" in a.verdict.headline
+    assert "--budget" in a.verdict.headline
+
+
+def test_a_cold_load_faster_than_warm_is_not_a_figure() -> None:
+    # 3.17 GB/s cold against a warm mmap of 0.2 s for 1 GiB (5 GB/s) and a 2 GB/s limit:
+    # measured whole, the bound is the warm load.
+    f = facts({"mmap": 15.0, "api": 0.085}, {"mmap": 0.2})
+    fig = f.figure("api")
+    assert fig is not None and fig.unreliable and "cannot beat a warm one" in fig.unreliable
+    assert f.speedup("api") is None
+    snippets = [s for r in advise_facts(f).recommendations for s in r.snippets]
+    assert not any(s.strategy == "api" and s.speedup for s in snippets)
+
+
+def test_an_estimate_above_the_storage_is_not_a_figure() -> None:
+    # "auto cold 20.3 GB/s" on a disk whose best measured read is 1.4 GB/s.
+    f = facts({"mmap": 2.0}, storage="local-block", limit=1.4e9, seq_limit=1.4e9)
+    f.cold["auto"] = _sampled("auto", GiB / 20.3e9, 0.05)
+    fig = f.figure("auto")
+    assert fig is not None and fig.unreliable and "above the storage's best" in fig.unreliable
+    # Measured whole, the same rate is the probe's shortfall, not the loader's error.
+    whole = facts({"mmap": 2.0, "auto": GiB / 1.8e9}, storage="local-block", limit=1.4e9)
+    assert whole.figure("auto").unreliable is None  # type: ignore[union-attr]
+
+
+def test_a_shaky_baseline_gives_no_verdict() -> None:
+    """`doctor --budget 0.5` on a healthy disk said "problem ... 2.4x" and exited 10."""
+    f = facts({"api": 0.5}, storage="local-block")
+    f.cold["mmap"] = _sampled("mmap", 1.2, 2.23)
+    a = advise_facts(f)
+    assert a.verdict.status == "unmeasured" and not a.recommendations
+    assert a.verdict.headline.startswith("could not measure reliably: mmap's cold figure")
+
+
+def test_memory_storage_has_no_cold_bound() -> None:
+    f = facts({"mmap": 0.2}, {"mmap": 0.21}, storage="memory")
+    assert f.figure("mmap").unreliable is None  # type: ignore[union-attr]
