@@ -25,6 +25,7 @@ from loadscope.report.sections import (
     Quote,
     Section,
     Table,
+    probe_best_read,
     sections,
     top_fix,
 )
@@ -259,8 +260,7 @@ def _trial_charts(doc: dict[str, Any]) -> list[str]:
     total = int((bench.get("target") or {}).get("total_bytes") or 0)
     if not summary:
         return []
-    parallel = ((doc.get("probe") or {}).get("throughput") or {}).get("parallel") or []
-    ceiling = max((p.get("bytes_per_s") or 0.0 for p in parallel), default=0.0)
+    ceiling = probe_best_read(doc.get("probe") or {}) or 0.0
     series: dict[str, list[tuple[float, float]]] = {}
     for trial in bench.get("trials", []):
         if (
@@ -277,7 +277,7 @@ def _trial_charts(doc: dict[str, Any]) -> list[str]:
             "median throughput per strategy (cold)",
             [(s["strategy"], whole_rate(s, total) or 0.0) for s in summary if s["cache"] == "cold"],
             format_rate,
-            marker=("probe ceiling", ceiling) if ceiling else None,
+            marker=("probe's best read", ceiling) if ceiling else None,
         ),
         line_chart("bytes loaded over time, cold (one timed trial each, no warm-up)", series),
     ]
