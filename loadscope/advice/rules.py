@@ -293,20 +293,49 @@ def network_like(f: Facts) -> bool:
     )
 
 
+#: More requests in flight reading this much faster than one: the storage is latency-bound
+#: (each request waits, many waiting together fill the link); at most this little faster,
+#: throughput-bound (the link is full with one).
+LATENCY_BOUND_SCALING = 2.0
+THROUGHPUT_BOUND_SCALING = 1.3
+
+
+def boundness(f: Facts) -> str:
+    """What the probe measured of the storage, in words and numbers: latency-bound when
+    more requests in flight raise the read rate, throughput-bound when they do not (then
+    no reading strategy helps), "" when the probe did not scale its readers."""
+    scaling, best = f.parallel_scaling, f.limit_bytes_per_s
+    if scaling is None or not best:
+        return ""
+    one = best / scaling if scaling else best
+    numbers = f"one reader {format_rate(one)}, many in flight {format_rate(best)}"
+    if scaling >= LATENCY_BOUND_SCALING:
+        return f"latency-bound ({numbers}: {scaling:.1f}x)"
+    if scaling <= THROUGHPUT_BOUND_SCALING:
+        return (
+            f"throughput-bound ({numbers}: more requests in flight do not help, so no"
+            " reading strategy does)"
+        )
+    return ""
+
+
 def _kind(f: Facts) -> str:
+    """The storage as the place (its class) and what was measured of it (:func:`boundness`)."""
     p50 = f"cold 4 KiB reads p50 {f.latency_p50_us / 1000:.2g} ms" if f.latency_p50_us else ""
     lat = f" ({p50})" if p50 else ""
     if network_like(f):
         return f"local disk behaving like a network volume ({p50}; a local disk answers in ~0.1 ms)"
     name = {
-        "fuse": "FUSE storage, latency-bound",
-        "network-fs": "network filesystem, latency-bound",
+        "fuse": "FUSE storage",
+        "network-fs": "network filesystem",
         "network-block": "network block volume",
         "wsl": "Windows drive under WSL",
         "local-block": "local disk",
         "memory": "memory-backed storage",
     }.get(f.storage_class, f"{f.storage_class} storage")
-    return name + (lat if f.storage_class == "network-block" else "")
+    name += lat if f.storage_class == "network-block" else ""
+    bound = boundness(f) if f.storage_class not in ("local-block", "memory") else ""
+    return f"{name}, {bound}" if bound else name
 
 
 def advice_dict(a: Advice) -> dict[str, Any]:

@@ -654,3 +654,23 @@ def test_the_conversion_code_never_overwrites_a_file(tmp_path: Path) -> None:
     assert taken.read_bytes() == b"someone else's"
     assert not (root / "model-00001-of-00002.safetensors").exists()
     assert not (root / "model.safetensors.index.json").exists()
+
+
+def test_the_verdict_says_latency_bound_from_the_probes_numbers() -> None:
+    """Issue 37 item 8: the words come from the measurements, the class is the place."""
+    a = advise_facts(facts({"mmap": 15.5, "api": 0.84}, scaling=8.0))
+    assert a.verdict.headline.startswith(
+        "FUSE storage, latency-bound (one reader 250 MB/s, many in flight 2 GB/s: 8.0x)"
+    )
+
+
+def test_a_store_where_readers_do_not_help_is_throughput_bound() -> None:
+    """Every reader got the same ~25 MB/s on an object store through FUSE: the verdict
+    said "latency-bound"; no reading strategy helps there."""
+    f = facts({"mmap": 40.0, "api": 39.0}, scaling=1.05, limit=25e6, read_ahead_kb=8192)
+    f.local_disk = _disk(read=2e9)
+    a = advise_facts(f)
+    assert "latency-bound" not in a.verdict.headline
+    assert "throughput-bound" in a.verdict.headline
+    assert "no reading strategy does" in a.verdict.headline
+    assert a.recommendations[0].id == "copy-to-local-disk"
