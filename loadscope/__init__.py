@@ -5,6 +5,7 @@ The public loader API is here, at the package root::
     import loadscope
     state = loadscope.load_file("model.safetensors")    # a drop-in for safetensors'
     state = loadscope.load_model("org/name")              # a folder, an index, the HF cache
+    model = loadscope.from_pretrained("/models/llama")    # a transformers model, from those
     loadscope.prewarm("/models/llama")                    # for stacks with their own loader
 
 (see ``loadscope/api.py``). They are imported on first use, so ``import loadscope``
@@ -27,12 +28,29 @@ from importlib.machinery import ModuleSpec as _ModuleSpec
 from importlib.util import spec_from_file_location as _spec_from_file_location
 from typing import TYPE_CHECKING
 
-__all__ = ["FileChoice", "LoadRecord", "__version__", "load_file", "load_model", "prewarm"]
+__all__ = [
+    "FileChoice",
+    "LoadRecord",
+    "__version__",
+    "from_pretrained",
+    "load_file",
+    "load_model",
+    "prewarm",
+]
 
-_API = frozenset({"FileChoice", "LoadRecord", "load_file", "load_model", "prewarm"})
+_API = frozenset(
+    {"FileChoice", "LoadRecord", "from_pretrained", "load_file", "load_model", "prewarm"}
+)
 
 if TYPE_CHECKING:
-    from loadscope.api import FileChoice, LoadRecord, load_file, load_model, prewarm
+    from loadscope.api import (
+        FileChoice,
+        LoadRecord,
+        from_pretrained,
+        load_file,
+        load_model,
+        prewarm,
+    )
 
 
 def __getattr__(name: str) -> object:

@@ -7,6 +7,9 @@ What a training script or a server imports to apply loadscope's fix without the 
   file or an ``org/name[@revision]`` from the local Hugging Face cache, as one state
   dict (safetensors through :func:`load_file`; torch checkpoints through
   ``torch.load(weights_only=True, mmap=True)``, never executing pickled code);
+- :func:`from_pretrained` — the transformers model ``from_pretrained`` returns, its
+  weights read by :func:`load_model` and put in without a random init, tied weights
+  tied (``loaders/pretrained.py``: the code the ``hf-load-model`` trial runs);
 - :func:`prewarm` — the page cache filled for a stack that keeps its own loader
   (vLLM, SGLang, ``from_pretrained``): what ``loadscope warm`` does.
 
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from loadscope.actions.warm import WarmReport
     from loadscope.model.targets import Target
 
-__all__ = ["FileChoice", "LoadRecord", "load_file", "load_model", "prewarm"]
+__all__ = ["FileChoice", "LoadRecord", "from_pretrained", "load_file", "load_model", "prewarm"]
 
 
 def _checked_target(target: str | os.PathLike[str]) -> Target:
@@ -78,7 +81,8 @@ def load_model(
     ``target`` is a file, a model folder (its ``*.index.json`` followed when present),
     or ``org/name[@revision]`` in the local Hugging Face cache (never downloaded).
     The knobs are :func:`load_file`'s, applied to every safetensors file. Use it as
-    ``model.load_state_dict(loadscope.load_model(path))``.
+    ``model.load_state_dict(loadscope.load_model(path))``; for a transformers model,
+    :func:`from_pretrained` builds the model too (tied weights, no random init).
     """
     # Every argument checked before the first shard is read, not after it.
     record = check_record(record)
@@ -87,6 +91,60 @@ def load_model(
     device = check_device(device)
     check_hints(hints)
     resolved = _checked_target(target)
+    return _read(resolved, device, threads, block_bytes, direct, hints, record)
+
+
+def from_pretrained(
+    target: str | os.PathLike[str],
+    *,
+    model_class: Any = None,
+    dtype: torch.dtype | str | None = None,
+    threads: int | None = None,
+    block_bytes: int | None = None,
+    direct: str = "auto",
+    record: LoadRecord | None = None,
+) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(folder)``'s model, its weights read by
+    :func:`load_model` (the fast cold read) instead of memory-mapped.
+
+    ``target`` is what :func:`load_model` takes; its folder must hold the
+    ``config.json``. ``model_class`` is the transformers class to build (an Auto class
+    or a model class; default ``AutoModelForCausalLM``), ``dtype`` the parameters'
+    (default: from_pretrained's, the config's on transformers 5 and float32 on 4.x;
+    ``"auto"``: the config's). The model is built
+    with its parameters on the meta device (no random init), the tensors assigned
+    without a copy and tied weights tied (``loaders/pretrained.py`` says how, and why
+    this is a function and not a snippet). A checkpoint this cannot load as
+    from_pretrained would (quantized, keys renamed on load, a tensor missing) is
+    loaded by ``model_class.from_pretrained(folder)`` instead, with a WARNING on the
+    ``loadscope`` logger and a note in ``record`` saying why.
+    """
+    from loadscope.loaders.pretrained import load_pretrained
+
+    record = check_record(record)
+    import_for_load(record)
+    check_knobs(threads, block_bytes, direct)
+    resolved = _checked_target(target)
+    return load_pretrained(
+        resolved.root,
+        lambda: _read(resolved, "cpu", threads, block_bytes, direct, None, record),
+        model_class=model_class,
+        dtype=dtype,
+        record=record,
+    )
+
+
+def _read(
+    resolved: Target,
+    device: str,
+    threads: int | None,
+    block_bytes: int | None,
+    direct: str,
+    hints: dict[str, Any] | None,
+    record: LoadRecord | None,
+) -> dict[str, torch.Tensor]:
+    """Every file of ``resolved``: safetensors through :func:`load_file`, torch checkpoints
+    through ``torch.load(weights_only=True, mmap=True)``."""
     state: dict[str, torch.Tensor] = {}
     for wf in resolved.files:
         if wf.format == "safetensors":

@@ -6,8 +6,12 @@ model on the CPU (its ``state_dict`` is what the trial yields):
 - ``hf-pretrained``: ``from_pretrained(path)`` as users call it — the baseline;
 - ``hf-prewarm``: ``loadscope warm`` first (8 threads of 16 MiB blocks into the page
   cache), then the same ``from_pretrained(path)``: the fix that changes no code;
-- ``hf-load-model``: the model built from its config, then
-  ``model.load_state_dict(loadscope.load_model(path))`` (``loadscope.load_file`` per file).
+- ``hf-load-model``: ``loadscope.from_pretrained(path)``, the snippet's code: the same
+  :func:`~loadscope.loaders.pretrained.load_pretrained` (parameters built on meta, the
+  checkpoint's tensors assigned, tied weights tied), given ``loadscope.load_model``'s
+  reads (``load_file`` per safetensors file). Only load_model's target resolution and
+  header checks are not in the trial: the diagnosis ran them before any trial. Where
+  that function falls back to from_pretrained, the trial says so (note ``fallback``).
 
 Correctness: transformers builds the model in the config's dtype and casts each
 checkpoint tensor into it, so each parameter is yielded cast back to the dtype the
@@ -23,8 +27,9 @@ import os
 from typing import Any
 
 from loadscope.loaders import strategy
-from loadscope.loaders.api import load_file
+from loadscope.loaders.api import LoadRecord, load_file, load_torch_file
 from loadscope.loaders.buffers import torch_dtype
+from loadscope.loaders.pretrained import load_pretrained
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategies.prewarm import WARM_KNOBS, warm
 
@@ -87,20 +92,23 @@ class FromPretrainedPrewarmed(FromPretrained):
 
 class FromConfigLoadModel(FromPretrained):
     name = "hf-load-model"
-    summary = "from_config, then model.load_state_dict(loadscope.load_model(path))"
+    summary = "loadscope.from_pretrained(path): load_model's reads into the model, no random init"
 
     def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        config = AutoConfig.from_pretrained(model_dir(files))
-        dtype = config.dtype or torch.float32
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
-        state: dict[str, torch.Tensor] = {}
-        for f in files:
-            state.update(load_file(f.path))
-        model.load_state_dict(state)
+        record = LoadRecord()
+        model = load_pretrained(model_dir(files), lambda: read_files(files), record=record)
+        if record.notes:  # it fell back to from_pretrained: the trial timed that
+            ctx.notes["fallback"] = "; ".join(record.notes)
         return model
+
+
+def read_files(files: list[strategy.FileRequest]) -> dict[str, Any]:
+    """``loadscope.load_model``'s read of the files: ``load_file`` per safetensors file,
+    ``torch.load(weights_only=True, mmap=True)`` per torch checkpoint, defaults as printed."""
+    state: dict[str, Any] = {}
+    for f in files:
+        state.update(load_file(f.path) if f.format == "safetensors" else load_torch_file(f.path))
+    return state
 
 
 def as_stored(model: Any, files: list[strategy.FileRequest]) -> strategy.Tensors:

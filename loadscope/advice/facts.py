@@ -40,6 +40,11 @@ BOUND_SLACK = 1.15
 WARM_SLACK = 1.5
 
 
+def error_shown(error: float) -> str:
+    """A fit's relative error as the tables print it: "±12%", "±<1%"."""
+    return f"±{error:.0%}" if error >= 0.005 else "±<1%"
+
+
 @dataclass(frozen=True, slots=True)
 class Figure:
     """One strategy's whole-model time, and how far it can be trusted."""
@@ -57,7 +62,7 @@ class Figure:
         if self.unreliable:
             return f"not measured reliably ({self.unreliable})"
         if self.how == "estimated":
-            return f"estimated ±{self.error:.0%}" if self.error is not None else "estimated"
+            return f"estimated {error_shown(self.error)}" if self.error is not None else "estimated"
         return "measured"
 
 
@@ -182,7 +187,7 @@ class Facts:
         if all(f.how == "measured" for f in figs):
             return "measured"
         errors = [f.error for f in figs if f.how == "estimated" and f.error is not None]
-        return f"estimated ±{max(errors):.0%}" if errors else "estimated"
+        return f"estimated {error_shown(max(errors))}" if errors else "estimated"
 
     def needs_budget_s(self, strategy: str) -> float | None:
         """About how much ``--budget`` a whole-model measure of ``strategy`` (three cold

@@ -223,7 +223,7 @@ ROUTES: tuple[Route, ...] = (
         "a flag",
         "fullread",
         "disable_mmap=True",
-        "from diffusers import AutoModel  # disable_mmap: diffusers >= 0.36\n"
+        "from diffusers import AutoModel  # disable_mmap: diffusers >= 0.37\n"
         "model = AutoModel.from_pretrained({dir_py}, disable_mmap=True)",
         proxy="the same reads timed as load(f.read()); from_pretrained itself not timed here",
         layouts=(DIFFUSERS_MODEL,),
