@@ -151,13 +151,35 @@ def estimate_rates(probe: ProbeReport) -> tuple[float, float]:
     return max(buffered, 1.0), max(min(mib), 1.0)
 
 
+#: Strategies that read cold files with many large O_DIRECT requests in flight where the
+#: filesystem takes them: priced at the probe's parallel read into fresh RAM, the rate
+#: they reach (0.9-1.0x of it on the emulated disk), not at one reader's. Priced at one
+#: reader's 1 MiB rate they were given 10 MiB samples of a 256 MiB model, whose fixed
+#: cost swamped the fit (±227%), where whole loads of 0.15 s fitted the budget.
+DIRECT_STRATEGIES = ("auto", "direct", "api")
+
+
+def direct_rate(probe: ProbeReport) -> float | None:
+    """The rate deep O_DIRECT readers reach here (the into-RAM point, else the best
+    parallel read), or None where the probe did not read with O_DIRECT."""
+    thr = probe.throughput.data
+    if thr is None or thr.method != "o_direct" or not thr.parallel:
+        return None
+    if thr.into_ram is not None and thr.into_ram.bytes_per_s > 0:
+        return thr.into_ram.bytes_per_s
+    return max(p.bytes_per_s for p in thr.parallel)
+
+
 def cost_model(probe: ProbeReport, trials: list[tuple[str, str]]) -> CostModel:
     """The planner's cost model before any trial has run: rates from the probe."""
     buffered, parallel = estimate_rates(probe)
+    deep = direct_rate(probe) or parallel
 
     def rate(strategy: str, cache: str) -> float:
         if cache == "warm":
             return WARM_RATE
+        if strategy in DIRECT_STRATEGIES:
+            return max(deep, parallel)
         return buffered if strategy in BUFFERED_STRATEGIES else parallel
 
     return CostModel(

@@ -61,6 +61,41 @@ class Plan:
         return min(self.sizes.values()) if self.sizes else None
 
 
+def _whole_first(
+    costs: CostModel,
+    trials: Sequence[tuple[str, str]],
+    whole_load: Mapping[tuple[str, str], float],
+    usable: float,
+    rounds: int,
+    fit_rounds: int,
+    fill: float,
+    floor_bytes: int,
+) -> set[tuple[str, str]]:
+    """The trials that run whole: every one whose whole loads cost no more than its
+    sampled rounds at the floor would; then the cheapest whole loads first, each taken
+    while the time left still gives every other trial its fixed costs (fit rounds
+    included) and its floor sample in every round. The fast routes are the ones a fit on
+    a small sample gets wrong (their fixed cost swamps the rate), and the ones whole
+    loads cost least: measured, not estimated, whenever the budget allows."""
+    capped: set[tuple[str, str]] = set()
+    loads = rounds + fit_rounds
+
+    def at_floor(s: str, c: str) -> float:
+        return loads * (costs.fixed(s) + floor_bytes * costs.seconds_per_byte[(s, c)])
+
+    for t in sorted(trials, key=lambda x: whole_load[x]):
+        if rounds * (costs.fixed(t[0]) + whole_load[t]) <= at_floor(*t):
+            capped.add(t)  # whole costs less than its fit's rounds would: always taken
+            continue
+        trying = capped | {t}
+        spent = sum(rounds * (costs.fixed(s) + whole_load[(s, c)]) for s, c in trying)
+        spent += sum(at_floor(s, c) for s, c in trials if (s, c) not in trying)
+        if spent + loads * fill > usable:
+            break
+        capped = trying
+    return capped
+
+
 def plan_budget(
     costs: CostModel,
     trials: Sequence[tuple[str, str]],
@@ -91,23 +126,17 @@ def plan_budget(
     rounds_most = most + len(fit_fractions(most))
     chosen = most if usable - rounds_most * (fixed + fill) >= usable / 3 else least
     # The fit's trials are rounds of their own (their fixed costs and fill), each loading
-    # a fraction of the sample.
+    # a fraction of the sample. A trial that runs whole has no fit round: it pays its
+    # fixed cost only in its own rounds.
     fits = fit_fractions(chosen)
     loads_per_trial = chosen + sum(fits)
-    left = max(0.0, usable - (chosen + len(fits)) * (fixed + fill))
     whole_load = {t: model_bytes * max(costs.seconds_per_byte[t], 1e-15) for t in trials}
-    # Water-filling: every trial's load gets an equal share of what is left; a trial whose
-    # whole load costs less than its share runs whole (its rounds, no fit round) and the
-    # rest of its share goes to the others, until no share covers another whole load.
-    capped: set[tuple[str, str]] = set()
-    while True:
-        open_ = [t for t in trials if t not in capped]
-        spent = sum(chosen * whole_load[t] for t in capped)
-        share = max(0.0, left - spent) / (loads_per_trial * max(1, len(open_)))
-        more = {t for t in open_ if whole_load[t] * chosen <= share * loads_per_trial}
-        if not more:
-            break
-        capped |= more
+    capped = _whole_first(costs, trials, whole_load, usable, chosen, len(fits), fill, floor_bytes)
+    open_ = [t for t in trials if t not in capped]
+    spent = sum(chosen * (costs.fixed(s) + whole_load[(s, c)]) for s, c in capped)
+    spent += sum((chosen + len(fits)) * costs.fixed(s) for s, _ in open_)
+    spent += (chosen + len(fits)) * fill
+    share = max(0.0, usable - spent) / (loads_per_trial * max(1, len(open_)))
     sizes: dict[tuple[str, str], int] = {}
     for t in trials:
         per_byte = max(costs.seconds_per_byte[t], 1e-15)

@@ -37,25 +37,35 @@ def test_a_sample_is_sized_by_its_trials_rate_and_a_cheap_whole_load_runs_whole(
     budget = 11.0
     plan = plan_budget(costs(), TRIALS, MODEL, budget)
     assert plan.repeats == 2
-    # Four rounds of fixed costs (two, and the fit's quarter and half) leave 11 - 6 = 5 s,
-    # shared by (2 + 1/4 + 1/2) loads of each trial: 0.61 s per load. Warm mmap (10 GB/s)
-    # loads the whole model in 0.107 s: it runs whole in both rounds. What is left is
-    # 0.87 s per cold load, over auto's whole load (1.07 s at 1 GB/s) over 2.75 loads:
-    # auto runs whole too, and cold mmap (0.1 GB/s) gets the rest.
+    # Warm mmap (10 GB/s) loads the whole model in 0.107 s and auto (1 GB/s) in 1.07 s:
+    # cheapest first, each runs whole while what is left still pays the others' fixed
+    # costs. A trial that runs whole pays its fixed cost in its own two rounds only; cold
+    # mmap (0.1 GB/s) pays four (two, and the fit's quarter and half) and gets the rest,
+    # shared over its (2 + 1/4 + 1/2) loads.
     loads = 2 + sum(fit_fractions(2))
     assert loads == 2.75
-    rest = budget - 4 * 1.5 - 2 * MODEL / (10 * GB) - 2 * MODEL / GB
+    fixed = 2 * 0.5 + 2 * 0.5 + 4 * 0.5
+    rest = budget - fixed - 2 * MODEL / (10 * GB) - 2 * MODEL / GB
     assert plan.sizes[("mmap", "warm")] == MODEL
     assert plan.sizes[("auto", "cold")] == MODEL
     assert plan.sizes[("mmap", "cold")] == int(rest / loads * 0.1 * GB)
     assert plan.sample == plan.sizes[("mmap", "cold")]
 
 
-def test_without_a_cheap_trial_every_load_gets_the_same_share() -> None:
+def test_the_fast_trial_runs_whole_before_the_slow_one_is_sampled() -> None:
+    """Issue 37: fast routes fitted on 10 MiB samples of a 256 MiB model came out ±227%;
+    whole loads of them (0.15 s each) fitted the budget. The cheap whole load is taken."""
     trials = [("mmap", "cold"), ("auto", "cold")]
     plan = plan_budget(costs(), trials, MODEL, 6.0)
-    share = (6.0 - 4 * 1.0) / (2.75 * 2)
-    assert plan.sizes == {
+    # auto whole: 2 x (0.5 + 1.07) s; mmap's four rounds of fixed cost: 2 s.
+    share = (6.0 - 2 * (0.5 + MODEL / GB) - 4 * 0.5) / 2.75
+    assert plan.sizes == {("mmap", "cold"): int(share * 0.1 * GB), ("auto", "cold"): MODEL}
+    # Where even one round of it does not fit, both are sampled with the same share of
+    # the time: one round and the fit's quarter, 2 x 2 x 0.5 s of fixed costs.
+    tight = plan_budget(costs(), trials, MODEL, 2.5)
+    assert tight.repeats == 1 and tight.sizes[("auto", "cold")] < MODEL
+    share = (2.5 - 2 * 1.0) / (1.25 * 2)
+    assert tight.sizes == {
         ("mmap", "cold"): int(share * 0.1 * GB),
         ("auto", "cold"): int(share * GB),
     }
@@ -65,8 +75,12 @@ def test_fixed_costs_that_eat_the_budget_drop_to_one_round_and_the_floor_holds()
     plan = plan_budget(costs(fixed=1.0), TRIALS, MODEL, 7.5, floor_bytes=64 << 20)
     # 7.5 - 3 x 3 s of fixed costs leaves nothing for two rounds: one round and the fit.
     assert plan.repeats == 1
-    assert plan.sizes[("mmap", "cold")] == 64 << 20  # the floor, not the tiny share
-    assert plan.sizes[("auto", "cold")] < MODEL
+    assert plan.sizes[("mmap", "cold")] >= 64 << 20  # at least the floor
+    # auto's whole load (1 s + 1.07 s) costs less than its two sampled rounds at the
+    # floor would (2 x 1 s of fixed cost): it runs whole, and what it saves goes to mmap.
+    assert plan.sizes[("auto", "cold")] == MODEL
+    tiny = plan_budget(costs(fixed=1.0), TRIALS, MODEL, 4.0, floor_bytes=64 << 20)
+    assert tiny.sizes[("mmap", "cold")] == 64 << 20  # the floor, not the tiny share
 
 
 def test_the_page_cache_fill_and_the_server_start_are_paid_for() -> None:
