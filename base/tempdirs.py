@@ -47,14 +47,14 @@ def reap_stale(prefix: str, where: Path) -> list[Path]:
             pid = parts[0]
             if not entry.is_dir() or entry.is_symlink():
                 continue
-            if _alive(int(pid)):
+            if process_alive(int(pid)):
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and has not exited (a zombie waiting for its parent
     to reap it is gone: it runs no cleanup any more)."""
     try:

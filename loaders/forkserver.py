@@ -149,6 +149,12 @@ def serve(sock: socket.socket) -> int:
                         os.close(fd)
                     sock.sendall(b'{"error": "a request needs stdout and stderr fds"}\n')
                     continue
+                # Imports that write a cache under the temp dir (transformers imports
+                # torch's inductor, which makes its cache folder) write it where the
+                # request's run keeps its scratch, removed when that run ends.
+                cache = (request.get("env") or {}).get("TORCHINDUCTOR_CACHE_DIR")
+                if isinstance(cache, str) and cache:
+                    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
                 _preload(request.get("preload") or [], preloaded)
                 ready_r, ready_w = os.pipe()
                 pid = os.fork()

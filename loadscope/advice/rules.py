@@ -66,6 +66,8 @@ __all__ = [
     "copy_destination",
     "facts_from",
     "network_like",
+    "problem_headline",
+    "rank_key",
     "rule_copy_local",
     "unmeasured_reason",
 ]
@@ -166,17 +168,7 @@ def advise_facts(f: Facts) -> Advice:
             [],
         )
     recs = [r for rule in RULES for r in rule(f)]
-    recs.sort(
-        key=lambda r: (
-            r.id != "memory-limit",  # first: without the memory, no other fix matters
-            r.optional,
-            # A fix measured slower here than the default is listed after every other.
-            r.measured and r.expected_speedup is not None and r.expected_speedup < 1.0,
-            not r.measured,
-            -(r.expected_speedup or 0),
-            r.confidence != "high",
-        )
-    )
+    recs.sort(key=rank_key)
     if recs and recs[0].id == "memory-limit":
         headline = (
             f"memory: the {format_bytes(f.model_bytes)} model does not fit in the"
@@ -224,10 +216,7 @@ def advise_facts(f: Facts) -> Advice:
         )
         return Advice(Verdict("healthy", headline), recs, contradictions(f))
     once_per_answer(recs)
-    problems = [r for r in recs if not r.optional]
-    if problems:
-        top = problems[0]
-        headline = f"{_kind(f)}: {top.title.lower()}{_gain_words(f, top)}"
+    if (headline := problem_headline(f, recs)) is not None:
         return Advice(Verdict("problem", headline), recs, contradictions(f))
     # No fix fired: that says "healthy" only when the fixes' own figures could be trusted.
     shaky = unreliable_reason(f, tuple(f.cold))
@@ -235,6 +224,28 @@ def advise_facts(f: Facts) -> Advice:
         return Advice(Verdict("unmeasured", f"could not measure reliably: {shaky}"), [], [])
     headline = f"{_kind(f)}: no measured fix beats the default by {WORTH_IT:g}x"
     return Advice(Verdict("healthy", headline), recs, contradictions(f))
+
+
+def rank_key(r: Recommendation) -> tuple[bool, bool, bool, bool, float, bool]:
+    """The order fixes are listed in: the memory limit first (without the memory no other
+    fix matters), problems before optional tips, a fix measured slower than the default
+    last, measured fixes before estimated ones, then by gain and confidence."""
+    return (
+        r.id != "memory-limit",
+        r.optional,
+        r.measured and r.expected_speedup is not None and r.expected_speedup < 1.0,
+        not r.measured,
+        -(r.expected_speedup or 0),
+        r.confidence != "high",
+    )
+
+
+def problem_headline(f: Facts, recs: Sequence[Recommendation]) -> str | None:
+    """The verdict's line for the first problem of ``recs`` (None: no problem among them)."""
+    problems = [r for r in recs if not r.optional]
+    if not problems:
+        return None
+    return f"{_kind(f)}: {problems[0].title.lower()}{_gain_words(f, problems[0])}"
 
 
 def _gain_words(f: Facts, top: Recommendation) -> str:

@@ -367,8 +367,8 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         code=route.template.format(
             py=repr(model),
             sh=shlex.quote(model),
-            dir_py=repr(_folder_of(model)),
-            dir_sh=shlex.quote(_folder_of(model)),
+            dir_py=repr(folder_of(model)),
+            dir_sh=shlex.quote(folder_of(model)),
         ),
         strategy=route.strategy,
         route=route.route,
@@ -382,7 +382,7 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
     )
 
 
-def _folder_of(model: str) -> str:
+def folder_of(model: str) -> str:
     """The folder (or repo id) of ``model``: from_pretrained, ``vllm serve`` and
     ``--model-path`` take a folder, not an index or weight file."""
     name = model.rsplit("/", 1)[-1].lower()

@@ -14,8 +14,31 @@ import shlex
 
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import HEALTHY_FRACTION, Evidence, Recommendation
-from loadscope.advice.snippets import command
+from loadscope.advice.snippets import Snippet, command, folder_of
 from loadscope.base.units import format_rate
+
+#: The route name the readahead fix's snippets carry: its trial is ``mmap`` rerun with the
+#: mount's readahead raised (the doctor's readahead check), not a loader strategy.
+READAHEAD_ROUTE = "readahead"
+
+#: The stacks that read through mmap by default, so raising the readahead speeds them up
+#: with no change to their code, and how each starts after it.
+_MMAP_STACKS = (
+    ("transformers", "model = AutoModelForCausalLM.from_pretrained({dir_py})"),
+    ("diffusers", "pipe = DiffusionPipeline.from_pretrained({dir_py})"),
+    ("vllm", "vllm serve {dir_sh}"),
+    ("sglang", "python -m sglang.launch_server --model-path {dir_sh}"),
+)
+
+#: How to keep the raised value: a sysfs write lasts until the mount is made again.
+_LASTING = (
+    "# it lasts until the next mount; to keep it:\n"
+    "#  block device / NFS: a udev rule, e.g. /etc/udev/rules.d/99-readahead.rules:\n"
+    '#    SUBSYSTEM=="bdi", ACTION=="add", ATTR{{read_ahead_kb}}="8192"\n'
+    "#  FUSE: the daemon's mount option, where it has one (e.g. -o max_readahead=8388608)\n"
+    "#  Kubernetes: the same echo in a privileged init container of the pod, or a\n"
+    "#    DaemonSet on the nodes, before the server starts"
+)
 
 
 def rule_readahead(f: Facts) -> list[Recommendation]:
@@ -56,9 +79,39 @@ def rule_readahead(f: Facts) -> list[Recommendation]:
             risk="host-wide for this mount; root; resets at remount",
             confidence="medium",
             measured=False,
-            snippets=[command("shell", cmd)],
+            snippets=[command("shell", cmd + "\n" + _LASTING.format()), *_stack_lines(f, cmd)],
         )
     ]
+
+
+def _stack_lines(f: Facts, cmd: str) -> list[Snippet]:
+    """The readahead fix under every stack that loads through mmap: no code change, the
+    same command first; the number is the readahead trial's, set when it runs."""
+    folder = folder_of(f.model_path)
+    out = []
+    for stack, start in _MMAP_STACKS:
+        if (stack == "transformers") == (f.layout == "diffusers") and stack in (
+            "transformers",
+            "diffusers",
+        ):
+            continue  # each HF library's line only for a folder it loads
+        first = "\n".join(f"# run first (root): {line.lstrip('# ')}" for line in cmd.splitlines())
+        start_line = start.format(dir_py=repr(folder), dir_sh=shlex.quote(folder))
+        if stack == "transformers":
+            start_line = "from transformers import AutoModelForCausalLM\n" + start_line
+        if stack == "diffusers":
+            start_line = "from diffusers import DiffusionPipeline\n" + start_line
+        out.append(
+            Snippet(
+                stack=stack,
+                code=f"{first}\n{start_line}",
+                strategy=READAHEAD_ROUTE,
+                route="no code change",
+                what="the mount's readahead raised",
+                note="not measured yet",
+            )
+        )
+    return out
 
 
 def rule_wsl(f: Facts) -> list[Recommendation]:

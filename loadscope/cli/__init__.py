@@ -229,6 +229,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous_alarm = signal.signal(signal.SIGALRM, stop.alarm)
     sys.unraisablehook = stop.unraisable
     try:
+        # A run killed outright (SIGKILL) left a raised readahead behind: put it back first.
+        from loadscope.actions.hostsettings import restore_stale
+
+        for line in restore_stale():
+            print(f"{PROG}: host settings: {line}", file=sys.stderr)
         check_outputs(args)
         return int(run(args, sys.stdout))
     except LoadscopeError as exc:

@@ -104,9 +104,11 @@ COMMAND = Command(
         opt("--html", metavar="FILE|-", help="also write a self-contained HTML report; - stdout"),
         opt(
             "--try-readahead",
-            action="store_true",
-            help="when raising readahead is advised, measure it: set 8 MiB for this mount (root),"
-            " re-run the mmap trial, restore the old value",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="when raising readahead is advised, measure it: set 8 MiB for this mount,"
+            " re-run the mmap trial, restore the old value (default: where this user may"
+            " write the setting, i.e. root; --no-try-readahead never touches it)",
         ),
         opt(
             "--redact-hosts",

@@ -14,6 +14,7 @@ May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import shutil
 import threading
 import time
@@ -26,7 +27,17 @@ from loadscope.actions.convert import (
     conversion_folder,
     convert,
 )
-from loadscope.advice.rules import Advice, Evidence, Recommendation, advise
+from loadscope.actions.hostsettings import MountLock, changed, mount_key, restore_stale
+from loadscope.advice.rules import (
+    Advice,
+    Evidence,
+    Recommendation,
+    advise_facts,
+    facts_from,
+    problem_headline,
+    rank_key,
+)
+from loadscope.advice.storage_rules import READAHEAD_ROUTE
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.doctor_report import (
@@ -85,7 +96,7 @@ def run_doctor(
     target: Target,
     *,
     budget_s: float = DEFAULT_BUDGET_S,
-    try_readahead: bool = False,
+    try_readahead: bool | None = None,
     listener: Listener | None = None,
     on_probes: Callable[[ProbeReport], None] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -102,9 +113,55 @@ def run_doctor(
     ``ranks`` N >= 2 adds multi-rank trials (independent reads vs rank-0 read +
     broadcast vs sharded) in the last 40% of the trial budget; None means one rank
     per GPU when there are several. ``fio`` also runs the fio jobs that reproduce the
-    probe's measurements (up to ~30 s, outside the budget)."""
-    started = time.monotonic()
+    probe's measurements (up to ~30 s, outside the budget). ``try_readahead`` None
+    measures the readahead fix where this process may write the mount's setting (root),
+    True insists, False never touches it.
+
+    The run holds its mount's lock (:class:`~loadscope.actions.hostsettings.MountLock`):
+    another loadscope measuring the same mount is waited for, and said so."""
     failures: list[str] = []
+    failures += [f"host settings: {line}" for line in restore_stale()]
+    with MountLock(_device_of(target), on_wait=progress) as lock:
+        if lock.waited_s:
+            failures.append(
+                f"waited {lock.waited_s:.0f} s for another loadscope measuring this mount"
+            )
+        return _run_doctor(
+            target,
+            budget_s,
+            try_readahead,
+            listener,
+            on_probes,
+            progress,
+            cancel,
+            device,
+            ranks,
+            fio,
+            failures,
+        )
+
+
+def _device_of(target: Target) -> tuple[int, int]:
+    """The device number of the mount holding the model's first file."""
+    where = target.files[0].path if target.files else target.root
+    dev = os.stat(where).st_dev
+    return os.major(dev), os.minor(dev)
+
+
+def _run_doctor(
+    target: Target,
+    budget_s: float,
+    try_readahead: bool | None,
+    listener: Listener | None,
+    on_probes: Callable[[ProbeReport], None] | None,
+    progress: Callable[[str], None] | None,
+    cancel: threading.Event | None,
+    device: str,
+    ranks: int | None,
+    fio: bool,
+    failures: list[str],
+) -> DoctorReport:
+    started = time.monotonic()
 
     def step(name: str) -> None:
         if cancel is not None and cancel.is_set():
@@ -138,8 +195,14 @@ def run_doctor(
             target, bench, plan.ranks, plan.device, budget_s, started, cancel, failures
         )
     step("advice")
-    advice = advise(probe, bench, rank_report, failures, conversion=conversion)
+    facts = facts_from(probe, bench, rank_report, failures, conversion)
+    advice = advise_facts(facts)
     _readahead_evidence(target, probe, bench, advice, plan.sample, try_readahead, failures)
+    if advice.verdict.status == "problem":
+        # A fix measured since (the readahead) may now lead, with its number.
+        advice.verdict.headline = problem_headline(facts, advice.recommendations) or (
+            advice.verdict.headline
+        )
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return DoctorReport(probe, bench, advice, created, failures, rank_report, conversion)
 
@@ -203,16 +266,27 @@ def _readahead_evidence(
     try_readahead: bool,
     failures: list[str],
 ) -> None:
-    """The readahead recommendation measured here (``try_readahead``), or marked as not."""
+    """The readahead recommendation measured here (by default where this process may write
+    the mount's setting), or marked "estimated, not measured" with why."""
     rec = next((r for r in advice.recommendations if r.id == "raise-readahead"), None)
     if rec is None or bench is None:
         return
-    if try_readahead:
+    bdi = probe.primary.storage.bdi.data
+    knob = Path(bdi.path) / "read_ahead_kb" if bdi else None
+    allowed = knob is not None and os.access(knob, os.W_OK)
+    if try_readahead or (try_readahead is None and allowed):
         verify_readahead(target, probe, bench, rec, sample, failures)
     else:
-        rec.evidence.append(
-            Evidence("not verified here", "rerun with --try-readahead (root) to measure it")
+        why = (
+            "--no-try-readahead"
+            if try_readahead is False
+            else "needs root to write the mount's read_ahead_kb"
         )
+        rec.evidence.append(Evidence("estimated, not measured", why))
+        for snip in rec.snippets:
+            if snip.strategy == READAHEAD_ROUTE:
+                snip.note = f"estimated, not measured: {why}"
+    advice.recommendations.sort(key=rank_key)
 
 
 def measure_conversion(
@@ -387,26 +461,16 @@ def verify_readahead(
         major, minor = (int(x) for x in mount.device.split(":"))
         conn = Path("/sys/fs/fuse/connections") / str(fuse_connection_id(major, minor))
         knobs.append((conn / "max_background", TRY_MAX_BACKGROUND))
-    saved: list[tuple[Path, str]] = []
     try:
-        for path, value in knobs:
-            if path.exists():
-                saved.append((path, path.read_text().strip()))
-                path.write_text(f"{value}\n")
-        after = run_bench(
-            target,
-            BenchOptions(strategies=("mmap",), repeats=2, warmup=False, sample_bytes=sample),
-        )
+        with changed(mount_key(_device_of(target)), [(p, str(v)) for p, v in knobs]):
+            after = run_bench(
+                target,
+                BenchOptions(strategies=("mmap",), repeats=2, warmup=False, sample_bytes=sample),
+            )
     except (OSError, BenchError) as exc:
         failures.append(f"readahead check: {exc}")
         rec.evidence.append(Evidence("not verified", f"could not set readahead: {exc}"))
         return
-    finally:
-        for path, old in reversed(saved):
-            try:
-                path.write_text(f"{old}\n")
-            except OSError as exc:
-                failures.append(f"readahead check: could not restore {path} to {old}: {exc}")
     summary = next((s for s in after.summary if s.cache == "cold"), None)
     if summary is None or not summary.median_seconds:
         failures.append("readahead check: the mmap trial with raised readahead failed")
@@ -425,3 +489,12 @@ def verify_readahead(
         )
     )
     rec.action += f"; measured here: mmap {old_s:.3g} s -> {new_s:.3g} s ({old_s / new_s:.1f}x)"
+    ids = [t.id for t in after.trials if t.status == "ok"]
+    how = (
+        "measured"
+        if summary.scope in (None, "whole") and before.scope in (None, "whole")
+        else ("estimated")
+    )
+    for snip in rec.snippets:
+        if snip.strategy == READAHEAD_ROUTE:
+            snip.speedup, snip.trial_ids, snip.how = rec.expected_speedup, ids, how

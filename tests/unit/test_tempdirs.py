@@ -39,7 +39,7 @@ def test_a_zombie_owner_is_gone(tmp_path: Path) -> None:
     # was kept for as long as the zombie lasted.
     import time
 
-    from loadscope.base.tempdirs import _alive
+    from loadscope.base.tempdirs import process_alive as _alive
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
