@@ -18,6 +18,7 @@ from loadscope.base.hf_layout import folder_layout
 from loadscope.engine.bench import BenchReport, Summary
 from loadscope.engine.broadcast import BroadcastReport, BroadcastSummary
 from loadscope.engine.probing import ProbeReport
+from loadscope.engine.summaries import is_estimate, shaky, whole_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,15 +30,9 @@ class LocalDiskFacts:
     cold_verified: bool
 
 
-#: An extrapolated figure whose fit's relative error is above this is not a figure.
-MAX_FIT_ERROR = 0.25
 #: An estimate may not beat the storage's best measured read by more than this (the
 #: scatter of repeated probes and trials on one machine).
 BOUND_SLACK = 1.15
-#: A cold load may not beat a warm one by more than this. Wider: on a local disk served
-#: from its host's cache a cold load of a small model takes about what a warm one does,
-#: and two 20 ms trials on a busy 2-core machine differ by a third.
-WARM_SLACK = 1.5
 
 
 def error_shown(error: float) -> str:
@@ -139,46 +134,29 @@ class Facts:
     def figure(self, strategy: str, cache: str = "cold") -> Figure | None:
         """``strategy``'s whole-model time with how it was obtained and whether it holds.
 
-        A figure is unreliable when an extrapolation's fit error is over
-        :data:`MAX_FIT_ERROR` (or cannot be measured), when a cold load beats the warm
-        default load (or its own warm load) by more than :data:`WARM_SLACK`, or when an
-        estimate beats the storage's best measured read by more than :data:`BOUND_SLACK`:
-        all are physically impossible, so the figure is wrong, not the storage fast."""
+        A figure is unreliable when :func:`~loadscope.engine.summaries.shaky` says so (an
+        extrapolation's fit error too large, a cold load faster than a warm one), or when
+        an estimate beats the storage's best measured read by more than
+        :data:`BOUND_SLACK`: all are physically impossible, so the figure is wrong, not
+        the storage fast."""
         table = self.cold if cache == "cold" else self.warm
         s = table.get(strategy)
-        if s is None or not (s.extrapolated_median_seconds or s.median_seconds):
+        seconds = whole_seconds(s) if s else None
+        if s is None or not seconds:
             return None
-        estimated = s.extrapolated_median_seconds is not None and s.scope not in (None, "whole")
-        seconds = float(s.extrapolated_median_seconds or s.median_seconds or 0.0)
-        why: str | None = None
-        if estimated and (s.error_estimate is None or s.error_estimate > MAX_FIT_ERROR):
-            why = (
-                "its fit's error could not be measured"
-                if s.error_estimate is None
-                else f"fit error ±{s.error_estimate:.0%}, over ±{MAX_FIT_ERROR:.0%}"
-            )
-        elif cache == "cold" and self.storage_class != "memory":
-            why = self._cold_bound(strategy, seconds, estimated)
-        return Figure(seconds, "estimated" if estimated else "measured", s.error_estimate, why)
-
-    def _cold_bound(self, strategy: str, seconds: float, estimated: bool) -> str | None:
-        """The bound a cold figure breaks, if any (see :meth:`figure`)."""
-        for warm_of in dict.fromkeys((strategy, "mmap")):
-            w = self.warm.get(warm_of)
-            warm_s = (w.extrapolated_median_seconds or w.median_seconds) if w else None
-            if warm_s and seconds * WARM_SLACK < warm_s:
-                return (
-                    f"cold {seconds:.3g} s is faster than {warm_of} warm {warm_s:.3g} s:"
-                    " a cold load cannot beat a warm one"
-                )
+        estimated = is_estimate(s)
+        # Files in RAM have no cold state: a "cold" load there is a warm one.
+        memory = self.storage_class == "memory"
+        why = shaky(s, {} if memory else self.warm)
         limit = self.limit_bytes_per_s
-        if estimated and limit and self.model_bytes / seconds > BOUND_SLACK * limit:
-            rate = self.model_bytes / seconds / 1e9
-            return (
-                f"estimated {rate:.3g} GB/s, above the storage's best measured read"
-                f" ({limit / 1e9:.3g} GB/s)"
+        above = bool(limit) and self.model_bytes / seconds > BOUND_SLACK * (limit or 0.0)
+        if why is None and cache == "cold" and estimated and not memory and above:
+            assert limit
+            why = (
+                f"estimated {self.model_bytes / seconds / 1e9:.3g} GB/s, above the"
+                f" storage's best measured read ({limit / 1e9:.3g} GB/s)"
             )
-        return None
+        return Figure(seconds, "estimated" if estimated else "measured", s.error_estimate, why)
 
     def how_obtained(self, strategy: str, base_name: str = "mmap") -> str:
         """ "measured" when both figures of a speed-up are whole loads, else "estimated

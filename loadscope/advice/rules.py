@@ -216,8 +216,8 @@ def advise_facts(f: Facts) -> Advice:
         )
         return Advice(Verdict("healthy", headline), recs, contradictions(f))
     once_per_answer(recs)
-    if (headline := problem_headline(f, recs)) is not None:
-        return Advice(Verdict("problem", headline), recs, contradictions(f))
+    if (problem := problem_headline(f, recs)) is not None:
+        return Advice(Verdict("problem", problem), recs, contradictions(f))
     # No fix fired: that says "healthy" only when the fixes' own figures could be trusted.
     shaky = unreliable_reason(f, tuple(f.cold))
     if shaky is not None:

@@ -263,7 +263,7 @@ def _readahead_evidence(
     bench: BenchReport | None,
     advice: Advice,
     sample: int | None,
-    try_readahead: bool,
+    try_readahead: bool | None,
     failures: list[str],
 ) -> None:
     """The readahead recommendation measured here (by default where this process may write

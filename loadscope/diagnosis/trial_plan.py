@@ -24,10 +24,10 @@ from loadscope.engine.probing import ProbeReport
 from loadscope.model.targets import Target, resolve_path
 
 #: The user's own load end to end (with transformers installed and a config.json beside
-#: the weights): from_pretrained as is, and after loadscope warm (the no-code-change fix).
-#: ``hf-load-model`` (from_config + load_state_dict) stays a bench strategy: from_config's
-#: random init made it the slowest route here (benchmarks/RESULTS.md).
-TRANSFORMERS_STRATEGIES = ("hf-pretrained", "hf-prewarm")
+#: the weights): from_pretrained as is, after loadscope warm (the no-code-change fix), and
+#: ``loadscope.from_pretrained`` (the code route: built on the meta device, no random
+#: init, loadscope's reads assigned), each the code its snippet prints.
+TRANSFORMERS_STRATEGIES = ("hf-pretrained", "hf-prewarm", "hf-load-model")
 
 
 def builds_with_transformers(probe: ProbeReport) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench_records import BenchReport, Summary, Trial
 from loadscope.engine.sampling import error_text
+from loadscope.engine.summaries import shaky
 from loadscope.engine.trials import first_not_ok
 
 
@@ -167,6 +168,7 @@ def to_text(report: BenchReport) -> str:
         lines += ["", *extrapolation_lines(report)]
     if formats := format_lines(report.to_dict()):
         lines += ["", *formats]
+    lines += _shaky_lines(report)
     lines += _trailer(report)
     return "\n".join(lines)
 
@@ -202,13 +204,31 @@ def _row(report: BenchReport, s: Summary, example: Trial | None) -> str:
         else s.median_bytes_per_s
     )
     rate = format_rate(per_s) if per_s else "-"
-    x = f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
+    # A figure that cannot be trusted is never shown as a speed-up (see the trailer).
+    x = "?" if shaky(s, _warm(report)) else f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
     return (
         f"{s.strategy:<16}{s.cache:<5}{shown:>8}{rate:>10}{x:>7}"
         f"{_count(example.major_faults) + '/' + _count(example.minor_faults):>11}"
         f"{_count(example.read_syscalls):>6}"
         f"{_size(example.avg_request_bytes):>8}{_size(example.peak_rss_bytes):>8}"
     )
+
+
+def _warm(report: BenchReport) -> dict[str, Summary]:
+    return {w.strategy: w for w in report.summary if w.cache == "warm"}
+
+
+def _shaky_lines(report: BenchReport) -> list[str]:
+    """The figures shown "?" in the table, each with why it cannot be trusted."""
+    warm = _warm(report)
+    why = [(s, w) for s in report.summary if (w := shaky(s, warm))]
+    if not why:
+        return []
+    return [
+        "",
+        "not measured reliably (no speed-up shown; a larger --budget measures them whole):",
+        *(f"  {s.strategy} {s.cache}: {w}" for s, w in why),
+    ]
 
 
 def _trailer(report: BenchReport) -> list[str]:
@@ -227,9 +247,27 @@ def _trailer(report: BenchReport) -> list[str]:
             "",
             f"{len(unverified)} trial(s) kept out of the medians: cache state not verified",
         ]
-        lines += [
-            f"  #{tr.id} {tr.strategy} {tr.cache}: {tr.detail.get('cache_note', '')}"
-            for tr in unverified
-        ]
+        # One line per reason: on tmpfs every cold trial has the same one (issue 41).
+        by_note: dict[str, list[Trial]] = {}
+        for tr in unverified:
+            by_note.setdefault(str(tr.detail.get("cache_note", "")), []).append(tr)
+        for note, trials in by_note.items():
+            first = trials[0]
+            lines.append(
+                f"  #{first.id} {first.strategy} {first.cache}: {note}"
+                if len(trials) == 1
+                else f"  {len(trials)} trials ({_id_ranges([t.id for t in trials])}): {note}"
+            )
     lines += [f"note: {note}" for note in report.notes]
     return lines
+
+
+def _id_ranges(ids: list[int]) -> str:
+    """Trial ids as runs: ``#1-13, #17-29, #33``."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(f"#{a}" if a == b else f"#{a}-{b}" for a, b in runs)

@@ -122,3 +122,47 @@ def rank_summaries(trials: list[BroadcastTrial]) -> list[BroadcastSummary]:
         )
     faster = speedups({(s.mode, s.cache): s.median_seconds for s in out}, "independent")
     return [replace(s, speedup_vs_independent=faster.get((s.mode, s.cache))) for s in out]
+
+
+#: An extrapolated figure whose fit's relative error is above this is not a figure.
+MAX_FIT_ERROR = 0.25
+#: A cold load may not beat a warm one by more than this. Wide: on a local disk served
+#: from its host's cache a cold load of a small model takes about what a warm one does,
+#: and two 20 ms trials on a busy 2-core machine differ by a third.
+WARM_SLACK = 1.5
+
+
+def whole_seconds(s: Summary) -> float | None:
+    """A summary's whole-model time: the extrapolated one, else the measured median."""
+    return s.extrapolated_median_seconds or s.median_seconds
+
+
+def is_estimate(s: Summary) -> bool:
+    """Whether ``s``'s whole-model time is a fit's, not whole loads timed."""
+    return s.extrapolated_median_seconds is not None and s.scope not in (None, "whole")
+
+
+def shaky(s: Summary, warm: Mapping[str, Summary]) -> str | None:
+    """Why ``s``'s whole-model time cannot be trusted, or None: a fit's error over
+    :data:`MAX_FIT_ERROR` (or not measurable), or a cold load faster than the warm load
+    of itself or of ``mmap`` by more than :data:`WARM_SLACK` (``warm`` by strategy)."""
+    seconds = whole_seconds(s)
+    if seconds is None:
+        return None
+    if is_estimate(s) and (s.error_estimate is None or s.error_estimate > MAX_FIT_ERROR):
+        return (
+            "its fit's error could not be measured"
+            if s.error_estimate is None
+            else f"fit error ±{s.error_estimate:.0%}, over ±{MAX_FIT_ERROR:.0%}"
+        )
+    if s.cache != "cold":
+        return None
+    for name in dict.fromkeys((s.strategy, "mmap")):
+        w = warm.get(name)
+        warm_s = whole_seconds(w) if w else None
+        if warm_s and seconds * WARM_SLACK < warm_s:
+            return (
+                f"cold {seconds:.3g} s is faster than {name} warm {warm_s:.3g} s:"
+                " a cold load cannot beat a warm one"
+            )
+    return None
