@@ -35,6 +35,14 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     check_device_usable(args.device)
     spec = args.target or "synthetic:512MiB"
     mode = mode_for(args, sys.stderr)
+    if args.budget < MIN_BUDGET_S:
+        # Said before the run, not discovered after it: the probes, the fork server and one
+        # round of trials take about this much whatever the budget.
+        sys.stderr.write(
+            f"note: --budget {args.budget:g} is under the ~{MIN_BUDGET_S:g} s a diagnosis takes"
+            " at least (the probes, one round of trials); it will take about that, and what"
+            " does not fit is reported as not measured reliably\n"
+        )
     if mode == "live":
         sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
     with (
@@ -69,6 +77,11 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.md and args.json != "-":
         out.write(f"markdown: {args.md}\n")
     return doctor_exit_code(report.advice.verdict.status)
+
+
+#: The least a diagnosis takes: probes (~15% of the budget, at least a few seconds), the
+#: fork server's start (~3 s) and one round of trials (the plan keeps at least 10 s).
+MIN_BUDGET_S = 15.0
 
 
 def doctor_exit_code(status: str) -> ExitCode:
