@@ -10,6 +10,11 @@ user who adds ``loadscope warm MODEL`` before their command pays.
 
 from __future__ import annotations
 
+import glob
+import os
+import subprocess
+import sys
+
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import fill_ranges
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
@@ -26,9 +31,39 @@ def warm(
     owner: strategy.Strategy, files: list[strategy.FileRequest], ctx: strategy.LoadContext
 ) -> None:
     """``loadscope warm`` of the bytes ``files`` ask for, with ``owner``'s
-    :data:`WARM_KNOBS`."""
+    :data:`WARM_KNOBS`.
+
+    A whole load runs the command itself, as the snippet prints it (``loadscope warm
+    TARGET``, its interpreter's start-up included: the user pays it too, ~0.3 s here);
+    a sample, which the command cannot read, fills the same ranges in this process."""
     threads, block = ctx.knob_values(owner, "threads", "block_bytes")
-    PageFill(fill_ranges(files), threads=threads, block_bytes=block).run()
+    target = command_target(files)
+    if target is None:
+        PageFill(fill_ranges(files), threads=threads, block_bytes=block).run()
+        ctx.notes["warm"] = "in-process page fill of the sampled ranges"
+        return
+    argv = [sys.executable, "-m", "loadscope", "warm", target, "--quiet"]
+    argv += ["--threads", str(threads), "--block", str(block)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise OSError(f"loadscope warm {target}: {last}")
+    ctx.notes["warm"] = f"loadscope warm {target} --threads {threads} --block {block}"
+
+
+def command_target(files: list[strategy.FileRequest]) -> str | None:
+    """What ``loadscope warm`` is given to read exactly ``files``: the one file, or their
+    folder when its safetensors are those files; None for a sample or any other set."""
+    if any(f.tensors is not None for f in files) or not files:
+        return None
+    if len(files) == 1:
+        return files[0].path
+    folders = {os.path.dirname(f.path) for f in files}
+    if len(folders) != 1:
+        return None
+    folder = folders.pop()
+    present = sorted(glob.glob(os.path.join(glob.escape(folder), "*.safetensors")))
+    return folder if present == sorted(f.path for f in files) else None
 
 
 class Prewarm(strategy.Strategy):
