@@ -210,6 +210,8 @@ def report(
     for budget, wall, status, top, shown in runs:
         if budget >= least:
             verdicts.add((status, top))
+        if not shown:
+            print(f"| {budget:g} s | {wall:.0f} s | {status} | - | {top} | - | - | - | - |")
         for stack, s in shown.items():
             route = str(s["strategy"])
             base = _BASELINE.get(route, "load_file")

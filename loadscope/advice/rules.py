@@ -117,12 +117,40 @@ def contradictions(f: Facts) -> list[str]:
                 " independent reads hit storage once; broadcast pays where every rank"
                 " would otherwise go to storage (across nodes, no shared cache)"
             )
+    notes += disagreeing_repeats(f)
     for address, current, top in f.degraded_links:
         notes.append(
             f"GPU {address}: PCIe link at {current}, below its maximum {top}: host-to-device"
             " copies are capped by the slower link (reseat the card, check the slot and BIOS)"
         )
     return notes
+
+
+#: Repeats of one trial this far apart (slowest over fastest) are more than this machine's
+#: usual scatter (within ~1.3x over the runs in benchmarks/RESULTS.md): something else
+#: used the storage or the CPUs meanwhile.
+DISAGREEING_REPEATS = 1.5
+
+
+def disagreeing_repeats(f: Facts) -> list[str]:
+    """One note naming the figures whose repeats disagree beyond the usual scatter (another
+    tenant on shared storage, another process, another loadscope), or none."""
+    touched = [
+        f"{s.strategy} {s.cache} ({s.min_seconds:.3g}-{s.max_seconds:.3g} s)"
+        for table in (f.cold, f.warm)
+        for s in table.values()
+        if s.trials >= 2
+        and s.min_seconds
+        and s.max_seconds
+        and s.max_seconds > DISAGREEING_REPEATS * s.min_seconds
+    ]
+    if not touched:
+        return []
+    return [
+        f"repeats of the same trial disagreed by more than {DISAGREEING_REPEATS:g}x, beyond"
+        " this machine's usual scatter (shared storage busy, another process or loadscope"
+        f" run?): {', '.join(touched)}; those figures are medians of unsteady runs"
+    ]
 
 
 def advise(

@@ -91,3 +91,13 @@ def test_a_shaky_baseline_gives_no_verdict() -> None:
 def test_memory_storage_has_no_cold_bound() -> None:
     f = facts({"mmap": 0.2}, {"mmap": 0.21}, storage="memory")
     assert f.figure("mmap").unreliable is None  # type: ignore[union-attr]
+
+
+def test_repeats_that_disagree_are_said_with_the_figures_they_touch() -> None:
+    f = facts({"mmap": 15.0, "api": 1.0})
+    s = f.cold["api"]
+    f.cold["api"] = Summary(s.strategy, s.cache, 3, 1.0, s.median_bytes_per_s, None, 1.0, 0.6, 2.4)
+    notes = advise_facts(f).notes
+    said = [n for n in notes if "repeats of the same trial disagreed" in n]
+    assert len(said) == 1 and "api cold (0.6-2.4 s)" in said[0] and "mmap" not in said[0]
+    assert not [n for n in advise_facts(facts({"mmap": 15.0, "api": 1.0})).notes if "repeats" in n]
