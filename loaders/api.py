@@ -323,8 +323,11 @@ def load_file(
     (default 12 requests of 1 MiB in flight, O_DIRECT where allowed); ``hints`` are
     what a probe measured (``threads``, ``block_bytes``), used where no knob is given
     (a key that is not one of the knobs is refused). ``device`` is where the tensors land
-    ("cpu", "cuda", "cuda:1"). Pass a :class:`LoadRecord` as ``record`` to learn what
-    was chosen and why (and what a first call spent importing torch: ``import_seconds``).
+    ("cpu", "cuda", "cuda:1"); to a CUDA device the file goes through the ``staged``
+    path (large reads into a few pinned buffers, each copied to the device while the next
+    is read; tensors made on the device, no CPU copy). Pass a :class:`LoadRecord` as
+    ``record`` to learn what was chosen and why (and what a first call spent importing
+    torch: ``import_seconds``).
     """
     spath = os.fsdecode(os.fspath(path))
     record = check_record(record)
@@ -343,6 +346,8 @@ def load_file(
     except LoadscopeError as exc:
         raise as_api_error(exc) from None
     request = FileRequest(spath, header.file_size, "safetensors")
+    if device.startswith("cuda"):
+        return _load_to_device(request, device, knobs, record)
     ctx = LoadContext(knobs=knobs, hints=hinted, device="cpu")
     started = time.monotonic()
     try:
@@ -362,6 +367,73 @@ def load_file(
         record.files.append(choice)
     log.info("%s: %s (%s) in %.3g s", spath, choice.strategy, choice.reason, seconds)
     return _to_device(tensors, device)
+
+
+def staging_device(device: str) -> Any:
+    """The copy engine for ``device`` (``loaders/staged.py``'s CUDA device; tests give a
+    fake one here)."""
+    from loadscope.loaders.staged import CudaDevice
+
+    return CudaDevice(device)
+
+
+def _load_to_device(
+    request: FileRequest, device: str, knobs: dict[str, Any], record: LoadRecord | None
+) -> dict[str, torch.Tensor]:
+    """One file straight onto an accelerator through the ``staged`` path: large preads
+    into a bounded ring of pinned host buffers, each copied to the device while the next
+    is read, tensors created on the device (never a whole CPU copy, never a pageable
+    ``.to()``). ``threads`` and ``block_bytes`` are the readers' when given."""
+    from loadscope.loaders.staged import StagingError, staged_load
+    from loadscope.loaders.strategies.staged_cuda import Staged
+
+    staged = Staged()
+    ctx = LoadContext(
+        knobs={k: v for k, v in knobs.items() if k in ("threads", "block_bytes")}, device=device
+    )
+    slots, slot_bytes, threads, block = ctx.knob_values(
+        staged, "slots", "slot_bytes", "threads", "block_bytes"
+    )
+    notes: dict[str, Any] = {}
+    started = time.monotonic()
+    try:
+        tensors = dict(
+            staged_load(
+                [request],
+                staging_device(device),
+                slots=slots,
+                slot_bytes=slot_bytes,
+                threads=threads,
+                block_bytes=block,
+                notes=notes,
+            )
+        )
+    except LoadscopeError as exc:
+        raise as_api_error(exc) from None
+    except FileNotFoundError:
+        raise LoadFileNotFound("disappeared while it was loaded", path=request.path) from None
+    except PermissionError as exc:
+        raise LoadPermissionDenied(
+            f"permission denied ({exc.strerror})", path=request.path
+        ) from None
+    except (OSError, StagingError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise LoadReadFailed(f"staging to {device} failed: {reason}", path=request.path) from None
+    seconds = time.monotonic() - started
+    choice = FileChoice(
+        path=request.path,
+        strategy="staged",
+        reason=f"to {device}: {threads} x {block >> 10} KiB reads into {slots} pinned"
+        f" {slot_bytes >> 20} MiB buffers, copied while the next is read",
+        size_bytes=request.size_bytes,
+        seconds=seconds,
+        threads=threads,
+        block_bytes=block,
+    )
+    if record is not None:
+        record.files.append(choice)
+    log.info("%s: staged to %s in %.3g s", request.path, device, seconds)
+    return tensors
 
 
 def _fast_path() -> Strategy:
