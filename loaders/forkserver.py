@@ -156,6 +156,16 @@ def serve(sock: socket.socket) -> int:
                 if isinstance(cache, str) and cache:
                     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
                 _preload(request.get("preload") or [], preloaded)
+                if cuda_initialized():
+                    # A forked child inherits the parent's CUDA context, unusable after a
+                    # fork: every GPU worker would fail. The caller starts a fresh one.
+                    for fd in fds:
+                        os.close(fd)
+                    sock.sendall(
+                        b'{"error": "CUDA was initialised in the fork server by an import:'
+                        b' a forked worker would inherit a broken context"}\n'
+                    )
+                    continue
                 ready_r, ready_w = os.pipe()
                 pid = os.fork()
                 if pid == 0:
@@ -172,6 +182,14 @@ def serve(sock: socket.socket) -> int:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 4096)
         _reap(sock, children)
+
+
+def cuda_initialized() -> bool:
+    """Whether torch's CUDA runtime is initialised in this process (torch not imported:
+    no)."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    return bool(cuda is not None and cuda.is_initialized())
 
 
 def _preload(modules: list[Any], done: set[str]) -> None:
