@@ -4,7 +4,7 @@ CPU strategies for safetensors (``mmap``, ``pread``, ``fullread``, ``prefetch``,
 ``vllm-prefetch``, ``prewarm``, ``parallel``, ``direct``, ``auto``, ``api``), for
 torch checkpoints (``pickle``, ``pickle-mmap``; ``pickle-cuda`` on the GPU), peers when installed
 (``fastsafetensors``, ``runai``), and GPU strategies for ``--device cuda``
-(``mmap-cuda``, ``read-to-cuda``, ``staged``, ``gds``). Broadcast strategies register
+(``mmap-cuda``, ``api-cuda``, ``read-to-cuda``, ``staged``, ``gds``). Broadcast strategies register
 here too when they arrive.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadscope.loaders.strategies.api import PublicLoadFile
+from loadscope.loaders.strategies.api_cuda import PublicLoadFileCuda
 from loadscope.loaders.strategies.auto import Auto
 from loadscope.loaders.strategies.direct import Direct
 from loadscope.loaders.strategies.fullread import FullRead
@@ -57,6 +58,7 @@ STRATEGIES: dict[str, Strategy] = {
         FromPretrainedPrewarmed(),
         FromConfigLoadModel(),
         MmapCuda(),
+        PublicLoadFileCuda(),
         ReadToCuda(),
         Staged(),
         Gds(),

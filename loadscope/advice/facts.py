@@ -120,6 +120,8 @@ class Facts:
 
     #: The bench's time budget (seconds), when it had one: what "needs ~N s" is said against.
     budget_s: float | None = None
+    #: Where the GPU trials loaded to ("cpu": a CPU run; "cuda:N": GPU and CPU-side routes).
+    device: str = "cpu"
 
     def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
         """Whole-model time of ``base_name`` over ``strategy``'s (measured, or extrapolated
@@ -303,6 +305,7 @@ def facts_from(
         torch_index=str(probe.target["torch_index"]) if probe.target.get("torch_index") else None,
         budget_s=_budget_of(bench),
         layout=folder_layout(model_root),
+        device=str((bench.options.get("device") if bench else None) or "cpu"),
     )
 
 

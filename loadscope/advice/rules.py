@@ -176,6 +176,13 @@ BASELINES: tuple[str, ...] = ("mmap", "mmap-cuda", "pickle")
 
 def unmeasured_reason(f: Facts) -> str | None:
     """Why there is no evidence for a verdict (no trial, no cold baseline), or None."""
+    if f.device != "cpu" and "mmap-cuda" not in f.cold and "pickle-cuda" not in f.cold:
+        # A GPU run whose GPU half measured nothing: the CPU-side routes beside it do not
+        # answer what was asked (loading to the GPU).
+        why = next((x for x in f.failures if "cuda" in x.lower()), None) or (
+            f.failures[0] if f.failures else "its GPU trials did not run"
+        )
+        return f"no GPU trial completed ({why})"
     if any(b in f.cold for b in BASELINES):
         return None
     if f.storage_class == "memory" and any(b in f.warm for b in BASELINES):

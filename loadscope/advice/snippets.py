@@ -300,8 +300,22 @@ ROUTES: tuple[Route, ...] = (
     ),
 )
 
+#: The GPU routes: measured against safetensors' own device load (``mmap-cuda``).
+ROUTES += (
+    Route(
+        "safetensors",
+        "code change",
+        "api-cuda",
+        "loadscope.load_file(p, device='cuda')",
+        "import loadscope  # to the GPU through pinned buffers, copies overlapped with reads\n"
+        "state = loadscope.load_model({py}, device='cuda')",
+        baseline="mmap-cuda",
+    ),
+)
+
 #: Which routes each kind of fix shows (by the strategies they run).
 FIX_STRATEGIES: dict[str, frozenset[str]] = {
+    "gpu-staged": frozenset({"api-cuda"}),
     # Many large requests in flight: the public API, the no-code-change prewarm, and the
     # stacks' own parallel or prefetching loaders.
     "parallel-reads": frozenset(

@@ -242,6 +242,7 @@ def _run_trials(
                 deadline=time.monotonic() + plan.trial_s,
                 cancel=cancel,
                 device=plan.device,
+                cpu_too=plan.device != "cpu",
             ),
             listener,
         )

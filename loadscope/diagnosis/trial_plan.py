@@ -61,6 +61,21 @@ CPU_ORDER = (
 )
 
 
+#: On a GPU machine, the routes users apply on the CPU side (the default load, the public
+#: API, ``loadscope warm`` first, vLLM's prefetch, the peers, the full read) run beside
+#: the GPU strategies: a GPU box's advice must still time what its users paste.
+CPU_ROUTES_ON_GPU = ("mmap", "api", "prewarm", "vllm-prefetch", "fastsafetensors", "runai")
+
+
+def gpu_plan(probe: ProbeReport) -> tuple[str, ...]:
+    """The trials of a GPU run: the GPU default and routes first, then the CPU-side routes
+    (and the transformers ones where the model builds), then the folklore fix."""
+    cpu = list(CPU_ROUTES_ON_GPU)
+    if builds_with_transformers(probe):
+        cpu += TRANSFORMERS_STRATEGIES
+    return (*GPU_STRATEGIES, *cpu, "fullread")
+
+
 def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
     """The trials worth running here, in :data:`CPU_ORDER`: ``direct`` beside the parallel
     family where the filesystem takes O_DIRECT, and the transformers trials before the
@@ -93,6 +108,7 @@ WARM_STRATEGIES = (
     "pickle",
     "pickle-mmap",
     "mmap-cuda",
+    "api-cuda",
     "pickle-cuda",
     "staged",
 )
@@ -307,7 +323,7 @@ def plan_doctor(
             strategies = TORCH_WITH_SAFETENSORS
         device = "cpu"
     elif device != "cpu":
-        strategies = GPU_STRATEGIES
+        strategies = gpu_plan(probe)
     else:
         strategies = choose_strategies(probe)
     trials = [(s, "cold") for s in strategies]

@@ -122,11 +122,13 @@ def _applicable(
     available: dict[str, dict[str, Any]],
     names: tuple[str, ...] | None,
     device: str = "cpu",
+    cpu_too: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
     """The strategies to run on ``device`` and why the others asked for cannot run.
 
     Without ``names``, the strategies of the device's kind (CPU or GPU) are considered;
-    one of the other kind asked for by name is skipped with the reason.
+    one of the other kind asked for by name is skipped with the reason, except a CPU one
+    on a GPU run with ``cpu_too`` (it runs on the CPU).
     """
     if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
         raise BenchError(f"unknown device {device!r} (use cpu, cuda or cuda:N)")
@@ -139,7 +141,7 @@ def _applicable(
             raise BenchError(f"unknown strategy {name!r} (known: {', '.join(available)})")
         if info.get("gpu") and not gpu_run:
             skipped[name] = "needs a GPU (--device cuda)"
-        elif not info.get("gpu") and gpu_run:
+        elif not info.get("gpu") and gpu_run and not (cpu_too and names):
             skipped[name] = (
                 f"a CPU strategy: it does not load to {device} (run it without --device)"
             )
@@ -213,7 +215,9 @@ def _run_bench(
     except ValueError as exc:
         raise BenchError(f"knob {exc}") from None
     available = describe_strategies()
-    names, skipped = _applicable(target, available, options.strategies, options.device)
+    names, skipped = _applicable(
+        target, available, options.strategies, options.device, options.cpu_too
+    )
     run = _Run(target, options, available, listener or (lambda _e: None), scratch)
     names = run.choose(names, skipped)
     references = run.references(names)

@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 #: The strategies that land tensors on a GPU (what the doctor runs with --device cuda):
 #: safetensors' own device load, the pinned staging path, the common read-then-.to(),
 #: and gds when kvikio is there. None holds the whole model in host RAM.
-GPU_STRATEGIES = ("mmap-cuda", "staged", "read-to-cuda", "gds")
+GPU_STRATEGIES = ("mmap-cuda", "api-cuda", "staged", "read-to-cuda", "gds")
 
 
 class BenchError(LoadscopeError):
@@ -81,6 +81,9 @@ class BenchOptions:
     worker_argv: tuple[str, ...] | None = None
     #: Where tensors are loaded: "cpu" runs the CPU strategies, "cuda" or "cuda:N" the GPU ones.
     device: str = "cpu"
+    #: On a GPU run, the CPU strategies named in ``strategies`` run too, on the CPU (the
+    #: doctor on a GPU machine times the routes users apply on either side).
+    cpu_too: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -278,12 +278,21 @@ def _spec(
         ],
         "knobs": options.knobs.get(trial.strategy, {}),
         "hints": options.hints,
-        "device": options.device,
+        # A CPU strategy on a GPU run (the doctor's routes beside the GPU ones) loads to
+        # the CPU; every GPU strategy to the run's device.
+        "device": options.device if _loads_to_gpu(trial.strategy) else "cpu",
         "block_stat": block_stat,
         "scratch_dir": scratch_dir,
         "total_bytes": total_bytes,
         "total_tensors": 0,
     }
+
+
+def _loads_to_gpu(strategy: str) -> bool:
+    from loadscope.loaders.strategies import STRATEGIES
+
+    known = STRATEGIES.get(strategy)
+    return bool(known is not None and known.requires.gpu)
 
 
 @dataclass(slots=True)

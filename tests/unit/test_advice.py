@@ -402,11 +402,22 @@ def test_no_broadcast_when_independent_reads_win_and_it_says_so() -> None:
 
 
 def test_gpu_staging_against_safetensors_device_load() -> None:
-    a = advise_facts(facts({"mmap-cuda": 9.0, "staged": 3.0, "read-to-cuda": 7.0}))
+    a = advise_facts(facts({"mmap-cuda": 9.0, "staged": 2.9, "read-to-cuda": 7.0, "api-cuda": 3.0}))
     rec = next(r for r in a.recommendations if r.id == "gpu-staged")
-    assert rec.expected_speedup == 3.0 and "3 s vs 9 s" in rec.action
-    small = advise_facts(facts({"mmap-cuda": 3.0, "staged": 2.5}))
+    # Numbered by the route users paste (issue 38), its code the trial's own.
+    assert rec.strategy == "api-cuda" and rec.expected_speedup == 3.0
+    assert "3 s vs 9 s" in rec.action
+    (snippet,) = [s for s in rec.snippets if s.strategy]
+    assert "loadscope.load_model(" in snippet.code and "device='cuda'" in snippet.code
+    assert snippet.speedup == 3.0 and snippet.trial_ids == [4]
+    assert "vs mmap-cuda cold" in snippet.label()
+    assert any("'staged' reader" in e.what for e in rec.evidence)
+    # "pip install fastsafetensors", never measured, is no longer the fix's code.
+    assert not any("fastsafetensors" in s.code for s in rec.snippets)
+    small = advise_facts(facts({"mmap-cuda": 3.0, "staged": 2.5, "api-cuda": 2.6}))
     assert "gpu-staged" not in [r.id for r in small.recommendations]
+    internal_only = advise_facts(facts({"mmap-cuda": 9.0, "staged": 3.0}))
+    assert "gpu-staged" not in [r.id for r in internal_only.recommendations]
 
 
 def test_a_degraded_gpu_link_is_a_finding() -> None:

@@ -1,0 +1,42 @@
+"""``api-cuda``: ``loadscope.load_file(path, device="cuda:N")`` — the public API to the GPU.
+
+The same call a training script makes to put a checkpoint on its GPU, timed as users
+call it: the header check, then the ``staged`` path (large reads into a ring of pinned
+buffers, each copied to the device while the next is read, tensors made on the device).
+The number the advice puts under ``loadscope.load_model(path, device="cuda")`` comes
+from this code. A sampled trial loads the sampled tensors through the same pipeline.
+"""
+
+from __future__ import annotations
+
+from loadscope.loaders import strategy
+from loadscope.loaders.api import load_file
+
+
+class PublicLoadFileCuda(strategy.Strategy):
+    name = "api-cuda"
+    summary = "loadscope.load_file(path, device='cuda:N'): the public API, staged to the GPU"
+    requires = strategy.Requirements(gpu=True, ram_multiple=0.0)
+
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
+        from loadscope.loaders.staged import CudaDevice, staged_load
+        from loadscope.loaders.strategies.staged_cuda import Staged
+
+        if any(f.tensors is not None for f in files):
+            ctx.notes["sampled"] = "a sample: loaded through the staged pipeline load_file uses"
+            own = strategy.LoadContext(device=ctx.device, notes=ctx.notes)
+            staged = Staged()
+            yield from staged_load(
+                files,
+                CudaDevice(ctx.device),
+                slots=own.knob(staged, "slots"),
+                slot_bytes=own.knob(staged, "slot_bytes"),
+                threads=own.knob(staged, "threads"),
+                block_bytes=own.knob(staged, "block_bytes"),
+                notes=ctx.notes,
+            )
+            return
+        for f in files:
+            yield from load_file(f.path, device=ctx.device).items()
