@@ -297,6 +297,21 @@ def rank_target(target: Target) -> Target | None:
     return None
 
 
+#: A rank round's start-up per mode: N ranks' interpreters, torch and a process group.
+RANK_START_S = 4.0
+
+
+def rank_round_s(probe: ProbeReport, ranks: int) -> float:
+    """About what the doctor's rank round takes (its three modes, one cold round each):
+    each mode's start-up and the model read at the probe's parallel rate, with the copies
+    ranks exchange at memory speed; with room for the slower modes (x1.5)."""
+    _buffered, parallel = estimate_rates(probe)
+    rate = direct_rate(probe) or parallel
+    model = float(probe.target["total_bytes"])
+    per_mode = RANK_START_S + model / rate + ranks * model / WARM_RATE
+    return 1.5 * len(RANK_MODES) * per_mode
+
+
 def plan_doctor(
     target: Target,
     probe: ProbeReport,
@@ -340,7 +355,11 @@ def plan_doctor(
             + " and ".join(sorted(formats))
             + (" with no safetensors beside it" if formats == {"torch"} else "")
         )
-    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0) * (0.6 if multi else 1.0)
+    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0)
+    if multi:
+        # What the rank round needs, not a fixed share: a fixed 40% sampled the single-rank
+        # trials where whole loads of them and the round both fitted (issue 41).
+        remaining -= min(0.4 * remaining, rank_round_s(probe, ranks or 2))
     if formats == {"torch"} and not target.alternates:
         # Half for converting a sample to safetensors and timing both: what makes
         # "convert to safetensors" a measured number.
