@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from loadscope.advice.facts import Facts, LocalDiskFacts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation, ids_of
 from loadscope.advice.snippets import Snippet, commands, load_snippets, offered
-from loadscope.base.units import format_bytes
+from loadscope.base.units import format_bytes, format_rate
 
 
 def rule_prewarm(f: Facts) -> list[Recommendation]:
@@ -43,11 +43,35 @@ def rule_prewarm(f: Facts) -> list[Recommendation]:
             ram_bytes_needed=f.model_bytes,
             risk="page cache is shared and reclaimable: other memory pressure evicts it",
             confidence="medium",
-            snippets=offered(load_snippets("prewarm", f, f.model_path))[0],
+            snippets=offered(load_snippets("prewarm", f, f.model_path))[0] + _torch_warm(f),
             apply={"kind": "warm", "source": f.model_path},
             optional=True,
         )
     ]
+
+
+def _torch_warm(f: Facts) -> list[Snippet]:
+    """For a torch model whose safetensors sit beside it: the stacks' lines warm the
+    safetensors (what the HF stacks read); a script that keeps ``torch.load`` reads the
+    torch files, so it gets its own line naming them (issue 41)."""
+    if not f.safetensors_beside or not f.torch_files:
+        return []
+    if f.torch_index:
+        target = os.path.join(f.model_root, f.torch_index)
+    elif len(f.torch_files) == 1:
+        target = os.path.join(f.model_root, f.torch_files[0])
+    else:
+        return []  # loose torch files: no one name loads just them
+    return commands(
+        [
+            (
+                "torch.load",
+                f"loadscope warm {shlex.quote(target)}"
+                "   # a script that keeps torch.load reads the torch files; the lines above"
+                " warm the safetensors the HF stacks read",
+            )
+        ]
+    )
 
 
 def copy_destination(directory: str, model_root: str) -> str:
@@ -73,14 +97,35 @@ class CopyEstimate:
     #: Cold loads after which the copy has paid for itself.
     break_even: int
     beats_in_place: bool
+    #: The rate ``loadscope copy`` is expected to read the source at, and what it rests on.
+    read_bytes_per_s: float
+    read_basis: str
+
+
+def copy_read_rate(f: Facts) -> tuple[float, str] | None:
+    """The rate ``loadscope copy`` reads the source at, and what that rests on.
+
+    Copy reads as ``auto`` reads a cold file (many large requests in flight, O_DIRECT
+    where allowed), so the probe's measured read rate of this storage stands for it;
+    without one, the fastest cold load measured here (a load reads the same bytes).
+    None when neither was measured.
+    """
+    if f.limit_bytes_per_s:
+        return f.limit_bytes_per_s, "the probe's measured read rate here (large reads in flight)"
+    in_place = {s: t for s in f.cold if (t := f.seconds(s))}
+    if not in_place:
+        return None
+    best = min(in_place, key=lambda s: in_place[s])
+    return f.model_bytes / in_place[best], f"the fastest cold load measured here ({best})"
 
 
 def copy_estimate(f: Facts) -> CopyEstimate | None:
     """The copy's estimate when a local disk would load ``WORTH_IT`` faster, else None.
 
     The local load time is estimated from the candidate's measured cold read rate
-    (the copy does not exist yet, so it cannot be trialled); the copy's cost from
-    the slower of the fastest measured cold read here and the candidate's write rate.
+    (the copy does not exist yet, so it cannot be trialled); the copy's cost from the
+    slower of the rate copy reads the source at (:func:`copy_read_rate`) and the
+    candidate's write rate, plus reading the copy back to verify it (its cold read rate).
     """
     disk, mmap_s = f.local_disk, f.seconds("mmap")
     if disk is None or not mmap_s or f.storage_class in ("local-block", "memory"):
@@ -94,13 +139,28 @@ def copy_estimate(f: Facts) -> CopyEstimate | None:
     in_place = {s: t for s in f.cold if (t := f.seconds(s))}
     best_name = min(in_place, key=lambda s: in_place[s])
     best_s = in_place[best_name]
-    copy_rate = min(f.model_bytes / best_s, disk.write_bytes_per_s)
-    copy_s = f.model_bytes / copy_rate
+    read = copy_read_rate(f)
+    if read is None:
+        return None
+    read_rate, read_basis = read
+    # Reads and writes overlap (the slower sets the pace); the read-back follows them.
+    copy_s = f.model_bytes / min(read_rate, disk.write_bytes_per_s)
+    copy_s += f.model_bytes / disk.cold_read_bytes_per_s
     saved = mmap_s - local_s
     break_even = max(1, math.ceil(copy_s / saved))
     beats_in_place = local_s * WORTH_IT <= best_s
     return CopyEstimate(
-        disk, mmap_s, local_s, gain, best_name, best_s, copy_s, break_even, beats_in_place
+        disk,
+        mmap_s,
+        local_s,
+        gain,
+        best_name,
+        best_s,
+        copy_s,
+        break_even,
+        beats_in_place,
+        read_rate,
+        read_basis,
     )
 
 
@@ -132,7 +192,10 @@ def _copy_action(e: CopyEstimate) -> str:
     action = (
         f"copy the model to {e.disk.directory} (local disk, {format_bytes(e.disk.free_bytes)}"
         f" free): a cold load there ~{e.local_s:.3g} s vs {e.mmap_s:.3g} s here, {e.gain:.1f}x;"
-        f" the copy takes ~{e.copy_s:.3g} s, repaid after {e.break_even} cold load(s)"
+        f" the copy takes an estimated ~{e.copy_s:.3g} s (reading the source at"
+        f" {format_rate(e.read_bytes_per_s)}, {e.read_basis}; writing at the local disk's"
+        f" measured {format_rate(e.disk.write_bytes_per_s)}; reading the copy back to verify"
+        f" it), repaid after {e.break_even} cold load(s)"
     )
     if not e.beats_in_place:
         action += (
@@ -155,6 +218,12 @@ def _copy_evidence(f: Facts, e: CopyEstimate) -> list[Evidence]:
         Evidence(
             "estimated cold load there (its read rate, floored at the warm load)",
             round(e.local_s, 4),
+            "s",
+        ),
+        Evidence(f"copy's source read rate ({e.read_basis})", round(e.read_bytes_per_s), "B/s"),
+        Evidence(
+            "estimated copy time (source read or local write, the slower; then read back)",
+            round(e.copy_s, 3),
             "s",
         ),
         Evidence("mmap cold here", e.mmap_s, "s", ids_of(f, ("mmap", "cold"))),

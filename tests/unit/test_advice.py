@@ -685,3 +685,25 @@ def test_a_store_where_readers_do_not_help_is_throughput_bound() -> None:
     assert "throughput-bound" in a.verdict.headline
     assert "no reading strategy does" in a.verdict.headline
     assert a.recommendations[0].id == "copy-to-local-disk"
+
+
+def test_prewarm_beside_twins_names_what_each_stack_reads() -> None:
+    """Issue 41: a torch model whose safetensors sit beside it got `loadscope warm` naming
+    the safetensors only; right for the HF stacks, wrong for a script keeping torch.load."""
+    f = facts({"pickle": 6.0, "mmap": 2.0}, {"mmap": 0.2}, formats={"torch"})
+    f.model_root = "/models/my model"
+    f.model_path = "/models/my model/model.safetensors"
+    f.safetensors_beside = ["model.safetensors"]
+    f.torch_files = ["pytorch_model.bin"]
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "prewarm")
+    shell = next(s for s in rec.snippets if s.stack == "shell")
+    assert "loadscope warm '/models/my model/model.safetensors'" in shell.code
+    torch_line = next(s for s in rec.snippets if s.stack == "torch.load")
+    assert "loadscope warm '/models/my model/pytorch_model.bin'" in torch_line.code
+    assert "HF stacks read" in torch_line.code
+    # Sharded behind an index: the index names the torch shards.
+    f.torch_files = ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+    f.torch_index = "pytorch_model.bin.index.json"
+    rec = next(r for r in advise_facts(f).recommendations if r.id == "prewarm")
+    torch_line = next(s for s in rec.snippets if s.stack == "torch.load")
+    assert "'/models/my model/pytorch_model.bin.index.json'" in torch_line.code
