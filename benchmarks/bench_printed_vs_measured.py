@@ -82,6 +82,16 @@ _ROUTES = {
     " n = sum(touch(p.data) for p in m.state_dict().values()); done(t0, n)",
 }
 _BASELINE = {"hf-prewarm": "hf-pretrained", "hf-load-model": "hf-pretrained"}
+#: Before an HF route's clock: transformers and the model's modeling module imported (the
+#: trials' workers import them before theirs; a user's process pays them whatever loads).
+_HF_IMPORTS = (
+    "import json as _j, importlib as _il, transformers\n"
+    "_t = _j.load(open(os.path.join(path, 'config.json')))['model_type'].replace('-', '_')\n"
+    "_il.import_module(f'transformers.models.{_t}.modeling_{_t}')\n"
+)
+#: Routes timed by their own library's code through a whole-load trial (the peers: vLLM's
+#: and SGLang's --load-format flags call them; the servers do not run here).
+_PEERS = ("fastsafetensors", "runai")
 
 
 def _cold(model: Path) -> None:
@@ -93,7 +103,8 @@ def _cold(model: Path) -> None:
 
 
 def _timed(route: str, model: Path, bdi: Path | None) -> float:
-    code = _PRELUDE + (_ROUTES["load_file"] if route == "readahead" else _ROUTES[route])
+    code = _PRELUDE + (_HF_IMPORTS if route.startswith("hf-") else "")
+    code += _ROUTES["load_file"] if route == "readahead" else _ROUTES[route]
     _cold(model)
     raised: list[tuple[Path, str]] = []
     if route == "readahead" and bdi is not None:
@@ -131,7 +142,23 @@ def whole_loads(model: Path, rounds: int) -> dict[str, float]:
         order = list(times) if i % 2 == 0 else list(reversed(times))
         for route in order:
             times[route].append(_timed(route, model, bdi))
-    return {r: statistics.median(v) for r, v in times.items()}
+    out = {r: statistics.median(v) for r, v in times.items()}
+    return out | _peer_loads(model, rounds)
+
+
+def _peer_loads(model: Path, rounds: int) -> dict[str, float]:
+    """The peers' whole cold loads, by their own library's code (a bench trial each)."""
+    from loadscope.engine.bench import BenchOptions, run_bench
+    from loadscope.model.targets import resolve
+
+    report = run_bench(
+        resolve(str(model)), BenchOptions(strategies=_PEERS, repeats=rounds, warmup=False)
+    )
+    return {
+        s.strategy: s.median_seconds
+        for s in report.summary
+        if s.cache == "cold" and s.median_seconds and s.scope in (None, "whole")
+    }
 
 
 def doctor(model: Path, budget: float, out: Path) -> tuple[dict[str, object], float]:

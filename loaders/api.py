@@ -314,6 +314,8 @@ def load_file(
     direct: str = "auto",
     hints: dict[str, Any] | None = None,
     record: LoadRecord | None = None,
+    local_ranks: tuple[int, int] | None = None,
+    keep_cache: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Load a safetensors file into a ``{name: tensor}`` dict, as ``safetensors.torch.load_file``.
 
@@ -328,6 +330,15 @@ def load_file(
     is read; tensors made on the device, no CPU copy). Pass a :class:`LoadRecord` as
     ``record`` to learn what was chosen and why (and what a first call spent importing
     torch: ``import_seconds``).
+
+    Several local ranks (torchrun's ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``, SLURM's local
+    ids, or ``local_ranks=(rank, world)``) that load the same cold file read it from
+    storage once for the node: each reads its part into one shared-memory file that all
+    map copy-on-write (``loaders/nodeshare.py``); a rank that cannot share (not every
+    rank asked within seconds, too little ``/dev/shm``) loads alone and says why in the
+    record. A single process's cold read leaves the page cache cold (O_DIRECT): a
+    process that follows pays the full read again, unless ``keep_cache=True`` (buffered
+    reads, which the page cache keeps).
     """
     spath = os.fsdecode(os.fspath(path))
     record = check_record(record)
@@ -348,6 +359,11 @@ def load_file(
     request = FileRequest(spath, header.file_size, "safetensors")
     if device.startswith("cuda"):
         return _load_to_device(request, device, knobs, record)
+    if keep_cache:
+        knobs["direct"] = "no"  # buffered: the page cache keeps what was read
+    shared = _node_shared(request, header, knobs, hinted, local_ranks, record)
+    if shared is not None:
+        return shared
     ctx = LoadContext(knobs=knobs, hints=hinted, device="cpu")
     started = time.monotonic()
     try:
@@ -367,6 +383,72 @@ def load_file(
         record.files.append(choice)
     log.info("%s: %s (%s) in %.3g s", spath, choice.strategy, choice.reason, seconds)
     return _to_device(tensors, device)
+
+
+def _node_shared(
+    request: FileRequest,
+    header: Any,
+    knobs: dict[str, Any],
+    hints: dict[str, Any],
+    local_ranks: tuple[int, int] | None,
+    record: LoadRecord | None,
+) -> dict[str, torch.Tensor] | None:
+    """The file read once for the node (``loaders/nodeshare.py``) when several local ranks
+    load it cold; None to load it alone (one process, a resident file, or why not, noted)."""
+    from loadscope.loaders import nodeshare
+    from loadscope.loaders.buffers import o_direct_ok
+    from loadscope.loaders.strategies.auto import RESIDENT_ENOUGH, Auto
+    from loadscope.probes.pagecache import sampled_residency
+
+    ranks = nodeshare.local_ranks(local_ranks)
+    if ranks is None:
+        return None
+    fraction = sampled_residency(request.path, windows=16)
+    if fraction is not None and fraction >= RESIDENT_ENOUGH:
+        return None  # mapped from the page cache: one copy for the node already
+    ctx = LoadContext(knobs=knobs, hints=hints)
+    threads, block = ctx.knob_values(Auto(), "threads", "block_bytes")
+    want = str(ctx.knob(Auto(), "direct"))
+    direct = want == "yes" or (want == "auto" and o_direct_ok(request.path))
+    notes: dict[str, Any] = {}
+    started = time.monotonic()
+    try:
+        tensors = nodeshare.shared_tensors(
+            request.path,
+            header,
+            ranks,
+            threads=threads,
+            block_bytes=block,
+            direct=direct,
+            notes=notes,
+        )
+    except nodeshare.NotShared as exc:
+        log.info("%s: not shared across local ranks: %s", request.path, exc)
+        if record is not None:
+            record.notes.append(f"{request.path}: not shared across local ranks: {exc}")
+        return None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise LoadReadFailed(
+            f"read failed: {reason} (errno {exc.errno})", path=request.path
+        ) from None
+    share = notes.get("node_share", {})
+    choice = FileChoice(
+        path=request.path,
+        strategy="node-shared",
+        reason=f"local rank {ranks.rank} of {ranks.world}: read"
+        f" {int(share.get('read_bytes', 0)) >> 20} MiB of {request.size_bytes >> 20} MiB"
+        " into shared memory, all ranks map it copy-on-write (storage read once per node)",
+        size_bytes=request.size_bytes,
+        seconds=time.monotonic() - started,
+        residency=fraction,
+        threads=threads,
+        block_bytes=block,
+    )
+    if record is not None:
+        record.files.append(choice)
+    log.info("%s: %s", request.path, choice.reason)
+    return tensors
 
 
 def staging_device(device: str) -> Any:

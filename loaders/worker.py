@@ -115,6 +115,9 @@ def run(spec: dict[str, Any], emitter: Emitter) -> int:
     ctx = LoadContext(
         knobs=dict(spec.get("knobs", {})), hints=dict(spec.get("hints", {})), device=device
     )
+    # A trial times its own strategy in its own process: never a load shared with other
+    # local ranks (a srun step sets SLURM's local ids for every process it starts).
+    os.environ["LOADSCOPE_NODE_SHARE"] = "0"
     if scratch := spec.get("scratch_dir"):
         # Libraries that write caches under the temp dir (torch's inductor, when
         # transformers builds a model) write into the run's scratch dir, which the

@@ -75,12 +75,16 @@ def load_model(
     direct: str = "auto",
     hints: dict[str, Any] | None = None,
     record: LoadRecord | None = None,
+    local_ranks: tuple[int, int] | None = None,
+    keep_cache: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Every tensor of a model as one ``{name: tensor}`` state dict.
 
     ``target`` is a file, a model folder (its ``*.index.json`` followed when present),
     or ``org/name[@revision]`` in the local Hugging Face cache (never downloaded).
-    The knobs are :func:`load_file`'s, applied to every safetensors file. Use it as
+    The knobs are :func:`load_file`'s, applied to every safetensors file (with
+    ``local_ranks`` and ``keep_cache``: several local ranks read the model from storage
+    once per node). Use it as
     ``model.load_state_dict(loadscope.load_model(path))``; for a transformers model,
     :func:`from_pretrained` builds the model too (tied weights, no random init).
     """
@@ -91,7 +95,9 @@ def load_model(
     device = check_device(device)
     check_hints(hints)
     resolved = _checked_target(target)
-    return _read(resolved, device, threads, block_bytes, direct, hints, record)
+    return _read(
+        resolved, device, threads, block_bytes, direct, hints, record, local_ranks, keep_cache
+    )
 
 
 def from_pretrained(
@@ -142,6 +148,8 @@ def _read(
     direct: str,
     hints: dict[str, Any] | None,
     record: LoadRecord | None,
+    local_ranks: tuple[int, int] | None = None,
+    keep_cache: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Every file of ``resolved``: safetensors through :func:`load_file`, torch checkpoints
     through ``torch.load(weights_only=True, mmap=True)``."""
@@ -156,6 +164,8 @@ def _read(
                 direct=direct,
                 hints=hints,
                 record=record,
+                local_ranks=local_ranks,
+                keep_cache=keep_cache,
             )
         else:
             part = load_torch_file(wf.path, device, record=record)
