@@ -216,7 +216,7 @@ def read_to_device(
     instead of a whole pageable CPU copy moved with ``.to()`` after the read."""
     from loadscope.base.safeio import open_regular
 
-    buf = dev.alloc_device(size)
+    buf: torch.Tensor = dev.alloc_device(size)
     chunk = max(1, min(chunk, size)) if size else 1
     ring = dev.alloc_ring(slots, chunk)
     fd = open_regular(path)
