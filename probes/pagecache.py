@@ -251,6 +251,50 @@ def checked_fraction(path: str | os.PathLike[str]) -> tuple[float | None, bool]:
     return sampled, sampled is not None
 
 
+#: The filesystems whose files live only in memory.
+_MEMORY_FSTYPES = ("tmpfs", "ramfs", "hugetlbfs")
+
+
+def memory_backed(path: str | os.PathLike[str]) -> str | None:
+    """The filesystem's type (``tmpfs``, ``ramfs``, ``hugetlbfs``) when ``path`` lives in
+    memory-backed storage, else None (or when the mount table cannot say).
+
+    Such a file's pages are its only copy: no eviction makes it cold, and dropping the
+    host's page cache cannot either. Asked of the mount table, not of the filesystem: a
+    FUSE daemon or NFS server whose reads stalled would not answer a ``statfs`` either, so
+    a path whose own mount is neither in memory nor on a block device is not followed.
+    """
+    from loadscope.probes.mounttable import mount_of, read_mountinfo
+
+    try:
+        table = read_mountinfo()
+    except Unavailable:
+        return None
+    where = os.path.abspath(path)
+    parts = [p for p in where.split("/") if p]
+    lexical, depth = None, -1
+    for m in table:  # the longest mount point over the path as written (the last on ties)
+        point = [p for p in os.path.normpath(m.mount_point).split("/") if p]
+        if parts[: len(point)] == point and len(point) >= depth:
+            lexical, depth = m, len(point)
+    if lexical is None or (lexical.major == 0 and lexical.fstype not in _MEMORY_FSTYPES):
+        return None  # FUSE, NFS, overlay...: not followed (see above)
+    try:
+        real = mount_of(where, table)  # symlinks resolved: a local or memory filesystem
+    except (Unavailable, OSError):
+        return None
+    return real.fstype if real.fstype in _MEMORY_FSTYPES else None
+
+
+def no_cold_state_note(fstype: str) -> str:
+    """What a person is told, once, about eviction on memory-backed storage."""
+    return (
+        f"{fstype} is memory-backed storage: its pages are the files' only copy, so it has no"
+        " cold state (no eviction, and no --allow-drop-caches, can take them out of RAM);"
+        " every load here reads from memory (or swap)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Eviction:
     path: str
@@ -259,6 +303,8 @@ class Eviction:
     after: float | None
     verified: bool
     note: str = ""
+    #: The memory-backed filesystem the file is on (``tmpfs``...), else None: nothing evicts it.
+    memory_backed: str | None = None
 
 
 class ColdCache:
@@ -292,6 +338,12 @@ class ColdCache:
             os.close(fd)
         after, sampled = checked_fraction(spath)
         method = "fadvise"
+        in_memory = memory_backed(spath) if after is None or after > COLD_FRACTION else None
+        if in_memory is not None:
+            # Nothing drops these pages: said once, in place of the hints below.
+            notes.append(no_cold_state_note(in_memory))
+            verified = after is not None and after <= COLD_FRACTION
+            return Eviction(spath, method, before, after, verified, "; ".join(notes), in_memory)
         if after is not None and after > COLD_FRACTION and self.allow_drop_caches:
             try:
                 drop_caches()

@@ -7,7 +7,10 @@ folder (a Hugging Face snapshot's layout is preserved; its symlinks into
 ``blobs/`` are followed, so DEST holds regular files a loader can open).
 
 How, for each file: free space for everything still to copy is checked before
-the first byte is written; the file is written under a temporary name
+the first byte is written; the source is read as the ``auto`` strategy reads a cold
+file (many large requests in flight: ``O_DIRECT`` where the filesystem allows it,
+buffered ``pread`` where it refuses it or the page cache already holds the file); the
+file is written under a temporary name
 (``NAME.loadscope-partial``) in parallel blocks, fsynced, evicted from the page
 cache and read back to compare its size and crc32 with the source's (read once,
 while copying), and only then renamed to its final name (``os.replace``, then
@@ -24,13 +27,16 @@ final file that differs from the source is never overwritten without ``force``.
 The source is opened read-only, never written, moved or deleted; DEST may not
 be inside the model folder, nor the model inside DEST.
 
-May import: ``loadscope.model``, ``loadscope.base``, :mod:`loadscope.actions.throughput`
-and :mod:`loadscope.actions.copydest` (the destination folder).
+May import: ``loadscope.model``, ``loadscope.loaders`` (how ``auto`` reads),
+``loadscope.probes``, ``loadscope.base``, :mod:`loadscope.actions.throughput` and
+:mod:`loadscope.actions.copydest` (the destination folder).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import mmap
 import os
 import posixpath
 import shutil
@@ -44,13 +50,27 @@ from pathlib import Path
 from loadscope.actions.copydest import CopyError, CopyRefused, _prepare_dest
 from loadscope.actions.throughput import rate, timing_fields
 from loadscope.base.errors import ExitCode, LoadscopeError, ReadFailed
+from loadscope.base.memory import fresh_memory
 from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
 from loadscope.base.units import format_bytes
+from loadscope.loaders.strategies.auto import RESIDENT_ENOUGH, Auto
 from loadscope.model.targets import Target, read_index
+from loadscope.probes.pagecache import sampled_residency
+from loadscope.probes.result import Unavailable
+
+
+def _auto_default(name: str) -> int:
+    """The ``auto`` strategy's default for a cold file's reads (``threads``, ``block_bytes``)."""
+    return int(next(k.default for k in Auto.knobs if k.name == name))
+
 
 PARTIAL_SUFFIX = ".loadscope-partial"
-DEFAULT_BLOCK = 16 << 20
-DEFAULT_THREADS = 4
+#: The source is read as ``auto`` reads a cold file: this many requests in flight, each
+#: this large (12 x 1 MiB: on an emulated 5 ms disk, 18x a single-stream load).
+DEFAULT_BLOCK = _auto_default("block_bytes")
+DEFAULT_THREADS = _auto_default("threads")
+#: O_DIRECT offsets, lengths and buffers are multiples of the page size.
+_ALIGN = mmap.PAGESIZE
 #: Room kept free on DEST beyond the files (metadata, other writers).
 SPACE_MARGIN = 64 << 20
 SIDECAR_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".py", ".jinja")
@@ -73,6 +93,32 @@ class FileCopy:
     size_bytes: int
     status: str = "pending"  # copied | already-there | pending
     crc32: str | None = None
+    #: How its source was read: "O_DIRECT", or "buffered pread" and why.
+    read: str | None = None
+
+
+class _Busy:
+    """The wall time during which at least one thread was inside (``with busy:``): the
+    time a resource (the source's reads, DEST's writes) was at work, however many threads
+    overlapped on it."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._inside = 0
+        self._since = 0.0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._inside == 0:
+                self._since = time.monotonic()
+            self._inside += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                self.seconds += time.monotonic() - self._since
 
 
 @dataclass(slots=True)
@@ -83,10 +129,40 @@ class CopyReport:
     bytes_copied: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: The source's bytes read (the copies', and the checks of files already in DEST), and
+    #: the wall time with at least one source read in flight: the rate the source gave.
+    source_bytes_read: int = 0
+    read_seconds: float = 0.0
+    #: The wall time with at least one write or fsync into DEST in flight.
+    write_seconds: float = 0.0
+    #: Reading the copies back from DEST to compare them with the source.
+    verify_seconds: float = 0.0
+    #: Requests in flight and bytes per request of the source's reads.
+    threads: int = DEFAULT_THREADS
+    block_bytes: int = DEFAULT_BLOCK
 
     @property
     def bytes_per_s(self) -> float | None:
         return rate(self.bytes_copied, self.seconds)
+
+    @property
+    def read_bytes_per_s(self) -> float | None:
+        """The source's read rate while it was being read (not the whole copy's)."""
+        return rate(self.source_bytes_read, self.read_seconds)
+
+    @property
+    def write_bytes_per_s(self) -> float | None:
+        """DEST's write rate (writes and fsync) while it was being written."""
+        return rate(self.bytes_copied, self.write_seconds)
+
+    def read_methods(self) -> dict[str, int]:
+        """How the source was read -> the bytes read that way (files may differ: one the
+        page cache holds is read buffered, as ``auto`` maps it)."""
+        out: dict[str, int] = {}
+        for f in self.files:
+            if f.read:
+                out[f.read] = out.get(f.read, 0) + f.size_bytes
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -94,12 +170,21 @@ class CopyReport:
             "source": self.source_root,
             "dest": self.dest,
             **timing_fields("bytes_copied", self.bytes_copied, self.seconds),
+            "source_read": {
+                **timing_fields("bytes", self.source_bytes_read, self.read_seconds),
+                "how": self.read_methods(),
+                "threads": self.threads,
+                "block_bytes": self.block_bytes,
+            },
+            "write": timing_fields("bytes", self.bytes_copied, self.write_seconds),
+            "verify_seconds": round(self.verify_seconds, 4),
             "files": [
                 {
                     "relative": f.relative,
                     "size_bytes": f.size_bytes,
                     "status": f.status,
                     "crc32": f.crc32,
+                    "read": f.read,
                 }
                 for f in self.files
             ],
@@ -173,19 +258,24 @@ def _check_unchanged(fd: int, path: str, before: tuple[int, int, int, int, int])
         )
 
 
-def _crc_of(path: str, block: int = DEFAULT_BLOCK) -> str:
-    fd = open_regular(path)
-    try:
-        crc = 0
-        while chunk := os.read(fd, block):
-            crc = zlib.crc32(chunk, crc)
-        return f"{crc:08x}"
-    finally:
-        os.close(fd)
+@dataclass(slots=True)
+class _Run:
+    """What every file of one copy shares: how the source is read, the stop event, and
+    the time the source's reads, DEST's writes and the read-backs took."""
 
+    threads: int
+    block_bytes: int
+    stop: threading.Event
+    stall_timeout_s: float
+    reads: _Busy = field(default_factory=_Busy)
+    writes: _Busy = field(default_factory=_Busy)
+    verify_seconds: float = 0.0
+    source_bytes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-def _source_crc_and_size(path: str) -> tuple[str, int]:
-    return _crc_of(path), os.stat(path).st_size
+    def count_read(self, n: int) -> None:
+        with self.lock:
+            self.source_bytes += n
 
 
 def copy_model(
@@ -202,24 +292,20 @@ def copy_model(
     root = target.root if target.root.is_dir() else target.root.parent
     dest_dir = Path(dest)
     _check_paths(root, dest_dir)
+    if threads < 1 or block_bytes < _ALIGN:
+        raise LoadscopeError(f"threads must be >= 1 and block_bytes >= {_ALIGN}")
     files = plan(target)
-    report = CopyReport(str(root), str(dest_dir), files)
+    report = CopyReport(str(root), str(dest_dir), files, threads=threads, block_bytes=block_bytes)
+    run = _Run(threads, block_bytes, cancel or threading.Event(), stall_timeout_s)
     created, lock_fd = _prepare_dest(dest_dir)
     try:
-        return _copy_into(
-            files,
-            report,
-            dest_dir,
-            created,
-            threads,
-            block_bytes,
-            force,
-            progress,
-            cancel,
-            stall_timeout_s,
-        )
+        return _copy_into(files, report, dest_dir, created, force, progress, run)
     finally:
         os.close(lock_fd)  # releases the flock
+        report.source_bytes_read = run.source_bytes
+        report.read_seconds = run.reads.seconds
+        report.write_seconds = run.writes.seconds
+        report.verify_seconds = run.verify_seconds
 
 
 def _copy_into(
@@ -227,12 +313,9 @@ def _copy_into(
     report: CopyReport,
     dest_dir: Path,
     created: bool,
-    threads: int,
-    block_bytes: int,
     force: bool,
     progress: Progress | None,
-    cancel: threading.Event | None,
-    stall_timeout_s: float,
+    run: _Run,
 ) -> CopyReport:
     # What is already there: verified files are kept, differing ones refuse (unless force).
     todo: list[FileCopy] = []
@@ -243,8 +326,8 @@ def _copy_into(
             stale.unlink()  # ours, from an interrupted run: never a final name
         if final.exists() or final.is_symlink():
             if final.is_file() and final.stat().st_size == f.size_bytes:
-                crc, _ = _source_crc_and_size(f.source)
-                if _crc_of(str(final)) == crc:
+                crc = _same_as_source(f, final, run)
+                if crc is not None:
                     f.status, f.crc32 = "already-there", crc
                     continue
             if not force:
@@ -265,7 +348,7 @@ def _copy_into(
             f" margin) and {probe_dir} has {format_bytes(free)} free:"
             f" {format_bytes(need + SPACE_MARGIN - free)} missing; nothing was written"
         )
-    stop = cancel or threading.Event()
+    stop = run.stop
     start = time.monotonic()
     done = [0]
     lock = threading.Lock()
@@ -280,7 +363,7 @@ def _copy_into(
         for f in todo:
             if stop.is_set():
                 break
-            _copy_one(f, dest_dir, threads, block_bytes, stop, tick, stall_timeout_s)
+            _copy_one(f, dest_dir, run, tick)
     finally:
         report.seconds = time.monotonic() - start
         report.bytes_copied = done[0]
@@ -293,20 +376,82 @@ def _copy_into(
     return report
 
 
-def _copy_one(
-    f: FileCopy,
-    dest_dir: Path,
-    threads: int,
-    block_bytes: int,
-    stop: threading.Event,
-    tick: Callable[[int], None],
-    stall_timeout_s: float = STALL_TIMEOUT_S,
-) -> None:
+def _open_source(path: str, block_bytes: int) -> tuple[int, int | None, str]:
+    """``path`` opened to be read as ``auto`` reads it: (its fd, an O_DIRECT fd on the same
+    file or None, how it is read). Buffered where the page cache already holds most of it
+    (as ``auto`` maps such a file), where the filesystem refuses O_DIRECT, or where the
+    request size is not a multiple of the page size."""
+    src = open_regular(path)
+    try:
+        try:
+            fraction = sampled_residency(path, windows=16)
+        except (Unavailable, OSError):
+            fraction = None
+        if fraction is not None and fraction >= RESIDENT_ENOUGH:
+            return src, None, "buffered pread (already in the page cache)"
+        if block_bytes % _ALIGN:
+            return src, None, "buffered pread (requests not a multiple of the page size)"
+        try:
+            direct = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as exc:
+            return src, None, f"buffered pread (the filesystem refuses O_DIRECT: {exc.strerror})"
+        a, b = os.fstat(src), os.fstat(direct)
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+            os.close(direct)
+            raise SourceChanged("replaced while it was opened", path=path)
+        os.set_blocking(direct, True)
+        return src, direct, "O_DIRECT"
+    except BaseException:
+        os.close(src)
+        raise
+
+
+def _same_as_source(f: FileCopy, final: Path, run: _Run) -> str | None:
+    """The crc32 of ``final`` when its every block equals the source's, else None: the
+    source read as a copy reads it (blocks in parallel, O_DIRECT where allowed), ``final``
+    read back from DEST."""
+    src, direct, how = _open_source(f.source, run.block_bytes)
+    blocks: _BlockCopy | None = None
+    try:
+        size = os.fstat(src).st_size
+        if size != f.size_bytes:
+            return None
+        blocks = _BlockCopy(src, direct, None, f.source, None, size, run, lambda n: None)
+        blocks.run()
+        f.read = blocks.said(how)
+        if run.stop.is_set():
+            raise CopyCancelled(
+                "stopped while checking the files already there; rerun the same command"
+                " to resume (files already verified are kept)"
+            )
+    finally:
+        if blocks is None or not blocks.stuck:
+            os.close(src)
+            if direct is not None:
+                os.close(direct)
+    began = time.monotonic()
+    try:
+        return _verify_back(final, blocks.crcs, run.block_bytes) if size else _EMPTY_CRC
+    finally:
+        run.verify_seconds += time.monotonic() - began
+
+
+_EMPTY_CRC = f"{zlib.crc32(b''):08x}"
+
+
+def _copy_one(f: FileCopy, dest_dir: Path, run: _Run, tick: Callable[[int], None]) -> None:
     final = dest_dir / f.relative
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
-    src = open_regular(f.source)
-    out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    src, direct, how = _open_source(f.source, run.block_bytes)
+    f.read = how
+    try:
+        out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    except BaseException:
+        os.close(src)
+        if direct is not None:
+            os.close(direct)
+        raise
     completed = False
     blocks: _BlockCopy | None = None
     try:
@@ -318,9 +463,10 @@ def _copy_one(
                 path=f.source,
             )
         os.ftruncate(out, size)
-        blocks = _BlockCopy(src, out, f.source, partial, size, block_bytes, stop, tick)
-        blocks.run(threads, stall_timeout_s)
-        if stop.is_set():
+        blocks = _BlockCopy(src, direct, out, f.source, partial, size, run, tick)
+        blocks.run()
+        f.read = blocks.said(how)
+        if run.stop.is_set():
             return
         f.crc32 = _commit(blocks, final, before)
         f.status = "copied"
@@ -329,42 +475,54 @@ def _copy_one(
         # A copier stuck in pread() may still pwrite(): never reuse its fds.
         if blocks is None or not blocks.stuck:
             os.close(src)
+            if direct is not None:
+                os.close(direct)
             os.close(out)
         if not completed and partial.exists():
             partial.unlink()
 
 
 class _BlockCopy:
-    """One file's blocks copied from ``src`` to ``out`` by a pool of threads, each block's
-    crc32 kept (offset -> (crc32, length)) to check the copy read back."""
+    """One file's blocks read from the source by a pool of threads (``run.threads``
+    requests of ``run.block_bytes`` in flight, O_DIRECT through ``direct`` when given) and
+    written to ``out`` (None: only read, to compare), each block's crc32 kept (offset ->
+    (crc32, length)) to check the copy read back."""
 
     def __init__(
         self,
         src: int,
-        out: int,
+        direct: int | None,
+        out: int | None,
         source: str,
-        partial: Path,
+        partial: Path | None,
         size: int,
-        block_bytes: int,
-        stop: threading.Event,
+        run: _Run,
         tick: Callable[[int], None],
     ) -> None:
-        self.src, self.out, self.source, self.partial = src, out, source, partial
-        self.size, self.block_bytes, self.stop, self.tick = size, block_bytes, stop, tick
+        self.src, self.direct, self.out = src, direct, out
+        self.source, self.partial, self.size = source, partial, size
+        self.block_bytes, self.stop, self.tick, self.copy_run = run.block_bytes, run.stop, tick, run
         self.crcs: dict[int, tuple[int, int]] = {}
         self.errors: list[BaseException] = []
         self.abort = threading.Event()  # set when the caller is interrupted (Ctrl-C)
         #: Set when the copiers stopped answering: their fds must stay open (see _copy_one).
         self.stuck = False
-        self._offsets = iter(range(0, size, block_bytes))
+        #: Set when an O_DIRECT read was refused (EINVAL) though the open was allowed.
+        self.direct_refused = False
+        self._offsets = iter(range(0, size, run.block_bytes))
         self._lock = threading.Lock()
         self._in_flight: dict[int, int] = {}  # copier -> the offset it reads
         self._moved = time.monotonic()
 
-    def run(self, threads: int, stall_timeout_s: float) -> None:
+    def run(self) -> None:
         """Copy every block (or stop early with ``stop``); the first copier's error, or
-        :class:`ReadFailed` when no byte moved for ``stall_timeout_s``, is raised."""
-        pool = [threading.Thread(target=self._worker, daemon=True) for _ in range(max(1, threads))]
+        :class:`ReadFailed` when no byte moved for the stall timeout, is raised."""
+        threads, stall_timeout_s = self.copy_run.threads, self.copy_run.stall_timeout_s
+        blocks = -(-self.size // self.block_bytes)
+        pool = [
+            threading.Thread(target=self._worker, daemon=True)
+            for _ in range(max(1, min(threads, blocks)))
+        ]
         try:
             for t in pool:
                 t.start()
@@ -383,6 +541,12 @@ class _BlockCopy:
         if self.errors:
             raise self.errors[0]
 
+    def said(self, how: str) -> str:
+        """How the source was read, ``how`` unless its O_DIRECT reads were refused."""
+        if self.direct_refused:
+            return "buffered pread (the filesystem refuses O_DIRECT reads: EINVAL)"
+        return how
+
     def _give_up(self, pool: list[threading.Thread], stall_timeout_s: float) -> None:
         self.abort.set()
         self.stuck = True  # copiers blocked in the kernel keep their fds
@@ -395,6 +559,10 @@ class _BlockCopy:
         )
 
     def _worker(self) -> None:
+        # One page-aligned buffer per copier, reused for each of its blocks (O_DIRECT
+        # reads land in it directly).
+        buf = fresh_memory(self.block_bytes)
+        view = memoryview(buf)
         try:
             while not self.stop.is_set() and not self.abort.is_set() and not self.errors:
                 with self._lock:
@@ -402,27 +570,54 @@ class _BlockCopy:
                 if off is None:
                     return
                 self._in_flight[threading.get_ident()] = off
-                if not self._copy_block(off):
+                if not self._copy_block(off, view):
                     return
         except BaseException as exc:  # noqa: BLE001  (re-raised by run)
             self.errors.append(exc)
+        finally:
+            view.release()
+            buf.close()
 
-    def _copy_block(self, off: int) -> bool:
+    def _read(self, dst: memoryview, off: int) -> None:
+        """Fill ``dst`` with the source's bytes at ``off``: O_DIRECT for its page-aligned
+        part where allowed, a buffered pread for the rest (the file's unaligned tail)."""
+        done = 0
+        if self.direct is not None and not self.direct_refused:
+            aligned = len(dst) - len(dst) % _ALIGN
+            try:
+                while done < aligned:
+                    n = os.preadv(self.direct, [dst[done:aligned]], off + done)
+                    done += max(n, 0)
+                    if n <= 0 or n % _ALIGN:
+                        break  # the end of the file (or a short read): the rest buffered
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise ReadFailed(
+                        f"{exc.strerror} at offset {off + done}", path=self.source
+                    ) from None
+                self.direct_refused = True  # opened, but its reads refused: buffered now
+        if done < len(dst):
+            pread_exactly(self.src, dst[done:], off + done, self.source)
+
+    def _copy_block(self, off: int, view: memoryview) -> bool:
         """The block at ``off`` read, written and counted; False when aborted meanwhile."""
         length = min(self.block_bytes, self.size - off)
-        data = bytearray(length)
-        pread_exactly(self.src, memoryview(data), off, self.source)
+        data = view[:length]
+        with self.copy_run.reads:
+            self._read(data, off)
+        self.copy_run.count_read(length)
         if self.abort.is_set():
             return False
-        view = memoryview(data)
-        written = 0
-        try:
-            while written < length:
-                written += os.pwrite(self.out, view[written:], off + written)
-        except OSError as exc:
-            raise CopyError(
-                f"writing at offset {off + written}: {exc.strerror}", path=self.partial
-            ) from None
+        if self.out is not None:
+            written = 0
+            try:
+                with self.copy_run.writes:
+                    while written < length:
+                        written += os.pwrite(self.out, data[written:], off + written)
+            except OSError as exc:
+                raise CopyError(
+                    f"writing at offset {off + written}: {exc.strerror}", path=self.partial
+                ) from None
         self.crcs[off] = (zlib.crc32(data), length)
         self._moved = time.monotonic()
         self.tick(length)
@@ -436,14 +631,14 @@ def _commit(blocks: _BlockCopy, final: Path, before: tuple[int, int, int, int, i
     same file: a write in the middle would give a copy of neither version.
     """
     src, out, source, partial = blocks.src, blocks.out, blocks.source, blocks.partial
+    assert out is not None and partial is not None  # a copy's blocks, not a check's
     _check_unchanged(src, source, before)
-    os.fsync(out)
+    with blocks.copy_run.writes:
+        os.fsync(out)
     os.posix_fadvise(out, 0, 0, os.POSIX_FADV_DONTNEED)  # read back what is on disk
-    crc = (
-        _verify_back(partial, blocks.crcs, blocks.block_bytes)
-        if blocks.size
-        else f"{zlib.crc32(b''):08x}"
-    )
+    began = time.monotonic()
+    crc = _verify_back(partial, blocks.crcs, blocks.block_bytes) if blocks.size else _EMPTY_CRC
+    blocks.copy_run.verify_seconds += time.monotonic() - began
     if crc is None or os.fstat(out).st_size != blocks.size:
         raise CopyError(f"{partial}: read back differs from {source}; not renamed")
     _check_unchanged(src, source, before)

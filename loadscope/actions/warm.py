@@ -33,7 +33,7 @@ from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular
 from loadscope.base.units import format_bytes
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
 from loadscope.model.targets import Target
-from loadscope.probes.pagecache import LIBC, MAP_FAILED, ColdCache, residency
+from loadscope.probes.pagecache import COLD_FRACTION, LIBC, MAP_FAILED, ColdCache, residency
 from loadscope.probes.system import memory_headroom
 
 DEFAULT_BLOCK = WARM_BLOCK_BYTES
@@ -64,8 +64,11 @@ class FileResidency:
 class WarmReport:
     mode: str  # "warm" | "evict"
     files: list[FileResidency]
+    #: Every byte read, re-reads included: the model's bytes once, plus ``top_up_bytes``.
     bytes_read: int = 0
     seconds: float = 0.0
+    #: Of ``bytes_read``, the re-reads of files found not fully resident right after.
+    top_up_bytes: int = 0
     #: --lock: bytes locked, or why not.
     locked_bytes: int | None = None
     lock_note: str | None = None
@@ -75,11 +78,18 @@ class WarmReport:
     def bytes_per_s(self) -> float | None:
         return rate(self.bytes_read, self.seconds)
 
+    @property
+    def model_bytes(self) -> int:
+        """The model's size: what was warmed (the bytes read may be more, see top-ups)."""
+        return sum(f.size_bytes for f in self.files)
+
     def to_dict(self) -> dict[str, object]:
         return {
             "schema_version": 1,
             "mode": self.mode,
+            "model_bytes": self.model_bytes,
             **timing_fields("bytes_read", self.bytes_read, self.seconds),
+            "top_up_bytes": self.top_up_bytes,
             "locked_bytes": self.locked_bytes,
             "lock_note": self.lock_note,
             "files": [
@@ -144,7 +154,8 @@ def warm(
             f"stopped after {format_bytes(fill.done_bytes)} of {format_bytes(fill.total_bytes)}"
         )
     for f in files:
-        report.bytes_read += _top_up(f, block_bytes)
+        report.top_up_bytes += _top_up(f, block_bytes)
+    report.bytes_read += report.top_up_bytes
     report.seconds = time.monotonic() - start
     report.notes += _residency_notes(files)
     return report
@@ -247,9 +258,22 @@ def evict(target: Target, *, allow_drop_caches: bool = False) -> WarmReport:
         result = cold.evict(f.path)
         f.after = result.after
         if not result.verified:
-            report.notes.append(f"{f.path}: {result.note or 'eviction not verified'}")
+            # Memory-backed storage (tmpfs): said once for the model, not once per file.
+            said = (
+                result.note
+                if result.memory_backed
+                else f"{f.path}: {result.note or 'eviction not verified'}"
+            )
+            if said not in report.notes:
+                report.notes.append(said)
     report.seconds = time.monotonic() - start
     return report
+
+
+def still_resident(report: WarmReport) -> list[FileResidency]:
+    """The files an eviction left in the page cache (known to be above the cold threshold);
+    files whose residency this user cannot see are not counted."""
+    return [f for f in report.files if f.after is not None and f.after > COLD_FRACTION]
 
 
 # -- --lock ---------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ def copy_read_rate(f: Facts) -> tuple[float, str] | None:
     None when neither was measured.
     """
     if f.limit_bytes_per_s:
-        return f.limit_bytes_per_s, "the probe's measured read rate here (large reads in flight)"
+        return f.limit_bytes_per_s, "the probe's best measured read rate here"
     in_place = {s: t for s in f.cold if (t := f.seconds(s))}
     if not in_place:
         return None
@@ -220,7 +220,7 @@ def _copy_evidence(f: Facts, e: CopyEstimate) -> list[Evidence]:
             round(e.local_s, 4),
             "s",
         ),
-        Evidence(f"copy's source read rate ({e.read_basis})", round(e.read_bytes_per_s), "B/s"),
+        Evidence(f"copy's source read rate: {e.read_basis}", round(e.read_bytes_per_s), "B/s"),
         Evidence(
             "estimated copy time (source read or local write, the slower; then read back)",
             round(e.copy_s, 3),

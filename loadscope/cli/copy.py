@@ -6,14 +6,19 @@ import argparse
 import contextlib
 import os
 import shlex
+import shutil
 import sys
-from typing import Any, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes
 from loadscope.cli.common import THREADS, Command, UsageError, acting, emit, opt, stall_timeout
 from loadscope.cli.progress import ByteMeter, mode_for, rate_suffix
 from loadscope.diagnosis.doctor import load_report
+
+if TYPE_CHECKING:
+    from loadscope.actions.localcopy import CopyReport
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -34,7 +39,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             report = copy_model(
                 target,
                 args.dest,
-                threads=args.threads,
+                **({"threads": args.threads} if args.threads else {}),
                 force=args.force,
                 progress=meter,
                 stall_timeout_s=args.stall_timeout,
@@ -45,6 +50,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         f"copied {len(copied)} file(s), {format_bytes(report.bytes_copied)} in"
         f" {report.seconds:.2f} s{rate_suffix(report.bytes_per_s)}; {len(kept)} already"
         " there (verified)",
+        *rate_lines(report),
         "every file was fsynced, read back and matched the source; the source was not touched",
     ]
     if doc is not None:
@@ -86,6 +92,27 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     pointers = pointer_lines(args.dest, weights)
     lines += ["point your stack at the copy:", *(f"  {x}" for x in pointers)]
     return emit(out, args.json, json.dumps(report.to_dict(), indent=2), "\n".join(lines))
+
+
+def rate_lines(report: CopyReport) -> list[str]:
+    """The source's read rate and DEST's write rate, each over the time it was at work
+    (the copy overlaps them: neither is the whole copy's rate)."""
+    lines = []
+    if report.source_bytes_read:
+        how = ", ".join(f"{m}: {format_bytes(n)}" for m, n in report.read_methods().items())
+        lines.append(
+            f"  source read: {format_bytes(report.source_bytes_read)} in"
+            f" {report.read_seconds:.2f} s with reads in flight"
+            f"{rate_suffix(report.read_bytes_per_s)}, {report.threads} x"
+            f" {format_bytes(report.block_bytes)} requests in flight ({how})"
+        )
+    if report.bytes_copied:
+        lines.append(
+            f"  DEST write: {format_bytes(report.bytes_copied)} in {report.write_seconds:.2f} s"
+            f" with writes or fsync in flight{rate_suffix(report.write_bytes_per_s)};"
+            f" read back to verify in {report.verify_seconds:.2f} s"
+        )
+    return lines
 
 
 def _report_of(path: str, target: Any) -> dict[str, Any]:
@@ -200,6 +227,12 @@ def _suggest_destinations(target: Any, out: TextIO) -> ExitCode:
 
     table = mounts.read_mountinfo()
     disks = local_candidates(table, False, target.total_bytes, os.stat(target.files[0].path).st_dev)
+    klass, here = _already_local(target, table)
+    if here is not None and (klass == "memory" or not any(d.speed is not None for d in disks)):
+        # Not a missing DEST: no copy is called for (issue 41). No disk reads faster than
+        # RAM; another local disk is named only where one was measured.
+        out.write(here + "\n")
+        return ExitCode.OK
     out.write(
         f"copy needs a DEST; local directories with room for {format_bytes(target.total_bytes)}:\n"
     )
@@ -215,21 +248,65 @@ def _suggest_destinations(target: Any, out: TextIO) -> ExitCode:
             )
     if not usable:
         out.write("  (none found: name a directory on a local disk)\n")
+    elif here is not None:
+        out.write(
+            "note: the model is already on a local disk: a copy to one of these makes cold"
+            " loads faster only where that disk reads faster than the model's own\n"
+        )
     return ExitCode.USAGE
+
+
+def _already_local(target: Any, table: list[Any]) -> tuple[str | None, str | None]:
+    """The model's storage class, and what a person is told when it already lives on a
+    local disk (or in RAM): what a copy would and would not change; None when it does not
+    (or that cannot be told)."""
+    from loadscope.engine.probing import _storage
+
+    path = Path(target.files[0].path)
+    m = _storage(path, table, False).mount.data
+    klass = (m.resolved_class or m.storage_class) if m else None
+    if m is None or klass not in ("local-block", "memory"):
+        return klass, None
+    free = shutil.disk_usage(path.parent).free
+    size = format_bytes(target.total_bytes)
+    spec = shlex.quote(str(target.report_spec))
+    if klass == "memory":
+        return klass, (
+            f"no copy needed: {target.report_spec} is in memory-backed storage ({m.fstype} at"
+            f" {m.mount_point}), so every load already reads it from RAM. A copy to a disk"
+            " would make cold loads slower, not faster; it would only add another"
+            f" {size} to keep up to date. If loads are slow here, the loader is the cause:"
+            f" `loadscope doctor {spec}` measures it."
+        )
+    return klass, (
+        f"no copy needed: {target.report_spec} is already on a local disk ({m.fstype} at"
+        f" {m.mount_point}, {format_bytes(free)} free). A copy would change where a second"
+        f" {size} lives (a copy that goes stale when the model is updated), not where loads"
+        " read from: the bytes would still come from a local disk, so cold loads would not get"
+        " faster (only another, faster disk could make them so: name it as DEST to copy"
+        f" there). If loads are slow here, the loader is the cause: `loadscope doctor {spec}`"
+        " measures it."
+    )
 
 
 COMMAND = Command(
     name="copy",
     help="copy the model to a local disk: verified, resumable, never touching the source",
     description="Copy TARGET's weight files and the config/tokenizer files beside them to"
-    " DEST (a Hugging Face snapshot's layout preserved). Free space is checked first; each"
-    " file is written under a temporary name, fsynced, read back and compared with the"
-    " source, then renamed; an existing different file is never overwritten without"
-    " --force; rerun to resume an interrupted copy. Without DEST, suggests local"
-    " directories measured by the probes. --report DOCTOR.json adds the break-even.",
+    " DEST (a Hugging Face snapshot's layout preserved). Free space is checked first; the"
+    " source is read as the auto strategy reads a cold file (many large requests in flight,"
+    " O_DIRECT where the filesystem allows it); each file is written under a temporary"
+    " name, fsynced, read back and compared with the source, then renamed; an existing"
+    " different file is never overwritten without --force; rerun to resume an interrupted"
+    " copy. Without DEST, suggests local directories measured by the probes. --report"
+    " DOCTOR.json adds the break-even.",
     arguments=acting(
         opt("dest", metavar="DEST", nargs="?", help="destination directory"),
-        opt("--threads", type=THREADS, default=4, help="parallel block copies (default 4)"),
+        opt(
+            "--threads",
+            type=THREADS,
+            help="source read requests in flight (default 12 of 1 MiB, as auto reads a cold file)",
+        ),
         opt("--force", action="store_true", help="replace files that differ in DEST"),
         stall_timeout("copied"),
         opt(
