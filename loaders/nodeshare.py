@@ -64,7 +64,7 @@ READ_WAIT_S = 30.0
 SHM_DIR = "/dev/shm"
 PREFIX = "loadscope-node-"
 #: Range boundaries fall on this: O_DIRECT requests stay aligned.
-ALIGN = 1 << 20
+ALIGN = 64 << 10
 #: madvise(2)'s MADV_POPULATE_READ (Linux 5.14; Python's mmap module has no name for it).
 MADV_POPULATE_READ = 22
 
@@ -131,6 +131,23 @@ def shared_tensors(
 ) -> dict[str, torch.Tensor]:
     """``path``'s tensors, read once for the node into shared memory and mapped
     copy-on-write; raises :class:`NotShared` saying why the rank must load alone."""
+    private = shared_buffer(
+        path, ranks, threads=threads, block_bytes=block_bytes, direct=direct, notes=notes
+    )
+    return dict(tensors_from_buffer(private, 0, header, list(header.tensors)))
+
+
+def shared_buffer(
+    path: str,
+    ranks: LocalRanks,
+    *,
+    threads: int,
+    block_bytes: int,
+    direct: bool,
+    notes: dict[str, Any] | None = None,
+) -> mmap.mmap:
+    """``path``'s bytes, read once for the node (this rank its range) into shared memory,
+    as this rank's copy-on-write mapping; raises :class:`NotShared` saying why not."""
     reap_stale()
     st = os.stat(path)
     size = st.st_size
@@ -178,7 +195,6 @@ def shared_tensors(
             private.madvise(MADV_POPULATE_READ)
     finally:
         os.close(fd)
-    tensors = dict(tensors_from_buffer(private, 0, header, list(header.tensors)))
     _mark(base, "mapped", ranks.rank)
     if _count(base, "mapped") >= ranks.world:
         _leave(base, data, ranks, everyone=True)
@@ -190,7 +206,7 @@ def shared_tensors(
             - _share(size, ranks.rank, ranks.world)[0],
             "seconds": time.monotonic() - started,
         }
-    return tensors
+    return private
 
 
 def _share(size: int, rank: int, world: int) -> tuple[int, int]:

@@ -27,7 +27,10 @@ Modes (every rank ends holding every tensor):
 * ``broadcast-async``: the same with ``async_op=True``, so rank 0 reads file i+1
   while file i is on the wire; every handle is waited on before the clock stops;
 * ``sharded``: file i is owned by rank ``i % world``; owners read their files
-  (in parallel with each other) and broadcast them.
+  (in parallel with each other) and broadcast them;
+* ``node-shared``: what ``loadscope.load_file`` does for local ranks: each rank reads
+  its range of every file into one shared-memory file, and every rank maps it
+  copy-on-write (``loaders/nodeshare.py``): one read of storage, one copy in RAM.
 
 Each rank counts the bytes of every read it issues (its own accounting) and
 cross-checks with ``/proc/self/io`` (``read_bytes``: what reached storage).
@@ -59,7 +62,7 @@ if TYPE_CHECKING:
     import torch
 
 SCHEMA_VERSION = 1
-MODES: Final = ("independent", "broadcast", "broadcast-async", "sharded")
+MODES: Final = ("independent", "broadcast", "broadcast-async", "sharded", "node-shared")
 #: Reads are issued in pieces of this size (each one counted).
 READ_CHUNK_BYTES = 16 << 20
 #: One collective carries at most this many bytes (larger files are sent in pieces).
@@ -328,8 +331,10 @@ def _load(
     device: torch.device,
     reads: _Reads,
     chunk: int,
+    job: str = "",
 ) -> _Loaded:
-    """Every file's bytes on this rank's device, by ``mode``; each read counted in ``reads``."""
+    """Every file's bytes on this rank's device, by ``mode``; each read counted in ``reads``
+    (``job``: what tells this trial's shared files from another's, for ``node-shared``)."""
     import torch.distributed as dist
 
     def read(f: dict[str, Any]) -> torch.Tensor:
@@ -367,9 +372,37 @@ def _load(
             buffers.append(buf)
         for work in handles:
             work.wait()
+    elif mode == "node-shared":
+        buffers = [_node_shared(f, rank, world, reads, chunk, job) for f in files]
+        if device.type != "cpu":  # what a user does with load_file's CPU tensors
+            buffers = [b.to(device) for b in buffers]
     else:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
     return _Loaded(buffers, collectives)
+
+
+def _node_shared(
+    f: dict[str, Any], rank: int, world: int, reads: _Reads, chunk: int, job: str
+) -> torch.Tensor:
+    """What ``loadscope.load_file`` does for local ranks (``loaders/nodeshare.py``): this
+    rank reads its range into one shared-memory file, every rank maps it copy-on-write."""
+    import torch
+
+    from loadscope.loaders import nodeshare
+    from loadscope.loaders.buffers import o_direct_ok
+
+    path, size = str(f["path"]), int(f["size_bytes"])
+    ranks = nodeshare.LocalRanks(rank, world, job)
+    notes: dict[str, Any] = {}
+    private = nodeshare.shared_buffer(
+        path, ranks, threads=8, block_bytes=chunk, direct=o_direct_ok(path), notes=notes
+    )
+    share = notes.get("node_share", {})
+    reads.bytes += int(share.get("read_bytes", 0))
+    reads.calls += 1
+    if not size:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(private, dtype=torch.uint8)
 
 
 def _vm_kib(field_name: str) -> int | None:
@@ -459,6 +492,7 @@ def _run_trial(
         device=device,
         reads=reads,
         chunk=int(plan.get("read_chunk_bytes", READ_CHUNK_BYTES)),
+        job=f"trial-{trial_id}-{os.getppid()}-{os.environ.get('MASTER_PORT', '')}",
     )
     tensors, nbytes = _touched(loaded, files, device)
     seconds = time.perf_counter() - t0

@@ -141,7 +141,8 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         raise UsageError(
             f"{' and '.join(ignored)} {'do' if len(ignored) > 1 else 'does'} not apply with"
             " --ranks: it runs the multi-rank modes"
-            " (--modes independent,broadcast,broadcast-async,sharded) on the whole model"
+            " (--modes independent,broadcast,broadcast-async,sharded,node-shared) on the whole"
+            " model"
         )
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if cpus and args.device == "cpu" and args.ranks > 4 * cpus:
@@ -216,7 +217,8 @@ COMMAND = Command(
         opt(
             "--modes",
             metavar="A,B,...",
-            help="with --ranks: independent,broadcast,broadcast-async,sharded (default all)",
+            help="with --ranks: independent,broadcast,broadcast-async,sharded,node-shared"
+            " (default all)",
         ),
         opt(
             "--knob",

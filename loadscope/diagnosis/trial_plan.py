@@ -114,7 +114,7 @@ WARM_STRATEGIES = (
 )
 #: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
 #: and the sharded read.
-RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded")
+RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded", "node-shared")
 MIN_SAMPLE_BYTES = 8 << 20
 #: The most rounds of trials a diagnosis runs when the measured ones show they fit.
 MAX_ROUNDS = 3

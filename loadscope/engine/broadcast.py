@@ -128,7 +128,10 @@ def memory_need(mode: Mode, files: list[WeightFile], options: BroadcastOptions) 
     largest = max((f.size_bytes for f in files), default=0)
     n = options.ranks
     runtime = n * RANK_OVERHEAD_BYTES
-    if options.device == "cpu":
+    if mode == "node-shared":
+        # One copy in shared memory that every rank maps (copies only of pages written).
+        need, how = model + runtime, f"one shared copy of the {format_bytes(model)} model"
+    elif options.device == "cpu":
         # every mode ends with every rank holding the whole model
         need, how = n * model + runtime, f"{n} ranks x the {format_bytes(model)} model"
     else:

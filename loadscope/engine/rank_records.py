@@ -25,7 +25,7 @@ from loadscope.engine.trials import CacheMode, Started, TrialStatus
 from loadscope.loaders.rank import RankInfo
 
 SCHEMA_VERSION = 1
-Mode = Literal["independent", "broadcast", "broadcast-async", "sharded"]
+Mode = Literal["independent", "broadcast", "broadcast-async", "sharded", "node-shared"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 Device = Literal["cpu", "cuda"]
 

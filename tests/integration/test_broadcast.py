@@ -122,6 +122,10 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
         if t.mode in ("broadcast", "broadcast-async"):
             assert all(by_rank[r].bytes_read == 0 for r in range(1, ranks))
             assert by_rank[0].collectives == SHARDS
+        if t.mode == "node-shared":  # each rank its range of every file: one read in all
+            assert sum(r.bytes_read for r in t.ranks) == pytest.approx(model, abs=4096)
+            shares = [r.bytes_read for r in t.ranks]
+            assert all(b < 0.75 * model for b in shares), shares
         if t.mode == "sharded":  # file i is read by rank i % ranks, by nobody else
             for r in range(ranks):
                 own = sum(s for i, s in enumerate(sizes) if i % ranks == r)
@@ -327,8 +331,10 @@ def test_the_memory_guard_on_gpus_counts_host_staging_per_reading_rank(target: T
     # room for one staging buffer and the runtime, not for four
     available = 4 * (256 << 20) + 2 * largest
     skipped = memory_guard(list(target.files), options, available)
-    assert set(skipped) == {"independent", "sharded"}
+    # node-shared holds one copy of the whole model in shared memory: more than a file.
+    assert set(skipped) == {"independent", "sharded", "node-shared"}
     assert "4 reading rank(s)" in skipped["independent"]
+    assert "one shared copy" in skipped["node-shared"]
 
 
 def test_the_parent_never_imports_torch() -> None:
