@@ -20,7 +20,7 @@ import json
 import os
 
 from loadscope.base.errors import LoadscopeError
-from loadscope.base.safeio import open_regular
+from loadscope.base.safeio import StorageStalled, bounded, open_regular
 
 DIFFUSERS_PIPELINE = "diffusers-pipeline"
 DIFFUSERS_MODEL = "diffusers-model"
@@ -32,9 +32,22 @@ UNKNOWN = ""
 _MAX_CONFIG_BYTES = 4 << 20
 
 
+#: A folder whose config does not answer within this is of no known layout (a stalled
+#: FUSE daemon or NFS server never answers a read, not even to SIGKILL).
+LAYOUT_TIMEOUT_S = 5.0
+
+
 def folder_layout(folder: str | os.PathLike[str]) -> str:
     """:data:`DIFFUSERS_PIPELINE`, :data:`DIFFUSERS_MODEL`, :data:`TRANSFORMERS` or
-    :data:`UNKNOWN` for the model saved in ``folder``."""
+    :data:`UNKNOWN` for the model saved in ``folder`` (also when its storage does not
+    answer within :data:`LAYOUT_TIMEOUT_S`: the read is left behind, never waited on)."""
+    try:
+        return bounded(lambda: _layout(folder), LAYOUT_TIMEOUT_S, lambda: f"{folder}/config.json")
+    except StorageStalled:
+        return UNKNOWN
+
+
+def _layout(folder: str | os.PathLike[str]) -> str:
     if not os.path.isdir(folder):
         return UNKNOWN
     if os.path.isfile(os.path.join(folder, "model_index.json")):

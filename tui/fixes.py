@@ -22,7 +22,7 @@ from textual.app import App
 
 from loadscope.advice.rules import copy_destination
 from loadscope.advice.snippets import snippet_heading
-from loadscope.base.units import format_bytes
+from loadscope.base.units import format_bytes, format_rate
 from loadscope.diagnosis.engine_process import copy_job, warm_job
 from loadscope.tui.screens import ConfirmScreen, TextScreen
 from loadscope.tui.views import APPLICABLE
@@ -139,7 +139,7 @@ def fix_job(kind: str, spec: str, value: str) -> tuple[dict[str, Any], str]:
 
 def progress_text(applying: str | None, done: int, total: int, seconds: float) -> str:
     """The progress line of the fix being applied."""
-    rate = f", {format_bytes(done / seconds)}/s" if seconds > 0 else ""
+    rate = f", {format_rate(done / seconds)}" if seconds > 0 else ""
     return f"{applying}: {format_bytes(done)} of {format_bytes(total)}{rate} (s stops)"
 
 
@@ -149,8 +149,12 @@ def outcome_text(result: dict[str, Any]) -> str:
         after = [f["after"] for f in result["files"]]
         known = [a for a in after if a is not None]
         resident = f"{min(known):.0%}" if len(known) == len(after) else "unknown"
+        # The model's size, not the bytes read (re-reads of pages evicted meanwhile).
+        model = result.get("model_bytes", result["bytes_read"])
+        read = result["bytes_read"]
+        extra = f" (read {format_bytes(read)})" if read > model else ""
         return (
-            f"warmed {format_bytes(result['bytes_read'])} in {result['seconds']:.2f} s;"
+            f"warmed {format_bytes(model)}{extra} in {result['seconds']:.2f} s;"
             f" every file now at least {resident} resident"
         )
     copied = sum(1 for f in result["files"] if f["status"] == "copied")

@@ -304,7 +304,8 @@ def facts_from(
         torch_files=[str(n) for n in probe.target.get("torch_files") or []],
         torch_index=str(probe.target["torch_index"]) if probe.target.get("torch_index") else None,
         budget_s=_budget_of(bench),
-        layout=folder_layout(model_root),
+        # Nothing more is read from storage that stopped answering during the probes.
+        layout="" if probe.stalled else folder_layout(model_root),
         device=str((bench.options.get("device") if bench else None) or "cpu"),
     )
 

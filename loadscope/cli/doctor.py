@@ -35,20 +35,20 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     check_device_usable(args.device)
     spec = args.target or "synthetic:512MiB"
     mode = mode_for(args, sys.stderr)
-    if args.budget < MIN_BUDGET_S:
-        # Said before the run, not discovered after it: the probes, the fork server and one
-        # round of trials take about this much whatever the budget.
-        sys.stderr.write(
-            f"note: --budget {args.budget:g} is under the ~{MIN_BUDGET_S:g} s a diagnosis takes"
-            " at least (the probes, one round of trials); it will take about that, and what"
-            " does not fit is reported as not measured reliably\n"
-        )
     if mode == "live":
         sys.stderr.write(f"diagnosing {spec} (budget {args.budget:g} s) ...\n")
     with (
         open_checked(spec, synth_dir=args.synth_dir, loads=True) as target,
         Progress(mode, budget_s=args.budget) as progress,
     ):
+        if args.budget < MIN_BUDGET_S:
+            # Said before the run (once the model is known good), not found after it: the
+            # probes, the fork server and one round of trials take about this much.
+            progress.note(
+                f"note: --budget {args.budget:g} is under the ~{MIN_BUDGET_S:g} s a diagnosis"
+                " takes at least (the probes, one round of trials); it will take about that,"
+                " and what does not fit is reported as not measured reliably"
+            )
         progress.note(f"diagnosing {spec} (budget {args.budget:g} s)")
         report = run_doctor(
             target,

@@ -200,7 +200,8 @@ def _run_doctor(
     facts = facts_from(probe, bench, rank_report, failures, conversion)
     advice = advise_facts(facts)
     _readahead_evidence(target, probe, bench, advice, plan.sample, try_readahead, failures)
-    if advice.verdict.status == "problem":
+    measured_since = any(r.id == "raise-readahead" and r.measured for r in advice.recommendations)
+    if advice.verdict.status == "problem" and measured_since and not facts.stalled:
         # A fix measured since (the readahead) may now lead, with its number.
         advice.verdict.headline = problem_headline(facts, advice.recommendations) or (
             advice.verdict.headline
