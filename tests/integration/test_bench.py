@@ -427,7 +427,10 @@ def test_a_sampled_run_skips_what_cannot_be_sampled(st_dir: Path) -> None:
     )
     assert report.sample is not None
     ran = {t.strategy for t in report.trials if t.status == "ok"}
-    assert {"mmap", "prewarm", "vllm-prefetch"} <= ran
+    assert {"mmap", "vllm-prefetch"} <= ran
+    # A fill of sampled ranges does not predict `loadscope warm`'s whole fill (issue 37):
+    # prewarm runs on whole files, or is skipped saying why, never scaled from ranges.
+    assert "prewarm" not in ran and "cannot be sampled" in report.skipped["prewarm"]
     for name in TRANSFORMERS if HAVE_TRANSFORMERS else ():
         assert "cannot be sampled" in report.skipped[name]
     # The prefetching strategies read ahead only the sampled tensors' bytes.
