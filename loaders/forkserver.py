@@ -149,12 +149,6 @@ def serve(sock: socket.socket) -> int:
                         os.close(fd)
                     sock.sendall(b'{"error": "a request needs stdout and stderr fds"}\n')
                     continue
-                # Imports that write a cache under the temp dir (transformers imports
-                # torch's inductor, which makes its cache folder) write it where the
-                # request's run keeps its scratch, removed when that run ends.
-                cache = (request.get("env") or {}).get("TORCHINDUCTOR_CACHE_DIR")
-                if isinstance(cache, str) and cache:
-                    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
                 _preload(request.get("preload") or [], preloaded)
                 if cuda_initialized():
                     # A forked child inherits the parent's CUDA context, unusable after a
@@ -220,12 +214,26 @@ def _reap(sock: socket.socket, children: set[int]) -> None:
         sock.sendall(json.dumps({"exit": pid, "code": code}).encode() + b"\n")
 
 
+#: The server's own folder for what its imports write under the temp dir (transformers
+#: imports torch's inductor, which makes its cache folder there): removed when the
+#: server ends, and by the next server when this one was killed outright.
+OWN_DIR_PREFIX = "loadscope-forkserver-"
+
+
 def main() -> int:
+    import shutil
+
+    from loadscope.base.tempdirs import owned_tempdir
+
     sock = socket.socket(fileno=int(sys.argv[1]))
+    own = owned_tempdir(OWN_DIR_PREFIX)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(own / "torchinductor")
     try:
         return serve(sock)
     except (BrokenPipeError, ConnectionResetError):
         return 0
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 # -- the parent's side -------------------------------------------------------------------------

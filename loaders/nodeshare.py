@@ -168,7 +168,12 @@ def shared_buffer(
         )
     room = _room(data, size)
     if room is not None:
-        _leave(base, data, ranks)
+        # Every rank that joined finds the same: the join marks stay until the last of
+        # them has seen it (removing them now would leave a slower rank waiting for a
+        # join that already happened).
+        _mark(base, "left", ranks.rank)
+        if _count(base, "left") >= ranks.world:
+            _leave(base, data, ranks, everyone=True)
         raise NotShared(room)
     fd = os.open(data, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

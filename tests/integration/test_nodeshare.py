@@ -176,7 +176,7 @@ def test_too_little_shared_memory_falls_back_with_the_reason(
         out = _ranks([str(ckpt.root)] * 2, shm, 2)
         for o in out:
             assert all(f["strategy"] != "node-shared" for f in o["files"])  # type: ignore[union-attr]
-            assert any("MiB free" in n for n in o["notes"])  # type: ignore[union-attr]
+            assert any("MiB free" in n for n in o["notes"]), o  # type: ignore[union-attr]
         _same_job(out)
     finally:
         subprocess.run(["umount", "-l", str(shm)], check=False)

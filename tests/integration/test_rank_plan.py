@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loadscope.diagnosis import trial_plan
 from loadscope.diagnosis.trial_plan import (
     WARM_STRATEGIES,
     choose_strategies,
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_whole_single_rank_loads_that_fit_beside_the_round_are_not_sampled(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with slow_synthetic(tmp_path, 128 << 20, seed=41, latency_s=0.005) as model:
         target = resolve(str(model))
@@ -38,8 +39,11 @@ def test_whole_single_rank_loads_that_fit_beside_the_round_are_not_sampled(
     one_round = plan_budget(
         cost_model(probe, trials), trials, probe.target["total_bytes"], 1e9, repeats=(1,)
     ).whole_s
-    rounds = rank_round_s(probe, 2)
-    assert rounds < 0.6 * one_round, "the case needs a round cheaper than 40% of the budget"
+    # What the round needs, from the probe's rates: held here to a third of the trials'
+    # round (the probe's rates vary with the machine's load), so the case is the same
+    # every run; the plan must keep that, not a fixed 40%.
+    rounds = min(rank_round_s(probe, 2), one_round / 3)
+    monkeypatch.setattr(trial_plan, "rank_round_s", lambda _probe, _ranks: rounds)
     # Just enough for one whole round of the single-rank trials and the rank round.
     budget = probe.elapsed_s + 2.0 + one_round + rounds + 0.5
     failures: list[str] = []
