@@ -40,7 +40,7 @@ def test_the_default_doctor_measures_readahead_under_every_mmap_stack(
 ) -> None:
     monkeypatch.setenv("LOADSCOPE_STATE_DIR", str(tmp_path / "state"))
     before = _settings(slow_model)
-    report = run_doctor(resolve(str(slow_model)), budget_s=30)
+    report = run_doctor(resolve(str(slow_model)), budget_s=15)
     assert _settings(slow_model) == before
     rec = next(r for r in report.advice.recommendations if r.id == "raise-readahead")
     assert rec.measured and rec.expected_speedup is not None, report.failures
@@ -60,7 +60,7 @@ def test_the_default_doctor_measures_readahead_under_every_mmap_stack(
 def _doctor(model: Path, state: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "LOADSCOPE_STATE_DIR": str(state), "PYTHONWARNINGS": "ignore"}
     return subprocess.Popen(
-        [sys.executable, "-m", "loadscope", "doctor", str(model), "--budget", "30"],
+        [sys.executable, "-m", "loadscope", "doctor", str(model), "--budget", "12"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
