@@ -76,3 +76,37 @@ def test_without_a_gpu_the_device_is_refused_before_any_read(ckpt: SyntheticChec
     path: Any = sorted(Path(ckpt.root).glob("*.safetensors"))[0]
     with pytest.raises(ValueError, match="'cuda'"):
         api.load_file(path, device="cuda")
+
+
+def test_the_gpu_routes_trial_runs_the_printed_code_with_its_settings(
+    ckpt: SyntheticCheckpoint, fake: FakeDevice
+) -> None:
+    """Issue 38: the api-cuda trial must read as the printed line reads: the same reader
+    count and request size, seen from the record of each (the device faked)."""
+    from loadscope.advice.snippets import ROUTES
+    from loadscope.loaders.strategies import get
+    from loadscope.loaders.strategy import FileRequest, LoadContext
+
+    (route,) = [r for r in ROUTES if r.strategy == "api-cuda"]
+    assert "device='cuda'" in route.template and "load_model(" in route.template
+    path = sorted(Path(ckpt.root).glob("*.safetensors"))[0]
+    printed = api.LoadRecord()
+    api.load_file(path, device="cuda", record=printed)  # what load_model does per file
+    trial = api.LoadRecord()
+    real_load_file = api.load_file
+
+    def recorded(p: Any, device: str = "cpu", **kw: Any) -> Any:
+        return real_load_file(p, device, record=trial, **kw)
+
+    from loadscope.loaders.strategies import api_cuda
+
+    api_cuda.load_file = recorded  # type: ignore[assignment]
+    try:
+        request = FileRequest(str(path), path.stat().st_size, "safetensors")
+        ctx = LoadContext(hints={"threads": 3, "block_bytes": 8 << 20}, device="cuda:0")
+        dict(get("api-cuda").load([request], ctx))
+    finally:
+        api_cuda.load_file = real_load_file  # type: ignore[assignment]
+    got = [(f.strategy, f.threads, f.block_bytes) for f in trial.files]
+    want = [(f.strategy, f.threads, f.block_bytes) for f in printed.files]
+    assert got == want and want[0][0] == "staged"
