@@ -221,8 +221,27 @@ def plan_trials(
         budget_s,
         repeats=(2, 1),
         floor_bytes=MIN_SAMPLE_BYTES,
+        whole_only=_whole_only(probe, {s for s, _ in trials}),
     )
     return plan.repeats, plan.sample, plan.sizes
+
+
+def _whole_only(probe: ProbeReport, names: set[str]) -> frozenset[str]:
+    """The strategies among ``names`` a sample of this model cannot measure: those that
+    load whole files (or the folder) and, on a one-file model, no subset of files can
+    stand for the whole either."""
+    try:
+        described = describe_strategies()
+    except BenchError:
+        return frozenset()
+    one_file = len(probe.files) <= 1
+    return frozenset(
+        n
+        for n in names
+        if (info := described.get(n))
+        and not info.get("samples", True)
+        and (one_file or not info.get("sample_files", True))
+    )
 
 
 def gpu_count(probe: ProbeReport) -> int:

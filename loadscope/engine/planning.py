@@ -70,9 +70,11 @@ def _whole_first(
     fit_rounds: int,
     fill: float,
     floor_bytes: int,
+    whole_only: frozenset[str] = frozenset(),
 ) -> set[tuple[str, str]]:
     """The trials that run whole: every one whose whole loads cost no more than its
-    sampled rounds at the floor would; then the cheapest whole loads first, each taken
+    sampled rounds at the floor would; then ``whole_only`` ones and the cheapest whole
+    loads first, each taken
     while the time left still gives every other trial its fixed costs (fit rounds
     included) and its floor sample in every round. The fast routes are the ones a fit on
     a small sample gets wrong (their fixed cost swamps the rate), and the ones whole
@@ -83,7 +85,8 @@ def _whole_first(
     def at_floor(s: str, c: str) -> float:
         return loads * (costs.fixed(s) + floor_bytes * costs.seconds_per_byte[(s, c)])
 
-    for t in sorted(trials, key=lambda x: whole_load[x]):
+    # What a sample cannot measure first (else it is not measured at all), then cheapest.
+    for t in sorted(trials, key=lambda x: (x[0] not in whole_only, whole_load[x])):
         if rounds * (costs.fixed(t[0]) + whole_load[t]) <= at_floor(*t):
             capped.add(t)  # whole costs less than its fit's rounds would: always taken
             continue
@@ -104,9 +107,12 @@ def plan_budget(
     *,
     repeats: Sequence[int] = (2, 1),
     floor_bytes: int = 0,
+    whole_only: frozenset[str] = frozenset(),
 ) -> Plan:
     """The most rounds in ``repeats`` (tried in order) of whole loads of ``trials``
-    (strategy, cache) that fit ``budget_s``; else a sampled plan.
+    (strategy, cache) that fit ``budget_s``; else a sampled plan. ``whole_only``: the
+    strategies a sample cannot measure (they run whole or not at all), given whole loads
+    before the others' cheapest.
 
     A sampled plan runs the first of ``repeats`` when the fixed costs of those rounds and
     the fit's round would leave the loads at least a third of the time, else the last:
@@ -131,7 +137,9 @@ def plan_budget(
     fits = fit_fractions(chosen)
     loads_per_trial = chosen + sum(fits)
     whole_load = {t: model_bytes * max(costs.seconds_per_byte[t], 1e-15) for t in trials}
-    capped = _whole_first(costs, trials, whole_load, usable, chosen, len(fits), fill, floor_bytes)
+    capped = _whole_first(
+        costs, trials, whole_load, usable, chosen, len(fits), fill, floor_bytes, whole_only
+    )
     open_ = [t for t in trials if t not in capped]
     spent = sum(chosen * (costs.fixed(s) + whole_load[(s, c)]) for s, c in capped)
     spent += sum((chosen + len(fits)) * costs.fixed(s) for s, _ in open_)

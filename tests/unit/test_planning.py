@@ -101,3 +101,21 @@ def test_per_strategy_fixed_costs_count() -> None:
     assert plan_budget(heavy, TRIALS, MODEL, 1e9).whole_s == pytest.approx(
         plan_budget(costs(), TRIALS, MODEL, 1e9).whole_s + 2 * 4.5
     )
+
+
+def test_what_a_sample_cannot_measure_gets_its_whole_loads_first() -> None:
+    """Issue 37: at 256 MiB with --budget 30 the routes that only run whole (prewarm,
+    the peers) were skipped while cheaper trials took the time: they come first."""
+    rates = {
+        ("mmap", "cold"): 1 / (0.1 * GB),
+        ("auto", "cold"): 1 / GB,
+        ("peer", "cold"): 1 / (0.5 * GB),
+    }
+    trials = [("mmap", "cold"), ("auto", "cold"), ("peer", "cold")]
+    budget = 2 * (0.5 + MODEL / (0.5 * GB)) + 4 * 0.5 * 2 + 0.5
+    plain = plan_budget(CostModel(rates, 0.5), trials, MODEL, budget)
+    first = plan_budget(
+        CostModel(rates, 0.5), trials, MODEL, budget, whole_only=frozenset({"peer"})
+    )
+    assert plain.sizes[("peer", "cold")] < MODEL  # auto, cheaper, took the room
+    assert first.sizes[("peer", "cold")] == MODEL
