@@ -149,7 +149,7 @@ class Facts:
         estimated = is_estimate(s)
         # Files in RAM have no cold state: a "cold" load there is a warm one.
         memory = self.storage_class == "memory"
-        why = shaky(s, {} if memory else self.warm)
+        why = shaky(s, {} if memory else self.warm, self.model_bytes)
         limit = self.limit_bytes_per_s
         above = bool(limit) and self.model_bytes / seconds > BOUND_SLACK * (limit or 0.0)
         if why is None and cache == "cold" and estimated and not memory and above:

@@ -492,7 +492,8 @@ def verify_readahead(
         return
     old_s = before.extrapolated_median_seconds or before.median_seconds
     new_s = summary.extrapolated_median_seconds or summary.median_seconds
-    if why := shaky(summary, {}) or shaky(before, {}):
+    total = target.total_bytes
+    if why := shaky(summary, {}, total) or shaky(before, {}, total):
         note = f"not measured reliably here ({why})"
         rec.evidence.append(Evidence("readahead check", note))
         for snip in rec.snippets:

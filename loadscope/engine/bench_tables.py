@@ -205,7 +205,8 @@ def _row(report: BenchReport, s: Summary, example: Trial | None) -> str:
     )
     rate = format_rate(per_s) if per_s else "-"
     # A figure that cannot be trusted is never shown as a speed-up (see the trailer).
-    x = "?" if shaky(s, _warm(report)) else f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
+    total = int(report.target.get("total_bytes") or 0) or None
+    x = "?" if shaky(s, _warm(report), total) else f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
     return (
         f"{s.strategy:<16}{s.cache:<5}{shown:>8}{rate:>10}{x:>7}"
         f"{_count(example.major_faults) + '/' + _count(example.minor_faults):>11}"
@@ -221,7 +222,8 @@ def _warm(report: BenchReport) -> dict[str, Summary]:
 def _shaky_lines(report: BenchReport) -> list[str]:
     """The figures shown "?" in the table, each with why it cannot be trusted."""
     warm = _warm(report)
-    why = [(s, w) for s in report.summary if (w := shaky(s, warm))]
+    total = int(report.target.get("total_bytes") or 0) or None
+    why = [(s, w) for s in report.summary if (w := shaky(s, warm, total))]
     if not why:
         return []
     return [

@@ -8,6 +8,8 @@ no verdict rests on one, and an extrapolated figure says "estimated ±E%".
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from loadscope.advice.rules import advise_facts
 from loadscope.engine.bench import Summary
 from tests.unit.test_advice import GiB, facts
@@ -101,3 +103,16 @@ def test_repeats_that_disagree_are_said_with_the_figures_they_touch() -> None:
     said = [n for n in notes if "repeats of the same trial disagreed" in n]
     assert len(said) == 1 and "api cold (0.6-2.4 s)" in said[0] and "mmap" not in said[0]
     assert not [n for n in advise_facts(facts({"mmap": 15.0, "api": 1.0})).notes if "repeats" in n]
+
+
+def test_a_two_size_fit_is_trusted_only_from_a_large_enough_sample() -> None:
+    """At 1 GiB with --budget 10 a two-size fit of 8 MiB samples said 3.1x where whole
+    loads gave 15.6x; at 120 s one of a sixth of the model was within 2%."""
+    f = facts({"mmap": 12.0})
+    tiny = _sampled("api", 3.9, None)
+    f.cold["api"] = replace(tiny, measured_bytes=8 << 20)
+    fig = f.figure("api")
+    assert fig is not None and fig.unreliable and "two-size fit" in fig.unreliable
+    f.cold["api"] = replace(tiny, measured_bytes=GiB // 6)
+    fig = f.figure("api")
+    assert fig is not None and fig.unreliable is None and fig.label() == "estimated"
