@@ -61,6 +61,10 @@ class Plan:
         return min(self.sizes.values()) if self.sizes else None
 
 
+#: How much a whole-only trial's whole load counts when whole loads are handed out.
+WHOLE_ONLY_WEIGHT = 0.5
+
+
 def _whole_first(
     costs: CostModel,
     trials: Sequence[tuple[str, str]],
@@ -85,8 +89,12 @@ def _whole_first(
     def at_floor(s: str, c: str) -> float:
         return loads * (costs.fixed(s) + floor_bytes * costs.seconds_per_byte[(s, c)])
 
-    # What a sample cannot measure first (else it is not measured at all), then cheapest.
-    for t in sorted(trials, key=lambda x: (x[0] not in whole_only, whole_load[x])):
+    # Cheapest first, what a sample cannot measure (else not measured at all) counted at
+    # half its cost: the fast routes, whose small samples fit worst, still come first.
+    def weight(x: tuple[str, str]) -> float:
+        return whole_load[x] * (WHOLE_ONLY_WEIGHT if x[0] in whole_only else 1.0)
+
+    for t in sorted(trials, key=weight):
         if rounds * (costs.fixed(t[0]) + whole_load[t]) <= at_floor(*t):
             capped.add(t)  # whole costs less than its fit's rounds would: always taken
             continue
