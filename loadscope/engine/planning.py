@@ -87,6 +87,8 @@ def _whole_first(
     loads = rounds + fit_rounds
 
     def at_floor(s: str, c: str) -> float:
+        if s in whole_only:
+            return 0.0  # not given whole loads, it is skipped: it costs nothing
         return loads * (costs.fixed(s) + floor_bytes * costs.seconds_per_byte[(s, c)])
 
     # Cheapest first, what a sample cannot measure (else not measured at all) counted at
@@ -95,15 +97,14 @@ def _whole_first(
         return whole_load[x] * (WHOLE_ONLY_WEIGHT if x[0] in whole_only else 1.0)
 
     for t in sorted(trials, key=weight):
-        if rounds * (costs.fixed(t[0]) + whole_load[t]) <= at_floor(*t):
+        if t[0] not in whole_only and rounds * (costs.fixed(t[0]) + whole_load[t]) <= at_floor(*t):
             capped.add(t)  # whole costs less than its fit's rounds would: always taken
             continue
         trying = capped | {t}
         spent = sum(rounds * (costs.fixed(s) + whole_load[(s, c)]) for s, c in trying)
         spent += sum(at_floor(s, c) for s, c in trials if (s, c) not in trying)
-        if spent + loads * fill > usable:
-            break
-        capped = trying
+        if spent + loads * fill <= usable:
+            capped = trying  # else a dearer one may not fit, a later cheaper one may
     return capped
 
 
@@ -148,7 +149,8 @@ def plan_budget(
     capped = _whole_first(
         costs, trials, whole_load, usable, chosen, len(fits), fill, floor_bytes, whole_only
     )
-    open_ = [t for t in trials if t not in capped]
+    # Open: sampled. A whole-only trial not given whole loads is skipped (it costs nothing).
+    open_ = [t for t in trials if t not in capped and t[0] not in whole_only]
     spent = sum(chosen * (costs.fixed(s) + whole_load[(s, c)]) for s, c in capped)
     spent += sum((chosen + len(fits)) * costs.fixed(s) for s, _ in open_)
     spent += (chosen + len(fits)) * fill
