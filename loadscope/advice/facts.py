@@ -170,20 +170,20 @@ class Facts:
         return f"estimated {error_shown(max(errors))}" if errors else "estimated"
 
     def needs_budget_s(self, strategy: str) -> float | None:
-        """About how much ``--budget`` a whole-model measure of ``strategy`` (three cold
-        loads besides the probes and the other trials) would take, from its figure."""
+        """About how much more ``--budget`` would measure ``strategy`` whole: three whole
+        loads of it (by its figure) and their trials' start-up."""
         fig = self.figure(strategy)
         if fig is None:
             return None
-        return (self.budget_s or 0.0) + 3 * fig.seconds + 10.0
+        return 3 * (fig.seconds + 0.5)
 
     def unreliable_note(self, strategy: str) -> str | None:
-        """ "not measured reliably here (why; needs ~N s of budget)", or None."""
+        """ "not measured reliably here (why; ~N s more budget measures it whole)", or None."""
         fig = self.figure(strategy)
         if fig is None or not fig.unreliable:
             return None
         need = self.needs_budget_s(strategy)
-        more = f"; needs ~{need:.0f} s of budget" if need else ""
+        more = f"; ~{need:.0f} s more --budget measures it whole" if need else ""
         return f"not measured reliably here ({fig.unreliable}{more})"
 
     def rate(self, strategy: str, cache: str = "cold") -> float | None:

@@ -303,7 +303,7 @@ def unreliable_reason(f: Facts, strategies: Sequence[str]) -> str | None:
         note = f.figure(name)
         if note is not None and note.unreliable:
             need = f.needs_budget_s(name)
-            more = f"; a whole-model measure needs ~{need:.0f} s (--budget {need:.0f})"
+            more = f"; about {need:.0f} s more --budget measures it whole"
             more = more if need else ""
             return f"{name}'s cold figure: {note.unreliable}{more}"
     return None

@@ -95,7 +95,10 @@ def _stack_lines(f: Facts, cmd: str) -> list[Snippet]:
             "diffusers",
         ):
             continue  # each HF library's line only for a folder it loads
-        first = "\n".join(f"# run first (root): {line.lstrip('# ')}" for line in cmd.splitlines())
+        first = "\n".join(
+            f"# run first (root): {line.lstrip('# ').removeprefix('and for FUSE: ')}"
+            for line in cmd.splitlines()
+        )
         start_line = start.format(dir_py=repr(folder), dir_sh=shlex.quote(folder))
         if stack == "transformers":
             start_line = "from transformers import AutoModelForCausalLM\n" + start_line
