@@ -215,6 +215,23 @@ def check_knobs(threads: int | None, block_bytes: int | None, direct: str) -> di
     return knobs
 
 
+def check_local_ranks(local_ranks: object) -> tuple[int, int] | None:
+    """``local_ranks`` checked: None, or ``(rank, world)`` with ``0 <= rank < world``
+    (ValueError saying what it must be)."""
+    if local_ranks is None:
+        return None
+    pair = list(local_ranks) if isinstance(local_ranks, tuple | list) else []
+    if (
+        len(pair) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair)
+        or not 0 <= pair[0] < pair[1]
+    ):
+        raise ValueError(
+            f"local_ranks must be (rank, world) with 0 <= rank < world, not {local_ranks!r}"
+        )
+    return int(pair[0]), int(pair[1])
+
+
 def check_device(device: object) -> str:
     """``device`` checked before any byte is read (ValueError naming it), as torch spells it.
 
@@ -346,6 +363,7 @@ def load_file(
     knobs = check_knobs(threads, block_bytes, direct)
     device = check_device(device)
     hinted = check_hints(hints)
+    local_ranks = check_local_ranks(local_ranks)
     if not spath:
         raise LoadFileNotFound("an empty path names no file")
     if os.path.isdir(spath):

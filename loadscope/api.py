@@ -33,6 +33,7 @@ from loadscope.loaders.api import (
     check_device,
     check_hints,
     check_knobs,
+    check_local_ranks,
     check_record,
     import_for_load,
     load_file,
@@ -94,6 +95,7 @@ def load_model(
     check_knobs(threads, block_bytes, direct)
     device = check_device(device)
     check_hints(hints)
+    check_local_ranks(local_ranks)
     resolved = _checked_target(target)
     return _read(
         resolved, device, threads, block_bytes, direct, hints, record, local_ranks, keep_cache

@@ -199,3 +199,13 @@ def test_one_process_keeps_todays_behaviour(ckpt: SyntheticCheckpoint, tmp_path:
         check=True,
     )
     assert "node-shared" not in run.stdout
+
+
+@pytest.mark.parametrize("bad", [(2, 2), (-1, 2), (0,), ("0", "2"), (True, 2), 3])
+def test_local_ranks_that_are_not_a_rank_of_a_world_are_refused(
+    ckpt: SyntheticCheckpoint, bad: object
+) -> None:
+    import loadscope
+
+    with pytest.raises(ValueError, match="local_ranks must be"):
+        loadscope.load_model(ckpt.root, local_ranks=bad)  # type: ignore[arg-type]
