@@ -142,11 +142,12 @@ def is_estimate(s: Summary) -> bool:
     return s.extrapolated_median_seconds is not None and s.scope not in (None, "whole")
 
 
-#: A fit with no error to show (two sizes) is trusted only this far: its sample at least
-#: this share of the model (an extrapolation of at most 20x). At 1 GiB with --budget 10, a
-#: two-size fit of 0.8% samples said 3.1x for what loaded whole at 15.6x; at 120 s one
-#: of a sixth of the model was within 2%, and mmap's from 9% samples at 256 MiB within 5%.
-MIN_UNCHECKED_SHARE = 0.05
+#: A fit with no error to show (two sizes) is trusted only where its samples' time was
+#: mostly the load, not the trial's fixed cost: then the rate it extrapolates by is what
+#: the samples measured. At 1 GiB with --budget 10, a two-size fit of 8 MiB samples whose
+#: time was mostly fixed cost said 3.1x for what loaded whole at 15.6x; mmap's from 3% of
+#: 1 GiB (its samples' time nearly all reading) was within 2%.
+MIN_RATE_SHARE = 0.5
 
 
 def shaky(s: Summary, warm: Mapping[str, Summary], model_bytes: int | None = None) -> str | None:
@@ -161,11 +162,8 @@ def shaky(s: Summary, warm: Mapping[str, Summary], model_bytes: int | None = Non
     # (at 1 GiB with --budget 120 that refused mmap's estimate, within 2% of whole loads).
     if is_estimate(s) and s.error_estimate is not None and s.error_estimate > MAX_FIT_ERROR:
         return f"fit error ±{s.error_estimate:.0%}, over ±{MAX_FIT_ERROR:.0%}"
-    share = (s.measured_bytes or 0) / model_bytes if model_bytes else 1.0
-    if is_estimate(s) and s.error_estimate is None and share < MIN_UNCHECKED_SHARE:
-        return (
-            f"a two-size fit with no error to check it, from a sample of {share:.1%} of the model"
-        )
+    if is_estimate(s) and s.error_estimate is None and (why := _unchecked(s, model_bytes)):
+        return why
     if s.cache != "cold":
         return None
     for name in dict.fromkeys((s.strategy, "mmap")):
@@ -176,4 +174,23 @@ def shaky(s: Summary, warm: Mapping[str, Summary], model_bytes: int | None = Non
                 f"cold {seconds:.3g} s is faster than {name} warm {warm_s:.3g} s:"
                 " a cold load cannot beat a warm one"
             )
+    return None
+
+
+def _unchecked(s: Summary, model_bytes: int | None) -> str | None:
+    """Why a two-size fit (no error to show) cannot stand: its samples' time was mostly
+    the fixed cost (the rate is then ill-determined), or, without the fit's parts, its
+    sample was under 5% of the model."""
+    if s.fit_bytes_per_s and s.measured_bytes and s.fixed_seconds is not None:
+        load = s.measured_bytes / s.fit_bytes_per_s
+        share = load / (load + s.fixed_seconds) if load + s.fixed_seconds > 0 else 0.0
+        if share < MIN_RATE_SHARE:
+            return (
+                f"a two-size fit with no error to check it, its samples' time {share:.0%}"
+                " reading and the rest fixed cost"
+            )
+        return None
+    share = (s.measured_bytes or 0) / model_bytes if model_bytes else 1.0
+    if share < 0.05:
+        return f"a two-size fit with no error to check it, from {share:.1%} of the model"
     return None

@@ -116,3 +116,20 @@ def test_a_two_size_fit_is_trusted_only_from_a_large_enough_sample() -> None:
     f.cold["api"] = replace(tiny, measured_bytes=GiB // 6)
     fig = f.figure("api")
     assert fig is not None and fig.unreliable is None and fig.label() == "estimated"
+
+
+def test_a_two_size_fit_stands_where_its_samples_were_mostly_reading() -> None:
+    """mmap's two-size fit from 3% of 1 GiB (its samples nearly all reading) was within 2%
+    of whole loads; a fast route's from samples mostly fixed cost was off by 80%."""
+    f = facts({"api": 0.8}, model=GiB)
+    base = _sampled("mmap", 12.0, None)
+    f.cold["mmap"] = replace(
+        base, measured_bytes=32 << 20, fixed_seconds=0.02, fit_bytes_per_s=75e6
+    )
+    assert f.figure("mmap").unreliable is None  # type: ignore[union-attr]
+    fast = _sampled("direct", 3.9, None)
+    f.cold["direct"] = replace(
+        fast, measured_bytes=8 << 20, fixed_seconds=0.03, fit_bytes_per_s=1.5e9
+    )
+    fig = f.figure("direct")
+    assert fig is not None and fig.unreliable and "fixed cost" in fig.unreliable
