@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from loadscope.loaders.events import JsonLines, LineWriter
+from loadscope.loaders.rank_reads import Reads, node_shared, read_file, read_to_device
 
 if TYPE_CHECKING:
     import torch
@@ -173,83 +174,9 @@ encode, decode = _CODEC.encode, _CODEC.decode
 _Emitter = LineWriter[RankEvent]
 
 
-# -- reading, with this rank's own accounting ---------------------------------------------------
+# -- reading, with this rank's own accounting (loaders/rank_reads.py) ----------------------------
 
-
-@dataclass(slots=True)
-class _Reads:
-    bytes: int = 0
-    calls: int = 0
-
-
-def _read_file(path: str, size: int, reads: _Reads, chunk: int) -> torch.Tensor:
-    """The whole file in a fresh uint8 CPU tensor, read in ``chunk``-byte preads."""
-    import torch
-
-    from loadscope.base.safeio import open_regular
-
-    fd = open_regular(path)
-    try:
-        actual = os.fstat(fd).st_size
-        if actual != size:
-            raise RuntimeError(f"{path}: is {actual} bytes, the plan says {size} (changed?)")
-        buf = torch.empty(size, dtype=torch.uint8)
-        view = buf.numpy().data if size else memoryview(b"")
-        done = 0
-        while done < size:
-            n = os.preadv(fd, [view[done : done + chunk]], done)
-            reads.calls += 1
-            if n <= 0:
-                raise RuntimeError(
-                    f"{path}: read {done} of {size} bytes, then end of file (changed?)"
-                )
-            done += n
-            reads.bytes += n
-        return buf
-    finally:
-        os.close(fd)
-
-
-def read_to_device(
-    path: str, size: int, dev: Any, reads: _Reads, chunk: int, slots: int = 4
-) -> torch.Tensor:
-    """The whole file in a fresh uint8 buffer on ``dev``'s device (a
-    :class:`~loadscope.loaders.staged.StagingDevice`): each ``chunk`` lands in one of
-    ``slots`` pinned host buffers and is copied to the device while the next is read,
-    instead of a whole pageable CPU copy moved with ``.to()`` after the read."""
-    from loadscope.base.safeio import open_regular
-
-    buf: torch.Tensor = dev.alloc_device(size)
-    chunk = max(1, min(chunk, size)) if size else 1
-    ring = dev.alloc_ring(slots, chunk)
-    fd = open_regular(path)
-    try:
-        actual = os.fstat(fd).st_size
-        if actual != size:
-            raise RuntimeError(f"{path}: is {actual} bytes, the plan says {size} (changed?)")
-        off, i = 0, 0
-        while off < size:
-            slot = i % slots
-            dev.wait(slot)  # the slot's last copy is done: it may be filled again
-            n = min(chunk, size - off)
-            got = 0
-            while got < n:
-                k = os.preadv(fd, [ring[slot][got:n]], off + got)
-                reads.calls += 1
-                if k <= 0:
-                    raise RuntimeError(
-                        f"{path}: read {off + got} of {size} bytes, then end of file (changed?)"
-                    )
-                got += k
-                reads.bytes += k
-            dev.copy_async(buf, off, slot, 0, n)
-            dev.record(slot)
-            off += n
-            i += 1
-        dev.synchronize()
-    finally:
-        os.close(fd)
-    return buf
+_Reads = Reads  # the name tests and older callers import
 
 
 def _empty(size: int, device: torch.device) -> torch.Tensor:
@@ -329,7 +256,7 @@ def _load(
     rank: int,
     world: int,
     device: torch.device,
-    reads: _Reads,
+    reads: Reads,
     chunk: int,
     job: str = "",
 ) -> _Loaded:
@@ -339,7 +266,7 @@ def _load(
 
     def read(f: dict[str, Any]) -> torch.Tensor:
         if device.type == "cpu":
-            return _read_file(str(f["path"]), int(f["size_bytes"]), reads, chunk)
+            return read_file(str(f["path"]), int(f["size_bytes"]), reads, chunk)
         from loadscope.loaders.staged import CudaDevice
 
         # Through pinned buffers, copies overlapped with the reads: the reading rank's
@@ -373,36 +300,12 @@ def _load(
         for work in handles:
             work.wait()
     elif mode == "node-shared":
-        buffers = [_node_shared(f, rank, world, reads, chunk, job) for f in files]
+        buffers = [node_shared(f, rank, world, reads, chunk, job) for f in files]
         if device.type != "cpu":  # what a user does with load_file's CPU tensors
             buffers = [b.to(device) for b in buffers]
     else:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
     return _Loaded(buffers, collectives)
-
-
-def _node_shared(
-    f: dict[str, Any], rank: int, world: int, reads: _Reads, chunk: int, job: str
-) -> torch.Tensor:
-    """What ``loadscope.load_file`` does for local ranks (``loaders/nodeshare.py``): this
-    rank reads its range into one shared-memory file, every rank maps it copy-on-write."""
-    import torch
-
-    from loadscope.loaders import nodeshare
-    from loadscope.loaders.buffers import o_direct_ok
-
-    path, size = str(f["path"]), int(f["size_bytes"])
-    ranks = nodeshare.LocalRanks(rank, world, job)
-    notes: dict[str, Any] = {}
-    private = nodeshare.shared_buffer(
-        path, ranks, threads=8, block_bytes=chunk, direct=o_direct_ok(path), notes=notes
-    )
-    share = notes.get("node_share", {})
-    reads.bytes += int(share.get("read_bytes", 0))
-    reads.calls += 1
-    if not size:
-        return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(private, dtype=torch.uint8)
 
 
 def _vm_kib(field_name: str) -> int | None:
@@ -477,7 +380,7 @@ def _run_trial(
             RankCache(rank, trial_id, verified, resident, note, time.perf_counter() - t_cache)
         )
     sampler = IoSampler()
-    reads = _Reads()
+    reads = Reads()
     gc.collect()
     scope = "trial" if _reset_peak_rss() else "process"
     rss_before = _vm_kib("VmRSS")

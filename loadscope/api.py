@@ -30,14 +30,16 @@ from loadscope.loaders.api import (
     FileChoice,
     LoadRecord,
     as_api_error,
-    check_device,
-    check_hints,
-    check_knobs,
-    check_local_ranks,
     check_record,
     import_for_load,
     load_file,
     load_torch_file,
+)
+from loadscope.loaders.apichecks import (
+    check_device,
+    check_hints,
+    check_knobs,
+    check_local_ranks,
 )
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS
 
