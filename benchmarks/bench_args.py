@@ -1,4 +1,5 @@
-"""The arguments the emulated-disk benchmarks share: ``--rounds``, ``--size``, ``--latency-ms``.
+"""What the emulated-disk benchmarks share: ``--rounds``, ``--size``, ``--latency-ms``, and
+a model's files evicted and verified cold before a timed run.
 
 Imported by the scripts beside it (``python benchmarks/<script>.py`` puts this folder
 on the path).
@@ -7,8 +8,11 @@ on the path).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from loadscope.base.units import parse_size
+from loadscope.probes.pagecache import ColdCache
 
 
 def emulated_parser(doc: str | None, *, rounds: int, size: str) -> argparse.ArgumentParser:
@@ -20,3 +24,13 @@ def emulated_parser(doc: str | None, *, rounds: int, size: str) -> argparse.Argu
         "--latency-ms", type=float, default=5.0, help="the emulated disk's latency (5.0)"
     )
     return ap
+
+
+def evict_model(model: Path) -> None:
+    """Every file of ``model``'s folder out of the page cache, verified; exits naming a
+    file that stays resident (a timed run would not be cold)."""
+    for f in model.glob("*"):
+        if f.is_file():
+            ev = ColdCache().evict(f)
+            if not ev.verified:
+                sys.exit(f"{f}: not cold: {ev.note}")

@@ -30,7 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from loadscope.probes.pagecache import ColdCache
+from bench_args import evict_model
+
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
 
@@ -82,17 +83,9 @@ print(json.dumps({"slowest": time.perf_counter() - t0, "digests": 1}))
 """
 
 
-def _cold(model: Path) -> None:
-    for f in model.glob("*"):
-        if f.is_file():
-            ev = ColdCache().evict(f)
-            if not ev.verified:
-                sys.exit(f"{f}: not cold: {ev.note}")
-
-
 def run(how: str, model: Path, log: Path, script: Path, ranks: int) -> tuple[float, float, int]:
     """(slowest rank's seconds, bytes served / model bytes, distinct digests)."""
-    _cold(model)
+    evict_model(model)
     log.write_text("")
     env = {k: v for k, v in os.environ.items() if k != "LOADSCOPE_NODE_SHARE"}
     if how == "direct":

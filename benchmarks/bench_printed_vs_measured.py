@@ -37,8 +37,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_args import evict_model
+
 from loadscope.base.units import parse_size
-from loadscope.probes.pagecache import ColdCache
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
 
@@ -94,18 +95,10 @@ _HF_IMPORTS = (
 _PEERS = ("fastsafetensors", "runai")
 
 
-def _cold(model: Path) -> None:
-    for f in model.glob("*"):
-        if f.is_file():
-            ev = ColdCache().evict(f)
-            if not ev.verified:
-                sys.exit(f"{f}: not cold: {ev.note}")
-
-
 def _timed(route: str, model: Path, bdi: Path | None) -> float:
     code = _PRELUDE + (_HF_IMPORTS if route.startswith("hf-") else "")
     code += _ROUTES["load_file"] if route == "readahead" else _ROUTES[route]
-    _cold(model)
+    evict_model(model)
     raised: list[tuple[Path, str]] = []
     if route == "readahead" and bdi is not None:
         for path, value in _readahead_knobs(model, bdi):

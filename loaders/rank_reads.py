@@ -35,19 +35,28 @@ def read_file(path: str, size: int, reads: Reads, chunk: int) -> torch.Tensor:
             raise RuntimeError(f"{path}: is {actual} bytes, the plan says {size} (changed?)")
         buf = torch.empty(size, dtype=torch.uint8)
         view = buf.numpy().data if size else memoryview(b"")
-        done = 0
-        while done < size:
-            n = os.preadv(fd, [view[done : done + chunk]], done)
-            reads.calls += 1
-            if n <= 0:
-                raise RuntimeError(
-                    f"{path}: read {done} of {size} bytes, then end of file (changed?)"
-                )
-            done += n
-            reads.bytes += n
+        for off in range(0, size, chunk):
+            _read_counted(fd, view[off : off + chunk], off, path, size, reads)
         return buf
     finally:
         os.close(fd)
+
+
+def _read_counted(
+    fd: int, view: memoryview, offset: int, path: str, size: int, reads: Reads
+) -> None:
+    """Fill ``view`` from ``offset``, every pread counted in ``reads``; a file that ends
+    early (changed under the rank) is a RuntimeError naming how far it got."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        reads.calls += 1
+        if n <= 0:
+            raise RuntimeError(
+                f"{path}: read {offset + got} of {size} bytes, then end of file (changed?)"
+            )
+        got += n
+        reads.bytes += n
 
 
 def read_to_device(
@@ -72,16 +81,7 @@ def read_to_device(
             slot = i % slots
             dev.wait(slot)  # the slot's last copy is done: it may be filled again
             n = min(chunk, size - off)
-            got = 0
-            while got < n:
-                k = os.preadv(fd, [ring[slot][got:n]], off + got)
-                reads.calls += 1
-                if k <= 0:
-                    raise RuntimeError(
-                        f"{path}: read {off + got} of {size} bytes, then end of file (changed?)"
-                    )
-                got += k
-                reads.bytes += k
+            _read_counted(fd, ring[slot][:n], off, path, size, reads)
             dev.copy_async(buf, off, slot, 0, n)
             dev.record(slot)
             off += n

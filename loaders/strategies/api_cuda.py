@@ -21,21 +21,13 @@ class PublicLoadFileCuda(strategy.Strategy):
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
     ) -> strategy.Tensors:
-        from loadscope.loaders.staged import CudaDevice, staged_load
         from loadscope.loaders.strategies.staged_cuda import Staged
 
         if any(f.tensors is not None for f in files):
             ctx.notes["sampled"] = "a sample: loaded through the staged pipeline load_file uses"
-            own = strategy.LoadContext(device=ctx.device, notes=ctx.notes)
-            staged = Staged()
-            yield from staged_load(
-                files,
-                CudaDevice(ctx.device),
-                slots=own.knob(staged, "slots"),
-                slot_bytes=own.knob(staged, "slot_bytes"),
-                threads=own.knob(staged, "threads"),
-                block_bytes=own.knob(staged, "block_bytes"),
-                notes=ctx.notes,
+            # Staged with its own defaults (no probe hints): what load_file(device=) runs.
+            yield from Staged().load(
+                files, strategy.LoadContext(device=ctx.device, notes=ctx.notes)
             )
             return
         for f in files:

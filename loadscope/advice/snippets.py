@@ -298,10 +298,7 @@ ROUTES: tuple[Route, ...] = (
         "loadscope warm",
         "loadscope warm {sh}   # before the stack starts",
     ),
-)
-
-#: The GPU routes: measured against safetensors' own device load (``mmap-cuda``).
-ROUTES += (
+    # The GPU route: measured against safetensors' own device load (``mmap-cuda``).
     Route(
         "safetensors",
         "code change",

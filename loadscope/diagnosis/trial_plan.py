@@ -243,18 +243,16 @@ def plan_trials(
 def _whole_only(probe: ProbeReport, names: set[str]) -> frozenset[str]:
     """The strategies among ``names`` a sample of this model cannot measure: those that
     load whole files (or the folder) and, on a one-file model, no subset of files can
-    stand for the whole either."""
-    try:
-        described = describe_strategies()
-    except BenchError:
-        return frozenset()
+    stand for the whole either (read from their declarations: no worker is asked)."""
+    from loadscope.loaders.strategies import STRATEGIES
+
     one_file = len(probe.files) <= 1
     return frozenset(
         n
         for n in names
-        if (info := described.get(n))
-        and not info.get("samples", True)
-        and (one_file or not info.get("sample_files", True))
+        if (known := STRATEGIES.get(n)) is not None
+        and not known.samples
+        and (one_file or not known.sample_files)
     )
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import threading
 import time
@@ -139,14 +138,8 @@ class _Worker:
     ) -> None:
         args = ["--describe"] if spec is None else [json.dumps(spec)]
         proc: Child | None = None
-        scratch = (spec or {}).get("scratch_dir")
-        env = (
-            {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(str(scratch), "torchinductor")}
-            if scratch
-            else None
-        )
         if argv is None:
-            proc = forked(args, module=_WORKER_MODULE, env=env, preload=preload)
+            proc = forked(args, module=_WORKER_MODULE, preload=preload)
         if proc is None:
             command = list(argv or python_module(_WORKER_MODULE))
             try:
