@@ -4,7 +4,8 @@ CPU strategies for safetensors (``mmap``, ``pread``, ``fullread``, ``prefetch``,
 ``vllm-prefetch``, ``prewarm``, ``parallel``, ``direct``, ``auto``, ``api``), for
 torch checkpoints (``pickle``, ``pickle-mmap``; ``pickle-cuda`` on the GPU), peers when installed
 (``fastsafetensors``, ``runai``), and GPU strategies for ``--device cuda``
-(``mmap-cuda``, ``api-cuda``, ``read-to-cuda``, ``staged``, ``gds``). Broadcast strategies register
+(``mmap-cuda``, ``api-cuda``, ``read-to-cuda``, ``staged``, ``gds``, and the peers'
+``fastsafetensors-cuda``, ``fastsafetensors-gds``, ``runai-cuda``). Broadcast strategies register
 here too when they arrive.
 """
 
@@ -21,7 +22,13 @@ from loadscope.loaders.strategies.gds import Gds
 from loadscope.loaders.strategies.mmap_cuda import MmapCuda
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 from loadscope.loaders.strategies.parallel import Parallel
-from loadscope.loaders.strategies.peers import FastSafetensors, RunAI
+from loadscope.loaders.strategies.peers import (
+    FastSafetensors,
+    FastSafetensorsCuda,
+    FastSafetensorsGds,
+    RunAI,
+    RunAICuda,
+)
 from loadscope.loaders.strategies.pickle_load import Pickle, PickleCuda, PickleMmap
 from loadscope.loaders.strategies.pread import SafetensorsPread
 from loadscope.loaders.strategies.prefetch import Prefetch
@@ -62,11 +69,21 @@ STRATEGIES: dict[str, Strategy] = {
         ReadToCuda(),
         Staged(),
         Gds(),
+        FastSafetensorsCuda(),
+        FastSafetensorsGds(),
+        RunAICuda(),
     )
 }
 #: What ``bench`` runs when no --strategies are given (peers join when installed; the GPU
 #: strategies run instead of the CPU ones under ``--device cuda``).
 DEFAULT_ORDER = tuple(STRATEGIES)
+#: The strategies that land safetensors on a GPU (what the doctor runs with --device
+#: cuda), read from their declarations: safetensors' own device load first, the public
+#: API's staging, the common read-then-.to(), gds when kvikio is there, and the peers'
+#: GPU modes. None holds the whole model in host RAM.
+GPU_STRATEGIES = tuple(
+    n for n, s in STRATEGIES.items() if s.requires.gpu and "safetensors" in s.requires.formats
+)
 
 
 def get(name: str) -> Strategy:

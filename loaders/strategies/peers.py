@@ -2,10 +2,18 @@
 
 * ``fastsafetensors`` in its CPU mode (no GPUDirect Storage): batched parallel
   reads into its own buffers;
-* ``runai``: Run:ai's ``runai-model-streamer``, a C++ streamer of safetensors.
+* ``runai``: Run:ai's ``runai-model-streamer``, a C++ streamer of safetensors;
+* and their GPU modes, what vLLM's and SGLang's ``--load-format fastsafetensors`` and
+  ``runai_streamer`` run on a GPU box: ``fastsafetensors-cuda`` (host bounce buffers,
+  ``nogds=True``, what vLLM runs with more than one GPU), ``fastsafetensors-gds``
+  (``nogds=False``, vLLM's single-GPU setting: GPUDirect Storage through cuFile where the
+  library finds it, its fallback recorded where not) and ``runai-cuda`` (the streamer's
+  ``device="cuda:N"``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from loadscope.loaders import strategy
 
@@ -18,14 +26,29 @@ class FastSafetensors(strategy.Strategy):
     # Nor a subset of shards: extrapolated from one, 4 GiB came out 54% short (its cost
     # depends on the files loaded together; benchmarks/RESULTS.md). Whole, or skipped.
     sample_shards = False
+    #: False: GPUDirect Storage (cuFile), storage to GPU memory with no host copy.
+    nogds = True
+
+    def target(self, ctx: strategy.LoadContext) -> str:
+        """The device the loader fills: "cpu", or the GPU the trial loads to."""
+        return "cpu"
+
+    def check_copier(self, loader: Any, ctx: strategy.LoadContext) -> None:
+        """Record the copier fastsafetensors chose: asked for GDS on a host without cuFile,
+        it falls back to its bounce buffers by itself, and the trial must say so."""
+        copier = getattr(getattr(loader, "copier_class", None), "__name__", "unknown")
+        ctx.notes["copier"] = copier
+        if not self.nogds and not copier.startswith("Gds"):
+            ctx.notes["gds"] = f"no GPUDirect Storage here: fastsafetensors chose {copier}"
 
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
     ) -> strategy.Tensors:
         from fastsafetensors import SafeTensorsFileLoader, SingleGroup
 
-        loader = SafeTensorsFileLoader(SingleGroup(), "cpu", nogds=True)
+        loader = SafeTensorsFileLoader(SingleGroup(), self.target(ctx), nogds=self.nogds)
         try:
+            self.check_copier(loader, ctx)
             loader.add_filenames({0: [f.path for f in files]})
             buffers = loader.copy_files_to_device()
             try:
@@ -55,6 +78,10 @@ class RunAI(strategy.Strategy):
     # 64% slow (benchmarks/RESULTS.md). Whole, or skipped.
     sample_shards = False
 
+    def target(self, ctx: strategy.LoadContext) -> str:
+        """The device the streamer fills: "cpu", or the GPU the trial loads to."""
+        return "cpu"
+
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
     ) -> strategy.Tensors:
@@ -62,8 +89,45 @@ class RunAI(strategy.Strategy):
 
         with SafetensorsStreamer() as streamer:
             for f in files:
-                streamer.stream_file(f.path)
+                streamer.stream_file(f.path, device=self.target(ctx))
                 # The streamer reuses its buffer: copy each tensor out.
                 yield from strategy.only_requested(
                     f, ((n, t.clone()) for n, t in streamer.get_tensors())
                 )
+
+
+def _gpu(ctx: strategy.LoadContext) -> str:
+    from loadscope.loaders.cuda import cuda_device
+
+    return str(cuda_device(ctx.device))
+
+
+class FastSafetensorsCuda(FastSafetensors):
+    name = "fastsafetensors-cuda"
+    summary = "fastsafetensors SafeTensorsFileLoader to cuda:N through host buffers (nogds)"
+    requires = strategy.Requirements(
+        gpu=True, ram_multiple=0.0, package="fastsafetensors", extra="peers"
+    )
+
+    def target(self, ctx: strategy.LoadContext) -> str:
+        return _gpu(ctx)
+
+
+class FastSafetensorsGds(FastSafetensorsCuda):
+    """vLLM's single-GPU ``--load-format fastsafetensors``: ``nogds=False``, GPUDirect
+    Storage where fastsafetensors finds cuFile, else its own fallback (recorded)."""
+
+    name = "fastsafetensors-gds"
+    summary = "fastsafetensors to cuda:N with GPUDirect Storage where found (nogds=False)"
+    nogds = False
+
+
+class RunAICuda(RunAI):
+    name = "runai-cuda"
+    summary = "runai-model-streamer SafetensorsStreamer to cuda:N (device='cuda:N')"
+    requires = strategy.Requirements(
+        gpu=True, ram_multiple=0.0, package="runai_model_streamer", extra="peers"
+    )
+
+    def target(self, ctx: strategy.LoadContext) -> str:
+        return _gpu(ctx)

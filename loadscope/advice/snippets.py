@@ -101,7 +101,8 @@ class Route:
     #: The trial this route's speed-up is measured against: the stack's own default.
     baseline: str = "mmap"
     #: Shown only when this strategy has no trial (a generic stand-in for a stack-specific
-    #: route: the transformers routes timed as ``load_file`` when from_pretrained was not).
+    #: route: the transformers routes timed as ``load_file`` when from_pretrained was not;
+    #: a peer's CPU mode where its GPU mode, the one the server runs there, was timed).
     unless: str | None = None
     #: What a stand-in's number is, said beside it (it is not the snippet's own call).
     proxy: str = ""
@@ -248,6 +249,15 @@ ROUTES: tuple[Route, ...] = (
         "fastsafetensors",
         "--load-format fastsafetensors",
         "vllm serve {dir_sh} --load-format fastsafetensors",
+        unless="mmap-cuda",
+    ),
+    Route(
+        "vllm",
+        "a flag",
+        "fastsafetensors-gds",
+        "--load-format fastsafetensors",
+        "vllm serve {dir_sh} --load-format fastsafetensors",
+        baseline="mmap-cuda",
     ),
     Route(
         "vllm",
@@ -255,6 +265,15 @@ ROUTES: tuple[Route, ...] = (
         "runai",
         "--load-format runai_streamer",
         "vllm serve {dir_sh} --load-format runai_streamer",
+        unless="mmap-cuda",
+    ),
+    Route(
+        "vllm",
+        "a flag",
+        "runai-cuda",
+        "--load-format runai_streamer",
+        "vllm serve {dir_sh} --load-format runai_streamer",
+        baseline="mmap-cuda",
     ),
     Route(
         "vllm",
@@ -276,6 +295,15 @@ ROUTES: tuple[Route, ...] = (
         "fastsafetensors",
         "--load-format fastsafetensors",
         "python -m sglang.launch_server --model-path {dir_sh} --load-format fastsafetensors",
+        unless="mmap-cuda",
+    ),
+    Route(
+        "sglang",
+        "a flag",
+        "fastsafetensors-gds",
+        "--load-format fastsafetensors",
+        "python -m sglang.launch_server --model-path {dir_sh} --load-format fastsafetensors",
+        baseline="mmap-cuda",
     ),
     Route(
         "sglang",
@@ -283,6 +311,15 @@ ROUTES: tuple[Route, ...] = (
         "runai",
         "--load-format runai_streamer",
         "python -m sglang.launch_server --model-path {dir_sh} --load-format runai_streamer",
+        unless="mmap-cuda",
+    ),
+    Route(
+        "sglang",
+        "a flag",
+        "runai-cuda",
+        "--load-format runai_streamer",
+        "python -m sglang.launch_server --model-path {dir_sh} --load-format runai_streamer",
+        baseline="mmap-cuda",
     ),
     Route(
         "sglang",
@@ -312,7 +349,9 @@ ROUTES: tuple[Route, ...] = (
 
 #: Which routes each kind of fix shows (by the strategies they run).
 FIX_STRATEGIES: dict[str, frozenset[str]] = {
-    "gpu-staged": frozenset({"api-cuda"}),
+    # To the GPU without safetensors' pageable per-tensor copies: the public API's pinned
+    # staging, and the servers' peer loaders in their GPU modes.
+    "gpu-staged": frozenset({"api-cuda", "fastsafetensors-gds", "runai-cuda"}),
     # Many large requests in flight: the public API, the no-code-change prewarm, and the
     # stacks' own parallel or prefetching loaders.
     "parallel-reads": frozenset(

@@ -34,6 +34,7 @@ from loadscope.cli import (
     probe,
     report,
     synth,
+    timecmd,
     warm,
 )
 from loadscope.cli.common import (
@@ -77,6 +78,7 @@ examples:
   loadscope probe ~/models/llama --json probe.json
   loadscope inspect ~/models/llama --json
   loadscope synth /tmp/model --size 2GiB --shards 4 --format both
+  loadscope time --model ~/models/llama -- python load.py
 
 exit codes:
 {_EXIT_CODES}
@@ -113,6 +115,7 @@ COMMANDS = (
     compare.COMMAND,
     warm.COMMAND,
     copy.COMMAND,
+    timecmd.COMMAND,
     cluster.COMMAND,
     demo.COMMAND,
     TUI,

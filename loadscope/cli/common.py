@@ -240,7 +240,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     seen: dict[str, str] = {}
-    for option in ("json", "md", "html", "log_requests"):
+    for option in ("json", "md", "html", "log_requests", "output"):
         path = getattr(args, option, None)
         if not isinstance(path, str) or path == "-":
             continue

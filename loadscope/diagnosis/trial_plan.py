@@ -367,7 +367,9 @@ def plan_doctor(
             # path on those too, loaded whole like the pickles; the pair "load those"
             # rests on (torch.load, load_file) first, should the budget cut the rest.
             strategies = TORCH_WITH_SAFETENSORS
-        device = "cpu"
+        if device != "cpu":
+            # On a GPU box, torch.load(map_location="cuda:N") too: the load its users run.
+            strategies = (*strategies, *GPU_TORCH_STRATEGIES)
     elif device != "cpu":
         strategies = gpu_plan(probe)
     else:

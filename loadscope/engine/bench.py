@@ -42,7 +42,6 @@ from typing import Any
 from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
 from loadscope.engine.bench_records import (
-    GPU_STRATEGIES,
     SCHEMA_VERSION,
     BenchCancelled,
     BenchError,
@@ -77,6 +76,7 @@ from loadscope.engine.trials import (
     target_record,
 )
 from loadscope.loaders.cachestate import NOWAIT_NOTE, WARM_ENOUGH
+from loadscope.loaders.strategies import GPU_STRATEGIES
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.system import memory_headroom, page_cache_room

@@ -20,10 +20,6 @@ from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.engine.trials import CacheMode, Started, TrialStatus
 
 SCHEMA_VERSION = 1
-#: The strategies that land tensors on a GPU (what the doctor runs with --device cuda):
-#: safetensors' own device load, the pinned staging path, the common read-then-.to(),
-#: and gds when kvikio is there. None holds the whole model in host RAM.
-GPU_STRATEGIES = ("mmap-cuda", "api-cuda", "staged", "read-to-cuda", "gds")
 
 
 class BenchError(LoadscopeError):

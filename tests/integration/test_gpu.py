@@ -49,7 +49,11 @@ from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 
 pytestmark = pytest.mark.integration
 
-GPU_STRATEGIES = ("mmap-cuda", "api-cuda", "read-to-cuda", "staged", "gds")
+GPU_STRATEGIES = (
+    *("mmap-cuda", "api-cuda", "read-to-cuda", "staged", "gds"),
+    # the peers' GPU modes (the servers' --load-format on a GPU box)
+    *("fastsafetensors-cuda", "fastsafetensors-gds", "runai-cuda"),
+)
 NO_CUDA = cuda_unavailable()
 needs_cuda = pytest.mark.skipif(NO_CUDA is not None, reason=f"needs a CUDA GPU: {NO_CUDA}")
 no_cuda_here = pytest.mark.skipif(

@@ -38,6 +38,20 @@ def test_the_plan_on_a_gpu_machine_holds_every_cpu_route_and_every_gpu_route(
     assert printed - {"fastsafetensors", "runai"} <= set(plan.strategies)
 
 
+def test_a_torch_model_on_a_gpu_machine_times_torch_load_to_the_gpu(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """torch.load(map_location="cuda:N") is the load a torch checkpoint's users run on a
+    GPU box: timed beside the CPU loads, not dropped for a CPU-only plan."""
+    root = synthesize(tmp_path_factory.mktemp("gpu-torch"), 4 << 20, fmt="torch", seed=38).root
+    target = resolve(str(root))
+    probe = run_probes(target, budget_s=2, local_disks=False)
+    plan = plan_doctor(target, probe, 60.0, "cuda", None, [])
+    assert plan.device == "cuda"
+    assert {"pickle", "pickle-mmap", "pickle-cuda"} <= set(plan.strategies)
+    assert not set(GPU_STRATEGIES) & set(plan.strategies)  # they read safetensors
+
+
 def test_a_gpu_run_times_the_cpu_routes_on_the_cpu(model: Path) -> None:
     report = run_bench(
         resolve(str(model)),

@@ -407,13 +407,17 @@ def test_gpu_staging_against_safetensors_device_load() -> None:
     # Numbered by the route users paste (issue 38), its code the trial's own.
     assert rec.strategy == "api-cuda" and rec.expected_speedup == 3.0
     assert "3 s vs 9 s" in rec.action
-    (snippet,) = [s for s in rec.snippets if s.strategy]
+    (snippet,) = [s for s in rec.snippets if s.strategy and s.stack == "safetensors"]
     assert "loadscope.load_model(" in snippet.code and "device='cuda'" in snippet.code
     assert snippet.speedup == 3.0 and snippet.trial_ids == [4]
     assert "vs mmap-cuda cold" in snippet.label()
     assert any("'staged' reader" in e.what for e in rec.evidence)
-    # "pip install fastsafetensors", never measured, is no longer the fix's code.
-    assert not any("fastsafetensors" in s.code for s in rec.snippets)
+    # "pip install fastsafetensors", never measured, is no longer the fix's code; the
+    # servers' flags for the peers' GPU modes are shown with why they have no number.
+    assert not any("pip install" in s.code for s in rec.snippets)
+    peers = [s for s in rec.snippets if s.strategy in ("fastsafetensors-gds", "runai-cuda")]
+    assert {s.stack for s in peers} == {"vllm", "sglang"}
+    assert all(s.speedup is None and "not measured" in s.label() for s in peers)
     small = advise_facts(facts({"mmap-cuda": 3.0, "staged": 2.5, "api-cuda": 2.6}))
     assert "gpu-staged" not in [r.id for r in small.recommendations]
     internal_only = advise_facts(facts({"mmap-cuda": 9.0, "staged": 3.0}))

@@ -1,0 +1,461 @@
+"""``loadscope time``: the user's own command, cold, and after each no-code fix.
+
+Every other number loadscope prints comes from its re-enactment of a stack's loading;
+this one is the user's real load. Each run is :func:`loadscope.engine.usercmd.run_once`
+after the model's files were evicted and verified cold. The variants:
+
+- ``as-is``: the command, cold;
+- ``readahead``: the mount's ``read_ahead_kb`` raised to 8192 KiB (and FUSE's
+  ``max_background`` to 64) for the run, put back after it (root; the journal and the
+  mount's lock the doctor uses, so a killed run's values come back on the next
+  loadscope command);
+- ``warm``: ``loadscope warm MODEL`` and then the command, timed together (what a user
+  runs: ``loadscope warm M && CMD``);
+- ``copy``: the command with its ``{model}`` placeholder pointing at a verified copy on a
+  local disk (``copy_to``), the copy's pages evicted before each run; the copy is made
+  once, its time said apart, and removed at the end. loadscope never rewrites a command
+  silently: without ``{model}`` there is no copy variant.
+
+The runs are interleaved (each round runs every variant once) and each variant's median
+is compared with the as-is median. Without a model named, a first run (not cold, not in
+the table) finds the weight files the command opened, and later runs evict those.
+
+May import: ``loadscope.engine``, ``loadscope.actions``, ``loadscope.model``,
+``loadscope.probes``, ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from loadscope.actions.hostsettings import MountLock, changed, mount_key
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.units import format_bytes
+from loadscope.engine.usercmd import RunResult, RunSpec, run_once
+from loadscope.probes.blockdev import bdi_settings, fuse_connection_id
+from loadscope.probes.pagecache import ColdCache
+from loadscope.probes.result import Unavailable
+
+PLACEHOLDER = "{model}"
+#: The readahead the variant tries, and FUSE's requests in flight beside it (the doctor's).
+READAHEAD_KB = 8192
+MAX_BACKGROUND = 64
+FIXES = ("readahead", "warm", "copy")
+LABELS = {
+    "as-is": "as is, cold",
+    "readahead": f"readahead {READAHEAD_KB} KiB",
+    "warm": "loadscope warm first",
+    "copy": "local copy",
+}
+
+
+class TimeError(LoadscopeError):
+    exit_code = ExitCode.USAGE
+
+
+@dataclass(slots=True)
+class Variant:
+    name: str
+    #: What it changes, in a sentence (host-wide or not, disk used).
+    changes: str = ""
+    #: Why it was not run here ("" when it was).
+    skipped: str = ""
+    runs: list[RunResult] = field(default_factory=list)
+    #: Whether each run started verified cold.
+    cold: list[bool] = field(default_factory=list)
+    #: For ``warm``: the seconds ``loadscope warm`` took before each run.
+    before_s: list[float] = field(default_factory=list)
+
+    def times(self) -> list[float]:
+        """Each timed run's seconds (``warm``: with the warm-up it needs)."""
+        extra = self.before_s or [0.0] * len(self.runs)
+        pairs = zip(self.runs, extra, strict=True)
+        return [r.seconds + e for r, e in pairs if r.seconds is not None]
+
+    def median(self) -> float | None:
+        t = self.times()
+        return statistics.median(t) if t and len(t) == len(self.runs) else None
+
+
+@dataclass(slots=True)
+class TimeReport:
+    argv: list[str]
+    files: list[str]
+    total_bytes: int
+    rounds: int
+    variants: list[Variant]
+    notes: list[str] = field(default_factory=list)
+    #: Weight files the discovery run found (no ``--model``).
+    discovered: list[str] = field(default_factory=list)
+
+    def baseline(self) -> Variant:
+        return self.variants[0]
+
+    def exit_code(self) -> ExitCode:
+        base = self.baseline()
+        if base.median() is None:
+            return ExitCode.FAILURE
+        return ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        base = self.baseline().median()
+        return {
+            "argv": self.argv,
+            "files": self.files,
+            "total_bytes": self.total_bytes,
+            "rounds": self.rounds,
+            "discovered": self.discovered,
+            "notes": self.notes,
+            "variants": [
+                {
+                    "name": v.name,
+                    "changes": v.changes,
+                    "skipped": v.skipped,
+                    "median_seconds": v.median(),
+                    "speedup": (base / m) if base and (m := v.median()) else None,
+                    "cold": v.cold,
+                    "before_seconds": v.before_s,
+                    "runs": [r.to_dict() for r in v.runs],
+                }
+                for v in self.variants
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TimeOptions:
+    argv: tuple[str, ...]
+    #: The model as the user named it (a folder or a file); None: found by a first run.
+    model: str | None = None
+    until: str | None = None
+    ready_url: str | None = None
+    timeout_s: float = 3600.0
+    rounds: int = 3
+    fixes: tuple[str, ...] = FIXES
+    copy_to: str | None = None
+    allow_drop_caches: bool = False
+    output: IO[bytes] | None = None
+
+
+def _substitute(argv: Sequence[str], model: str) -> tuple[str, ...]:
+    return tuple(a.replace(PLACEHOLDER, model) for a in argv)
+
+
+def _weight_files(model: str) -> tuple[list[str], int]:
+    from loadscope.model.inspection import open_checked
+
+    with open_checked(model) as target:
+        files = [str(f.path) for f in target.files]
+        return files, target.total_bytes
+
+
+def _evict(files: Sequence[str], allow_drop_caches: bool, notes: list[str]) -> bool:
+    """Evict ``files`` and say whether every one is verified cold (a reason, once)."""
+    cache = ColdCache(allow_drop_caches=allow_drop_caches)
+    ok = True
+    for path in files:
+        e = cache.evict(path)
+        if not e.verified:
+            ok = False
+            why = e.note or "eviction not verified"
+            line = f"{path}: not cold before the run ({why})"
+            if e.memory_backed:
+                line = f"{e.memory_backed}: memory-backed storage has no cold state"
+            if line not in notes:
+                notes.append(line)
+    return ok
+
+
+def _readahead_knobs(path: str) -> tuple[list[tuple[Path, str]], str]:
+    """The sysfs files the readahead variant writes for the mount under ``path``, or why
+    it cannot run here."""
+    if os.geteuid() != 0:
+        return [], "not run: needs root (it writes the mount's read_ahead_kb)"
+    dev = os.stat(path).st_dev
+    major, minor = os.major(dev), os.minor(dev)
+    try:
+        bdi = bdi_settings(major, minor)
+    except Unavailable as exc:
+        return [], f"not run: {exc}"
+    if bdi.read_ahead_kb is None:
+        return [], f"not run: {bdi.path}/read_ahead_kb cannot be read"
+    if bdi.read_ahead_kb >= READAHEAD_KB:
+        return [], f"not run: readahead is already {bdi.read_ahead_kb} KiB"
+    knobs = [(Path(bdi.path) / "read_ahead_kb", str(READAHEAD_KB))]
+    conn = Path("/sys/fs/fuse/connections") / str(fuse_connection_id(major, minor))
+    if major == 0 and (conn / "max_background").exists():
+        knobs.append((conn / "max_background", str(MAX_BACKGROUND)))
+    return knobs, ""
+
+
+def _device(path: str) -> tuple[int, int]:
+    dev = os.stat(path).st_dev
+    return os.major(dev), os.minor(dev)
+
+
+class _Timer:
+    """One ``loadscope time`` run: the variants, their runs, the copy it made."""
+
+    def __init__(self, options: TimeOptions, progress: Callable[[str], None]) -> None:
+        self.o = options
+        self.say = progress
+        self.notes: list[str] = []
+        self.copy_dir: Path | None = None
+        self.copy_model: str | None = None
+
+    def spec(self, argv: tuple[str, ...], watch: Sequence[str]) -> RunSpec:
+        import re
+
+        until = re.compile(self.o.until) if self.o.until else None
+        return RunSpec(argv, tuple(watch), until, self.o.ready_url, self.o.timeout_s, self.o.output)
+
+    def discover(self) -> list[str]:
+        """A first run, not cold and not in the table: the weight files the command opened."""
+        self.say("run 0 (finding the files the command reads; not timed)")
+        result = run_once(self.spec(self.o.argv, ()))
+        if result.status != "ok":
+            raise TimeError(f"the first run: {result.reason or result.status}")
+        if not result.opened:
+            raise TimeError(
+                "the command opened no weight file of 1 MiB or more (.safetensors, .bin, .pt,"
+                " .pth, .ckpt, .gguf, .h5, .msgpack): name the model with --model"
+            )
+        return result.opened
+
+    def variants(self, files: Sequence[str], total: int) -> list[Variant]:
+        out = [Variant("as-is", "nothing")]
+        for fix in self.o.fixes:
+            if fix == "readahead":
+                knobs, why = _readahead_knobs(files[0])
+                old = ", ".join(f"{p} {p.read_text().strip()}" for p, _ in knobs)
+                out.append(
+                    Variant(
+                        fix,
+                        f"host-wide, for the mount: {old} raised for each run and put back"
+                        " after (a remount undoes it; `loadscope doctor` prints ways to keep"
+                        " it)",
+                        why,
+                    )
+                )
+            elif fix == "warm":
+                out.append(
+                    Variant(
+                        fix,
+                        "nothing lasting: the page cache filled before the command (memory"
+                        " the kernel takes back when it needs it)",
+                    )
+                )
+            elif fix == "copy":
+                out.append(self._copy_variant(total))
+        return out
+
+    def _copy_variant(self, total: int) -> Variant:
+        v = Variant("copy")
+        if not any(PLACEHOLDER in a for a in self.o.argv):
+            v.skipped = (
+                f"not run: the command has no {PLACEHOLDER} to point at a copy (loadscope"
+                " never rewrites a command silently)"
+            )
+        elif self.o.copy_to is None:
+            v.skipped = "not run: --copy-to DIR names the local disk to copy to"
+        else:
+            v.changes = f"{format_bytes(total)} of disk in {self.o.copy_to} (removed after)"
+        return v
+
+    def make_copy(self, model: str) -> str:
+        """The verified copy the ``copy`` variant runs on: its model path."""
+        from loadscope.actions.localcopy import copy_model
+        from loadscope.model.inspection import open_checked
+
+        assert self.o.copy_to is not None
+        self.copy_dir = Path(self.o.copy_to) / f"loadscope-time-{os.getpid()}"
+        self.say(f"copying the model to {self.copy_dir} (once, not timed with the runs)")
+        with open_checked(model) as target:
+            report = copy_model(target, self.copy_dir)
+            root = target.root if target.root.is_dir() else target.root.parent
+            rel = Path(model).resolve().relative_to(root.resolve())
+        self.notes.append(
+            f"local copy: {format_bytes(report.bytes_copied)} copied and verified in"
+            f" {report.seconds:.1f} s (once; not in the times)"
+        )
+        return str(self.copy_dir / rel) if str(rel) != "." else str(self.copy_dir)
+
+    def remove_copy(self) -> None:
+        if self.copy_dir is not None:
+            shutil.rmtree(self.copy_dir, ignore_errors=True)
+            self.copy_dir = None
+
+    def one(self, v: Variant, files: Sequence[str], copy_files: Sequence[str]) -> None:
+        model = self.o.model or ""
+        argv = _substitute(self.o.argv, model)
+        watch = files
+        if v.name == "copy":
+            assert self.copy_model is not None
+            argv, watch = _substitute(self.o.argv, self.copy_model), copy_files
+        v.cold.append(_evict(watch, self.o.allow_drop_caches, self.notes))
+        if v.name == "readahead":
+            knobs, _ = _readahead_knobs(files[0])
+            with changed(mount_key(_device(files[0])), knobs):
+                v.runs.append(run_once(self.spec(argv, watch)))
+            return
+        if v.name == "warm":
+            t0 = time.perf_counter()
+            warm = [sys.executable, "-m", "loadscope", "warm", "--quiet", model or files[0]]
+            done = subprocess.run(warm, capture_output=True, check=False)
+            if done.returncode != 0:
+                tail = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
+                v.skipped = f"loadscope warm failed: {tail}"
+                return
+            v.before_s.append(time.perf_counter() - t0)
+        v.runs.append(run_once(self.spec(argv, watch)))
+
+
+def time_command(
+    options: TimeOptions, progress: Callable[[str], None] = lambda _s: None
+) -> TimeReport:
+    """Run the command cold and after each fix, interleaved (see the module docstring)."""
+    if any(PLACEHOLDER in a for a in options.argv) and options.model is None:
+        raise TimeError(f"{PLACEHOLDER} in the command needs --model (what it stands for)")
+    timer = _Timer(options, progress)
+    discovered: list[str] = []
+    if options.model is not None:
+        files, total = _weight_files(options.model)
+    else:
+        files = discovered = timer.discover()
+        total = sum(os.path.getsize(f) for f in files)
+    variants = timer.variants(files, total)
+    report = TimeReport(list(options.argv), files, total, options.rounds, variants)
+    report.discovered = discovered
+    with MountLock(_device(files[0]), on_wait=progress), _cleanup(timer):
+        copy_files: list[str] = []
+        copy = next((v for v in variants if v.name == "copy" and not v.skipped), None)
+        if copy is not None and options.model is not None:
+            timer.copy_model = timer.make_copy(options.model)
+            copy_files = _weight_files(timer.copy_model)[0]
+        active = [v for v in variants if not v.skipped]
+        n, total_runs = 0, options.rounds * len(active)
+        for _ in range(options.rounds):
+            for v in active:
+                if v.skipped:
+                    continue
+                n += 1
+                progress(f"run {n}/{total_runs}: {LABELS[v.name]}")
+                timer.one(v, files, copy_files)
+                last = v.runs[-1] if v.runs else None
+                if v is variants[0] and last is not None and last.status != "ok":
+                    report.notes.extend(timer.notes)
+                    return report  # the command as it is fails: nothing to compare
+    report.notes.extend(timer.notes)
+    return report
+
+
+@contextlib.contextmanager
+def _cleanup(timer: _Timer) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        timer.remove_copy()
+
+
+def to_text(report: TimeReport) -> str:
+    """The table: each variant's median, its ratio to the command as it is, its runs."""
+    base = report.baseline()
+    head = " ".join(report.argv)
+    lines = _wrapped(f"loadscope time: {head}", "")
+    lines += _wrapped(
+        f"model: {len(report.files)} file(s), {format_bytes(report.total_bytes)};"
+        f" {report.rounds} round(s), interleaved, each run cold (evicted, verified)",
+        "  ",
+    )
+    if report.discovered:
+        lines.append("  files found from the command's first run (evicted before the others):")
+        lines += [f"    {f}" for f in report.discovered]
+    failed = next((r for r in base.runs if r.status != "ok"), None)
+    if failed is not None:
+        lines.append(f"  {failed.reason or failed.status}")
+        return "\n".join(lines)
+    base_s = base.median()
+    lines.append("")
+    lines.append(f"  {'':<22} {'median':>9} {'vs as is':>9}  runs (s)")
+    for v in report.variants:
+        label = LABELS[v.name]
+        bad = next((r for r in v.runs if r.status != "ok"), None)
+        m = v.median()
+        if v.skipped or bad is not None or m is None:
+            why = v.skipped or (bad.reason if bad is not None else "no timed run")
+            row = f"  {label:<22} {'-':>9} {'':>9}  {why}"
+            lines += [row] if len(row) <= 80 else [row[:46].rstrip(), *_wrapped(why, "      ")]
+            continue
+        ratio = f"{base_s / m:.2f}x" if base_s else "-"
+        runs = " ".join(f"{t:.3g}" for t in v.times())
+        extra = ""
+        if v.before_s:
+            extra = f"  (warm {statistics.median(v.before_s):.3g} s of it)"
+        if not all(v.cold):
+            extra += "  (not all runs verified cold)"
+        lines.append(f"  {label:<22} {m:>7.3g} s {ratio:>9}  {runs}{extra}")
+    lines.append("")
+    lines.append("  what the command read (as is, its median run):")
+    lines += _wrapped(_read_line(report, base), "    ")
+    changes = [v for v in report.variants[1:] if not v.skipped and v.changes]
+    if changes:
+        lines.append("  what each fix changes:")
+        for v in changes:
+            lines += _wrapped(f"{LABELS[v.name]}: {v.changes}", "    ")
+    for n in report.notes:
+        lines += _wrapped(f"note: {n}", "  ")
+    return "\n".join(lines)
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    """``text`` wrapped at 80 columns (paths are not broken)."""
+    import textwrap
+
+    return textwrap.wrap(
+        text,
+        width=80,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def _read_line(report: TimeReport, v: Variant) -> str:
+    runs = sorted((r for r in v.runs if r.seconds is not None), key=lambda r: r.seconds or 0)
+    if not runs:
+        return "nothing timed"
+    r = runs[len(runs) // 2]
+    parts = []
+    if r.device.startswith("0:"):
+        # The kernel counts a task's storage reads where it submits block I/O: FUSE, NFS
+        # and other network filesystems are not counted (their servers read).
+        parts.append("bytes from storage not counted by the kernel on this filesystem")
+    elif r.storage_read_bytes is not None:
+        ratio = r.storage_read_bytes / report.total_bytes if report.total_bytes else 0
+        parts.append(f"{format_bytes(r.storage_read_bytes)} from storage ({ratio:.2f}x the model)")
+    if r.read_call_bytes is not None:
+        parts.append(f"{format_bytes(r.read_call_bytes)} by read calls")
+    if r.major_faults is not None:
+        parts.append(f"{r.major_faults:,} major faults")
+    if r.peak_rss_bytes:
+        parts.append(f"peak RSS {format_bytes(r.peak_rss_bytes)} (largest process)")
+    if r.device_requests:
+        size = format_bytes(int(r.device_request_bytes or 0))
+        parts.append(
+            f"{r.device_requests:,} read requests of {size} on average on device {r.device}"
+            " (device-wide)"
+        )
+    elif r.device and not r.device.startswith("0:"):
+        parts.append(f"request sizes not shown by device {r.device}")
+    return ", ".join(parts)

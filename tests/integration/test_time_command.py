@@ -1,0 +1,260 @@
+"""``loadscope time -- CMD`` (issue 42) on real commands: a safetensors script, a
+``torch.load`` script, a transformers script; ready by a regex and by a local HTTP server;
+a failing command; Ctrl-C mid-run leaving no process and no changed setting behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadscope.tools.synth import synthesize
+from tests.conftest import REPO_ROOT, run_loadscope, slow_synthetic
+
+pytestmark = pytest.mark.integration
+
+PY = sys.executable
+
+
+def _script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def _timed(*args: str, timeout: float = 120) -> tuple[int, dict[str, Any], str]:
+    result = run_loadscope("time", "--json", "-", "--quiet", *args, timeout=timeout)
+    doc = json.loads(result.out) if result.out.strip() else {}
+    return result.code, doc, result.err
+
+
+def _variant(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in doc["variants"] if v["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return synthesize(tmp_path_factory.mktemp("time-model"), 8 << 20, shards=2, seed=42).root
+
+
+def test_a_safetensors_script_is_timed_cold_and_after_warm(model: Path, tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        "load.py",
+        """
+        import glob, sys
+        from safetensors.torch import load_file
+        n = 0
+        for f in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
+            n += sum(t.numel() * t.element_size() for t in load_file(f).values())
+        print("loaded", n)
+        """,
+    )
+    code, doc, err = _timed(
+        "--model", str(model), "--fixes", "warm", "--rounds", "2", "--", PY, str(script), "{model}"
+    )
+    assert code == 0, err
+    base, warm = _variant(doc, "as-is"), _variant(doc, "warm")
+    assert base["median_seconds"] > 0 and warm["median_seconds"] > 0
+    assert len(base["runs"]) == 2 and all(base["cold"]), doc["notes"]
+    assert all(r["exit_code"] == 0 and r["status"] == "ok" for r in base["runs"])
+    # The command's own reads: at least the model's bytes through read calls, and the
+    # residency of the model followed while it ran.
+    run = base["runs"][0]
+    assert run["read_call_bytes"] >= 0.9 * doc["total_bytes"]
+    assert any(s["resident"] is not None for s in run["samples"])
+    assert warm["before_seconds"] and warm["speedup"] is not None
+
+
+def test_a_torch_load_script(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    root = synthesize(tmp_path_factory.mktemp("time-torch"), 4 << 20, fmt="torch", seed=7).root
+    (weights,) = [p for p in root.iterdir() if p.suffix in (".bin", ".pt", ".pth")]
+    script = _script(
+        tmp_path,
+        "load_torch.py",
+        """
+        import sys, torch
+        state = torch.load(sys.argv[1], weights_only=True, map_location="cpu")
+        print("tensors", len(state))
+        """,
+    )
+    code, doc, err = _timed(
+        "--model", str(weights), "--fixes", "none", "--rounds", "1", "--", PY, str(script),
+        str(weights),
+    )  # fmt: skip
+    assert code == 0, err
+    assert _variant(doc, "as-is")["median_seconds"] > 0
+    assert doc["files"] == [str(weights)]
+
+
+def test_a_transformers_script_on_a_tied_model(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    config = transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "llama")
+    script = _script(
+        tmp_path,
+        "hf.py",
+        """
+        import sys
+        from transformers import AutoModelForCausalLM
+        m = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+        assert m.lm_head.weight.data_ptr() == m.model.embed_tokens.weight.data_ptr()
+        print("Loading weights took 0.0 s")
+        """,
+    )
+    folder = str(tmp_path / "llama")
+    code, doc, err = _timed(
+        "--model", folder, "--fixes", "none", "--rounds", "1", "--until", "Loading weights took",
+        "--", PY, str(script), "{model}",
+    )  # fmt: skip
+    assert code == 0, err
+    run = _variant(doc, "as-is")["runs"][0]
+    assert run["ready_by"] == "until" and "Loading weights took" in run["matched"]
+
+
+def _marker_alive(marker: str) -> bool:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True, check=False)
+    return bool(out.stdout.strip())
+
+
+def test_ready_by_a_regex_stops_the_command_at_its_line(model: Path, tmp_path: Path) -> None:
+    marker = f"loadscope-time-test-{os.getpid()}-regex"
+    script = _script(
+        tmp_path,
+        "server.py",
+        f"""
+        import time
+        print("Loading weights took 0.01 seconds", flush=True)
+        time.sleep(120)  # {marker}
+        """,
+    )
+    t0 = time.monotonic()
+    code, doc, err = _timed(
+        "--model", str(model), "--fixes", "none", "--rounds", "1", "--until",
+        r"Loading weights took [\d.]+ seconds", "--", PY, str(script), marker,
+    )  # fmt: skip
+    assert code == 0, err
+    assert time.monotonic() - t0 < 60
+    assert _variant(doc, "as-is")["median_seconds"] < 30
+    assert not _marker_alive(marker)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_ready_when_a_local_http_server_answers(model: Path, tmp_path: Path) -> None:
+    port = _free_port()
+    marker = f"loadscope-time-test-{os.getpid()}-http"
+    script = _script(
+        tmp_path,
+        "serve.py",
+        f"""
+        import http.server, time
+        time.sleep(0.5)  # loading, then serving  {marker}
+        http.server.HTTPServer(("127.0.0.1", {port}), http.server.SimpleHTTPRequestHandler
+                               ).serve_forever()
+        """,
+    )
+    code, doc, err = _timed(
+        "--model", str(model), "--fixes", "none", "--rounds", "1", "--ready",
+        f"http://127.0.0.1:{port}/", "--", PY, str(script), marker,
+    )  # fmt: skip
+    assert code == 0, err
+    run = _variant(doc, "as-is")["runs"][0]
+    assert run["ready_by"] == "url" and 0.5 <= run["seconds"] < 30
+    assert not _marker_alive(marker)
+
+
+def test_a_failing_command_is_reported_failed_not_timed(model: Path) -> None:
+    result = run_loadscope(
+        "time", "--model", str(model), "--fixes", "none", "--rounds", "2", "--quiet", "--",
+        PY, "-c", "import sys; print('boom'); sys.exit(3)",
+    )  # fmt: skip
+    assert result.code == 1, result.err
+    assert "the command failed (exit 3): not timed" in result.out
+    assert "boom" in result.out  # its output went through
+    assert "median" not in result.out
+
+
+def test_bad_usage_is_one_line() -> None:
+    for args, words in (
+        ((), "no command to time"),
+        (("--until", "(", "--", PY, "-V"), "not a regular expression"),
+        (("--ready", "localhost:1", "--", PY, "-V"), "http:// or https://"),
+        (("--fixes", "nope", "--", PY, "-V"), "unknown nope"),
+        (("--", PY, "{model}"), "{model} in the command needs --model"),
+    ):
+        result = run_loadscope("time", *args)
+        assert result.code == 2, (args, result.err)
+        assert words in result.err and result.err.count("\n") == 1, result.err
+
+
+@pytest.fixture
+def slow_model(tmp_path: Path) -> Iterator[Path]:
+    with slow_synthetic(tmp_path, 8 << 20, seed=5, latency_s=0.005) as path:
+        yield path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the readahead fix writes sysfs (root)")
+def test_ctrl_c_mid_run_leaves_no_process_and_no_changed_setting(
+    slow_model: Path, tmp_path: Path
+) -> None:
+    from loadscope.tools.emulator import fuse_connection_settings
+
+    dev = os.stat(slow_model).st_dev
+    before = fuse_connection_settings(os.major(dev), os.minor(dev))
+    marker = f"loadscope-time-test-{os.getpid()}-sigint"
+    flag = tmp_path / "second-run"
+    # The first run (as is) ends at once; the second (readahead raised) is stopped mid-run.
+    script = _script(
+        tmp_path,
+        "slow.py",
+        f"""
+        import os, time
+        if os.path.exists({str(flag)!r}):
+            time.sleep(120)  # {marker}
+        open({str(flag)!r}, "w").close()
+        """,
+    )
+    env = {**os.environ, "LOADSCOPE_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadscope", "time", "--model", str(slow_model), "--fixes",
+         "readahead", "--rounds", "1", "--", PY, str(script), marker],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    # Wait for the readahead run: the raised setting is what must come back.
+    while fuse_connection_settings(os.major(dev), os.minor(dev))["read_ahead_kb"] != 8192:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the readahead run never started"
+        time.sleep(0.02)
+    while not _marker_alive(marker):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert fuse_connection_settings(os.major(dev), os.minor(dev)) == before
+    assert not _marker_alive(marker)
+    assert not list((tmp_path / "state").glob("settings-*.json"))
