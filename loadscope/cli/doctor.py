@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import (
@@ -21,6 +21,9 @@ from loadscope.cli.common import (
 )
 from loadscope.cli.progress import Progress, mode_for
 
+if TYPE_CHECKING:
+    from loadscope.diagnosis.timing import UserCommand
+
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
@@ -33,6 +36,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if len(to_stdout) > 1:
         raise UsageError(f"only one report can go to stdout ('-'), not {' and '.join(to_stdout)}")
     check_device_usable(args.device)
+    command = _user_command(args)
     spec = args.target or "synthetic:512MiB"
     mode = mode_for(args, sys.stderr)
     if mode == "live":
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             listener=progress.listener,
             progress=progress.step,
             fio=args.fio,
+            command=command,
         )
     from loadscope.report.html import to_html
 
@@ -74,9 +79,40 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             write_file(args.json, json.dumps(doc, indent=2, default=str) + "\n")
         return doctor_exit_code(report.advice.verdict.status)
     emit(out, args.json, json.dumps(doc, indent=2, default=str), to_text(report))
-    if args.md and args.json != "-":
-        out.write(f"markdown: {args.md}\n")
+    if args.json != "-":
+        for label, path in (("markdown", args.md), ("html", args.html)):
+            if path:
+                out.write(f"{label}: {path}\n")
     return doctor_exit_code(report.advice.verdict.status)
+
+
+def _user_command(args: argparse.Namespace) -> UserCommand | None:
+    """``--cmd "CMD"`` split as a shell would (run without one), checked before any work."""
+    import re
+    import shlex
+
+    from loadscope.diagnosis.timing import UserCommand
+
+    if args.cmd is None:
+        if args.cmd_until or args.cmd_ready:
+            raise UsageError("--cmd-until and --cmd-ready go with --cmd")
+        return None
+    try:
+        argv = tuple(shlex.split(args.cmd))
+    except ValueError as exc:
+        raise UsageError(f"--cmd {args.cmd!r}: {exc}") from None
+    if not argv:
+        raise UsageError("--cmd is empty: give the command that loads the model")
+    if args.cmd_until and args.cmd_ready:
+        raise UsageError("--cmd-until and --cmd-ready are two ways to say 'ready': pick one")
+    if args.cmd_until:
+        try:
+            re.compile(args.cmd_until)
+        except re.error as exc:
+            raise UsageError(f"--cmd-until: not a regular expression ({exc})") from None
+    if args.cmd_ready and not args.cmd_ready.startswith(("http://", "https://")):
+        raise UsageError(f"--cmd-ready {args.cmd_ready!r}: an http:// or https:// URL")
+    return UserCommand(argv, args.cmd_until, args.cmd_ready)
 
 
 #: The least a diagnosis takes: probes (~15% of the budget, at least a few seconds), the
@@ -136,6 +172,16 @@ COMMAND = Command(
             metavar="auto|cpu|cuda[:N]",
             help="where tensors land (default auto: the GPU when torch can use one)",
         ),
+        opt(
+            "--cmd",
+            metavar="CMD",
+            help='your own load, e.g. "python load.py {model}" (split as a shell would,'
+            " run without one; {model} is the model's path): timed cold as it is and after"
+            " each no-code fix once the advice is made, outside the budget (loadscope time"
+            " repeats it)",
+        ),
+        opt("--cmd-until", metavar="REGEX", help="with --cmd: ready at a line matching REGEX"),
+        opt("--cmd-ready", metavar="URL", help="with --cmd: ready when URL answers 2xx"),
         opt(
             "--ranks",
             type=RANKS,

@@ -49,6 +49,7 @@ from loadscope.diagnosis.doctor_report import (
     to_text,
 )
 from loadscope.diagnosis.redaction import redact
+from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
 from loadscope.diagnosis.trial_plan import (
     MAX_ROUNDS,
     RANK_MODES,
@@ -106,6 +107,7 @@ def run_doctor(
     device: str = "auto",
     ranks: int | None = None,
     fio: bool = False,
+    command: UserCommand | None = None,
 ) -> DoctorReport:
     """Probes, trials, advice. ``listener`` gets the trial events, ``on_probes`` the probe
     report as soon as it exists, ``progress`` each step's name; setting ``cancel``
@@ -115,7 +117,9 @@ def run_doctor(
     ``ranks`` N >= 2 adds multi-rank trials (independent reads vs rank-0 read +
     broadcast vs sharded) in the last 40% of the trial budget; None means one rank
     per GPU when there are several. ``fio`` also runs the fio jobs that reproduce the
-    probe's measurements (up to ~30 s, outside the budget). ``try_readahead`` None
+    probe's measurements (up to ~30 s, outside the budget). ``command`` (``--cmd``) is
+    the user's own load, run cold as it is and after each no-code fix once the advice
+    is made (outside the budget), its gains quoted under the fixes. ``try_readahead`` None
     measures the readahead fix where this process may write the mount's setting (root),
     True insists, False never touches it.
 
@@ -140,6 +144,7 @@ def run_doctor(
             ranks,
             fio,
             failures,
+            command,
         )
 
 
@@ -162,6 +167,7 @@ def _run_doctor(
     ranks: int | None,
     fio: bool,
     failures: list[str],
+    command: UserCommand | None = None,
 ) -> DoctorReport:
     started = time.monotonic()
 
@@ -206,8 +212,38 @@ def _run_doctor(
         advice.verdict.headline = problem_headline(facts, advice.recommendations) or (
             advice.verdict.headline
         )
+    user = None
+    if command is not None:
+        step("your command")
+        user = _time_user_command(target, command, advice, progress, failures)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    return DoctorReport(probe, bench, advice, created, failures, rank_report, conversion)
+    return DoctorReport(probe, bench, advice, created, failures, rank_report, conversion, user)
+
+
+def _time_user_command(
+    target: Target,
+    command: UserCommand,
+    advice: Advice,
+    progress: Callable[[str], None] | None,
+    failures: list[str],
+) -> TimeReport | None:
+    """``--cmd``: the user's command timed as it is and after each no-code fix."""
+    try:
+        report = for_doctor(
+            str(target.root),
+            command.argv,
+            until=command.until,
+            ready_url=command.ready_url,
+            progress=progress or (lambda _s: None),
+        )
+    except LoadscopeError as exc:
+        failures.append(f"your command: not timed: {exc}")
+        return None
+    quote_in_advice(advice.recommendations, report)
+    bad = next((r for r in report.baseline().runs if r.status != "ok"), None)
+    if bad is not None:
+        failures.append(f"your command: {bad.reason or bad.status}")
+    return report
 
 
 def _run_trials(

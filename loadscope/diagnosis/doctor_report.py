@@ -24,6 +24,8 @@ from loadscope.advice.snippets import short_label, snippet_heading
 from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
+from loadscope.diagnosis.timing import TimeReport
+from loadscope.diagnosis.timing import to_text as user_text
 from loadscope.engine.bench import BenchReport
 from loadscope.engine.bench import to_text as bench_text
 from loadscope.engine.broadcast import BroadcastReport
@@ -90,6 +92,8 @@ class DoctorReport:
     ranks: BroadcastReport | None = None
     #: A pickle-only model: a sample converted to safetensors and both timed.
     conversion: ConversionTrial | None = None
+    #: ``--cmd``: the user's own command, cold as it is and after each no-code fix.
+    user_command: TimeReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +109,7 @@ class DoctorReport:
             "bench": self.bench.to_dict() if self.bench else None,
             **({"ranks": self.ranks.to_dict()} if self.ranks else {}),
             **({"conversion": asdict(self.conversion)} if self.conversion else {}),
+            **({"user_command": self.user_command.to_dict()} if self.user_command else {}),
             "failures": self.failures,
         }
 
@@ -129,6 +134,9 @@ def to_text(report: DoctorReport) -> str:
         lines += ["", bench_text(report.bench)]
         if line := ceiling_line(report.probe.to_dict(), report.bench.to_dict()):
             lines += ["", textwrap.fill(line.replace("`", ""), 80)]
+    if report.user_command is not None:
+        lines += ["", "your command, cold, one run each (outside the budget):"]
+        lines += ["  " + line for line in user_text(report.user_command).splitlines()[1:]]
     if report.ranks is not None:
         lines += ["", ranks_text(report.ranks)]
     if steps := other_failures(report.failures, report.bench.skipped if report.bench else {}):

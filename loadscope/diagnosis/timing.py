@@ -145,6 +145,8 @@ class TimeOptions:
     copy_to: str | None = None
     allow_drop_caches: bool = False
     output: IO[bytes] | None = None
+    #: False where the caller already holds the mount's lock (the doctor).
+    lock: bool = True
 
 
 def _substitute(argv: Sequence[str], model: str) -> tuple[str, ...]:
@@ -310,12 +312,14 @@ class _Timer:
             return
         if v.name == "warm":
             t0 = time.perf_counter()
-            warm = [sys.executable, "-m", "loadscope", "warm", "--quiet", model or files[0]]
-            done = subprocess.run(warm, capture_output=True, check=False)
-            if done.returncode != 0:
-                tail = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
-                v.skipped = f"loadscope warm failed: {tail}"
-                return
+            # The model as named; found files one by one (each is a TARGET warm takes).
+            for target in [model] if model else files:
+                warm = [sys.executable, "-m", "loadscope", "warm", "--quiet", target]
+                done = subprocess.run(warm, capture_output=True, check=False)
+                if done.returncode != 0:
+                    out = done.stderr.decode(errors="replace").strip().splitlines()
+                    v.skipped = f"loadscope warm failed: {(out or [''])[-1]}"
+                    return
             v.before_s.append(time.perf_counter() - t0)
         v.runs.append(run_once(self.spec(argv, watch)))
 
@@ -336,12 +340,17 @@ def time_command(
     variants = timer.variants(files, total)
     report = TimeReport(list(options.argv), files, total, options.rounds, variants)
     report.discovered = discovered
-    with MountLock(_device(files[0]), on_wait=progress), _cleanup(timer):
+    lock = MountLock(_device(files[0]), on_wait=progress) if options.lock else None
+    with lock or contextlib.nullcontext(), _cleanup(timer):
         copy_files: list[str] = []
         copy = next((v for v in variants if v.name == "copy" and not v.skipped), None)
         if copy is not None and options.model is not None:
-            timer.copy_model = timer.make_copy(options.model)
-            copy_files = _weight_files(timer.copy_model)[0]
+            try:
+                timer.copy_model = timer.make_copy(options.model)
+                copy_files = _weight_files(timer.copy_model)[0]
+            except LoadscopeError as exc:  # no room, an unwritable DIR: the others still run
+                copy.skipped = f"not run: the copy failed: {exc}"
+                timer.remove_copy()
         active = [v for v in variants if not v.skipped]
         n, total_runs = 0, options.rounds * len(active)
         for _ in range(options.rounds):
@@ -383,6 +392,9 @@ def to_text(report: TimeReport) -> str:
     failed = next((r for r in base.runs if r.status != "ok"), None)
     if failed is not None:
         lines.append(f"  {failed.reason or failed.status}")
+        if failed.tail:
+            lines.append("  its last lines:")
+            lines += [f"    {line}" for line in failed.tail[-5:]]
         return "\n".join(lines)
     base_s = base.median()
     lines.append("")
@@ -459,3 +471,63 @@ def _read_line(report: TimeReport, v: Variant) -> str:
     elif r.device and not r.device.startswith("0:"):
         parts.append(f"request sizes not shown by device {r.device}")
     return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class UserCommand:
+    """``doctor --cmd``: the command and how to tell it is ready."""
+
+    argv: tuple[str, ...]
+    until: str | None = None
+    ready_url: str | None = None
+
+
+#: The run of the user's command that stands for each recommendation (``doctor --cmd``).
+FIX_OF_RECOMMENDATION = {"raise-readahead": "readahead", "prewarm": "warm"}
+
+
+def for_doctor(
+    model: str,
+    argv: Sequence[str],
+    *,
+    until: str | None = None,
+    ready_url: str | None = None,
+    progress: Callable[[str], None] = lambda _s: None,
+) -> TimeReport:
+    """``doctor --cmd``: the command once as it is and once after each no-code fix, cold,
+    its output kept out of the report's stdout (the last lines are kept for a failure).
+    The doctor holds the mount's lock already."""
+    with open(os.devnull, "wb") as sink:
+        options = TimeOptions(
+            tuple(argv),
+            model=model,
+            until=until,
+            ready_url=ready_url,
+            rounds=1,
+            fixes=("readahead", "warm"),
+            output=sink,
+            lock=False,
+        )
+        return time_command(options, progress)
+
+
+def quote_in_advice(recommendations: Sequence[Any], report: TimeReport) -> None:
+    """Each recommendation whose fix the command was run after gets that measured gain
+    as evidence: the user's own load, not a re-enactment."""
+    from loadscope.advice.results import Evidence
+
+    base = report.baseline().median()
+    if base is None:
+        return
+    by_name = {v.name: v for v in report.variants}
+    for rec in recommendations:
+        v = by_name.get(FIX_OF_RECOMMENDATION.get(rec.id, ""))
+        after = v.median() if v is not None else None
+        if after:
+            rec.evidence.append(
+                Evidence(
+                    f"your command after this fix ({' '.join(report.argv)})",
+                    f"{after:.3g} s vs {base:.3g} s as is, cold: {base / after:.2f}x"
+                    " (one run each, outside the budget)",
+                )
+            )

@@ -125,6 +125,9 @@ def rank_summaries(trials: list[BroadcastTrial]) -> list[BroadcastSummary]:
 
 
 #: An extrapolated figure whose fit's relative error is above this is not a figure.
+#: A time scaled from one sample size stands only where that sample's load took this
+#: long: a fixed cost of tens of milliseconds is then a small part of it.
+MIN_SCALED_SAMPLE_S = 0.5
 MAX_FIT_ERROR = 0.25
 #: A cold load may not beat a warm one by more than this. Wide: on a local disk served
 #: from its host's cache a cold load of a small model takes about what a warm one does,
@@ -165,6 +168,8 @@ def shaky(s: Summary, warm: Mapping[str, Summary], model_bytes: int | None = Non
     # A fit through two sizes has no error to measure: it is an estimate ("estimated"),
     # held to the bounds below like any other, not refused for want of a third point
     # (at 1 GiB with --budget 120 that refused mmap's estimate, within 2% of whole loads).
+    if is_estimate(s) and (why := _scaled_from_too_little(s)):
+        return why
     if is_estimate(s) and s.error_estimate is not None and s.error_estimate > MAX_FIT_ERROR:
         return f"fit error ±{s.error_estimate:.0%}, over ±{MAX_FIT_ERROR:.0%}"
     if is_estimate(s) and s.error_estimate is None and (why := _unchecked(s, model_bytes)):
@@ -180,6 +185,22 @@ def shaky(s: Summary, warm: Mapping[str, Summary], model_bytes: int | None = Non
                 " a cold load cannot beat a warm one"
             )
     return None
+
+
+def _scaled_from_too_little(s: Summary) -> str | None:
+    """Why a time scaled from one sample size cannot stand: that sample was too short to
+    tell a load's fixed cost (threads, the header, the first requests' latency: tens of
+    milliseconds) from its reading, and scaling multiplies that cost with the bytes (at
+    1 GiB, a 32 ms sample of 0.7% of the model scaled to 4.5 s where a whole load took
+    0.78 s)."""
+    if not (s.fit_note or "").startswith("one size") or s.median_seconds is None:
+        return None
+    if s.median_seconds >= MIN_SCALED_SAMPLE_S:
+        return None
+    return (
+        f"scaled from one sample size whose load took {s.median_seconds * 1000:.0f} ms, too"
+        " short to tell its fixed cost from its reading"
+    )
 
 
 def _unchecked(s: Summary, model_bytes: int | None) -> str | None:

@@ -22,6 +22,7 @@ May import: ``loadscope.probes``, ``loadscope.base``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -46,6 +47,8 @@ GRACE_S = 5.0
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
 #: Smaller files are configs and tokenizers, not weights.
 MIN_WEIGHT_BYTES = 1 << 20
+#: The last lines of a run's output kept (stderr's, else stdout's): what a failure said.
+TAIL_LINES = 12
 
 Status = Literal["ok", "failed", "timeout"]
 
@@ -93,6 +96,8 @@ class RunResult:
     samples: list[Sample] = field(default_factory=list)
     #: Weight files the tree opened or mapped (absolute paths).
     opened: list[str] = field(default_factory=list)
+    #: The last lines the command wrote (stderr's when it wrote any, else stdout's).
+    tail: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +109,8 @@ class _Output:
     def __init__(self, src: IO[bytes], dst: IO[bytes] | int, until: re.Pattern[str] | None):
         self.src, self.dst, self.until = src, dst, until
         self.matched: tuple[float, str] | None = None
+        #: The last lines, for a command that failed.
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.thread = threading.Thread(target=self._pump, daemon=True)
         self.thread.start()
 
@@ -137,9 +144,11 @@ class _Output:
                 pending = b""
 
     def _check(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace")
+        if text.strip():
+            self.tail.append(text.rstrip()[:300])
         if self.until is None or self.matched is not None:
             return
-        text = line.decode("utf-8", "replace")
         if self.until.search(text):
             self.matched = (time.perf_counter(), text.strip())
 
@@ -340,6 +349,7 @@ def run_once(spec: RunSpec) -> RunResult:
         if result.device_requests > 0:
             result.device_request_bytes = (after[1] - before[1]) * 512 / result.device_requests
     result.opened = sorted(tree.opened)
+    result.tail = list(streams[1].tail or streams[0].tail)
     return result
 
 

@@ -329,6 +329,37 @@ def _ranks_report() -> dict[str, Any]:
     )
 
 
+def _user_command() -> dict[str, Any]:
+    """``doctor --cmd``: what the renderers read of the user's command and its runs."""
+    number_or_null = {"type": ["number", "null"]}
+    return {
+        "type": "object",
+        "properties": {
+            "argv": _STRINGS,
+            "files": _STRINGS,
+            "total_bytes": {"type": "integer"},
+            "rounds": {"type": "integer"},
+            "notes": _STRINGS,
+            "variants": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "changes": {"type": "string"},
+                        "skipped": {"type": "string"},
+                        "median_seconds": number_or_null,
+                        "speedup": number_or_null,
+                        "runs": {"type": "array", "items": {"type": "object"}},
+                    },
+                    "required": ["name"],
+                },
+            },
+        },
+        "required": ["argv", "variants"],
+    }
+
+
 def _doctor_report() -> dict[str, Any]:
     return {
         "type": "object",
@@ -349,6 +380,7 @@ def _doctor_report() -> dict[str, Any]:
             "bench": _or_null("bench_report"),
             "ranks": _or_null("ranks_report"),
             "conversion": _ref("ConversionTrial"),
+            "user_command": _user_command(),
             "failures": _STRINGS,
         },
         # What the renderers read without a default (the Markdown's and HTML's first lines).

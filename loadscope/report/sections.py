@@ -73,6 +73,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
         _recommendations(doc),
         _fix_in_your_stack(doc),
         _trials(doc),
+        _user_command(doc),
         _formats(doc),
         _conversion(doc),
         _not_run(doc),
@@ -389,6 +390,43 @@ def _conversion(doc: dict[str, Any]) -> Section | None:
     if conv.get("reason"):
         items.append(f"not measured: {conv['reason']}")
     return Section("conversion", "a sample converted to safetensors", (Bullets(tuple(items)),))
+
+
+#: How the report names each run of the user's command.
+_USER_VARIANTS = {
+    "as-is": "as is, cold",
+    "readahead": "readahead raised",
+    "warm": "loadscope warm first",
+    "copy": "local copy",
+}
+
+
+def _user_command(doc: dict[str, Any]) -> Section | None:
+    """``doctor --cmd``: the user's own load, as it is and after each no-code fix."""
+    user = doc.get("user_command")
+    if not isinstance(user, dict) or not isinstance(user.get("variants"), list):
+        return None
+    variants = [v for v in user["variants"] if isinstance(v, dict)]
+    base = next((v.get("median_seconds") for v in variants if v.get("name") == "as-is"), None)
+    rows = []
+    for v in variants:
+        name = _USER_VARIANTS.get(str(v.get("name")), str(v.get("name")))
+        median = v.get("median_seconds")
+        if v.get("skipped") or not isinstance(median, int | float):
+            runs = [r for r in v.get("runs") or [] if isinstance(r, dict)]
+            why = v.get("skipped") or next((r.get("reason") for r in runs if r.get("reason")), "")
+            rows.append((name, "-", "-", str(why or "not timed")))
+            continue
+        ratio = f"{base / median:.2f}x" if isinstance(base, int | float) and median else "-"
+        rows.append((name, f"{median:.3g} s", ratio, str(v.get("changes") or "")))
+    command = " ".join(str(a) for a in user.get("argv") or [])
+    blocks: list[Block] = [
+        Code(command, "shell"),
+        Table(("run", "time, cold", "vs as is", "what it changes"), tuple(rows)),
+        Para("One run each, after the model's files were evicted and verified cold; timed"
+             " outside the budget (`loadscope time` repeats them and reports medians)."),
+    ]  # fmt: skip
+    return Section("user-command", "your command", tuple(blocks), collapsed=False)
 
 
 def _not_run(doc: dict[str, Any]) -> Section | None:

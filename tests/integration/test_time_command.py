@@ -258,3 +258,48 @@ def test_ctrl_c_mid_run_leaves_no_process_and_no_changed_setting(
     assert fuse_connection_settings(os.major(dev), os.minor(dev)) == before
     assert not _marker_alive(marker)
     assert not list((tmp_path / "state").glob("settings-*.json"))
+
+
+def test_doctor_cmd_times_the_users_command_in_every_report(model: Path, tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        "load.py",
+        """
+        import glob, sys
+        from safetensors.torch import load_file
+        for f in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
+            load_file(f)
+        """,
+    )
+    out = {ext: tmp_path / f"report.{ext}" for ext in ("json", "md", "html")}
+    result = run_loadscope(
+        "doctor", str(model), "--budget", "15", "--quiet", "--cmd",
+        f"{PY} {script} {{model}}", "--json", str(out["json"]), "--md", str(out["md"]),
+        "--html", str(out["html"]), timeout=180,
+    )  # fmt: skip
+    assert result.code in (0, 10), result.err
+    assert "your command, cold, one run each" in result.out
+    assert f"html: {out['html']}" in result.out  # every written report's path is said
+    doc = json.loads(out["json"].read_text())
+    base = _variant(doc["user_command"], "as-is")
+    assert base["median_seconds"] > 0 and base["runs"][0]["exit_code"] == 0
+    # The command as given; {model} stood for the model, whose files were the ones watched.
+    assert doc["user_command"]["argv"][-1] == "{model}"
+    assert all(f.startswith(str(model)) for f in doc["user_command"]["files"])
+    for ext in ("md", "html"):
+        text = out[ext].read_text()
+        assert "your command" in text and str(script) in text, ext
+    from loadscope.report.schema import check
+
+    check(doc, "doctor")
+
+
+def test_doctor_cmd_usage_is_checked_before_any_work(model: Path) -> None:
+    for args, words in (
+        (("--cmd", ""), "--cmd is empty"),
+        (("--cmd", "python 'unclosed"), "No closing quotation"),
+        (("--cmd-until", "x"), "go with --cmd"),
+        (("--cmd", "true", "--cmd-ready", "localhost"), "http:// or https://"),
+    ):
+        result = run_loadscope("doctor", str(model), "--budget", "15", *args)
+        assert result.code == 2 and words in result.err, (args, result.err)
