@@ -90,18 +90,28 @@ class MountLock:
         self.waited_s = 0.0
 
     def __enter__(self) -> MountLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            self._take(fd)
-        except BaseException:
+        started = time.monotonic()
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                self._take(fd, started)
+                current = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                current = None
+            except BaseException:
+                os.close(fd)
+                raise
+            if current == os.fstat(fd).st_ino:
+                break
+            # The holder we waited for removed the file as it let go: this lock is on a
+            # name nobody finds any more; take the file that is there now.
             os.close(fd)
-            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
         return self
 
-    def _take(self, fd: int) -> None:
+    def _take(self, fd: int, started: float) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
@@ -113,7 +123,6 @@ class MountLock:
                 f"another loadscope (pid {owner}) is measuring this mount: waiting for it"
                 f" (up to {self.wait_s:.0f} s), so that neither evicts the other's cache"
             )
-        started = time.monotonic()
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -129,8 +138,10 @@ class MountLock:
 
     def __exit__(self, *_exc: object) -> None:
         if self.fd is not None:
+            # Removed while still held (a waiter then sees its file gone and retries), so
+            # that lock files do not pile up in the state folder until a reboot.
             with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, 0)
+                os.unlink(self.path)
             os.close(self.fd)  # closing releases the flock
             self.fd = None
 

@@ -133,3 +133,23 @@ def test_a_two_size_fit_stands_where_its_samples_were_mostly_reading() -> None:
     )
     fig = f.figure("direct")
     assert fig is not None and fig.unreliable and "fixed cost" in fig.unreliable
+
+
+def test_a_time_scaled_from_one_short_sample_is_not_a_figure() -> None:
+    """At 1 GiB with --budget 10, a 32 ms api sample (0.7% of the model) scaled to 4.5 s
+    where whole loads took 0.78 s, printed 'estimated 2.45x' for 15.5x: the sample's
+    fixed cost was multiplied with the bytes. A long enough sample still stands."""
+    f = facts({"mmap": 12.0})
+    short = replace(
+        _sampled("api", 4.5, None),
+        median_seconds=0.032,
+        fixed_seconds=0.0,
+        fit_bytes_per_s=238e6,
+        fit_note="one size: scaled with the bytes",
+    )
+    f.cold["api"] = short
+    fig = f.figure("api")
+    assert fig is not None and fig.unreliable and "too short" in fig.unreliable
+    f.cold["api"] = replace(short, median_seconds=1.15)
+    fig = f.figure("api")
+    assert fig is not None and fig.unreliable is None

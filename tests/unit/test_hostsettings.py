@@ -6,6 +6,7 @@ in for them (the doctor's own run on the emulated disk is in the integration tes
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -131,6 +132,29 @@ def test_a_second_run_on_the_mount_waits_and_says_so(state: Path) -> None:
             assert other.waited_s == 0
     finally:
         holder.wait(timeout=10)
+
+
+def test_lock_files_do_not_pile_up_and_holders_never_overlap(state: Path) -> None:
+    """The lock file goes when its holder lets go (they piled up in /run/loadscope until a
+    reboot), and a waiter whose file was removed under it takes the new one: three runs
+    at once still hold the mount one at a time."""
+    code = (
+        "import time\n"
+        "from loadscope.actions.hostsettings import MountLock\n"
+        "with MountLock((0, 46)):\n"
+        "    a = time.time(); time.sleep(0.3); b = time.time()\n"
+        "print(a, b, flush=True)\n"
+    )
+    env = {**os.environ, "LOADSCOPE_STATE_DIR": str(state)}
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+        for _ in range(3)
+    ]
+    spans = sorted(tuple(map(float, r.communicate(timeout=30)[0].split())) for r in runs)
+    assert len(spans) == 3
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start >= end, spans
+    assert not list(state.glob("mount-*.lock"))
 
 
 def test_a_lock_held_past_the_wait_refuses_in_one_line(state: Path) -> None:
