@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadscope.actions.convert import ConversionTrial
-from loadscope.advice.facts import Facts, LocalDiskFacts, facts_from
+from loadscope.advice.facts import DISAGREEING_REPEATS, Facts, LocalDiskFacts, facts_from
 from loadscope.advice.load_rules import (
     rank_comparison,
     rule_broadcast,
@@ -124,12 +124,6 @@ def contradictions(f: Facts) -> list[str]:
             " copies are capped by the slower link (reseat the card, check the slot and BIOS)"
         )
     return notes
-
-
-#: Repeats of one trial this far apart (slowest over fastest) are more than this machine's
-#: usual scatter (within ~1.3x over the runs in benchmarks/RESULTS.md): something else
-#: used the storage or the CPUs meanwhile.
-DISAGREEING_REPEATS = 1.5
 
 
 def disagreeing_repeats(f: Facts) -> list[str]:

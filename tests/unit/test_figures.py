@@ -153,3 +153,18 @@ def test_a_time_scaled_from_one_short_sample_is_not_a_figure() -> None:
     f.cold["api"] = replace(short, median_seconds=1.15)
     fig = f.figure("api")
     assert fig is not None and fig.unreliable is None
+
+
+def test_a_route_whose_trials_spread_says_so_where_its_number_is() -> None:
+    """Run:ai's cold load on the development VM is bimodal (0.28-0.30 s or 0.51-0.66 s at
+    256 MiB): a median of its trials is one of the modes, and the label says so."""
+    f = facts({"mmap": 3.3, "runai": 0.31, "api": 0.2}, model=256 << 20)
+    f.cold["runai"] = replace(f.cold["runai"], trials=3, min_seconds=0.29, max_seconds=0.61)
+    assert f.how_obtained("runai") == "measured in unsteady runs"
+    from loadscope.advice.rules import disagreeing_repeats
+
+    (note,) = disagreeing_repeats(f)
+    assert "runai cold (0.29-0.61 s)" in note
+    assert f.how_obtained("api") == "measured"
+    f.cold["runai"] = replace(f.cold["runai"], max_seconds=0.4)  # within the usual scatter
+    assert f.how_obtained("runai") == "measured"
