@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -379,7 +380,7 @@ def _cleanup(timer: _Timer) -> Iterator[None]:
 def to_text(report: TimeReport) -> str:
     """The table: each variant's median, its ratio to the command as it is, its runs."""
     base = report.baseline()
-    head = " ".join(report.argv)
+    head = shlex.join(report.argv)  # as it would be typed: quoting kept
     lines = _wrapped(f"loadscope time: {head}", "")
     lines += _wrapped(
         f"model: {len(report.files)} file(s), {format_bytes(report.total_bytes)};"
@@ -526,7 +527,7 @@ def quote_in_advice(recommendations: Sequence[Any], report: TimeReport) -> None:
         if after:
             rec.evidence.append(
                 Evidence(
-                    f"your command after this fix ({' '.join(report.argv)})",
+                    f"your command after this fix ({shlex.join(report.argv)})",
                     f"{after:.3g} s vs {base:.3g} s as is, cold: {base / after:.2f}x"
                     " (one run each, outside the budget)",
                 )

@@ -12,6 +12,7 @@ May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -419,7 +420,7 @@ def _user_command(doc: dict[str, Any]) -> Section | None:
             continue
         ratio = f"{base / median:.2f}x" if isinstance(base, int | float) and median else "-"
         rows.append((name, f"{median:.3g} s", ratio, str(v.get("changes") or "")))
-    command = " ".join(str(a) for a in user.get("argv") or [])
+    command = shlex.join(str(a) for a in user.get("argv") or [])
     blocks: list[Block] = [
         Code(command, "shell"),
         Table(("run", "time, cold", "vs as is", "what it changes"), tuple(rows)),
