@@ -13,6 +13,7 @@ highlighted recommendation); the app for typing only (the rules read its state).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,19 @@ def _apply_rule(app: LoadscopeApp) -> str | None:
     return why if kind is None else None
 
 
+def _time_rule(app: LoadscopeApp) -> str | None:
+    if app.running:
+        return _BUSY
+    spec = app.model_spec()
+    if not spec:
+        return "no model yet: n diagnoses one first"
+    if spec.startswith("synthetic:"):
+        return "a synthetic model is gone after its diagnosis: time your command on yours"
+    if spec.startswith("<") or (os.path.isabs(spec) and not os.path.exists(spec)):
+        return f"this report's model ({spec}) is not on this machine"
+    return None
+
+
 def _export_rule(app: LoadscopeApp) -> str | None:
     return None if app.report is not None else "no report yet: n diagnoses, o opens one"
 
@@ -112,6 +126,15 @@ ACTIONS = (
         _apply_rule,
     ),
     AppAction("e", "export", "Export", "Export the report", "JSON, Markdown or HTML", _export_rule),
+    AppAction(
+        "t",
+        "time_command",
+        "Time",
+        "Time your command",
+        "your own load, cold, as it is and after each no-code fix (loadscope time)",
+        _time_rule,
+        show=False,  # the footer is full at 80 columns: the palette and the key reach it
+    ),
     AppAction("o", "open_report", "Open", "Open a saved report", "a doctor JSON report", _idle),
     AppAction("m", "compare", "Compare", "Compare reports", "side by side, outliers marked", _idle),
     AppAction("1", "tab('probes')", "Probes", show=False),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import shlex
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,7 @@ from loadscope.tui.messages import (
     RunFailed,
     RunFinished,
     StepStarted,
+    TimeFinished,
     TrialBegan,
     TrialEnded,
     TrialSample,
@@ -58,6 +60,7 @@ from loadscope.tui.screens import (
     ProfileScreen,
     PromptScreen,
     SnippetPickScreen,
+    TextScreen,
 )
 from loadscope.tui.views import AdviceView, BenchView
 
@@ -301,6 +304,39 @@ class LoadscopeApp(App[int]):
             chosen,
         )
 
+    def model_spec(self) -> str:
+        """The model the last diagnosis (or opened report) was of: what a fix acts on."""
+        return self._source_spec
+
+    def action_time_command(self) -> None:
+        spec = self.model_spec()
+        if self.running or not spec:
+            self.explain("time_command")
+            return
+
+        def chosen(line: str | None) -> None:
+            if not line:
+                return
+            try:
+                argv = shlex.split(line)
+            except ValueError as exc:
+                self.notify(f"the command: {exc}", severity="error")
+                return
+            self._applying = "timing your command"
+            self.query_one(AdviceView).applying(f"{self._applying}: starting")
+            self.action_tab("advice")
+            self._launch({"kind": "time", "spec": spec, "argv": argv})
+
+        self.push_screen(
+            PromptScreen(
+                "Time your command",
+                "The command that loads the model, as you run it ({model} is its path);"
+                " it runs cold as it is and after each no-code fix:",
+                "python load.py {model}",
+            ),
+            chosen,
+        )
+
     def export(self, path: str) -> Path | None:
         assert self.report is not None
         return export_report(self, self.report, path)
@@ -415,6 +451,9 @@ class LoadscopeApp(App[int]):
 
     @_engine_message(StepStarted)
     def _step(self, m: StepStarted) -> None:
+        if self._applying is not None:  # a job's own steps (the runs of the user's command)
+            self.query_one(AdviceView).applying(f"{self._applying}: {m.name} (s stops)")
+            return
         self.sub_title = f"{self.last_request.spec if self.last_request else ''}: {m.name}"
 
     @_engine_message(ProbesReady)
@@ -465,6 +504,29 @@ class LoadscopeApp(App[int]):
         text = fixes.outcome_text(m.result)
         self.query_one(AdviceView).applied(text)
         self.notify(text, title="applied")
+        self.refresh_bindings()
+
+    @_engine_message(TimeFinished)
+    def _time_finished(self, m: TimeFinished) -> None:
+        self.running = False
+        self._applying = None
+        base: dict[str, Any] = next((v for v in m.result["variants"] if v["name"] == "as-is"), {})
+        median = base.get("median_seconds")
+        line = (
+            f"your command: {median:.3g} s cold as it is; the table is in the report"
+            if isinstance(median, int | float)
+            else "your command was not timed: see why"
+        )
+        self.query_one(AdviceView).applied(line)
+        if self.report is not None:
+            self.report["user_command"] = m.result  # exported with the report
+        self.push_screen(
+            TextScreen(
+                "Your command, timed",
+                m.text,
+                "esc closes; the table goes into the report you export (e)",
+            )
+        )
         self.refresh_bindings()
 
     def _cut_short(self, outcome: str, reason: str) -> None:

@@ -78,6 +78,14 @@ class ApplyFinished(Message):
 
 
 @dataclass
+class TimeFinished(Message):
+    """The user's own command timed (``loadscope time``'s table, and its JSON)."""
+
+    result: dict[str, Any]
+    text: str
+
+
+@dataclass
 class RunFailed(Message):
     reason: str
 
@@ -117,6 +125,8 @@ def message_from_wire(event: dict[str, Any]) -> Message | None:
         return ApplyProgress(event["done"], event["total"], event["seconds"])
     if kind == "finished" and "apply" in event["report"]:
         return ApplyFinished(event["report"]["apply"])
+    if kind == "finished" and "time" in event["report"]:
+        return TimeFinished(event["report"]["time"], event["report"]["text"])
     if kind == "finished":
         return RunFinished(event["report"])
     if kind == "cancelled":

@@ -19,7 +19,8 @@ fields} | null, "synth_dir", "device", "ranks"}`` (probes, trials, advice, as ``
 ``{"kind": "bench", "spec", "options": {"strategies", "cache", "repeats",
 "warmup"}}`` (a fixed set of trials, as ``bench``), ``{"kind": "warm", "spec",
 "threads"}`` and ``{"kind": "copy", "spec", "dest"}`` (the fixes loadscope
-applies, with ``apply_progress`` events).
+applies, with ``apply_progress`` events), and ``{"kind": "time", "spec", "argv"}`` (the
+user's own command, cold as it is and after each no-code fix, ``step`` events per run).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from loadscope.actions.localcopy import CopyCancelled, copy_model
 from loadscope.actions.warm import WarmCancelled, warm
 from loadscope.base.errors import LoadscopeError
 from loadscope.diagnosis.session import SessionRequest, diagnose
+from loadscope.diagnosis.timing import TimeCancelled
 from loadscope.engine.bench import (
     BenchCancelled,
     BenchEvent,
@@ -189,6 +191,17 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
             else:
                 result = copy_model(target, job["dest"], progress=progress, cancel=cancel).to_dict()
         wire.send("finished", report={"apply": {"kind": job["kind"], **result}})
+    elif job["kind"] == "time":
+        from loadscope.diagnosis.timing import for_doctor, to_text
+
+        timed = for_doctor(
+            job["spec"],
+            tuple(job["argv"]),
+            progress=lambda line: wire.send("step", name=line),
+            lock=True,
+            cancel=cancel,
+        )
+        wire.send("finished", report={"time": timed.to_dict(), "text": to_text(timed)})
     else:
         raise LoadscopeError(f"unknown job kind {job['kind']!r}")
 
@@ -212,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _run_job(json.loads(args[0]), wire, cancel)
         return 0
-    except (BenchCancelled, WarmCancelled, CopyCancelled) as exc:
+    except (BenchCancelled, WarmCancelled, CopyCancelled, TimeCancelled) as exc:
         wire.send("cancelled", reason=str(exc))
         return 0
     except LoadscopeError as exc:

@@ -33,6 +33,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,12 @@ LABELS = {
 
 class TimeError(LoadscopeError):
     exit_code = ExitCode.USAGE
+
+
+class TimeCancelled(LoadscopeError):
+    """Stopped from outside (the app's Stop) between or during runs."""
+
+    exit_code = ExitCode.INTERRUPTED
 
 
 @dataclass(slots=True)
@@ -148,6 +155,8 @@ class TimeOptions:
     output: IO[bytes] | None = None
     #: False where the caller already holds the mount's lock (the doctor).
     lock: bool = True
+    #: Set from another thread to stop (the app's Stop): :class:`TimeCancelled`.
+    cancel: threading.Event | None = None
 
 
 def _substitute(argv: Sequence[str], model: str) -> tuple[str, ...]:
@@ -220,7 +229,10 @@ class _Timer:
         import re
 
         until = re.compile(self.o.until) if self.o.until else None
-        return RunSpec(argv, tuple(watch), until, self.o.ready_url, self.o.timeout_s, self.o.output)
+        return RunSpec(
+            argv, tuple(watch), until, self.o.ready_url, self.o.timeout_s, self.o.output,
+            self.o.cancel,
+        )  # fmt: skip
 
     def discover(self) -> list[str]:
         """A first run, not cold and not in the table: the weight files the command opened."""
@@ -361,6 +373,8 @@ def time_command(
                 n += 1
                 progress(f"run {n}/{total_runs}: {LABELS[v.name]}")
                 timer.one(v, files, copy_files)
+                if options.cancel is not None and options.cancel.is_set():
+                    raise TimeCancelled("stopped: the command's runs so far are not reported")
                 last = v.runs[-1] if v.runs else None
                 if v is variants[0] and last is not None and last.status != "ok":
                     report.notes.extend(timer.notes)
@@ -494,10 +508,13 @@ def for_doctor(
     until: str | None = None,
     ready_url: str | None = None,
     progress: Callable[[str], None] = lambda _s: None,
+    lock: bool = False,
+    cancel: threading.Event | None = None,
 ) -> TimeReport:
-    """``doctor --cmd``: the command once as it is and once after each no-code fix, cold,
-    its output kept out of the report's stdout (the last lines are kept for a failure).
-    The doctor holds the mount's lock already."""
+    """``doctor --cmd`` and the app's "time my command": the command once as it is and
+    once after each no-code fix, cold, its output kept out of the report's stdout (the
+    last lines are kept for a failure). The doctor holds the mount's lock already
+    (``lock`` False); the app's job takes it."""
     with open(os.devnull, "wb") as sink:
         options = TimeOptions(
             tuple(argv),
@@ -507,7 +524,8 @@ def for_doctor(
             rounds=1,
             fixes=("readahead", "warm"),
             output=sink,
-            lock=False,
+            lock=lock,
+            cancel=cancel,
         )
         return time_command(options, progress)
 

@@ -50,7 +50,7 @@ MIN_WEIGHT_BYTES = 1 << 20
 #: The last lines of a run's output kept (stderr's, else stdout's): what a failure said.
 TAIL_LINES = 12
 
-Status = Literal["ok", "failed", "timeout"]
+Status = Literal["ok", "failed", "timeout", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,8 @@ class RunSpec:
     timeout_s: float = 3600.0
     #: Where the command's stdout and stderr go (None: this process's own).
     output: IO[bytes] | None = None
+    #: Set from another thread to stop the run (the app's Stop): not timed, "stopped".
+    cancel: threading.Event | None = None
 
 
 @dataclass(slots=True)
@@ -386,6 +388,9 @@ def _watch(
             return
         if waiter.done.is_set():
             _ended(spec, waiter, streams, t0, result)
+            return
+        if spec.cancel is not None and spec.cancel.is_set():
+            result.status, result.reason = "stopped", "stopped before it finished: not timed"
             return
         if now - t0 > spec.timeout_s:
             result.status = "timeout"

@@ -14,7 +14,7 @@ import pytest
 from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.loaders.forkserver import WORKER_NAME
 from loadscope.tui.app import LoadscopeApp
-from loadscope.tui.screens import OnboardingScreen, SnippetPickScreen
+from loadscope.tui.screens import OnboardingScreen, PromptScreen, SnippetPickScreen
 from loadscope.tui.views import AdviceView, BenchView
 from tests.conftest import REPO_ROOT
 from tests.tui.harness import GOLDEN, drive, notices, onboarding_error
@@ -480,3 +480,61 @@ def test_copy_says_when_tmux_drops_the_clipboard(
         assert not isinstance(app.screen, TextScreen)
 
     drive(steps, report=str(GOLDEN))
+
+
+def test_t_times_the_users_command_and_the_table_goes_into_the_report(tmp_path: Path) -> None:
+    """Issue 42: the app's "time my command": the command typed, run cold as it is and
+    after each no-code fix in the engine's process, the table shown, kept for export."""
+    import sys
+
+    from loadscope.tools.synth import synthesize
+    from loadscope.tui.screens import TextScreen
+
+    model = tmp_path / "model"
+    synthesize(model, 4 << 20, seed=42)
+    total = sum(p.stat().st_size for p in model.glob("*.safetensors"))
+    report = _report_with_fixes(model, total)
+    script = tmp_path / "load me.py"
+    script.write_text(
+        "import sys, glob\nfrom safetensors.torch import load_file\n"
+        "[load_file(f) for f in glob.glob(sys.argv[1] + '/*.safetensors')]\n"
+    )
+
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        assert app.check_action("time_command", ()) is True
+        await pilot.press("t")
+        assert isinstance(app.screen, PromptScreen)
+        field = app.screen.query_one("#prompt")
+        field.value = f"{sys.executable} '{script}' {{model}}"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await _wait_for(pilot, lambda: "TimeFinished" in app.messages_seen, 120)
+        assert isinstance(app.screen, TextScreen)
+        assert "as is, cold" in app.screen.text and "loadscope warm first" in app.screen.text
+        assert app.report is not None
+        user = app.report["user_command"]
+        (base,) = [v for v in user["variants"] if v["name"] == "as-is"]
+        assert base["median_seconds"] > 0 and user["argv"][1] == str(script)
+        await pilot.press("escape")
+        assert "your command:" in str(app.query_one(AdviceView).query_one("#apply-status").render())
+
+    drive(steps, size=(100, 30), report=str(report))
+    assert _workers() == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [("synthetic:64MiB", "synthetic model is gone"), ("<model>", "not on this machine")],
+)
+def test_t_is_refused_where_the_model_is_not_here(tmp_path: Path, spec: str, words: str) -> None:
+    doc = json.loads(GOLDEN.read_text())
+    doc["target"] = {**doc["target"], "spec": spec}
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(doc))
+
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        await pilot.press("t")
+        await pilot.pause()
+        assert not app.running and not isinstance(app.screen, PromptScreen)
+        assert any(words in n for n in notices(app)), notices(app)
+
+    drive(steps, report=str(report))
