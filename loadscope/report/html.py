@@ -199,12 +199,19 @@ def to_html(doc: dict[str, Any]) -> str:
                     out.append(f"<div>{heading}:</div><pre>{_e(snip['code'])}</pre>")
             out.append("</li>")
         out.append("</ol>")
-    charts = {"trials": _trial_charts(doc), "storage": _storage_charts(doc)}
+    charts = {
+        "trials": _trial_charts(doc),
+        "storage": _storage_charts(doc),
+        "user-command": _user_command_charts(doc),
+    }
     drawn: set[str] = set()
     for section in sections(doc):
         if section.id == "recommendations":
             continue  # the list above says more (each fix's action and cost)
-        if section.id in charts:
+        if section.id in charts and not section.collapsed:
+            out += _section(section) + charts[section.id]  # under its own heading
+            drawn.add(section.id)
+        elif section.id in charts:
             out.append(f"<h2>{_e(section.id.capitalize())}</h2>")
             out += charts[section.id]
             drawn.add(section.id)
@@ -281,6 +288,31 @@ def _trial_charts(doc: dict[str, Any]) -> list[str]:
         ),
         line_chart("bytes loaded over time, cold (one timed trial each, no warm-up)", series),
     ]
+
+
+def _user_command_charts(doc: dict[str, Any]) -> list[str]:
+    """``doctor --cmd``: the model's bytes in the page cache over each run of the user's
+    command (its first run of each kind), from the samples taken while it ran."""
+    user = doc.get("user_command")
+    if not isinstance(user, dict):
+        return []
+    total = float(user.get("total_bytes") or 0)
+    series: dict[str, list[tuple[float, float]]] = {}
+    for variant in user.get("variants") or []:
+        runs = [r for r in (variant.get("runs") or []) if isinstance(r, dict)]
+        if not runs or not total:
+            continue
+        points = [
+            (float(p["t"]), float(p["resident"]) * total)
+            for p in runs[0].get("samples") or []
+            if isinstance(p, dict) and isinstance(p.get("resident"), int | float)
+        ]
+        if points:
+            series[str(variant.get("name"))] = points
+    if not series:
+        return []
+    chart = line_chart("the model's bytes in the page cache while your command ran", series)
+    return [chart] if chart else []
 
 
 def _storage_charts(doc: dict[str, Any]) -> list[str]:

@@ -289,6 +289,8 @@ def test_doctor_cmd_times_the_users_command_in_every_report(model: Path, tmp_pat
     for ext in ("md", "html"):
         text = out[ext].read_text()
         assert "your command" in text and str(script) in text, ext
+    # The HTML draws the model's residency over each run (the samples taken as it ran).
+    assert "page cache while your command ran" in out["html"].read_text()
     from loadscope.report.schema import check
 
     check(doc, "doctor")
