@@ -24,7 +24,7 @@ from loadscope.advice.snippets import short_label, snippet_heading
 from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
-from loadscope.diagnosis.timing import TimeReport
+from loadscope.diagnosis.timing import TimeReport, table_rows
 from loadscope.diagnosis.timing import to_text as user_text
 from loadscope.engine.bench import BenchReport
 from loadscope.engine.bench import to_text as bench_text
@@ -131,7 +131,8 @@ def to_text(report: DoctorReport) -> str:
         lines.append(textwrap.fill(f"note: {note}", 80, subsequent_indent="      "))
     lines += ["", "evidence:", "", probe_text(report.probe)]
     if report.bench is not None:
-        lines += ["", bench_text(report.bench)]
+        extra = table_rows(report.user_command) if report.user_command else []
+        lines += ["", bench_text(report.bench, extra)]
         if line := ceiling_line(report.probe.to_dict(), report.bench.to_dict()):
             lines += ["", textwrap.fill(line.replace("`", ""), 80)]
     if report.user_command is not None:

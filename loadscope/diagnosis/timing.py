@@ -550,3 +550,37 @@ def quote_in_advice(recommendations: Sequence[Any], report: TimeReport) -> None:
                     " (one run each, outside the budget)",
                 )
             )
+
+
+#: The user's command's rows in the trial table (16 characters at most).
+ROW_NAMES = {
+    "as-is": "cmd as is",
+    "readahead": "cmd readahead",
+    "warm": "cmd warm first",
+    "copy": "cmd local copy",
+}
+
+
+def table_rows(report: TimeReport) -> list[str]:
+    """The command's timed runs as rows of the doctor's trial table (the median run's
+    counters), one per variant that was timed."""
+    from loadscope.engine.bench_tables import command_row
+
+    rows = []
+    for v in report.variants:
+        median = v.median()
+        runs = sorted((r for r in v.runs if r.seconds is not None), key=lambda r: r.seconds or 0)
+        if median is None or not runs:
+            continue
+        r = runs[len(runs) // 2]
+        rows.append(
+            command_row(
+                ROW_NAMES[v.name],
+                median,
+                report.total_bytes,
+                r.major_faults,
+                r.device_request_bytes,
+                r.peak_rss_bytes,
+            )
+        )
+    return rows

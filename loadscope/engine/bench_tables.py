@@ -12,6 +12,7 @@ May import: ``loadscope.engine.bench_records``, ``loadscope.engine.sampling``,
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
@@ -141,7 +142,22 @@ def format_lines(bench: dict[str, Any]) -> list[str]:
     return out
 
 
-def to_text(report: BenchReport) -> str:
+def command_row(
+    name: str, seconds: float, total_bytes: int, major_faults: int | None, request: float | None,
+    rss: int | None,
+) -> str:  # fmt: skip
+    """A row of the trial table for a run that is not a trial (the user's own command, timed
+    from its start to its end: no speed-up over mmap, no read count)."""
+    rate = format_rate(total_bytes / seconds) if seconds else "-"
+    faults = f"{_count(major_faults)}/-" if major_faults is not None else "-"
+    return (
+        f"{name:<16}{'cold':<5}{_secs(seconds):>8}{rate:>10}{'-':>7}{faults:>11}{'-':>6}"
+        f"{_size(request):>8}{_size(rss):>8}"
+    )
+
+
+def to_text(report: BenchReport, extra_rows: Sequence[str] = ()) -> str:
+    """The trial table; ``extra_rows`` (:func:`command_row`) go under the trials' rows."""
     t = report.target
     lines = [f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"]
     if report.sample:
@@ -156,6 +172,7 @@ def to_text(report: BenchReport) -> str:
     }
     for s in report.summary:
         lines.append(_row(report, s, by_key.get((s.strategy, s.cache))))
+    lines += extra_rows
     lines.append(
         textwrap.fill(
             "x mmap: speed-up over mmap load_file in the same cache state. From one steady"

@@ -245,7 +245,7 @@ def _trials(doc: dict[str, Any]) -> Section | None:
     if not bench:
         return None
     total = int((bench.get("target") or {}).get("total_bytes") or 0)
-    rows = []
+    rows: list[tuple[str, ...]] = []
     sampled = False
     for s in bench["summary"]:
         if s["median_seconds"] is None:
@@ -268,6 +268,7 @@ def _trials(doc: dict[str, Any]) -> Section | None:
                 rss,
             )
         )
+    rows += _user_command_rows(doc)
     header = (
         "strategy",
         "cache",
@@ -391,6 +392,38 @@ def _conversion(doc: dict[str, Any]) -> Section | None:
     if conv.get("reason"):
         items.append(f"not measured: {conv['reason']}")
     return Section("conversion", "a sample converted to safetensors", (Bullets(tuple(items)),))
+
+
+def _user_command_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
+    """``doctor --cmd``: the user's command's runs as rows of the trial table (its own
+    section says what each fix changes)."""
+    user = doc.get("user_command")
+    if not isinstance(user, dict):
+        return []
+    total = float(user.get("total_bytes") or 0)
+    rows: list[tuple[str, ...]] = []
+    for v in user.get("variants") or []:
+        median = v.get("median_seconds") if isinstance(v, dict) else None
+        if not isinstance(median, int | float) or not median:
+            continue
+        runs = [r for r in v.get("runs") or [] if isinstance(r, dict)]
+        times = [r["seconds"] for r in runs if isinstance(r.get("seconds"), int | float)]
+        rss = max((r.get("peak_rss_bytes") or 0 for r in runs), default=0)
+        name = _USER_VARIANTS.get(str(v.get("name")), str(v.get("name")))
+        rows.append(
+            (
+                f"your command: {name}",
+                "cold",
+                f"{median:.3g}",
+                format_rate(total / median) if total else "-",
+                "-",
+                str(len(times)),
+                _g(times[0] if times else None),
+                f"{_g(min(times, default=None))}-{_g(max(times, default=None))}",
+                format_bytes(rss) if rss else "-",
+            )
+        )
+    return rows
 
 
 #: How the report names each run of the user's command.

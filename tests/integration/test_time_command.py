@@ -279,6 +279,9 @@ def test_doctor_cmd_times_the_users_command_in_every_report(model: Path, tmp_pat
     )  # fmt: skip
     assert result.code in (0, 10), result.err
     assert "your command, cold, one run each" in result.out
+    # Its runs are rows of the trial table too, beside the strategies.
+    table = result.out.split("strategy        cache", 1)[1].split("x mmap: speed-up", 1)[0]
+    assert "cmd as is       cold" in table and "cmd warm first" in table
     assert f"html: {out['html']}" in result.out  # every written report's path is said
     doc = json.loads(out["json"].read_text())
     base = _variant(doc["user_command"], "as-is")
@@ -289,6 +292,7 @@ def test_doctor_cmd_times_the_users_command_in_every_report(model: Path, tmp_pat
     for ext in ("md", "html"):
         text = out[ext].read_text()
         assert "your command" in text and str(script) in text, ext
+    assert "| your command: as is, cold | cold |" in out["md"].read_text()
     # The HTML draws the model's residency over each run (the samples taken as it ran).
     assert "page cache while your command ran" in out["html"].read_text()
     from loadscope.report.schema import check
