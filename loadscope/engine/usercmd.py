@@ -41,6 +41,8 @@ from loadscope.probes.pagecache import residency
 
 #: How often the tree is sampled.
 SAMPLE_S = 0.1
+#: How often a run that must find the model's files (not timed) looks at what is open.
+DISCOVER_S = 0.02
 #: How long a stopped command's group gets between SIGTERM and SIGKILL.
 GRACE_S = 5.0
 #: Weight files a run without ``--model`` looks for among the files the tree opened.
@@ -369,17 +371,18 @@ def _watch(
     result: RunResult,
 ) -> None:
     result.ready_by = "until" if spec.until else "url" if spec.ready_url else "exit"
-    tick, next_sample = 0, 0.0
+    next_sample = 0.0
     # Only a run that must find the model's files looks at what the tree opened.
     discover = not spec.watch
     while True:
         now = time.perf_counter()
         if now >= next_sample:
-            read, rchar, rss = tree.sample(opened=discover and tick % 5 == 0)
-            tick += 1
+            read, rchar, rss = tree.sample(opened=discover)
             result.samples.append(Sample(now - t0, read, rchar, rss, clock.resident(now)))
-            # The watcher shares the CPU with the command: at most a tenth of one core.
-            next_sample = now + max(SAMPLE_S, 10 * (time.perf_counter() - now))
+            # The watcher shares the CPU with the command: at most a tenth of one core. A
+            # run that finds the model's files (not timed) looks every DISCOVER_S.
+            every = DISCOVER_S if discover else SAMPLE_S
+            next_sample = now + max(every, 10 * (time.perf_counter() - now) * (not discover))
         if (matched := _ready(streams)) is not None:
             result.status, result.seconds, result.matched = "ok", matched[0] - t0, matched[1]
             return
@@ -396,7 +399,7 @@ def _watch(
             result.status = "timeout"
             result.reason = f"timed out after {spec.timeout_s:g} s: stopped, not timed"
             return
-        waiter.done.wait(min(SAMPLE_S, max(0.0, next_sample - time.perf_counter())) or 0.01)
+        waiter.done.wait(min(SAMPLE_S, max(0.0, next_sample - time.perf_counter())) or 0.005)
 
 
 def _ended(

@@ -309,3 +309,49 @@ def test_doctor_cmd_usage_is_checked_before_any_work(model: Path) -> None:
     ):
         result = run_loadscope("doctor", str(model), "--budget", "15", *args)
         assert result.code == 2 and words in result.err, (args, result.err)
+
+
+def test_without_a_model_the_files_the_command_opened_are_found_and_evicted(
+    model: Path, tmp_path: Path
+) -> None:
+    script = _script(
+        tmp_path,
+        "open.py",
+        """
+        import glob, sys
+        from safetensors import safe_open
+        import time
+        # As a loader holds its files: open (mapped) while it builds the model.
+        handles = [safe_open(f, "pt") for f in sorted(glob.glob(sys.argv[1] + "/*.safetensors"))]
+        state = {k: h.get_tensor(k) for h in handles for k in h.keys()}
+        time.sleep(0.5)
+        """,
+    )
+    code, doc, err = _timed("--fixes", "none", "--rounds", "1", "--", PY, str(script), str(model))
+    assert code == 0, err
+    want = sorted(str(p) for p in model.glob("*.safetensors"))
+    assert doc["discovered"] == want and doc["files"] == want
+    assert all(_variant(doc, "as-is")["cold"])  # the next run evicted what was found
+
+
+def test_sighup_stops_the_command_group(model: Path, tmp_path: Path) -> None:
+    """The terminal closing (SIGHUP) stops the command's whole group, as SIGTERM does."""
+    marker = f"loadscope-time-test-{os.getpid()}-hup"
+    script = _script(tmp_path, "hup.py", "import time\ntime.sleep(120)\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadscope", "time", "--model", str(model), "--fixes", "none",
+         "--", PY, str(script), marker],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    import psutil
+
+    deadline = time.monotonic() + 60
+    # The command itself running (the marker is in loadscope's own argv too).
+    while not any(marker in " ".join(c.cmdline()) for c in psutil.Process(proc.pid).children()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGHUP)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and "terminated" in err and "Traceback" not in err, err
+    assert not _marker_alive(marker)
