@@ -40,7 +40,28 @@ table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;paddin
 code,pre{background:#f4f4f4;padding:.1em .3em;border-radius:3px} pre{padding:.6em;overflow-x:auto}
 svg text{font:11px system-ui,sans-serif;fill:#333}
 """
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+_COLORS = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+)
+#: Solid, then dashed, then dotted: with the colours, 30 series told apart (a doctor has
+#: up to 20 strategies), also in grey print and for a reader who cannot tell two colours.
+_DASHES = ("", "7 4", "2 3")
+
+
+def _style(i: int) -> tuple[str, str]:
+    """Series ``i``'s colour and its SVG dash attribute ("" for a solid line)."""
+    color = _COLORS[i % len(_COLORS)]
+    dash = _DASHES[(i // len(_COLORS)) % len(_DASHES)]
+    return color, f' stroke-dasharray="{dash}"' if dash else ""
 
 
 def _e(value: Any) -> str:
@@ -125,6 +146,7 @@ def line_chart(
     y_ticks = [t * unit for t in nice_ticks(top_b / unit)]  # round in MiB, not in bytes
     max_t, max_b = x_ticks[-1], y_ticks[-1]
     left, bottom, top, right = 70, 34, 24, 150
+    height = max(height, top + 16 * len(runs) + 14)  # room for every key
     pw, ph = width - left - right, height - top - bottom
     parts = [
         f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}"'
@@ -153,16 +175,20 @@ def line_chart(
         " trial started</text>",
     ]
     for i, (name, pts) in enumerate(runs.items()):
-        color = _COLORS[i % len(_COLORS)]
+        color, dash = _style(i)
         coords = " ".join(
             f"{left + pw * t / max_t:.1f},{top + ph - ph * b / max_b:.1f}" for t, b in pts
         )
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
+        parts.append(
+            f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{coords}"/>'
+        )
         y = top + 10 + 16 * i
         x = left + pw + 12
+        # The key is a piece of the line itself: its colour and its dash.
         parts.append(
-            f'<rect class="key" x="{x}" y="{y - 8}" width="14" height="10" fill="{color}"/>'
-            f'<text x="{x + 20}" y="{y + 1}">{_e(name)}</text>'
+            f'<line class="key" x1="{x}" y1="{y - 3}" x2="{x + 16}" y2="{y - 3}"'
+            f' stroke="{color}" stroke-width="2"{dash}/>'
+            f'<text x="{x + 22}" y="{y + 1}">{_e(name)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)

@@ -336,6 +336,22 @@ def test_the_line_chart_has_ticks_a_legend_and_runs_from_their_start() -> None:
     assert nice_ticks(1.3) == [0.0, 0.5, 1.0, 1.5] and nice_ticks(0) == [0.0]
 
 
+def test_twenty_strategies_are_told_apart_by_colour_and_dash() -> None:
+    """Issue 40: 8 colours cycled over 13 strategies (mmap and runai both blue). Now every
+    series up to 20 has its own colour and dash pair, and its key is a piece of its line."""
+    import re
+
+    from loadscope.report.html import line_chart
+
+    series = {f"s{i}": [(0.1, 1 << 20), (1.0, 2 << 20)] for i in range(20)}
+    svg = line_chart("t", series)
+    lines = re.findall(r'<polyline fill="none" stroke="([^"]+)" stroke-width="2"([^p]*)p', svg)
+    assert len(lines) == 20 and len(set(lines)) == 20, lines
+    assert svg.count('class="key"') == 20
+    height = int(re.search(r'height="(\d+)"', svg).group(1))  # type: ignore[union-attr]
+    assert height >= 24 + 16 * 20  # every key inside the picture
+
+
 def test_compare_marks_the_outlier_node(tmp_path: Path) -> None:
     base = json.loads((GOLDEN / "doctor_emulated.json").read_text())
     paths = []
