@@ -1,0 +1,32 @@
+"""The app's live charts share one scale set by how the series usually read, not by a
+phase or a burst (issue 40: a prewarm's page-cache phase put the shared scale at 11 GB/s
+and flattened cold loads at 1.3 GB/s to a line at the bottom)."""
+
+from __future__ import annotations
+
+from loadscope.tui.charts import BURST_X, shared_scale
+
+
+def _flat(rate: float, n: int = 20) -> list[tuple[float, float]]:
+    return [(i * 0.05, rate) for i in range(n)]
+
+
+def test_a_fast_phase_clips_instead_of_flattening_the_others() -> None:
+    # prewarm: 16 windows filling the cache (0.3 GB/s of model bytes shown: 0), then 4
+    # windows loading from it at 11 GB/s.
+    prewarm = [*[(i * 0.05, 0.0) for i in range(16)], *[(0.8 + i * 0.05, 11e9) for i in range(4)]]
+    y = shared_scale([_flat(1.3e9), _flat(2.1e9), prewarm])
+    mean = 4 * 11e9 / 20
+    assert y == max(2.1e9, BURST_X * mean) * 1.15 and y < 11e9
+
+
+def test_series_that_differ_steadily_keep_their_true_ratio() -> None:
+    """On the emulated disk mmap reads at 0.1 GB/s and auto at 1.5 GB/s: both steady, the
+    scale is auto's, and mmap is low on it because it is slow."""
+    assert shared_scale([_flat(0.1e9), _flat(1.5e9)]) == 1.5e9 * 1.15
+    assert shared_scale([]) == 0.0
+
+
+def test_a_short_burst_inside_a_series_clips() -> None:
+    burst = [*_flat(1e9), (1.0, 30e9)]  # one window of 30 GB/s
+    assert shared_scale([burst]) == 1e9 * 1.15
