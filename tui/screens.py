@@ -61,6 +61,19 @@ class WeightTree(DirectoryTree):
         ]
 
 
+class MarkedCheckbox(Checkbox):
+    """A checkbox whose mark says its state without colour: X when on, blank when off
+    (Textual's draws the same X both ways, told apart by colour alone)."""
+
+    def watch_value(self) -> None:
+        # Textual draws BUTTON_INNER for both states; this instance's follows its value.
+        self.BUTTON_INNER = "X" if self.value else " "
+        super().watch_value()
+
+    def on_mount(self) -> None:
+        self.BUTTON_INNER = "X" if self.value else " "
+
+
 class OnboardingScreen(Screen[Any]):
     """Pick the model (path, HF cache or synthetic), optionally emulate a slow disk, start."""
 
@@ -103,7 +116,7 @@ class OnboardingScreen(Screen[Any]):
                     yield WeightTree(self.browse_root, id="tree")
                 with Vertical(id="pane-hf"):
                     yield OptionList(id="hf-list")
-            emulate = Checkbox(
+            emulate = MarkedCheckbox(
                 "Serve it through an emulated slow network disk (5 ms per read)",
                 id="emulate",
                 disabled=self.fuse_reason is not None,
@@ -129,7 +142,9 @@ class OnboardingScreen(Screen[Any]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#synth-size", Input).focus()
+        # The choice first: Down then Enter picks the highlighted source (it had started a
+        # synthetic run from the size field when the user meant "A path on this machine").
+        self.query_one("#source", RadioSet).focus()
         self._scan_hf_cache()
 
     @work(thread=True, exclusive=True, group="hf-scan", exit_on_error=False)
@@ -170,7 +185,11 @@ class OnboardingScreen(Screen[Any]):
     @on(RadioSet.Changed, "#source")
     def _source_changed(self, event: RadioSet.Changed) -> None:
         pane = {"src-synth": "pane-synth", "src-path": "pane-path", "src-hf": "pane-hf"}
-        self.query_one("#panes", ContentSwitcher).current = pane[event.pressed.id or "src-synth"]
+        current = pane[event.pressed.id or "src-synth"]
+        self.query_one("#panes", ContentSwitcher).current = current
+        # Then on to what that source asks for: its size, its path, its list.
+        field = {"pane-synth": "#synth-size", "pane-path": "#path-input", "pane-hf": "#hf-list"}
+        self.query_one(field[current]).focus()
 
     @on(DirectoryTree.FileSelected, "#tree")
     def _file_picked(self, event: DirectoryTree.FileSelected) -> None:

@@ -50,6 +50,7 @@ def test_onboarding_to_advice_on_a_synthetic_model() -> None:
         assert isinstance(app.screen, OnboardingScreen)
         size = app.screen.query_one("#synth-size")
         size.value = ""  # type: ignore[attr-defined]
+        size.focus()
         await pilot.press(*"16MiB")
         await _run_to_the_end(app, pilot)
         seen = app.messages_seen
@@ -538,3 +539,27 @@ def test_t_is_refused_where_the_model_is_not_here(tmp_path: Path, spec: str, wor
         assert any(words in n for n in notices(app)), notices(app)
 
     drive(steps, report=str(report))
+
+
+def test_onboarding_down_then_enter_lands_where_the_highlight_says() -> None:
+    """Issue 40: at 80x24, Down then Enter on the first screen started a synthetic run
+    when the user meant "A path on this machine"; the emulate box's mark was the same on
+    and off (colour alone told them apart)."""
+    from textual.widgets import ContentSwitcher
+
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        screen = app.screen
+        assert isinstance(screen, OnboardingScreen)
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert not app.running and isinstance(app.screen, OnboardingScreen)
+        assert screen.query_one("#panes", ContentSwitcher).current == "pane-path"
+        assert app.focused is screen.query_one("#path-input")
+        box = screen.query_one("#emulate")
+        marks = [box.BUTTON_INNER]  # type: ignore[attr-defined]
+        box.value = not box.value  # type: ignore[attr-defined]
+        await pilot.pause()
+        marks.append(box.BUTTON_INNER)  # type: ignore[attr-defined]
+        assert sorted(marks) == [" ", "X"]
+
+    drive(steps)
