@@ -2,6 +2,6 @@
 
 import sys
 
-from loadscope.launch import main
+from loadscope.tui.launch import main
 
 sys.exit(main())

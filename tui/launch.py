@@ -1,7 +1,7 @@
 """The ``loadscope`` command: the terminal app when asked for (or no arguments), else the CLI.
 
-The only core module that may reach the TUI, and only inside :func:`main`, so
-that importing the engine never imports Textual.
+It lives with the app so that the core never imports the TUI; it imports the app only
+inside :func:`main`, when the app is asked for, so that the CLI never imports Textual.
 """
 
 from __future__ import annotations
