@@ -145,15 +145,22 @@ def test_api_trial_and_printed_code_send_the_same_requests(disk: EmulatedDisk) -
     model = str(disk.path / "model.safetensors.index.json")
     code = _printed_api_code(model)
     assert "loadscope.load_model(" in code
-    _evict(disk)
-    run = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert run.returncode == 0, run.stderr
-    printed_size, printed_depth = _seen(disk)
+    for attempt in range(2):
+        _evict(disk)
+        run = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert run.returncode == 0, run.stderr
+        printed_size, printed_depth = _seen(disk)
 
-    detail = _trial(disk, model, "api")
-    trial_size, trial_depth = _seen(disk)
+        detail = _trial(disk, model, "api")
+        trial_size, trial_depth = _seen(disk)
+        # Requests in flight are read off the emulator's log: on a 2-core machine busy with
+        # the rest of the suite its threads can fall behind once (5 seen for 10 sent).
+        # Measured again then; the request size is never noisy and is checked each time.
+        if abs(trial_depth - printed_depth) <= max(3.0, 0.4 * printed_depth) or attempt:
+            break
+        assert trial_size == printed_size
 
     # The probe's hints (3 readers of 4 MiB) would be seen as ~3 in flight.
     assert trial_size == printed_size
