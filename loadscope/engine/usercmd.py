@@ -315,32 +315,43 @@ def run_once(spec: RunSpec) -> RunResult:
     out: IO[bytes] | int = spec.output if spec.output is not None else 1
     err: IO[bytes] | int = spec.output if spec.output is not None else 2
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.Popen(
-            list(spec.argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        reason = f"cannot run {spec.argv[0]}: {exc.strerror or exc}"
-        return RunResult("failed", None, "", None, reason)
-    assert proc.stdout is not None and proc.stderr is not None
-    streams = [_Output(proc.stdout, out, spec.until), _Output(proc.stderr, err, spec.until)]
-    waiter = _Waiter(proc)
-    tree, clock = _Tree(proc.pid), _Clock(spec.watch)
+    proc: subprocess.Popen[bytes] | None = None
+    waiter: _Waiter | None = None
+    streams: list[_Output] = []
+    tree, clock = _Tree(0), _Clock(spec.watch)
     result = RunResult("failed", None, "exit", None)
+    # Everything from the spawn on inside the try: a Ctrl-C or SIGTERM that lands between
+    # the spawn and the watch must still stop the command (its group is its own session,
+    # so the terminal's signal never reaches it).
     try:
+        try:
+            proc = subprocess.Popen(
+                list(spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            result.reason = f"cannot run {spec.argv[0]}: {exc.strerror or exc}"
+            result.ready_by = ""
+            return result
+        assert proc.stdout is not None and proc.stderr is not None
+        waiter = _Waiter(proc)
+        streams = [_Output(proc.stdout, out, spec.until), _Output(proc.stderr, err, spec.until)]
+        tree = _Tree(proc.pid)
         _watch(spec, waiter, streams, tree, clock, t0, result)
     finally:
-        if not waiter.done.is_set() or _group_alive(proc.pid):
-            _stop_group(proc.pid, waiter)
-        for s in streams:
-            s.thread.join(timeout=2.0)
-        for pipe in (proc.stdout, proc.stderr):
-            with contextlib.suppress(OSError):
-                pipe.close()
+        if proc is not None:
+            waiter = waiter or _Waiter(proc)
+            if not waiter.done.is_set() or _group_alive(proc.pid):
+                _stop_group(proc.pid, waiter)
+            for s in streams:
+                s.thread.join(timeout=2.0)
+            for pipe in (proc.stdout, proc.stderr):
+                with contextlib.suppress(OSError, AttributeError):
+                    pipe.close()  # type: ignore[union-attr]
+    assert waiter is not None
     if waiter.usage is not None:
         result.major_faults = int(waiter.usage.ru_majflt)
         result.peak_rss_bytes = int(waiter.usage.ru_maxrss) * 1024

@@ -248,8 +248,11 @@ def test_ctrl_c_mid_run_leaves_no_process_and_no_changed_setting(
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the readahead run never started"
         time.sleep(0.02)
-    while not _marker_alive(marker):
-        assert time.monotonic() < deadline
+    import psutil
+
+    # The command itself running (the marker is in loadscope's own argv too).
+    while not any(marker in " ".join(c.cmdline()) for c in psutil.Process(proc.pid).children()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGINT)
     _out, err = proc.communicate(timeout=30)
@@ -354,4 +357,23 @@ def test_sighup_stops_the_command_group(model: Path, tmp_path: Path) -> None:
     os.kill(proc.pid, signal.SIGHUP)
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 143 and "terminated" in err and "Traceback" not in err, err
+    assert not _marker_alive(marker)
+
+
+def test_a_stop_right_after_the_spawn_still_stops_the_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C landing between the spawn and the watch left the command running (it is in
+    its own session: the terminal's signal never reaches it)."""
+    from loadscope.engine import usercmd
+
+    marker = f"loadscope-time-test-{os.getpid()}-spawn"
+
+    def interrupted(*_a: Any, **_k: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(usercmd, "_Output", interrupted)
+    spec = usercmd.RunSpec((PY, "-c", "import time; time.sleep(60)", marker))
+    with pytest.raises(KeyboardInterrupt):
+        usercmd.run_once(spec)
     assert not _marker_alive(marker)
