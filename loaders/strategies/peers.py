@@ -96,21 +96,25 @@ class RunAI(strategy.Strategy):
                 )
 
 
+class _OnGpu:
+    """A peer's GPU mode: it fills the GPU the trial loads to."""
+
+    def target(self, ctx: strategy.LoadContext) -> str:
+        return _gpu(ctx)
+
+
 def _gpu(ctx: strategy.LoadContext) -> str:
     from loadscope.loaders.cuda import cuda_device
 
     return str(cuda_device(ctx.device))
 
 
-class FastSafetensorsCuda(FastSafetensors):
+class FastSafetensorsCuda(_OnGpu, FastSafetensors):
     name = "fastsafetensors-cuda"
     summary = "fastsafetensors SafeTensorsFileLoader to cuda:N through host buffers (nogds)"
     requires = strategy.Requirements(
         gpu=True, ram_multiple=0.0, package="fastsafetensors", extra="peers"
     )
-
-    def target(self, ctx: strategy.LoadContext) -> str:
-        return _gpu(ctx)
 
 
 class FastSafetensorsGds(FastSafetensorsCuda):
@@ -122,12 +126,9 @@ class FastSafetensorsGds(FastSafetensorsCuda):
     nogds = False
 
 
-class RunAICuda(RunAI):
+class RunAICuda(_OnGpu, RunAI):
     name = "runai-cuda"
     summary = "runai-model-streamer SafetensorsStreamer to cuda:N (device='cuda:N')"
     requires = strategy.Requirements(
         gpu=True, ram_multiple=0.0, package="runai_model_streamer", extra="peers"
     )
-
-    def target(self, ctx: strategy.LoadContext) -> str:
-        return _gpu(ctx)

@@ -88,9 +88,9 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 def _user_command(args: argparse.Namespace) -> UserCommand | None:
     """``--cmd "CMD"`` split as a shell would (run without one), checked before any work."""
-    import re
     import shlex
 
+    from loadscope.cli.timecmd import check_ready
     from loadscope.diagnosis.timing import UserCommand
 
     if args.cmd is None:
@@ -103,15 +103,7 @@ def _user_command(args: argparse.Namespace) -> UserCommand | None:
         raise UsageError(f"--cmd {args.cmd!r}: {exc}") from None
     if not argv:
         raise UsageError("--cmd is empty: give the command that loads the model")
-    if args.cmd_until and args.cmd_ready:
-        raise UsageError("--cmd-until and --cmd-ready are two ways to say 'ready': pick one")
-    if args.cmd_until:
-        try:
-            re.compile(args.cmd_until)
-        except re.error as exc:
-            raise UsageError(f"--cmd-until: not a regular expression ({exc})") from None
-    if args.cmd_ready and not args.cmd_ready.startswith(("http://", "https://")):
-        raise UsageError(f"--cmd-ready {args.cmd_ready!r}: an http:// or https:// URL")
+    check_ready(args.cmd_until, args.cmd_ready, ("--cmd-until", "--cmd-ready"))
     return UserCommand(argv, args.cmd_until, args.cmd_ready)
 
 

@@ -33,18 +33,24 @@ def _argv(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(cmd)
 
 
+def check_ready(until: str | None, ready: str | None, flags: tuple[str, str]) -> None:
+    """How a command says it is ready, checked before any work (``flags``: the two options'
+    names, ``--until``/``--ready`` here, ``--cmd-until``/``--cmd-ready`` for the doctor)."""
+    if until and ready:
+        raise UsageError(f"{flags[0]} and {flags[1]} are two ways to say 'ready': pick one")
+    if until:
+        try:
+            re.compile(until)
+        except re.error as exc:
+            raise UsageError(f"{flags[0]} {until!r}: not a regular expression ({exc})") from None
+    if ready and not ready.startswith(("http://", "https://")):
+        raise UsageError(f"{flags[1]} {ready!r}: an http:// or https:// URL")
+
+
 def _check(args: argparse.Namespace) -> tuple[str, ...]:
     from loadscope.diagnosis.timing import FIXES
 
-    if args.until and args.ready:
-        raise UsageError("--until and --ready are two ways to say 'ready': pick one")
-    if args.until:
-        try:
-            re.compile(args.until)
-        except re.error as exc:
-            raise UsageError(f"--until {args.until!r}: not a regular expression ({exc})") from None
-    if args.ready and not args.ready.startswith(("http://", "https://")):
-        raise UsageError(f"--ready {args.ready!r}: an http:// or https:// URL")
+    check_ready(args.until, args.ready, ("--until", "--ready"))
     fixes = tuple(args.fixes)
     if fixes == ("none",):
         return ()
