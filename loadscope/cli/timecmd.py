@@ -81,7 +81,9 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     output: IO[bytes] | None = None
     with contextlib.ExitStack() as stack:
         if args.output:
-            output = stack.enter_context(open(args.output, "ab"))
+            # Unbuffered: a write that fails (a full disk) fails where it is said, not
+            # again as the file closes.
+            output = stack.enter_context(open(args.output, "ab", buffering=0))
         elif args.json == "-":
             output = sys.stderr.buffer  # stdout carries the JSON
 

@@ -324,6 +324,7 @@ class _Timer:
             try:
                 with changed(mount_key(_device(files[0])), knobs):
                     v.runs.append(run_once(self.spec(argv, watch)))
+                self.output_note(v.runs[-1])
             except OSError as exc:
                 if len(v.runs) > ran:
                     raise  # it ran, and the old value could not be put back: said loudly
@@ -342,6 +343,13 @@ class _Timer:
                     return
             v.before_s.append(time.perf_counter() - t0)
         v.runs.append(run_once(self.spec(argv, watch)))
+        self.output_note(v.runs[-1])
+
+    def output_note(self, run: RunResult) -> None:
+        if run.output_error:
+            note = f"the command's output could not all be written: {run.output_error}"
+            if note not in self.notes:
+                self.notes.append(note)
 
 
 def time_command(

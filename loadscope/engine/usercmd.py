@@ -102,6 +102,8 @@ class RunResult:
     opened: list[str] = field(default_factory=list)
     #: The last lines the command wrote (stderr's when it wrote any, else stdout's).
     tail: list[str] = field(default_factory=list)
+    #: Why the command's output could not be written where it goes (a full disk).
+    output_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,16 +117,21 @@ class _Output:
         self.matched: tuple[float, str] | None = None
         #: The last lines, for a command that failed.
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        #: Why the output could not be passed on (the first failed write), if it could not.
+        self.error: str | None = None
         self.thread = threading.Thread(target=self._pump, daemon=True)
         self.thread.start()
 
     def _write(self, data: bytes) -> None:
-        with contextlib.suppress(OSError, ValueError):
+        try:
             if isinstance(self.dst, int):
                 os.write(self.dst, data)
             else:
                 self.dst.write(data)
                 self.dst.flush()
+        except (OSError, ValueError) as exc:  # a full disk, a closed pipe: said, not raised
+            if self.error is None:
+                self.error = getattr(exc, "strerror", None) or str(exc)
 
     def _pump(self) -> None:
         pending = b""
@@ -365,6 +372,7 @@ def run_once(spec: RunSpec) -> RunResult:
             result.device_request_bytes = (after[1] - before[1]) * 512 / result.device_requests
     result.opened = sorted(tree.opened)
     result.tail = list(streams[1].tail or streams[0].tail)
+    result.output_error = next((s.error for s in streams if s.error), None)
     return result
 
 

@@ -377,3 +377,12 @@ def test_a_stop_right_after_the_spawn_still_stops_the_command(
     with pytest.raises(KeyboardInterrupt):
         usercmd.run_once(spec)
     assert not _marker_alive(marker)
+
+
+def test_output_to_a_full_disk_is_said_not_a_crash(model: Path) -> None:
+    result = run_loadscope(
+        "time", "--model", str(model), "--fixes", "none", "--rounds", "1", "--quiet",
+        "--output", "/dev/full", "--", PY, "-c", "print('x' * 100000)",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    assert "output could not all be written: No space left on device" in result.out
