@@ -61,17 +61,30 @@ class WeightTree(DirectoryTree):
         ]
 
 
-class MarkedCheckbox(Checkbox):
-    """A checkbox whose mark says its state without colour: X when on, blank when off
-    (Textual's draws the same X both ways, told apart by colour alone)."""
+class _Marked:
+    """A toggle whose mark says its state without colour: its mark when on, blank when
+    off (Textual's draws the same mark both ways, told apart by colour alone)."""
+
+    MARK = "X"
+    BUTTON_INNER: str
+    value: bool
 
     def watch_value(self) -> None:
-        # Textual draws BUTTON_INNER for both states; this instance's follows its value.
-        self.BUTTON_INNER = "X" if self.value else " "
-        super().watch_value()
+        self.BUTTON_INNER = self.MARK if self.value else " "
+        super().watch_value()  # type: ignore[misc]
 
     def on_mount(self) -> None:
-        self.BUTTON_INNER = "X" if self.value else " "
+        self.BUTTON_INNER = self.MARK if self.value else " "
+
+
+class MarkedCheckbox(_Marked, Checkbox):
+    """The emulate box: X on, blank off."""
+
+
+class MarkedRadioButton(_Marked, RadioButton):
+    """A source choice: ● when chosen, blank otherwise."""
+
+    MARK = "●"
 
 
 class OnboardingScreen(Screen[Any]):
@@ -97,11 +110,11 @@ class OnboardingScreen(Screen[Any]):
                 "[b]Diagnose how a model loads on this machine.[/b] Pick the model:", id="intro"
             )
             with RadioSet(id="source"):
-                yield RadioButton(
+                yield MarkedRadioButton(
                     "A synthetic checkpoint (no model needed)", value=True, id="src-synth"
                 )
-                yield RadioButton("A path on this machine", id="src-path")
-                yield RadioButton("From the local Hugging Face cache", id="src-hf")
+                yield MarkedRadioButton("A path on this machine", id="src-path")
+                yield MarkedRadioButton("From the local Hugging Face cache", id="src-hf")
             with ContentSwitcher(initial="pane-synth", id="panes"):
                 with Vertical(id="pane-synth"):
                     yield Label(

@@ -561,5 +561,7 @@ def test_onboarding_down_then_enter_lands_where_the_highlight_says() -> None:
         await pilot.pause()
         marks.append(box.BUTTON_INNER)  # type: ignore[attr-defined]
         assert sorted(marks) == [" ", "X"]
+        radios = {b.id: b.BUTTON_INNER for b in screen.query("#source RadioButton")}  # type: ignore[attr-defined]
+        assert radios == {"src-synth": " ", "src-path": "●", "src-hf": " "}
 
     drive(steps)
