@@ -103,6 +103,46 @@ class Requirements:
     #: An optional package, by import name, with the extra that installs it.
     package: str | None = None
     extra: str | None = None
+    #: A filesystem that takes O_DIRECT (the doctor plans it only where the probe read so).
+    o_direct: bool = False
+
+
+#: How a strategy reads cold files, for the doctor's cost model: "buffered" through the
+#: page cache in the mount's readahead windows, "deep" with many large O_DIRECT requests
+#: in flight where the filesystem takes them, "parallel" with many large requests.
+ReadKind = Literal["buffered", "deep", "parallel"]
+
+
+@dataclass(frozen=True, slots=True)
+class StackRoute:
+    """One way a user's stack runs a strategy's code: the snippet the advice prints beside
+    that strategy's measured number (declared on the strategy, so the trial and the code
+    it stands for sit together).
+
+    ``template`` takes ``{py}`` (the model as loadscope and safetensors name it, as a
+    Python string), ``{sh}`` (for a shell), ``{dir_py}`` and ``{dir_sh}`` (the folder or
+    repo id the HF stacks and servers take)."""
+
+    stack: str
+    #: How it applies: "code change", "a flag", "no code change".
+    route: str
+    #: The change in a few words ("--load-format fastsafetensors", "loadscope warm first").
+    what: str
+    template: str
+    #: The trial its speed-up is measured against: the stack's own default (None: the
+    #: default load of the strategy's device).
+    baseline: str | None = None
+    #: Shown only when this strategy has no trial (a generic stand-in for a stack-specific
+    #: route: a transformers route timed as ``load_file`` when from_pretrained was not).
+    unless: str | None = None
+    #: What a stand-in's number is, said beside it (it is not the snippet's own call).
+    proxy: str = ""
+    #: How to measure a route the diagnosis does not run.
+    measure_with: str = ""
+    #: The folder layouts the code runs on (``base/hf_layout.py``); empty: any.
+    layouts: tuple[str, ...] = ()
+    #: The strategy whose trial ran this code (filled in by the registry).
+    strategy: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +210,29 @@ class Strategy:
     #: (the public API, ``loadscope warm``, a stack's flag): its trial runs with the
     #: route's own defaults, so the number printed beside the route is the route's.
     tuned: bool = False
+    #: The default load of its device and format (``load_file``, ``torch.load``): every
+    #: speed-up is taken against it, and without its cold trial nothing is judged.
+    default_load: bool = False
+    #: Its place among the doctor's CPU trials of a safetensors model (lower runs first;
+    #: None: the doctor does not run it there), and whether it also runs on a GPU box (a
+    #: route users apply on the CPU side there).
+    doctor_order: int | None = None
+    on_gpu_box: bool = False
+    #: Whether its warm trial matters for the advice (the default loads, the fast paths).
+    warm_trial: bool = False
+    #: How it reads cold files (:data:`ReadKind`), for the doctor's cost model.
+    reads: ReadKind = "parallel"
+    #: Holds the model in the process's own memory (where the others map the page cache).
+    own_copy: bool = False
+    #: The kinds of fix whose advice shows its routes ("parallel-reads", "prewarm", ...),
+    #: and the code each stack runs for it.
+    fixes: frozenset[str] = frozenset()
+    routes: tuple[StackRoute, ...] = ()
+
+    @property
+    def builds_model(self) -> bool:
+        """It builds the model with transformers (needs the model's config.json)."""
+        return "transformers-model" in self.preload
 
     def unavailable(self) -> str | None:
         """Why this strategy cannot run in this environment, or None.
@@ -210,6 +273,14 @@ class Strategy:
             "sample_shards": self.sample_shards,
             "tuned": self.tuned,
             "preload": list(self.preload),
+            "default_load": self.default_load,
+            "doctor_order": self.doctor_order,
+            "on_gpu_box": self.on_gpu_box,
+            "warm_trial": self.warm_trial,
+            "reads": self.reads,
+            "own_copy": self.own_copy,
+            "fixes": sorted(self.fixes),
+            "routes": [{"stack": r.stack, "route": r.route, "what": r.what} for r in self.routes],
             "knobs": {
                 k.name: {"default": k.default, "help": k.help, "takes": k.takes()}
                 for k in self.knobs

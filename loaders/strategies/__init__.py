@@ -11,6 +11,7 @@ here too when they arrive.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from loadscope.loaders.strategies.api import PublicLoadFile
@@ -41,7 +42,7 @@ from loadscope.loaders.strategies.transformers_load import (
     FromPretrainedPrewarmed,
 )
 from loadscope.loaders.strategies.vllm_prefetch import VllmPrefetch
-from loadscope.loaders.strategy import Strategy
+from loadscope.loaders.strategy import StackRoute, Strategy
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
@@ -84,6 +85,63 @@ DEFAULT_ORDER = tuple(STRATEGIES)
 GPU_STRATEGIES = tuple(
     n for n, s in STRATEGIES.items() if s.requires.gpu and "safetensors" in s.requires.formats
 )
+
+
+def default_load(gpu: bool = False, fmt: str = "safetensors") -> str:
+    """The default load of a device and format (``load_file``, ``torch.load``; to the GPU
+    with ``gpu``): the strategy declared ``default_load`` for them."""
+    return next(
+        n
+        for n, s in STRATEGIES.items()
+        if s.default_load and s.requires.gpu == gpu and fmt in s.requires.formats
+    )
+
+
+#: The default loads every speed-up is taken against (CPU and GPU, safetensors and torch).
+DEFAULT_LOADS = tuple(n for n, s in STRATEGIES.items() if s.default_load)
+#: ``load_file`` on the CPU and to the GPU: the baselines most figures are against.
+DEFAULT = default_load()
+GPU_DEFAULT = default_load(gpu=True)
+#: ``torch.load``, on the CPU and to the GPU.
+TORCH_DEFAULT = default_load(fmt="torch")
+GPU_TORCH_DEFAULT = default_load(gpu=True, fmt="torch")
+#: The strategies the advice names for what they stand for.
+WHOLE_FILE_READ = FullRead.name  # the folklore fix: each file read whole, then load()ed
+TORCH_MMAP = PickleMmap.name
+HF_DEFAULT = FromPretrained.name  # transformers' from_pretrained as users call it
+#: loadscope's own tuned readers, on the CPU and to the GPU: evidence that deep reads pay,
+#: never a route a user pastes.
+INTERNAL_READERS = tuple(
+    sorted(
+        (n for n, s in STRATEGIES.items() if s.tuned and not s.requires.gpu),
+        key=lambda n: STRATEGIES[n].doctor_order or 0,
+    )
+)
+GPU_INTERNAL_READER = next(n for n, s in STRATEGIES.items() if s.tuned and s.requires.gpu)
+
+
+def reads_torch(name: str) -> bool:
+    """``name`` loads torch checkpoints (``torch.load`` in one of its ways)."""
+    known = STRATEGIES.get(name)
+    return known is not None and known.requires.formats == {"torch"}
+
+
+def _resolved(name: str, route: StackRoute) -> StackRoute:
+    """A declared route with its strategy and baseline filled in (the device's default
+    load where the declaration names none)."""
+    baseline = route.baseline or default_load(gpu=STRATEGIES[name].requires.gpu)
+    return dataclasses.replace(route, strategy=name, baseline=baseline)
+
+
+#: Every stack route of every strategy, resolved, in the registry's order.
+ROUTES: tuple[StackRoute, ...] = tuple(
+    _resolved(n, r) for n, s in STRATEGIES.items() for r in s.routes
+)
+#: Which strategies' routes each kind of fix shows.
+FIX_STRATEGIES: dict[str, frozenset[str]] = {
+    fix: frozenset(n for n, s in STRATEGIES.items() if fix in s.fixes)
+    for fix in sorted({f for s in STRATEGIES.values() for f in s.fixes})
+}
 
 
 def get(name: str) -> Strategy:

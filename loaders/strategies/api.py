@@ -10,6 +10,7 @@ public call always loads whole files.
 
 from __future__ import annotations
 
+from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file
 from loadscope.loaders.strategies.auto import Auto
@@ -19,6 +20,21 @@ class PublicLoadFile(strategy.Strategy):
     name = "api"
     summary = "loadscope.load_file(path): the public API (auto's choices, safetensors' output)"
     requires = strategy.Requirements(ram_multiple=1.0)
+    doctor_order = 40
+    on_gpu_box = True
+    warm_trial = True
+    reads = "deep"
+    own_copy = True
+    fixes = frozenset({code.PARALLEL_READS})
+    routes = (
+        strategy.StackRoute(
+            "safetensors",
+            "code change",
+            "loadscope.load_file",
+            "import loadscope  # loadscope.load_file(p) is a drop-in for load_file(p)\n"
+            "state = loadscope.load_model({py})",
+        ),
+    )
     knobs = tuple(k for k in Auto.knobs if k.name != "huge_pages")  # load_file: auto's default
 
     def load(

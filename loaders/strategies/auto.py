@@ -29,6 +29,9 @@ class Auto(strategy.Strategy):
     summary = "map resident files; deep-parallel large reads (O_DIRECT when possible) when cold"
     requires = strategy.Requirements(ram_multiple=1.0)
     tuned = True  # the probe's best readers where no knob is given
+    doctor_order = 20
+    warm_trial = True
+    reads = "deep"
     knobs = (
         strategy.Knob("threads", 12, "requests in flight per cold file (default: from the probes)"),
         # A multiple of 4096, as O_DIRECT reads need (as ``direct``'s): any other size would

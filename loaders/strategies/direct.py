@@ -17,7 +17,9 @@ class Direct(strategy.FileByFile):
     name = "direct"
     summary = "O_DIRECT 1 MiB reads, 12 in flight, into an aligned buffer"
     tuned = True
-    requires = strategy.Requirements(ram_multiple=1.0)
+    requires = strategy.Requirements(ram_multiple=1.0, o_direct=True)
+    doctor_order = 25  # beside the parallel family where the filesystem takes O_DIRECT
+    reads = "deep"
     knobs = (
         strategy.Knob("threads", 12, "requests in flight per file"),
         strategy.Knob("block_bytes", 1 << 20, "bytes per read request", multiple=4096),

@@ -6,6 +6,8 @@ bytes. Holds the file twice at the peak (the bytes and the tensors).
 
 from __future__ import annotations
 
+from loadscope.base.hf_layout import DIFFUSERS_MODEL, DIFFUSERS_PIPELINE
+from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import read_spans, tensors_from_buffer
 
@@ -14,6 +16,60 @@ class FullRead(strategy.FileByFile):
     name = "fullread"
     summary = "safetensors.torch.load(open(p, 'rb').read())"
     requires = strategy.Requirements(ram_multiple=2.0)
+    doctor_order = 90  # the folklore fix, last but prefetch
+    on_gpu_box = True
+    reads = "buffered"
+    fixes = frozenset({code.READ_WHOLE_FILES})
+    # Each safetensors file read whole and its bytes load()ed: this trial's reads.
+    routes = (
+        strategy.StackRoute(
+            "safetensors",
+            "code change",
+            "load(f.read())",
+            "from safetensors.torch import load\n"
+            "with open(path, 'rb') as f:  # each .safetensors file\n"
+            "    state = load(f.read())",
+        ),
+        strategy.StackRoute(
+            "transformers",
+            "a flag",
+            "disable_mmap=True",
+            "from transformers import AutoModelForCausalLM  # disable_mmap: transformers >= 5.6\n"
+            "model = AutoModelForCausalLM.from_pretrained({dir_py}, disable_mmap=True)",
+            proxy=code.TIMED_AS_FULL_READ,
+            layouts=code.NOT_DIFFUSERS,
+        ),
+        strategy.StackRoute(
+            "diffusers",
+            "a flag",
+            "disable_mmap=True",
+            "from diffusers import DiffusionPipeline  # disable_mmap: diffusers >= 0.37\n"
+            "pipe = DiffusionPipeline.from_pretrained({dir_py}, disable_mmap=True)",
+            proxy=code.TIMED_AS_FULL_READ,
+            layouts=(DIFFUSERS_PIPELINE,),
+        ),
+        strategy.StackRoute(
+            "diffusers",
+            "a flag",
+            "disable_mmap=True",
+            "from diffusers import AutoModel  # disable_mmap: diffusers >= 0.37\n"
+            "model = AutoModel.from_pretrained({dir_py}, disable_mmap=True)",
+            proxy=code.TIMED_AS_FULL_READ,
+            layouts=(DIFFUSERS_MODEL,),
+        ),
+        strategy.StackRoute(
+            "vllm",
+            "a flag",
+            "--safetensors-load-strategy eager",
+            code.VLLM + " --safetensors-load-strategy eager",
+        ),
+        strategy.StackRoute(
+            "sglang",
+            "a flag",
+            "--weight-loader-disable-mmap",
+            code.SGLANG + " --weight-loader-disable-mmap",
+        ),
+    )
 
     def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         from safetensors.torch import load

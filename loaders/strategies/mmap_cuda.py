@@ -15,6 +15,9 @@ class MmapCuda(strategy.Strategy):
     name = "mmap-cuda"
     summary = "safetensors.torch.load_file(path, device='cuda:N')"
     requires = strategy.Requirements(gpu=True, ram_multiple=0.0)
+    default_load = True
+    warm_trial = True
+    reads = "buffered"
 
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext

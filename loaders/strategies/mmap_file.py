@@ -14,6 +14,11 @@ class MmapLoadFile(strategy.FileByFile):
     name = "mmap"
     summary = "safetensors.torch.load_file (memory-mapped, lazy)"
     requires = strategy.Requirements(ram_multiple=0.0)
+    default_load = True
+    doctor_order = 10
+    on_gpu_box = True
+    warm_trial = True
+    reads = "buffered"
 
     def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         from safetensors import safe_open

@@ -103,6 +103,7 @@ class Parallel(strategy.FileByFile):
     summary = "threads of 16 MiB preads into one buffer per file, tensors as views"
     tuned = True
     requires = strategy.Requirements(ram_multiple=1.0)
+    doctor_order = 30
     knobs = (
         strategy.Knob("threads", 8, "reader threads per file"),
         strategy.Knob("block_bytes", 16 << 20, "bytes per read request"),

@@ -15,7 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
+
+
+def _load_format(name: str, **kw: Any) -> tuple[strategy.StackRoute, ...]:
+    """vLLM's and SGLang's ``--load-format NAME``: the servers' flag for this peer."""
+    what = f"--load-format {name}"
+    return (
+        strategy.StackRoute("vllm", "a flag", what, f"{code.VLLM} {what}", **kw),
+        strategy.StackRoute("sglang", "a flag", what, f"{code.SGLANG} {what}", **kw),
+    )
 
 
 class FastSafetensors(strategy.Strategy):
@@ -26,6 +36,13 @@ class FastSafetensors(strategy.Strategy):
     # Nor a subset of shards: extrapolated from one, 4 GiB came out 54% short (its cost
     # depends on the files loaded together; benchmarks/RESULTS.md). Whole, or skipped.
     sample_shards = False
+    doctor_order: int | None = 70
+    on_gpu_box = True
+    own_copy = True
+    fixes = frozenset({code.PARALLEL_READS})
+    # The CPU mode stands for the flag only where its GPU mode (what the server runs on a
+    # GPU box) was not timed.
+    routes = _load_format("fastsafetensors", unless="mmap-cuda")
     #: False: GPUDirect Storage (cuFile), storage to GPU memory with no host copy.
     nogds = True
 
@@ -77,6 +94,11 @@ class RunAI(strategy.Strategy):
     # It streams the files of a load concurrently: a subset of shards predicted 4 GiB
     # 64% slow (benchmarks/RESULTS.md). Whole, or skipped.
     sample_shards = False
+    doctor_order: int | None = 80
+    on_gpu_box = True
+    own_copy = True
+    fixes = frozenset({code.PARALLEL_READS})
+    routes = _load_format("runai_streamer", unless="mmap-cuda")
 
     def target(self, ctx: strategy.LoadContext) -> str:
         """The device the streamer fills: "cpu", or the GPU the trial loads to."""
@@ -97,7 +119,14 @@ class RunAI(strategy.Strategy):
 
 
 class _OnGpu:
-    """A peer's GPU mode: it fills the GPU the trial loads to."""
+    """A peer's GPU mode: it fills the GPU the trial loads to; none of its CPU mode's place
+    in the doctor's CPU plan or its routes (the GPU modes declare their own)."""
+
+    doctor_order: int | None = None
+    on_gpu_box = False
+    own_copy = False
+    fixes: frozenset[str] = frozenset()
+    routes: tuple[strategy.StackRoute, ...] = ()
 
     def target(self, ctx: strategy.LoadContext) -> str:
         return _gpu(ctx)
@@ -124,6 +153,8 @@ class FastSafetensorsGds(FastSafetensorsCuda):
     name = "fastsafetensors-gds"
     summary = "fastsafetensors to cuda:N with GPUDirect Storage where found (nogds=False)"
     nogds = False
+    fixes = frozenset({code.GPU_STAGED})
+    routes = _load_format("fastsafetensors")  # against the GPU's default load
 
 
 class RunAICuda(_OnGpu, RunAI):
@@ -132,3 +163,5 @@ class RunAICuda(_OnGpu, RunAI):
     requires = strategy.Requirements(
         gpu=True, ram_multiple=0.0, package="runai_model_streamer", extra="peers"
     )
+    fixes = frozenset({code.GPU_STAGED})
+    routes = _load_format("runai_streamer")  # against the GPU's default load

@@ -95,6 +95,9 @@ class Pickle(strategy.FileByFile):
     name = "pickle"
     summary = "torch.load(weights_only=True)"
     requires = strategy.Requirements(formats=frozenset({"torch"}), ram_multiple=1.0)
+    default_load = True
+    warm_trial = True
+    reads = "buffered"
     use_mmap = False
 
     def unavailable(self) -> str | None:
@@ -119,6 +122,7 @@ class PickleMmap(Pickle):
     name = "pickle-mmap"
     summary = "torch.load(weights_only=True, mmap=True)"
     requires = strategy.Requirements(formats=frozenset({"torch"}), ram_multiple=0.0)
+    default_load = False
     use_mmap = True
 
 

@@ -22,6 +22,8 @@ class Prefetch(strategy.Strategy):
     name = "prefetch"
     summary = "sequential 16 MiB reads into the page cache, then load_file, file by file"
     requires = strategy.Requirements(ram_multiple=0.0)
+    doctor_order = 100
+    reads = "buffered"
     knobs = (strategy.Knob("block_bytes", 16 << 20, "size of each prefetch read"),)
 
     def load(

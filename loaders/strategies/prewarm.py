@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+from loadscope.base.hf_layout import DIFFUSERS_MODEL, DIFFUSERS_PIPELINE
+from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import fill_ranges
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
@@ -70,6 +72,53 @@ class Prewarm(strategy.Strategy):
     name = "prewarm"
     summary = "loadscope warm (8 threads of 16 MiB blocks), then load_file from the page cache"
     requires = strategy.Requirements(ram_multiple=0.0)
+    doctor_order = 50
+    on_gpu_box = True
+    fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
+    routes = (
+        strategy.StackRoute(
+            "transformers",
+            "no code change",
+            "loadscope warm first",
+            code.WARM_FIRST + code.TRANSFORMERS_PRETRAINED,
+            unless="hf-pretrained",
+            proxy=code.TIMED_AS_LOAD_FILE,
+            layouts=code.NOT_DIFFUSERS,
+        ),
+        strategy.StackRoute(
+            "diffusers",
+            "no code change",
+            "loadscope warm first",
+            code.WARM_FIRST + "from diffusers import DiffusionPipeline\n"
+            "pipe = DiffusionPipeline.from_pretrained({dir_py})",
+            proxy=code.TIMED_AS_LOAD_FILE,
+            layouts=(DIFFUSERS_PIPELINE,),
+        ),
+        strategy.StackRoute(
+            "diffusers",
+            "no code change",
+            "loadscope warm first",
+            code.WARM_FIRST + "from diffusers import AutoModel\n"
+            "model = AutoModel.from_pretrained({dir_py})",
+            proxy=code.TIMED_AS_LOAD_FILE,
+            layouts=(DIFFUSERS_MODEL,),
+        ),
+        strategy.StackRoute(
+            "vllm", "no code change", "loadscope warm first", "loadscope warm {sh} && " + code.VLLM
+        ),
+        strategy.StackRoute(
+            "sglang",
+            "no code change",
+            "loadscope warm first",
+            "loadscope warm {sh} && " + code.SGLANG,
+        ),
+        strategy.StackRoute(
+            "shell",
+            "no code change",
+            "loadscope warm",
+            "loadscope warm {sh}   # before the stack starts",
+        ),
+    )
     knobs = WARM_KNOBS
     #: A fill of sampled ranges does not predict the command's whole fill (at 1 GiB an
     #: estimate from ranges said 3.9x where the command then load_file gave 2.1x): it runs

@@ -16,6 +16,7 @@ class ReadToCuda(strategy.Strategy):
     name = "read-to-cuda"
     summary = "safetensors.torch.load(open(p, 'rb').read()), then .to('cuda') per tensor"
     requires = strategy.Requirements(gpu=True, ram_multiple=2.0)
+    reads = "buffered"
 
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext

@@ -16,6 +16,7 @@ class Staged(strategy.Strategy):
     summary = "parallel preads into a ring of pinned buffers, async H2D copies overlapping reads"
     requires = strategy.Requirements(gpu=True, ram_multiple=0.0)
     tuned = True
+    warm_trial = True
     knobs = (
         strategy.Knob("slots", 4, "pinned host buffers in the ring"),
         strategy.Knob("slot_bytes", 32 << 20, "bytes per pinned buffer (one H2D copy each)"),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.api import LoadRecord, load_file, load_torch_file
 from loadscope.loaders.buffers import torch_dtype
@@ -52,6 +53,8 @@ class FromPretrained(strategy.Strategy):
     samples = False
     sample_files = False  # from_pretrained loads the model's folder
     preload = ("transformers", "transformers-model")
+    doctor_order = 85  # the user's own load end to end, before the folklore fix
+    on_gpu_box = True
 
     def prepare(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> None:
         """Import transformers and the model's code before the clock: the first
@@ -84,6 +87,18 @@ class FromPretrainedPrewarmed(FromPretrained):
     name = "hf-prewarm"
     summary = "loadscope warm, then from_pretrained(path): the no-code-change fix, end to end"
     knobs = WARM_KNOBS
+    doctor_order = 86
+    fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
+    routes = (
+        strategy.StackRoute(
+            "transformers",
+            "no code change",
+            "loadscope warm first",
+            code.WARM_FIRST + code.TRANSFORMERS_PRETRAINED,
+            baseline=FromPretrained.name,
+            layouts=code.NOT_DIFFUSERS,
+        ),
+    )
 
     def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
         warm(self, files, ctx)
@@ -93,6 +108,23 @@ class FromPretrainedPrewarmed(FromPretrained):
 class FromConfigLoadModel(FromPretrained):
     name = "hf-load-model"
     summary = "loadscope.from_pretrained(path): load_model's reads into the model, no random init"
+    doctor_order = 87
+    own_copy = True
+    fixes = frozenset({code.PARALLEL_READS})
+    # Built on the meta device, no random init, loadscope's reads assigned: this trial
+    # runs that same function.
+    routes = (
+        strategy.StackRoute(
+            "transformers",
+            "code change",
+            "loadscope.from_pretrained",
+            "import loadscope  # AutoModelForCausalLM.from_pretrained, its weights read by"
+            " loadscope\nmodel = loadscope.from_pretrained({py})",
+            baseline=FromPretrained.name,
+            measure_with="loadscope bench MODEL --strategies hf-pretrained,hf-load-model",
+            layouts=code.NOT_DIFFUSERS,
+        ),
+    )
 
     def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
         record = LoadRecord()

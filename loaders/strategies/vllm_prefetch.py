@@ -12,6 +12,7 @@ this trial and not on another strategy's number.
 
 from __future__ import annotations
 
+from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import fill_ranges
 from loadscope.loaders.pagefill import prefetch_files_sequentially
@@ -22,6 +23,18 @@ class VllmPrefetch(strategy.Strategy):
     name = "vllm-prefetch"
     summary = "vLLM's prefetch: one reader per file (8 threads, 16 MiB reads) while mmap loads"
     requires = strategy.Requirements(ram_multiple=0.0)
+    doctor_order = 60
+    on_gpu_box = True
+    reads = "buffered"
+    fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
+    routes = (
+        strategy.StackRoute(
+            "vllm",
+            "a flag",
+            "--safetensors-load-strategy prefetch",
+            code.VLLM + " --safetensors-load-strategy prefetch",
+        ),
+    )
     sample_shards = False  # one reader per file: a sample must touch every file
     knobs = (
         strategy.Knob("threads", 8, "--safetensors-prefetch-num-threads: files read at once"),

@@ -11,5 +11,6 @@ fix backed by a measured number or saying it was not measured);
 :mod:`snippets` (the code or command per stack: safetensors, transformers, diffusers,
 vLLM, SGLang, the shell, each tied to the trial of that code).
 May import: ``loadscope.engine`` (its report types), ``loadscope.actions`` (theirs),
-``loadscope.model``, ``loadscope.base``.
+``loadscope.model``, ``loadscope.loaders`` (the strategies' declarations: their routes
+and roles), ``loadscope.base``.
 """

@@ -22,11 +22,19 @@ from loadscope.advice.results import (
 )
 from loadscope.advice.snippets import command, load_snippets, offered
 from loadscope.engine.broadcast import BroadcastSummary
+from loadscope.loaders.strategies import (
+    DEFAULT,
+    GPU_DEFAULT,
+    GPU_INTERNAL_READER,
+    INTERNAL_READERS,
+    STRATEGIES,
+    WHOLE_FILE_READ,
+)
 
-#: loadscope's own tuned readers: the evidence that deep-parallel reads pay here. None is
-#: a route a user pastes; the fix's number is its best route's (the public API, a flag,
-#: ``loadscope warm`` first), each timed with that route's own code.
-INTERNAL_READERS = ("auto", "direct", "parallel")
+#: loadscope's own tuned readers (``INTERNAL_READERS``, from their declarations) are the
+#: evidence that deep-parallel reads pay here. None is a route a user pastes; the fix's
+#: number is its best route's (the public API, a flag, ``loadscope warm`` first), each
+#: timed with that route's own code.
 
 
 def rule_parallel(f: Facts) -> list[Recommendation]:
@@ -40,16 +48,18 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
         default=None,
     )
     snippets, slower = offered(load_snippets("parallel-reads", f, f.model_path))
-    measured = [s for s in snippets if s.speedup is not None and s.baseline == "mmap"]
+    measured = [s for s in snippets if s.speedup is not None and s.baseline == DEFAULT]
     best = max(measured, key=lambda s: s.speedup or 0.0, default=None)
     gain = best.speedup if best else None
     if best is None or gain is None or gain < WORTH_IT or best.strategy is None:
         return []
     route = best.strategy
-    need = f.model_bytes if f.speedup(route) and route in RAM_HOLDING_ROUTES else 0
+    need = f.model_bytes if f.speedup(route) and STRATEGIES[route].own_copy else 0
     evidence = [
         Evidence(f"{route} cold ({best.what})", f.seconds(route), "s", ids_of(f, (route, "cold"))),
-        Evidence("mmap load_file cold", f.seconds("mmap"), "s", ids_of(f, ("mmap", "cold"))),
+        Evidence(
+            f"{DEFAULT} load_file cold", f.seconds(DEFAULT), "s", ids_of(f, (DEFAULT, "cold"))
+        ),
     ]
     if internal is not None and internal != route:
         evidence.append(
@@ -73,7 +83,7 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
             id="parallel-reads",
             title="Read with many large requests in flight instead of page faults",
             action=f"{best.what} ({best.stack}): {f.seconds(route):.3g} s vs"
-            f" {f.seconds('mmap'):.3g} s cold, {gain:.1f}x ({how})",
+            f" {f.seconds(DEFAULT):.3g} s cold, {gain:.1f}x ({how})",
             strategy=route,
             route=f"{best.what} ({best.stack})",
             expected_speedup=gain,
@@ -89,14 +99,9 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
     ]
 
 
-#: Routes that hold the model in the process's own memory (the others read into the
-#: page cache and map it).
-RAM_HOLDING_ROUTES = frozenset({"api", "hf-load-model", "fastsafetensors", "runai"})
-
-
 def rule_fullread(f: Facts) -> list[Recommendation]:
     """The maintainer's fix — only when the trials show it faster and RAM allows it."""
-    gain = f.speedup("fullread")
+    gain = f.speedup(WHOLE_FILE_READ)
     if gain is None:
         return []
     need = 2 * f.model_bytes
@@ -108,15 +113,18 @@ def rule_fullread(f: Facts) -> list[Recommendation]:
         Recommendation(
             id="read-whole-files",
             title="Read whole files instead of memory-mapping them",
-            action=f"load(open(p,'rb').read()): {f.seconds('fullread'):.3g} s vs"
-            f" {f.seconds('mmap'):.3g} s cold, {gain:.1f}x",
-            strategy="fullread",
+            action=f"load(open(p,'rb').read()): {f.seconds(WHOLE_FILE_READ):.3g} s vs"
+            f" {f.seconds(DEFAULT):.3g} s cold, {gain:.1f}x",
+            strategy=WHOLE_FILE_READ,
             expected_speedup=gain,
             evidence=[
                 Evidence(
-                    "fullread cold", f.seconds("fullread"), "s", ids_of(f, ("fullread", "cold"))
+                    f"{WHOLE_FILE_READ} cold",
+                    f.seconds(WHOLE_FILE_READ),
+                    "s",
+                    ids_of(f, (WHOLE_FILE_READ, "cold")),
                 ),
-                Evidence("mmap cold", f.seconds("mmap"), "s", ids_of(f, ("mmap", "cold"))),
+                Evidence(f"{DEFAULT} cold", f.seconds(DEFAULT), "s", ids_of(f, (DEFAULT, "cold"))),
             ],
             ram_bytes_needed=need,
             risk="holds the file twice at the peak; with N ranks per node, N copies. "
@@ -142,28 +150,29 @@ def rule_gpu_staged(f: Facts) -> list[Recommendation]:
     evidence = [
         Evidence(f"{route} cold ({best.what})", f.seconds(route), "s", ids_of(f, (route, "cold"))),
         Evidence(
-            "mmap-cuda cold (load_file(device='cuda'))",
-            f.seconds("mmap-cuda"),
+            f"{GPU_DEFAULT} cold (load_file(device='cuda'))",
+            f.seconds(GPU_DEFAULT),
             "s",
-            ids_of(f, ("mmap-cuda", "cold")),
+            ids_of(f, (GPU_DEFAULT, "cold")),
         ),
     ]
-    if f.speedup("staged", base_name="mmap-cuda"):
+    own = GPU_INTERNAL_READER
+    if f.speedup(own, base_name=GPU_DEFAULT):
         evidence.append(
             Evidence(
-                "loadscope's own 'staged' reader cold (evidence, not a route)",
-                f.seconds("staged"),
+                f"loadscope's own '{own}' reader cold (evidence, not a route)",
+                f.seconds(own),
                 "s",
-                ids_of(f, ("staged", "cold")),
+                ids_of(f, (own, "cold")),
             )
         )
     evidence.extend(slower_evidence(slower))
-    how = f.how_obtained(route, "mmap-cuda")
+    how = f.how_obtained(route, GPU_DEFAULT)
     return [
         Recommendation(
             id="gpu-staged",
             title="Stage reads through pinned memory with overlapped copies to the GPU",
-            action=f"{best.what}: {f.seconds(route):.3g} s vs {f.seconds('mmap-cuda'):.3g} s"
+            action=f"{best.what}: {f.seconds(route):.3g} s vs {f.seconds(GPU_DEFAULT):.3g} s"
             f" for load_file(device='cuda') cold, {gain:.1f}x ({how})",
             strategy=route,
             route=f"{best.what} ({best.stack})",

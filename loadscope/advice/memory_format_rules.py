@@ -19,7 +19,7 @@ from loadscope.advice.facts import Facts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.advice.snippets import Snippet, command, commands
 from loadscope.base.units import format_bytes, format_speedup
-from loadscope.engine.bench import GPU_STRATEGIES
+from loadscope.loaders.strategies import DEFAULT, GPU_STRATEGIES, HF_DEFAULT, TORCH_DEFAULT
 from loadscope.model.targets import safetensors_twin
 
 
@@ -145,14 +145,14 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
     measured as ``load_file`` (the ``mmap`` trials, on those files) against ``torch.load``."""
     names = f.safetensors_beside
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    gain = f.speedup("mmap", base_name="pickle")
+    gain = f.speedup(DEFAULT, base_name=TORCH_DEFAULT)
     action = (
         f"this folder already holds the model as safetensors ({shown}): load those instead"
         " of the pickles (no unpickling, so no code execution; memory-mapped), nothing to"
         " convert"
     )
     evidence = [Evidence("format", "torch pickle, with safetensors beside it")]
-    mmap_s, pickle_s = f.seconds("mmap"), f.seconds("pickle")
+    mmap_s, pickle_s = f.seconds(DEFAULT), f.seconds(TORCH_DEFAULT)
     if gain is not None and mmap_s and pickle_s:
         action += (
             f"; measured here cold: load_file {mmap_s:.3g} s vs torch.load {pickle_s:.3g} s"
@@ -162,7 +162,9 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
             Evidence("torch.load cold", pickle_s, "s"),
             Evidence("load_file cold, the safetensors beside", mmap_s, "s"),
         ]
-    why = f.why_not_measured("mmap") or f.why_not_measured("pickle") or "no cold trial of both"
+    why = (
+        f.why_not_measured(DEFAULT) or f.why_not_measured(TORCH_DEFAULT) or "no cold trial of both"
+    )
     if len(names) == 1:
         code = (
             "from safetensors.torch import load_file\n"
@@ -189,19 +191,19 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
     loads = Snippet(
         stack="safetensors",
         code=code,
-        strategy="mmap",  # load_file per file: the code above
+        strategy=DEFAULT,  # load_file per file: the code above
         route="code change",
         what="the safetensors already there",
         speedup=gain,
-        baseline="pickle",
-        trial_ids=f.cold_trial_ids("mmap"),
+        baseline=TORCH_DEFAULT,
+        trial_ids=f.cold_trial_ids(DEFAULT),
         note="" if gain is not None else f"not measured here ({why})",
     )
     hf = Snippet(
         stack="transformers",
         code="from transformers import AutoModelForCausalLM  # or the Auto class you load with\n"
         f"model = AutoModelForCausalLM.from_pretrained({f.model_root!r}, use_safetensors=True)",
-        strategy="hf-pretrained",
+        strategy=HF_DEFAULT,
         route="code change",
         what="from_pretrained on the folder",
         note="not measured here (from_pretrained was not timed on these files)",
@@ -210,7 +212,7 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
         id="use-safetensors-beside",
         title="Load the safetensors files already beside the pickles",
         action=action,
-        strategy="mmap",
+        strategy=DEFAULT,
         evidence=evidence,
         risk="none: reads files that are already there",
         confidence="high",

@@ -47,6 +47,14 @@ from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import BenchReport
 from loadscope.engine.broadcast import BroadcastReport
 from loadscope.engine.probing import ProbeReport
+from loadscope.loaders.strategies import (
+    DEFAULT,
+    DEFAULT_LOADS,
+    GPU_DEFAULT,
+    GPU_TORCH_DEFAULT,
+    TORCH_DEFAULT,
+    WHOLE_FILE_READ,
+)
 
 __all__ = [
     "BASELINES",
@@ -89,7 +97,7 @@ RULES: tuple[Rule, ...] = (
 def contradictions(f: Facts) -> list[str]:
     """Where the measurements here contradict a rule of thumb."""
     notes = []
-    gain = f.speedup("fullread")
+    gain = f.speedup(WHOLE_FILE_READ)
     if gain is not None and gain < 1:
         notes.append(
             f"the folklore fix (read whole files instead of mmap) measured {1 / gain:.1f}x"
@@ -165,12 +173,12 @@ FORMAT_FIXES = ("use-safetensors-beside", "convert-to-safetensors")
 
 #: The default load each kind of run is judged against: without its cold trial there is
 #: no baseline, so neither "healthy" nor a speed-up can be said.
-BASELINES: tuple[str, ...] = ("mmap", "mmap-cuda", "pickle")
+BASELINES: tuple[str, ...] = DEFAULT_LOADS
 
 
 def unmeasured_reason(f: Facts) -> str | None:
     """Why there is no evidence for a verdict (no trial, no cold baseline), or None."""
-    if f.device != "cpu" and "mmap-cuda" not in f.cold and "pickle-cuda" not in f.cold:
+    if f.device != "cpu" and GPU_DEFAULT not in f.cold and GPU_TORCH_DEFAULT not in f.cold:
         # A GPU run whose GPU half measured nothing: the CPU-side routes beside it do not
         # answer what was asked (loading to the GPU).
         why = next((x for x in f.failures if "cuda" in x.lower()), None) or (
@@ -207,7 +215,7 @@ def advise_facts(f: Facts) -> Advice:
     missing = unmeasured_reason(f)
     if missing is not None:
         return Advice(Verdict("unmeasured", f"could not measure: {missing}"), [], [])
-    default = "pickle" if f.formats == {"torch"} else "mmap"
+    default = TORCH_DEFAULT if f.formats == {"torch"} else DEFAULT
     shaky = unreliable_reason(f, (default,))
     if shaky is not None:
         return Advice(Verdict("unmeasured", f"could not measure reliably: {shaky}"), [], [])
@@ -238,7 +246,7 @@ def advise_facts(f: Facts) -> Advice:
         assert default_bps is not None and limit
         headline = (
             f"healthy: {f.storage_class} storage, the default load"
-            f"{' (torch.load)' if default == 'pickle' else ''} runs at"
+            f"{' (torch.load)' if default == TORCH_DEFAULT else ''} runs at"
             f" {format_rate(default_bps)},"
             f" {default_bps / limit:.0%}"
             " of the measured sequential limit; nothing to fix"

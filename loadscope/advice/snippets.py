@@ -2,7 +2,8 @@
 
 A recommendation says *what* to change; its snippets say *how* in safetensors,
 transformers, diffusers, vLLM, SGLang and the shell. Each loading snippet names the
-strategy whose trial ran that very code (``ROUTES``: vLLM's prefetch flag is the
+strategy whose trial ran that very code (the routes are declared on the strategies,
+``loaders/strategies``, gathered as ``ROUTES``: vLLM's prefetch flag is the
 ``vllm-prefetch`` trial, ``loadscope.load_file`` the ``api`` trial, "run
 ``loadscope warm`` first" the ``prewarm`` trial, ``disable_mmap``/``eager`` the
 ``fullread`` trial), and carries that trial's measured speed-up over the default
@@ -14,7 +15,8 @@ library's lines are shown only for a folder saved for it (``Measured.layout``: n
 (``tests/unit/test_hf_routes_run.py`` executes every transformers and diffusers line).
 
 This module only formats: the numbers come from a :class:`Measured` (the advice's
-facts), so it imports nothing above the base layer.
+facts) and the routes from the strategies' declarations, so it imports nothing above
+the loaders.
 """
 
 from __future__ import annotations
@@ -24,13 +26,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from loadscope.base.hf_layout import (
-    DIFFUSERS_MODEL,
-    DIFFUSERS_PIPELINE,
-    TRANSFORMERS,
-    UNKNOWN,
-)
+from loadscope.base.hf_layout import UNKNOWN
 from loadscope.base.units import speedup_shown
+from loadscope.loaders.strategies import DEFAULT, FIX_STRATEGIES, ROUTES, STRATEGIES
+from loadscope.loaders.strategy import StackRoute
 
 #: The stacks a load snippet is written for, in the order they are shown.
 STACKS = ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell")
@@ -49,7 +48,7 @@ class Snippet:
     what: str = ""
     #: Measured cold speed-up over ``baseline`` (the stack's default load), and its trials.
     speedup: float | None = None
-    baseline: str = "mmap"
+    baseline: str = DEFAULT
     trial_ids: list[int] = field(default_factory=list)
     #: "not measured here: ..." when this snippet's strategy has no cold trial.
     note: str = ""
@@ -66,7 +65,7 @@ class Snippet:
 class Measured(Protocol):
     """What the snippets need from the trials (the advice's facts implement it)."""
 
-    def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
+    def speedup(self, strategy: str, cache: str = "cold", base_name: str = DEFAULT) -> float | None:
         """Cold speed-up of ``strategy`` over mmap, None when not measured."""
         ...
 
@@ -82,285 +81,13 @@ class Measured(Protocol):
     #: one library is shown only for its folders. Read with ``""`` (unknown) as default.
     layout: str
 
-    def how_obtained(self, strategy: str, base_name: str = "mmap") -> str:
+    def how_obtained(self, strategy: str, base_name: str = DEFAULT) -> str:
         """ "measured", or "estimated ±E%" when either figure is a fit's."""
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    stack: str
-    route: str
-    strategy: str
-    #: The change in a few words ("--load-format fastsafetensors", "loadscope warm first").
-    what: str
-    #: Code with ``{py}`` (the model as loadscope and safetensors name it: a folder, a
-    #: file, an index, as a Python string) and ``{sh}`` (for a shell); ``{dir_py}`` and
-    #: ``{dir_sh}``: the folder (or repo id) the HF stacks and servers take.
-    template: str
-    #: The trial this route's speed-up is measured against: the stack's own default.
-    baseline: str = "mmap"
-    #: Shown only when this strategy has no trial (a generic stand-in for a stack-specific
-    #: route: the transformers routes timed as ``load_file`` when from_pretrained was not;
-    #: a peer's CPU mode where its GPU mode, the one the server runs there, was timed).
-    unless: str | None = None
-    #: What a stand-in's number is, said beside it (it is not the snippet's own call).
-    proxy: str = ""
-    #: How to measure a route the diagnosis does not run.
-    measure_with: str = ""
-    #: The folder layouts the code runs on (``Measured.layout``); empty: any.
-    layouts: tuple[str, ...] = ()
-
-
-#: transformers' code fails on a diffusers folder; unknown folders keep their lines.
-_NOT_DIFFUSERS = (TRANSFORMERS, UNKNOWN)
-
-
-#: ``loadscope.from_pretrained``: load_model's reads put into the model from_pretrained
-#: would build, with no random init; the ``hf-load-model`` trial runs that same function.
-_TRANSFORMERS_LOAD_MODEL = (
-    "import loadscope  # AutoModelForCausalLM.from_pretrained, its weights read by loadscope\n"
-    "model = loadscope.from_pretrained({py})"
-)
-#: from_pretrained as users call it (the ``hf-pretrained`` trial's code).
-_TRANSFORMERS_PRETRAINED = (
-    "from transformers import AutoModelForCausalLM\n"
-    "model = AutoModelForCausalLM.from_pretrained({dir_py})"
-)
-
-#: Every way a stack can load the model differently, by the trial that measures it.
-ROUTES: tuple[Route, ...] = (
-    Route(
-        "safetensors",
-        "code change",
-        "api",
-        "loadscope.load_file",
-        "import loadscope  # loadscope.load_file(p) is a drop-in for load_file(p)\n"
-        "state = loadscope.load_model({py})",
-    ),
-    Route(
-        "safetensors",
-        "code change",
-        "fullread",
-        "load(f.read())",
-        "from safetensors.torch import load\n"
-        "with open(path, 'rb') as f:  # each .safetensors file\n"
-        "    state = load(f.read())",
-    ),
-    Route(
-        "transformers",
-        "no code change",
-        "hf-prewarm",
-        "loadscope warm first",
-        "# run first: loadscope warm {sh}\n" + _TRANSFORMERS_PRETRAINED,
-        baseline="hf-pretrained",
-        layouts=_NOT_DIFFUSERS,
-    ),
-    Route(
-        "transformers",
-        "code change",
-        "hf-load-model",
-        "loadscope.from_pretrained",
-        _TRANSFORMERS_LOAD_MODEL,
-        baseline="hf-pretrained",
-        measure_with="loadscope bench MODEL --strategies hf-pretrained,hf-load-model",
-        layouts=_NOT_DIFFUSERS,
-    ),
-    Route(
-        "transformers",
-        "no code change",
-        "prewarm",
-        "loadscope warm first",
-        "# run first: loadscope warm {sh}\n" + _TRANSFORMERS_PRETRAINED,
-        unless="hf-pretrained",
-        proxy="the same reads timed with load_file; from_pretrained itself not timed here",
-        layouts=_NOT_DIFFUSERS,
-    ),
-    Route(
-        "transformers",
-        "a flag",
-        "fullread",
-        "disable_mmap=True",
-        # Each safetensors file read whole and its bytes load()ed: the fullread trial's reads.
-        "from transformers import AutoModelForCausalLM  # disable_mmap: transformers >= 5.6\n"
-        "model = AutoModelForCausalLM.from_pretrained({dir_py}, disable_mmap=True)",
-        proxy="the same reads timed as load(f.read()); from_pretrained itself not timed here",
-        layouts=_NOT_DIFFUSERS,
-    ),
-    Route(
-        "diffusers",
-        "no code change",
-        "prewarm",
-        "loadscope warm first",
-        "# run first: loadscope warm {sh}\n"
-        "from diffusers import DiffusionPipeline\n"
-        "pipe = DiffusionPipeline.from_pretrained({dir_py})",
-        proxy="the same reads timed with load_file; from_pretrained itself not timed here",
-        layouts=(DIFFUSERS_PIPELINE,),
-    ),
-    Route(
-        "diffusers",
-        "a flag",
-        "fullread",
-        "disable_mmap=True",
-        "from diffusers import DiffusionPipeline  # disable_mmap: diffusers >= 0.37\n"
-        "pipe = DiffusionPipeline.from_pretrained({dir_py}, disable_mmap=True)",
-        proxy="the same reads timed as load(f.read()); from_pretrained itself not timed here",
-        layouts=(DIFFUSERS_PIPELINE,),
-    ),
-    Route(
-        "diffusers",
-        "no code change",
-        "prewarm",
-        "loadscope warm first",
-        "# run first: loadscope warm {sh}\n"
-        "from diffusers import AutoModel\n"
-        "model = AutoModel.from_pretrained({dir_py})",
-        proxy="the same reads timed with load_file; from_pretrained itself not timed here",
-        layouts=(DIFFUSERS_MODEL,),
-    ),
-    Route(
-        "diffusers",
-        "a flag",
-        "fullread",
-        "disable_mmap=True",
-        "from diffusers import AutoModel  # disable_mmap: diffusers >= 0.37\n"
-        "model = AutoModel.from_pretrained({dir_py}, disable_mmap=True)",
-        proxy="the same reads timed as load(f.read()); from_pretrained itself not timed here",
-        layouts=(DIFFUSERS_MODEL,),
-    ),
-    Route(
-        "vllm",
-        "a flag",
-        "vllm-prefetch",
-        "--safetensors-load-strategy prefetch",
-        "vllm serve {dir_sh} --safetensors-load-strategy prefetch",
-    ),
-    Route(
-        "vllm",
-        "a flag",
-        "fullread",
-        "--safetensors-load-strategy eager",
-        "vllm serve {dir_sh} --safetensors-load-strategy eager",
-    ),
-    Route(
-        "vllm",
-        "a flag",
-        "fastsafetensors",
-        "--load-format fastsafetensors",
-        "vllm serve {dir_sh} --load-format fastsafetensors",
-        unless="mmap-cuda",
-    ),
-    Route(
-        "vllm",
-        "a flag",
-        "fastsafetensors-gds",
-        "--load-format fastsafetensors",
-        "vllm serve {dir_sh} --load-format fastsafetensors",
-        baseline="mmap-cuda",
-    ),
-    Route(
-        "vllm",
-        "a flag",
-        "runai",
-        "--load-format runai_streamer",
-        "vllm serve {dir_sh} --load-format runai_streamer",
-        unless="mmap-cuda",
-    ),
-    Route(
-        "vllm",
-        "a flag",
-        "runai-cuda",
-        "--load-format runai_streamer",
-        "vllm serve {dir_sh} --load-format runai_streamer",
-        baseline="mmap-cuda",
-    ),
-    Route(
-        "vllm",
-        "no code change",
-        "prewarm",
-        "loadscope warm first",
-        "loadscope warm {sh} && vllm serve {dir_sh}",
-    ),
-    Route(
-        "sglang",
-        "a flag",
-        "fullread",
-        "--weight-loader-disable-mmap",
-        "python -m sglang.launch_server --model-path {dir_sh} --weight-loader-disable-mmap",
-    ),
-    Route(
-        "sglang",
-        "a flag",
-        "fastsafetensors",
-        "--load-format fastsafetensors",
-        "python -m sglang.launch_server --model-path {dir_sh} --load-format fastsafetensors",
-        unless="mmap-cuda",
-    ),
-    Route(
-        "sglang",
-        "a flag",
-        "fastsafetensors-gds",
-        "--load-format fastsafetensors",
-        "python -m sglang.launch_server --model-path {dir_sh} --load-format fastsafetensors",
-        baseline="mmap-cuda",
-    ),
-    Route(
-        "sglang",
-        "a flag",
-        "runai",
-        "--load-format runai_streamer",
-        "python -m sglang.launch_server --model-path {dir_sh} --load-format runai_streamer",
-        unless="mmap-cuda",
-    ),
-    Route(
-        "sglang",
-        "a flag",
-        "runai-cuda",
-        "--load-format runai_streamer",
-        "python -m sglang.launch_server --model-path {dir_sh} --load-format runai_streamer",
-        baseline="mmap-cuda",
-    ),
-    Route(
-        "sglang",
-        "no code change",
-        "prewarm",
-        "loadscope warm first",
-        "loadscope warm {sh} && python -m sglang.launch_server --model-path {dir_sh}",
-    ),
-    Route(
-        "shell",
-        "no code change",
-        "prewarm",
-        "loadscope warm",
-        "loadscope warm {sh}   # before the stack starts",
-    ),
-    # The GPU route: measured against safetensors' own device load (``mmap-cuda``).
-    Route(
-        "safetensors",
-        "code change",
-        "api-cuda",
-        "loadscope.load_file(p, device='cuda')",
-        "import loadscope  # to the GPU through pinned buffers, copies overlapped with reads\n"
-        "state = loadscope.load_model({py}, device='cuda')",
-        baseline="mmap-cuda",
-    ),
-)
-
-#: Which routes each kind of fix shows (by the strategies they run).
-FIX_STRATEGIES: dict[str, frozenset[str]] = {
-    # To the GPU without safetensors' pageable per-tensor copies: the public API's pinned
-    # staging, and the servers' peer loaders in their GPU modes.
-    "gpu-staged": frozenset({"api-cuda", "fastsafetensors-gds", "runai-cuda"}),
-    # Many large requests in flight: the public API, the no-code-change prewarm, and the
-    # stacks' own parallel or prefetching loaders.
-    "parallel-reads": frozenset(
-        {"api", "prewarm", "vllm-prefetch", "fastsafetensors", "runai", "hf-prewarm"}
-        | {"hf-load-model"}
-    ),
-    "read-whole-files": frozenset({"fullread"}),
-    "prewarm": frozenset({"prewarm", "vllm-prefetch", "hf-prewarm"}),
-}
+#: A stack's route, declared on the strategy whose trial runs its code.
+Route = StackRoute
 
 
 def load_snippets(fix: str, measured: Measured, model: str) -> list[Snippet]:
@@ -372,9 +99,15 @@ def load_snippets(fix: str, measured: Measured, model: str) -> list[Snippet]:
             r for r in ROUTES if r.stack == stack and r.strategy in wanted and _applies(r, measured)
         ]
         made = [_filled(r, measured, model) for r in routes]
-        made.sort(key=lambda s: -(s.speedup or 0.0))
+        # Fastest first; among equals (those not measured), in the doctor's order.
+        made.sort(key=lambda s: (-(s.speedup or 0.0), _order(s.strategy)))
         out.extend(made)
     return out
+
+
+def _order(strategy: str | None) -> int:
+    known = STRATEGIES.get(strategy or "")
+    return known.doctor_order or 1000 if known else 1000
 
 
 def offered(snippets: list[Snippet]) -> tuple[list[Snippet], list[Snippet]]:
@@ -393,13 +126,14 @@ def _applies(route: Route, measured: Measured) -> bool:
         return False
     if route.unless and measured.speedup(route.unless, base_name=route.unless):
         return False
-    if route.baseline != "mmap":
+    if route.baseline and route.baseline != DEFAULT:
         return measured.speedup(route.baseline, base_name=route.baseline) is not None
     return True
 
 
 def _filled(route: Route, measured: Measured, model: str) -> Snippet:
-    speedup = measured.speedup(route.strategy, base_name=route.baseline)
+    baseline = route.baseline or DEFAULT
+    speedup = measured.speedup(route.strategy, base_name=baseline)
     note = ""
     if speedup is None:
         why = measured.why_not_measured(route.strategy) or (
@@ -424,9 +158,9 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         route=route.route,
         what=route.what,
         speedup=speedup,
-        baseline=route.baseline,
+        baseline=baseline,
         proxy=route.proxy,
-        how=measured.how_obtained(route.strategy, route.baseline) if speedup else "measured",
+        how=measured.how_obtained(route.strategy, baseline) if speedup else "measured",
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
     )
@@ -475,8 +209,8 @@ def label_of(snippet: dict[str, Any]) -> str:
         return str(snippet.get("note") or "not measured here")
     ids = ", ".join(f"#{i}" for i in snippet.get("trial_ids") or [])
     what = f"{snippet['strategy']}, trial {ids}" if ids else str(snippet["strategy"])
-    base = snippet.get("baseline") or "mmap"
-    against = "the default load" if base == "mmap" else f"{base} cold"
+    base = snippet.get("baseline") or DEFAULT
+    against = "the default load" if base == DEFAULT else f"{base} cold"
     shown, slower = speedup_shown(speedup)
     later = " (slower than the default here)" if slower else ""
     proxy = f"; {snippet['proxy']}" if snippet.get("proxy") else ""

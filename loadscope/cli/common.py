@@ -213,9 +213,10 @@ def check_device_usable(device: str) -> None:
     if not device.startswith("cuda"):
         return
     from loadscope.engine.bench import BenchError, describe_strategies
+    from loadscope.loaders.strategies import GPU_DEFAULT
 
     try:
-        info = describe_strategies().get("mmap-cuda") or {}
+        info = describe_strategies().get(GPU_DEFAULT) or {}
     except BenchError as exc:
         raise UsageError(f"--device {device}: cannot check the GPU: {exc}") from None
     if info.get("unavailable"):

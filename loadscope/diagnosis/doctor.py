@@ -76,6 +76,7 @@ from loadscope.engine.broadcast import (
 )
 from loadscope.engine.probing import ProbeReport, run_probes
 from loadscope.engine.summaries import is_estimate, shaky
+from loadscope.loaders.strategies import DEFAULT, TORCH_DEFAULT
 from loadscope.model.targets import Target
 from loadscope.probes.system import memory_headroom
 
@@ -347,7 +348,7 @@ def measure_conversion(
         (
             s
             for s in (bench.summary if bench else [])
-            if s.strategy == "pickle" and s.cache == "cold"
+            if s.strategy == TORCH_DEFAULT and s.cache == "cold"
         ),
         None,
     )
@@ -377,7 +378,7 @@ def measure_conversion(
         report = run_bench(
             sample,
             BenchOptions(
-                strategies=("mmap", "pickle"),
+                strategies=(DEFAULT, TORCH_DEFAULT),
                 cache=("cold", "warm"),
                 repeats=1,
                 more_rounds=2,
@@ -390,12 +391,12 @@ def measure_conversion(
         )
         med = {(x.strategy, x.cache): x.median_seconds for x in report.summary}
         trial.pickle_cold_s, trial.safetensors_cold_s = (
-            med.get(("pickle", "cold")),
-            med.get(("mmap", "cold")),
+            med.get((TORCH_DEFAULT, "cold")),
+            med.get((DEFAULT, "cold")),
         )
         trial.pickle_warm_s, trial.safetensors_warm_s = (
-            med.get(("pickle", "warm")),
-            med.get(("mmap", "warm")),
+            med.get((TORCH_DEFAULT, "warm")),
+            med.get((DEFAULT, "warm")),
         )
         ok = [t for t in report.trials if t.status == "ok"]
         trial.trial_ids = [t.id for t in ok]
@@ -493,7 +494,7 @@ def verify_readahead(
 
     storage = probe.primary.storage
     bdi = storage.bdi.data
-    before = next((s for s in bench.summary if s.strategy == "mmap" and s.cache == "cold"), None)
+    before = next((s for s in bench.summary if s.strategy == DEFAULT and s.cache == "cold"), None)
     if bdi is None or before is None or not before.median_seconds:
         failures.append("readahead check: no bdi or no cold mmap trial to compare with")
         return
@@ -507,7 +508,7 @@ def verify_readahead(
         with changed(mount_key(_device_of(target)), [(p, str(v)) for p, v in knobs]):
             after = run_bench(
                 target,
-                BenchOptions(strategies=("mmap",), repeats=2, warmup=False, sample_bytes=sample),
+                BenchOptions(strategies=(DEFAULT,), repeats=2, warmup=False, sample_bytes=sample),
             )
             # A large readahead streams whole files: a sample of small ranges does not let
             # it (at 1 GiB a sampled estimate said 5.4x where whole loads gave 10.1x).
@@ -516,7 +517,7 @@ def verify_readahead(
             whole_s = est.extrapolated_median_seconds if est is not None else None
             if sample is not None and whole_s is not None and 2 * whole_s <= WHOLE_READAHEAD_S:
                 after = run_bench(
-                    target, BenchOptions(strategies=("mmap",), repeats=2, warmup=False)
+                    target, BenchOptions(strategies=(DEFAULT,), repeats=2, warmup=False)
                 )
     except (OSError, BenchError) as exc:
         failures.append(f"readahead check: {exc}")

@@ -6,12 +6,17 @@ fits repeats and, when whole loads cannot fit, a sample size into the budget;
 :func:`plan_doctor` draws the whole plan for one run (device, strategies, the time for
 trials, the multi-rank trials), noting what it leaves out.
 
-May import: ``loadscope.engine``, ``loadscope.model``, ``loadscope.base``.
+What each strategy is (its device, how it reads, its place in the order, whether its
+warm trial matters) is read from its declaration in ``loaders/strategies``.
+
+May import: ``loadscope.engine``, ``loadscope.model``, ``loadscope.loaders`` (the
+strategies' declarations), ``loadscope.base``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,13 +26,21 @@ from loadscope.engine.bench import GPU_STRATEGIES, BenchError, describe_strategi
 from loadscope.engine.broadcast import Mode
 from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.probing import ProbeReport
+from loadscope.loaders.strategies import (
+    DEFAULT,
+    DEFAULT_LOADS,
+    GPU_DEFAULT,
+    GPU_TORCH_DEFAULT,
+    INTERNAL_READERS,
+    STRATEGIES,
+    TORCH_DEFAULT,
+)
 from loadscope.model.targets import Target, resolve_path
 
 #: The user's own load end to end (with transformers installed and a config.json beside
 #: the weights): from_pretrained as is, after loadscope warm (the no-code-change fix), and
-#: ``loadscope.from_pretrained`` (the code route: built on the meta device, no random
-#: init, loadscope's reads assigned), each the code its snippet prints.
-TRANSFORMERS_STRATEGIES = ("hf-pretrained", "hf-prewarm", "hf-load-model")
+#: ``loadscope.from_pretrained`` (the code route), read from the strategies' declarations.
+TRANSFORMERS_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.builds_model)
 
 
 def builds_with_transformers(probe: ProbeReport) -> bool:
@@ -42,52 +55,62 @@ def builds_with_transformers(probe: ProbeReport) -> bool:
     )
 
 
-#: The CPU trials of a safetensors model in the order they run: the default, the
-#: parallel family, then the fix in each stack's own terms (the snippets' numbers: the
-#: public API, the no-code-change prewarm, vLLM's prefetch flag, the peers where
-#: installed), then the folklore fix and prefetch. When the budget runs out, what is cut
-#: is the buffered strategies, which cost the most on slow storage and rarely win there.
-CPU_ORDER = (
-    "mmap",
-    "auto",
-    "parallel",
-    "api",
-    "prewarm",
-    "vllm-prefetch",
-    "fastsafetensors",
-    "runai",
-    "fullread",
-    "prefetch",
+def _in_doctor_order(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(names, key=lambda n: STRATEGIES[n].doctor_order or 0))
+
+
+#: The CPU trials of a safetensors model in the order they run (each strategy's declared
+#: ``doctor_order``): the default, the parallel family, then the fix in each stack's own
+#: terms (the snippets' numbers: the public API, the no-code-change prewarm, vLLM's
+#: prefetch flag, the peers where installed), then the folklore fix and prefetch. When
+#: the budget runs out, what is cut is the buffered strategies, which cost the most on
+#: slow storage and rarely win there. ``direct`` (where the filesystem takes O_DIRECT)
+#: and the transformers trials (where the model builds) join in their places.
+_CPU_PLANNED = tuple(
+    n
+    for n, s in STRATEGIES.items()
+    if s.doctor_order is not None and not s.requires.gpu and "safetensors" in s.requires.formats
+)
+CPU_ORDER = _in_doctor_order(
+    n
+    for n in _CPU_PLANNED
+    if not STRATEGIES[n].requires.o_direct and n not in TRANSFORMERS_STRATEGIES
 )
 
 
 #: On a GPU machine, the routes users apply on the CPU side (the default load, the public
 #: API, ``loadscope warm`` first, vLLM's prefetch, the peers, the full read) run beside
 #: the GPU strategies: a GPU box's advice must still time what its users paste.
-CPU_ROUTES_ON_GPU = ("mmap", "api", "prewarm", "vllm-prefetch", "fastsafetensors", "runai")
+CPU_ROUTES_ON_GPU = _in_doctor_order(
+    n for n in _CPU_PLANNED if STRATEGIES[n].on_gpu_box and n not in TRANSFORMERS_STRATEGIES
+)
 
 
 def gpu_plan(probe: ProbeReport) -> tuple[str, ...]:
     """The trials of a GPU run: the GPU default and routes first, then the CPU-side routes
     (and the transformers ones where the model builds), then the folklore fix."""
-    cpu = list(CPU_ROUTES_ON_GPU)
-    if builds_with_transformers(probe):
-        cpu += TRANSFORMERS_STRATEGIES
-    return (*GPU_STRATEGIES, *cpu, "fullread")
+    builds = builds_with_transformers(probe)
+    cpu = _in_doctor_order(
+        n
+        for n in _CPU_PLANNED
+        if STRATEGIES[n].on_gpu_box and (builds or n not in TRANSFORMERS_STRATEGIES)
+    )
+    return (*GPU_STRATEGIES, *cpu)
 
 
 def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
     """The trials worth running here, in :data:`CPU_ORDER`: ``direct`` beside the parallel
     family where the filesystem takes O_DIRECT, and the transformers trials before the
     folklore fix where the model builds with transformers."""
-    names = list(CPU_ORDER)
-    if builds_with_transformers(probe):
-        at = names.index("fullread")
-        names[at:at] = TRANSFORMERS_STRATEGIES
+    builds = builds_with_transformers(probe)
     thr = probe.throughput.data
-    if thr is not None and thr.method == "o_direct":
-        names.insert(2, "direct")
-    return tuple(names)
+    o_direct = thr is not None and thr.method == "o_direct"
+    return _in_doctor_order(
+        n
+        for n in _CPU_PLANNED
+        if (builds or n not in TRANSFORMERS_STRATEGIES)
+        and (o_direct or not STRATEGIES[n].requires.o_direct)
+    )
 
 
 #: A trial's fixed cost beyond its load: the worker's fork, the cache put in the asked
@@ -101,17 +124,7 @@ HF_TRIAL_OVERHEAD_S = 2.0
 #: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
 SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
-WARM_STRATEGIES = (
-    "mmap",
-    "auto",
-    "api",
-    "pickle",
-    "pickle-mmap",
-    "mmap-cuda",
-    "api-cuda",
-    "pickle-cuda",
-    "staged",
-)
+WARM_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.warm_trial)
 #: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
 #: and the sharded read.
 RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded", "node-shared")
@@ -121,16 +134,7 @@ MAX_ROUNDS = 3
 
 
 #: Strategies that read through the page cache in the mount's readahead windows.
-BUFFERED_STRATEGIES = (
-    "mmap",
-    "fullread",
-    "prefetch",
-    "vllm-prefetch",
-    "pickle",
-    "pickle-mmap",
-    "mmap-cuda",
-    "read-to-cuda",
-)
+BUFFERED_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.reads == "buffered")
 #: Warm trials are memory copies; a deliberately slow figure for one.
 WARM_RATE = 1e9
 
@@ -172,7 +176,7 @@ def estimate_rates(probe: ProbeReport) -> tuple[float, float]:
 #: they reach (0.9-1.0x of it on the emulated disk), not at one reader's. Priced at one
 #: reader's 1 MiB rate they were given 10 MiB samples of a 256 MiB model, whose fixed
 #: cost swamped the fit (±227%), where whole loads of 0.15 s fitted the budget.
-DIRECT_STRATEGIES = ("auto", "direct", "api")
+DIRECT_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.reads == "deep")
 
 
 def direct_rate(probe: ProbeReport) -> float | None:
@@ -210,7 +214,7 @@ def cost_model(probe: ProbeReport, trials: list[tuple[str, str]]) -> CostModel:
 
 #: The default loads every speed-up is taken against, and the least share of the model a
 #: sample of theirs reads.
-BASELINE_STRATEGIES = ("mmap", "pickle", "mmap-cuda")
+BASELINE_STRATEGIES = DEFAULT_LOADS
 BASELINE_SHARE = 0.1
 
 
@@ -244,8 +248,6 @@ def _whole_only(probe: ProbeReport, names: set[str]) -> frozenset[str]:
     """The strategies among ``names`` a sample of this model cannot measure: those that
     load whole files (or the folder) and, on a one-file model, no subset of files can
     stand for the whole either (read from their declarations: no worker is asked)."""
-    from loadscope.loaders.strategies import STRATEGIES
-
     one_file = len(probe.files) <= 1
     return frozenset(
         n
@@ -269,7 +271,7 @@ def resolve_device(device: str, probe: ProbeReport) -> tuple[str, str | None]:
     if gpu_count(probe) == 0:
         return "cpu", None
     try:
-        info = describe_strategies().get("mmap-cuda") or {}
+        info = describe_strategies().get(GPU_DEFAULT) or {}
     except BenchError as exc:
         return "cpu", f"GPU trials not run: {exc}"
     if info.get("unavailable"):
@@ -287,12 +289,22 @@ def hints_from(probe: ProbeReport) -> dict[str, Any]:
 
 
 #: torch.load onto the GPU, beside load_file(device="cuda") (seed 000 on the GPU).
-GPU_TORCH_STRATEGIES = ("pickle-cuda",)
+GPU_TORCH_STRATEGIES = tuple(
+    n for n, s in STRATEGIES.items() if s.requires.formats == {"torch"} and s.requires.gpu
+)
 #: torch.load(weights_only=True), with and without mmap=True: what measures pickles.
-TORCH_STRATEGIES = ("pickle", "pickle-mmap")
-#: A torch model with its safetensors beside it: the pickles' two ways and, on the
-#: safetensors, the default and the fast path; the pair the advice compares first.
-TORCH_WITH_SAFETENSORS = ("pickle", "mmap", "pickle-mmap", "auto")
+TORCH_STRATEGIES = tuple(
+    n for n, s in STRATEGIES.items() if s.requires.formats == {"torch"} and not s.requires.gpu
+)
+#: A torch model with its safetensors beside it: the pickles' ways and, on the
+#: safetensors, the default and the fast path (the first of loadscope's tuned readers);
+#: the pair the advice compares first (torch.load, load_file).
+TORCH_WITH_SAFETENSORS = (
+    TORCH_DEFAULT,
+    DEFAULT,
+    *(n for n in TORCH_STRATEGIES if n != TORCH_DEFAULT),
+    _in_doctor_order(INTERNAL_READERS)[0],
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +444,11 @@ def _with_torch_files(
             planned = plan_trials(
                 probe, [t for t in trials if t[0] not in torch_ways], plan.trial_s
             )
-        pair = f"mmap-cuda,pickle-cuda --device {plan.device}" if gpu else "mmap,pickle"
+        pair = (
+            f"{GPU_DEFAULT},{GPU_TORCH_DEFAULT} --device {plan.device}"
+            if gpu
+            else f"{DEFAULT},{TORCH_DEFAULT}"
+        )
         failures.append(
             "torch files beside the safetensors: not measured (loaded whole, they do not"
             f" fit {budget_s:g} s; `loadscope bench {target.spec} --strategies"

@@ -76,7 +76,7 @@ from loadscope.engine.trials import (
     target_record,
 )
 from loadscope.loaders.cachestate import NOWAIT_NOTE, WARM_ENOUGH
-from loadscope.loaders.strategies import GPU_STRATEGIES
+from loadscope.loaders.strategies import GPU_STRATEGIES, reads_torch
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.system import memory_headroom, page_cache_room
@@ -294,7 +294,7 @@ class _Run:
                 self.sampling = min(sizes.values())
         if self.sampling is not None:
             names = self._sample(names, skipped, sizes, reason, headroom)
-        if self.sampling is not None and "pickle" in " ".join(names):
+        if self.sampling is not None and any(reads_torch(n) for n in names):
             self.notes.append("torch checkpoints are loaded whole even when sampling")
         return names
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.engine.trials import CacheMode, Started, TrialStatus
+from loadscope.loaders.strategies import reads_torch
 
 SCHEMA_VERSION = 1
 
@@ -200,7 +201,7 @@ class BenchReport:
             return None
         for t in self.trials:
             wrong = t.status == "failed" and (t.reason or "").startswith("wrong tensors")
-            if wrong and not t.strategy.startswith("pickle"):
+            if wrong and not reads_torch(t.strategy):
                 return (
                     "the safetensors files beside the model hold other tensors than the torch"
                     f" files (trial #{t.id}, {t.strategy}: {t.reason}): not the same model"

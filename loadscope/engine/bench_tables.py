@@ -20,6 +20,7 @@ from loadscope.engine.bench_records import BenchReport, Summary, Trial
 from loadscope.engine.sampling import error_text
 from loadscope.engine.summaries import shaky
 from loadscope.engine.trials import first_not_ok
+from loadscope.loaders.strategies import TORCH_MMAP, default_load, reads_torch
 
 
 def _secs(value: float) -> str:
@@ -105,7 +106,7 @@ def format_lines(bench: dict[str, Any]) -> list[str]:
     gpu = str(options.get("device", "cpu")).startswith("cuda")
     device = "the GPU" if gpu else "CPU"
     # On the GPU: load_file(device="cuda") against torch.load(map_location="cuda").
-    safetensors, torch_load = ("mmap-cuda", "pickle-cuda") if gpu else ("mmap", "pickle")
+    safetensors, torch_load = default_load(gpu), default_load(gpu, "torch")
     out = []
     for cache in ("cold", "warm"):
         st, pk = medians.get((safetensors, cache)), medians.get((torch_load, cache))
@@ -115,7 +116,7 @@ def format_lines(bench: dict[str, Any]) -> list[str]:
             text = f"safetensors is {pk / st:.1f}x faster than torch.load on {device} here"
         else:
             text = f"torch.load is {st / pk:.1f}x faster than safetensors on {device} here"
-        mm = medians.get(("pickle-mmap", cache))
+        mm = medians.get((TORCH_MMAP, cache))
         extra = f"; torch.load(mmap=True) {mm:.3g} s" if isinstance(mm, (int, float)) else ""
         # Both formats' trials: each checked against the reference tensors (the trial
         # that was the reference has no verdict of its own and is not counted).
@@ -124,9 +125,7 @@ def format_lines(bench: dict[str, Any]) -> list[str]:
             for t in bench.get("trials") or []
             if isinstance(t, dict)
             and t.get("cache") == cache
-            and (
-                t.get("strategy") == safetensors or str(t.get("strategy", "")).startswith("pickle")
-            )
+            and (t.get("strategy") == safetensors or reads_torch(str(t.get("strategy"))))
             and t.get("status") == "ok"
             and t.get("verified") is not None
         ]

@@ -1,0 +1,32 @@
+"""Code that several strategies' stack routes share (a strategy's own routes sit on it).
+
+The templates take ``{py}``/``{sh}`` (the model as safetensors names it) and
+``{dir_py}``/``{dir_sh}`` (the folder the HF stacks and servers take); see
+:class:`~loadscope.loaders.strategy.StackRoute`.
+"""
+
+from __future__ import annotations
+
+from loadscope.base.hf_layout import TRANSFORMERS, UNKNOWN
+
+#: The kinds of fix a route is offered for (the advice's recommendation ids).
+PARALLEL_READS = "parallel-reads"
+PREWARM = "prewarm"
+READ_WHOLE_FILES = "read-whole-files"
+GPU_STAGED = "gpu-staged"
+
+#: transformers' code fails on a diffusers folder; unknown folders keep their lines.
+NOT_DIFFUSERS = (TRANSFORMERS, UNKNOWN)
+
+#: from_pretrained as users call it (the ``hf-pretrained`` trial's code).
+TRANSFORMERS_PRETRAINED = (
+    "from transformers import AutoModelForCausalLM\n"
+    "model = AutoModelForCausalLM.from_pretrained({dir_py})"
+)
+#: ``loadscope warm`` before the stack's own unchanged load.
+WARM_FIRST = "# run first: loadscope warm {sh}\n"
+#: A stand-in's number said beside it: the same reads, timed without the stack's call.
+TIMED_AS_LOAD_FILE = "the same reads timed with load_file; from_pretrained itself not timed here"
+TIMED_AS_FULL_READ = "the same reads timed as load(f.read()); from_pretrained itself not timed here"
+VLLM = "vllm serve {dir_sh}"
+SGLANG = "python -m sglang.launch_server --model-path {dir_sh}"

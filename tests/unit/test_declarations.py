@@ -1,0 +1,84 @@
+"""One declaration per fact: what a strategy is lives on the strategy (issue 39).
+
+Outside ``loaders/strategies/`` a strategy is named by what it stands for (the registry's
+``DEFAULT``, ``WHOLE_FILE_READ``, ...) or read from its declaration, not spelled out: the
+lists the doctor's plan, the advice and the tables use are derived from the declarations,
+so a strategy added, renamed or re-described changes in one place.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+from loadscope.diagnosis import trial_plan
+from loadscope.loaders.strategies import FIX_STRATEGIES, ROUTES, STRATEGIES
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Names that are ordinary words too: knob values (``auto``, ``direct``, ``mmap``,
+#: ``api``, as the issue counts them), a report field and read kind (``parallel``: the
+#: probe's parallel reads) and a recommendation id and the public function
+#: (``prewarm``). Their strategies' facts are declared on them all the same.
+ORDINARY_WORDS = {"auto", "direct", "mmap", "api", "parallel", "prewarm"}
+#: Where names may be spelled: the registry and the strategies themselves; tests,
+#: benchmarks and the fuzzers name what they exercise.
+EXEMPT = ("loaders/strategies/", "tests/", "benchmarks/", "fuzz/")
+MOST_LITERALS = 10
+
+
+def _literals() -> list[str]:
+    names = set(STRATEGIES) - ORDINARY_WORDS
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    found = []
+    for rel in listed:
+        if rel.startswith(EXEMPT) or not (ROOT / rel).exists():
+            continue
+        tree = ast.parse((ROOT / rel).read_text())
+        found += [
+            f"{rel}:{node.lineno}: {node.value}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            if node.value in names
+        ]
+    return found
+
+
+def test_strategy_names_are_spelled_out_in_few_places_outside_the_registry() -> None:
+    found = _literals()
+    assert len(found) <= MOST_LITERALS, "\n".join(found)
+
+
+def test_the_count_sees_a_name_spelled_out() -> None:
+    """The counter is not blind: the registry's own modules, which spell every name, are
+    full of them (were EXEMPT dropped, they would count)."""
+    text = (ROOT / "loaders/strategies/peers.py").read_text()
+    assert '"fastsafetensors-gds"' in text and "fastsafetensors-gds" in STRATEGIES
+
+
+def test_the_plans_lists_are_read_from_the_declarations() -> None:
+    for name in trial_plan.WARM_STRATEGIES:
+        assert STRATEGIES[name].warm_trial
+    for name in trial_plan.BUFFERED_STRATEGIES:
+        assert STRATEGIES[name].reads == "buffered"
+    orders = [STRATEGIES[n].doctor_order or 0 for n in trial_plan.CPU_ORDER]
+    assert orders == sorted(orders) and trial_plan.CPU_ORDER[0] == trial_plan.DEFAULT
+    assert all(STRATEGIES[n].on_gpu_box for n in trial_plan.CPU_ROUTES_ON_GPU)
+
+
+def test_every_route_is_its_strategys_and_measured_against_a_default_or_its_stacks() -> None:
+    for route in ROUTES:
+        owner = STRATEGIES[route.strategy]
+        assert route in [r for r in ROUTES if r.strategy == owner.name]
+        assert owner.fixes, f"{owner.name} has routes but no fix shows them"
+        base = STRATEGIES[route.baseline or ""]
+        assert base.default_load or route.stack == "transformers", route
+        assert base.requires.gpu == owner.requires.gpu
+    shown = {n for names in FIX_STRATEGIES.values() for n in names}
+    assert shown == {r.strategy for r in ROUTES}
