@@ -21,8 +21,11 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from loadscope.base.units import format_bytes, format_rate
 from loadscope.probes.result import ProbeResult, Unavailable, run_probe
+from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec
 from loadscope.probes.sysfs import read_int, read_text
 
 NVIDIA_VENDOR = 0x10DE
@@ -239,3 +242,47 @@ def probe_gpus(
 ) -> ProbeResult[GpuFacts]:
     """The GPU probe: status ok with :class:`GpuFacts`, or unavailable with the reason."""
     return run_probe("gpu", lambda: gpu_facts(sysfs_root, nvidia_smi, timeout_s))
+
+
+def _lines(block: dict[str, Any]) -> Lines:
+    """Each GPU as nvidia-smi names it, then each PCI function's link (and whether it
+    trained below its maximum)."""
+    lines = []
+    for g in block.get("smi") or []:
+        mem = format_bytes(g["memory_total_bytes"]) if g.get("memory_total_bytes") else "memory ?"
+        width = g.get("pcie_width")
+        link = f"PCIe gen {g.get('pcie_generation')} x{width}" if width else "link ?"
+        lines.append(("gpu", f"{g.get('index')}: {g.get('name')}, {mem}, {link} (nvidia-smi)"))
+    for pci in block.get("pci") or []:
+        cur = pci.get("current_link") or {}
+        rate = cur.get("data_rate_bytes_per_s")
+        text = f"{pci.get('address')}: link {cur.get('speed') or '?'} x{cur.get('width') or '?'}"
+        text += f" ({format_rate(rate)})" if rate else ""
+        text += " — DEGRADED vs its max link" if pci.get("link_degraded") else ""
+        lines.append(("gpu pci", text))
+    return lines
+
+
+def _facts(block: dict[str, Any]) -> dict[str, Any]:
+    """``degraded_links``: (address, current link, maximum link) of each link trained
+    below its maximum (host-to-device copies are capped by it)."""
+    out = []
+    for pci in block.get("pci") or []:
+        if pci.get("link_degraded"):
+            cur, top = pci.get("current_link") or {}, pci.get("max_link") or {}
+            out.append(
+                (
+                    str(pci.get("address")),
+                    f"{cur.get('speed')} x{cur.get('width')}",
+                    f"{top.get('speed')} x{top.get('width')}",
+                )
+            )
+    return {"degraded_links": out}
+
+
+def _run(ctx: ProbeContext) -> GpuFacts:
+    return gpu_facts(Path("/"), "nvidia-smi", NVIDIA_SMI_TIMEOUT_S)
+
+
+#: The GPU probe's declaration (``probes/spec.py``).
+SPEC = ProbeSpec("gpus", "GPUs", GpuFacts, _run, _lines, facts=_facts)

@@ -6,7 +6,8 @@ a small function from the probe JSON (``to_dict``) to text or bars, so a live ru
 and a saved report draw the same.
 
 Owns: :class:`ProbesView` and its :class:`BarChart`.
-May import: the core's units, the charts; nothing else of the app.
+May import: the core's units, the probes' registry (each registered probe's lines),
+the charts; nothing else of the app.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.probes.registry import block_lines
 from loadscope.tui.charts import Bar, bar_lines, theme_color
 
 #: Residency lines shown before "... and N more".
@@ -199,6 +201,16 @@ def cache_lines(probe: dict[str, Any]) -> list[Text]:
     return lines
 
 
+def registered_lines(probe: dict[str, Any]) -> list[Text]:
+    """Each registered probe (``probes/registry.py``: the GPUs, a plugin's own) under its
+    title: its lines, or why it did not run."""
+    lines: list[Text] = []
+    for spec, found in block_lines(probe):
+        lines.append(Text(spec.title, style="bold"))
+        lines += [_labelled(label, text) for label, text in found]
+    return lines
+
+
 class ProbesView(VerticalScroll):
     """Storage class and its evidence, devices, latency, throughput, RAM, page cache."""
 
@@ -209,6 +221,7 @@ class ProbesView(VerticalScroll):
         yield BarChart("Cold throughput by parallel readers (1 MiB requests)", id="by-readers")
         yield BarChart("Memory", id="memory")
         yield Static("", id="probe-cache")
+        yield Static("", id="probe-registered")
 
     def show(self, probe: dict[str, Any]) -> None:
         # Text objects, not markup: paths and reasons may hold brackets.
@@ -219,3 +232,5 @@ class ProbesView(VerticalScroll):
         self.query_one("#by-readers", BarChart).bars = by_readers
         self.query_one("#memory", BarChart).bars = memory_bars(probe)
         self.query_one("#probe-cache", Static).update(Text("\n").join(cache_lines(probe)))
+        registered = Text("\n").join(registered_lines(probe))
+        self.query_one("#probe-registered", Static).update(registered)

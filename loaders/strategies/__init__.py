@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from loadscope.base.plugins import STRATEGY_MODULES, import_named
 from loadscope.loaders.strategies.api import PublicLoadFile
 from loadscope.loaders.strategies.api_cuda import PublicLoadFileCuda
 from loadscope.loaders.strategies.auto import Auto
@@ -75,6 +76,23 @@ STRATEGIES: dict[str, Strategy] = {
         RunAICuda(),
     )
 }
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Add ``strategy`` to the registry (a plugin module's one call, ``base/plugins.py``):
+    everything read from the declarations (the doctor's plan, the routes, the tables)
+    takes it in. Raises ValueError for a name already taken or one without a summary."""
+    if not strategy.name or strategy.name in STRATEGIES:
+        raise ValueError(f"strategy name {strategy.name!r} is empty or already registered")
+    if not strategy.summary:
+        raise ValueError(f"strategy {strategy.name!r} has no summary")
+    STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+# The user's own strategies, before anything is read from the declarations.
+import_named(STRATEGY_MODULES)
+
 #: What ``bench`` runs when no --strategies are given (peers join when installed; the GPU
 #: strategies run instead of the CPU ones under ``--device cuda``).
 DEFAULT_ORDER = tuple(STRATEGIES)

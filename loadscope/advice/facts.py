@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadscope.actions.convert import ConversionTrial
 from loadscope.base.hf_layout import folder_layout
@@ -19,6 +20,7 @@ from loadscope.engine.bench import BenchReport, Summary
 from loadscope.engine.broadcast import BroadcastReport, BroadcastSummary
 from loadscope.engine.probing import ProbeReport
 from loadscope.engine.summaries import is_estimate, shaky, whole_seconds
+from loadscope.probes.registry import contributed_facts
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,9 @@ class Facts:
     rank_backend: str | None = None
     #: GPUs whose PCIe link trained below its maximum (address, current, max).
     degraded_links: list[tuple[str, str, str]] = field(default_factory=list)
+    #: What each registered probe adds, by fact name (``probes/spec.py``: the GPU probe's
+    #: ``degraded_links``, a plugin probe's own).
+    probed: dict[str, Any] = field(default_factory=dict)
     #: A read of the model that got no answer during the probes (what, and for how long).
     stalled: str | None = None
     #: The run's failed and skipped steps, in order (why nothing was measured, if so).
@@ -281,6 +286,7 @@ def facts_from(
     )
     st_index = bench.target.get("safetensors_index") if bench and beside else None
     model_root = str(probe.target.get("source") or probe.target["root"])
+    probed = contributed_facts({key: r.to_dict() for key, r in probe.registered.items()})
     return Facts(
         model_path=_beside_path(model_root, beside, st_index) if beside else _model_path(probe),
         failures=list(failures),
@@ -309,7 +315,8 @@ def facts_from(
         ranks=len(ranks.ranks) or int(ranks.options.get("ranks") or 0) if ranks else None,
         rank_modes={(m.mode, m.cache): m for m in ranks.summary} if ranks else {},
         rank_backend=str(ranks.options.get("backend")) if ranks else None,
-        degraded_links=_degraded(probe),
+        degraded_links=probed.get("degraded_links", []),
+        probed=probed,
         conversion=conversion,
         safetensors_beside=beside,
         safetensors_index=str(st_index) if st_index else None,
@@ -328,16 +335,6 @@ def facts_from(
 def _budget_of(bench: BenchReport | None) -> float | None:
     budget = bench.options.get("budget_s") if bench else None
     return float(budget) if isinstance(budget, int | float) else None
-
-
-def _degraded(probe: ProbeReport) -> list[tuple[str, str, str]]:
-    gpus = probe.gpus.data
-    out = []
-    for g in gpus.pci if gpus else ():
-        if g.link_degraded:
-            cur, top = g.current_link, g.max_link
-            out.append((g.address, f"{cur.speed} x{cur.width}", f"{top.speed} x{top.width}"))
-    return out
 
 
 def _local_disk(probe: ProbeReport) -> LocalDiskFacts | None:

@@ -22,6 +22,7 @@ from loadscope.probes.iobench import (
 )
 from loadscope.probes.localdisk import DiskSpeed
 from loadscope.probes.pagecache import Residency
+from loadscope.probes.registry import skipped
 from loadscope.probes.result import ProbeResult, Status, to_jsonable
 from loadscope.probes.system import SystemInfo
 
@@ -81,9 +82,9 @@ class ProbeReport:
     local_disks: ProbeResult[list[LocalDisk]] = field(
         default_factory=lambda: ProbeResult("local_disks", Status.SKIPPED, reason="not probed")
     )
-    gpus: ProbeResult[GpuFacts] = field(
-        default_factory=lambda: ProbeResult("gpu", Status.SKIPPED, reason="not probed")
-    )
+    #: The registered probes' results, by key (``probes/registry.py``): the GPU probe's
+    #: and any a plugin module added.
+    registered: dict[str, ProbeResult[Any]] = field(default_factory=dict)
     #: Set when a read of the model got no answer: what was read and for how long.
     stalled: str | None = None
     #: The fio jobs that reproduce the measurements (always, once they were measured),
@@ -121,11 +122,17 @@ class ProbeReport:
             "throughput": self.throughput.to_dict(),
             "hf_cache": self.hf_cache.to_dict(),
             "local_disks": _local_dict(self.local_disks),
-            "gpus": self.gpus.to_dict(),
+            **{key: r.to_dict() for key, r in self.registered.items()},
             "notes": self.notes,
             **({"stalled": self.stalled} if self.stalled else {}),
             "fio": self.fio_dict(),
         }
+
+    @property
+    def gpus(self) -> ProbeResult[GpuFacts]:
+        """The GPU probe's result (registered as ``gpus``)."""
+        found = self.registered.get("gpus")
+        return found if found is not None else skipped("gpus")
 
     def probe_value(self, job: FioJob) -> float | None:
         """The probe's own figure ``job`` stands beside."""

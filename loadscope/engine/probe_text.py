@@ -13,30 +13,11 @@ from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.engine.probe_report import FileProbe, LocalDisk, ProbeReport
-from loadscope.probes.gpu import GpuFacts
 from loadscope.probes.iobench import (
     ThroughputResult,
 )
+from loadscope.probes.registry import block_lines
 from loadscope.probes.result import ProbeResult, Status
-
-
-def _gpu_lines(result: ProbeResult[GpuFacts]) -> list[str]:
-    if result.data is None:
-        return [_status_line("gpus", result)]
-    lines = []
-    for g in result.data.smi:
-        mem = format_bytes(g.memory_total_bytes) if g.memory_total_bytes else "memory ?"
-        link = f"PCIe gen {g.pcie_generation} x{g.pcie_width}" if g.pcie_width else "link ?"
-        lines.append(_wrap("gpu", f"{g.index}: {g.name}, {mem}, {link} (nvidia-smi)"))
-    for pci in result.data.pci:
-        cur = pci.current_link
-        rate = cur.data_rate_bytes_per_s
-        text = f"{pci.address}: link {cur.speed or '?'} x{cur.width or '?'}"
-        text += f" ({format_rate(rate)})" if rate else ""
-        text += " — DEGRADED vs its max link" if pci.link_degraded else ""
-        lines.append(_wrap("gpu pci", text))
-    return lines
-
 
 # -- the human summary ------------------------------------------------------------------------
 
@@ -214,7 +195,9 @@ def to_text(report: ProbeReport) -> str:
     else:
         lines.append(_status_line("hf cache", hf))
     lines += _local_lines(report.local_disks)
-    lines += _gpu_lines(report.gpus)
+    doc = {key: r.to_dict() for key, r in report.registered.items()}
+    for _spec, found in block_lines(doc):
+        lines += [_wrap(label, text) for label, text in found]
     for note in report.notes:
         lines.append(_wrap("note", note))
     # In a doctor run the probes have a share of its budget: said as theirs.

@@ -31,7 +31,6 @@ from loadscope.engine.probe_text import to_text
 from loadscope.engine.trials import target_record
 from loadscope.model.targets import Target
 from loadscope.probes import blockdev, fio, mounts
-from loadscope.probes.gpu import probe_gpus
 from loadscope.probes.hfcache import hub_cache_location
 from loadscope.probes.iobench import (
     PARALLEL_CAP,
@@ -46,7 +45,9 @@ from loadscope.probes.iobench import (
 from loadscope.probes.iosampler import IoSampler, blind_signals
 from loadscope.probes.localdisk import free_bytes, measure_dir
 from loadscope.probes.pagecache import ColdCache, residency
+from loadscope.probes.registry import measured_share, run_registered
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe
+from loadscope.probes.spec import ProbeContext
 from loadscope.probes.system import probe_system
 
 DEFAULT_BUDGET_S = 15.0
@@ -150,12 +151,19 @@ def run_probes(
     files = _file_probes(target, table_result, wsl)
     say("Hugging Face cache")
     hf = run_probe("hf_cache", lambda: _hf_cache(table, wsl))
-    say("GPUs")
-    gpus = probe_gpus()
     primary = max(files, key=lambda f: f.size_bytes)
     klass = primary.storage.mount.data.storage_class if primary.storage.mount.data else "unknown"
+
+    def context(seconds: float) -> ProbeContext:
+        sizes = tuple((f.path, f.size_bytes) for f in files)
+        return ProbeContext(str(target.root), sizes, klass, wsl, seconds)
+
+    registered = run_registered(context, 0.0, say, fixed=True)
     reads = _Reads(primary, files, klass, allow_drop_caches)
-    remaining = max(0.0, deadline - time.monotonic())
+    # The registered probes that read take their shares first; the core's reads the rest.
+    whole = max(0.0, deadline - time.monotonic())
+    remaining = whole * (1.0 - measured_share())
+    deadline -= whole - remaining
     say("cold latency")
     latency = run_probe(
         "latency",
@@ -184,6 +192,7 @@ def run_probes(
     if local_disks and klass not in ("local-block", "memory"):
         say("local disks")
     local = _local_disks(local_disks, klass, table, wsl, target, primary)
+    registered |= run_registered(context, whole, say, fixed=False)
     return ProbeReport(
         target=_target_dict(target),
         budget_s=budget_s,
@@ -195,7 +204,7 @@ def run_probes(
         hf_cache=hf,
         notes=reads.notes,
         local_disks=local,
-        gpus=gpus,
+        registered=registered,
         stalled=reads.stalled[0] if reads.stalled else None,
         fio_jobs=jobs,
         fio=fio_result,

@@ -5,5 +5,6 @@ Owns: :mod:`sections` (a doctor report's sections, once, for every rendering),
 HTML report, charts as inline SVG), :mod:`compare`
 (one row per node's report, outliers marked), :mod:`schema` (the JSON reports' published
 schema, ``report.schema.json``, and the check every reader runs first).
-May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``.
+May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.probes`` (the registered
+probes' declarations), ``loadscope.base``.
 """

@@ -188,8 +188,16 @@ def generate() -> dict[str, Any]:
     }
 
 
-#: The ProbeReport sections whose data is a ProbeResult's (each gets its ``probe_*_data``).
-_PROBE_SECTIONS = ("system", "latency", "throughput", "hf_cache", "gpus")
+#: The ProbeReport's own sections whose data is a ProbeResult's (each gets its
+#: ``probe_*_data``); the registered probes' blocks (``probes/registry.py``: the GPUs', a
+#: plugin's) get theirs from each one's declared record.
+_CORE_SECTIONS = ("system", "latency", "throughput", "hf_cache")
+
+
+def _probe_sections() -> tuple[str, ...]:
+    from loadscope.probes.registry import PROBES
+
+    return (*_CORE_SECTIONS, *PROBES)
 
 
 def _ref(model: str) -> dict[str, str]:
@@ -261,10 +269,14 @@ def _report_types() -> dict[str, Any]:
         "ConversionTrial": ConversionTrial,
         "FleetNode": FleetNode,
     }
+    from loadscope.probes.registry import PROBES
+
     hints = typing.get_type_hints(ProbeReport)
-    for name in _PROBE_SECTIONS:
+    for name in _CORE_SECTIONS:
         (inner,) = typing.get_args(hints[name])
         types[f"probe_{name}_data"] = inner
+    for key, spec in PROBES.items():
+        types[f"probe_{key}_data"] = spec.record
     return types
 
 
@@ -283,7 +295,7 @@ def _probe_report(schemas: dict[str, dict[str, Any]], defs: dict[str, Any]) -> d
             "target": {"type": "object"},
             "budget_s": {"type": "number"},
             "elapsed_s": {"type": "number"},
-            **{n: probe_result(n) for n in _PROBE_SECTIONS},
+            **{n: probe_result(n) for n in _probe_sections()},
             "files": {"type": "array", "items": _FILE},
             "local_disks": {
                 "type": "object",

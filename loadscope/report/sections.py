@@ -7,7 +7,8 @@ backticks and ``**bold**``, which each renderer turns into its own markup. A sec
 ``id`` lets a renderer add what only it can draw (the HTML's charts go with ``trials``
 and ``storage``).
 
-May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``.
+May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.probes`` (the
+registered probes' declarations), ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.base.units import format_bytes, format_rate, format_speedup, format_us
 from loadscope.engine.bench import format_lines
 from loadscope.engine.sampling import whole_rate, whole_seconds_text
+from loadscope.probes.registry import block_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
     found = [
         _system_info(doc),
         _storage(doc),
+        *_registered(doc),
         _recommendations(doc),
         _fix_in_your_stack(doc),
         _trials(doc),
@@ -197,6 +200,21 @@ def _storage(doc: dict[str, Any]) -> Section | None:
     if len(files) > 1:
         items.append(f"{len(files)} files; the first shown")
     return Section("storage", "Storage", (Bullets(tuple(items)),))
+
+
+def _registered(doc: dict[str, Any]) -> list[Section]:
+    """Each registered probe that ran ok (``probes/registry.py``: the GPUs', a plugin's),
+    its declared lines under its title."""
+    probe = doc.get("probe") or {}
+    return [
+        Section(
+            f"probe-{spec.key}",
+            spec.title,
+            (Bullets(tuple(f"{label}: {text}" for label, text in found)),),
+        )
+        for spec, found in block_lines(probe, only_ok=True)
+        if found
+    ]
 
 
 def _recommendations(doc: dict[str, Any]) -> Section | None:

@@ -1,0 +1,101 @@
+"""Every registered probe, by its key: the built-in ones declared in their modules, and a
+user's own from ``$LOADSCOPE_PROBE_MODULES`` (``base/plugins.py``).
+
+Probing runs them (:func:`run_registered`); the text summary, the report's sections, the
+JSON schema, the advice's facts and the app's probe view read their declarations
+(:class:`~loadscope.probes.spec.ProbeSpec`) from :data:`PROBES`.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from loadscope.base.plugins import PROBE_MODULES, import_named
+from loadscope.probes import gpu
+from loadscope.probes.result import ProbeResult, Status, run_probe
+from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec, status_text
+
+PROBES: dict[str, ProbeSpec] = {s.key: s for s in (gpu.SPEC,)}
+#: The report's blocks no registered probe may take (the core's own).
+RESERVED = frozenset(
+    {"schema_version", "target", "budget_s", "elapsed_s", "system", "files", "latency"}
+    | {"throughput", "hf_cache", "local_disks", "notes", "stalled", "fio"}
+)
+
+
+def register_probe(spec: ProbeSpec) -> ProbeSpec:
+    """Add ``spec`` (a plugin module's one call). Raises ValueError for a key already
+    taken, a budget share outside 0..0.5, or a spec with no title."""
+    if not spec.key or spec.key in PROBES or spec.key in RESERVED:
+        raise ValueError(f"probe key {spec.key!r} is empty or already taken")
+    if not 0.0 <= spec.budget_share <= 0.5:
+        raise ValueError(f"probe {spec.key!r}: budget_share {spec.budget_share} not in 0..0.5")
+    if not spec.title:
+        raise ValueError(f"probe {spec.key!r} has no title")
+    PROBES[spec.key] = spec
+    return spec
+
+
+def measured_share() -> float:
+    """The share of the measured budget the registered probes take together."""
+    return sum(s.budget_share for s in PROBES.values())
+
+
+def run_registered(
+    context: Callable[[float], ProbeContext],
+    measured_s: float,
+    say: Callable[[str], None],
+    *,
+    fixed: bool,
+) -> dict[str, ProbeResult[Any]]:
+    """The fixed-cost probes (``fixed``) or the measured ones, each given its context
+    (``context(seconds)``, its share of ``measured_s``); a probe that raises says so in
+    its result, as every probe does."""
+    out: dict[str, ProbeResult[Any]] = {}
+    for spec in PROBES.values():
+        if (spec.budget_share == 0.0) != fixed:
+            continue
+        say(spec.title)
+        ctx = context(spec.budget_share * measured_s)
+        started = time.monotonic()
+        result = run_probe(spec.key, functools.partial(spec.run, ctx))
+        result.elapsed_s = time.monotonic() - started
+        out[spec.key] = result
+    return out
+
+
+def skipped(key: str) -> ProbeResult[Any]:
+    return ProbeResult(key, Status.SKIPPED, reason="not probed")
+
+
+def block_lines(probe: dict[str, Any], *, only_ok: bool = False) -> list[tuple[ProbeSpec, Lines]]:
+    """Each registered probe's lines from a probe report's JSON, in the registry's order:
+    its own lines when it ran ok, else its status line (none with ``only_ok``); a block
+    the report does not hold (an older report, another machine's plugins) is left out."""
+    out = []
+    for spec in PROBES.values():
+        block = probe.get(spec.key)
+        if not isinstance(block, dict):
+            continue
+        if block.get("status") == "ok":
+            out.append((spec, spec.lines(block)))
+        elif not only_ok:
+            out.append((spec, [(spec.key, status_text(block))]))
+    return out
+
+
+def contributed_facts(probe: dict[str, Any]) -> dict[str, Any]:
+    """What the registered probes that ran ok add to the advice's facts, by fact name."""
+    out: dict[str, Any] = {}
+    for spec in PROBES.values():
+        block = probe.get(spec.key)
+        if spec.facts is not None and isinstance(block, dict) and block.get("status") == "ok":
+            out.update(spec.facts(block))
+    return out
+
+
+# The user's own probes, once the built-in ones are in.
+import_named(PROBE_MODULES)

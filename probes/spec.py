@@ -1,0 +1,60 @@
+"""The probe contract: what a probe declares so that every output can show it.
+
+A :class:`ProbeSpec` names the probe's block in the probe report's JSON (``key``), the
+heading it is shown under, the probe itself (``run``: a :class:`ProbeContext` in, its
+record out, :class:`~loadscope.probes.result.Unavailable` when it cannot measure), its
+record type (the report's JSON schema is generated from it), its share of the probe
+budget, its summary lines and what it contributes to the advice's facts. The lines and
+the facts are read from the block's JSON, so a report read back from disk shows the same
+as a live run. The registry (:mod:`~loadscope.probes.registry`) holds the declarations;
+probing, the text summary, the Markdown and HTML sections, the schema and the app's probe
+view iterate over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: A probe's summary: ``(label, text)`` lines (the terminal puts the label in its gutter,
+#: Markdown and HTML bold it, the app too).
+Lines = list[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeContext:
+    """What a registered probe may consult: the model's files and where they live."""
+
+    #: The model's folder (or file) and its weight files, ``(path, bytes)``.
+    root: str
+    files: tuple[tuple[str, int], ...]
+    #: The storage class of the largest file's mount (``probes/result.py``'s names).
+    storage_class: str
+    wsl: bool
+    #: The seconds this probe may take: its share of the measured budget (0: fixed cost,
+    #: it reads no file data).
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSpec:
+    #: Its block in the probe report's JSON, and the probe result's name.
+    key: str
+    title: str
+    #: The record ``run`` returns (a dataclass): the schema of its block comes from it.
+    record: type
+    run: Callable[[ProbeContext], Any]
+    #: Its summary lines, from the block's JSON (the status line when it did not run ok
+    #: is drawn by the renderers).
+    lines: Callable[[dict[str, Any]], Lines]
+    #: Its share of the measured part of the probe budget (0: a fixed-cost probe, run
+    #: before the measured reads).
+    budget_share: float = 0.0
+    #: What it adds to the advice's facts, by fact name, from the block's JSON.
+    facts: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+def status_text(block: dict[str, Any]) -> str:
+    """A block that is not ok, in words: "unavailable: no NVIDIA GPU on the PCI bus"."""
+    return f"{block.get('status', 'not run')}: {block.get('reason')}"
