@@ -26,8 +26,9 @@ import os
 import pickle
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.loaders.apichecks import (
@@ -41,6 +42,7 @@ from loadscope.loaders.strategy import FileRequest, LoadContext, Strategy
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Unpack
 
 log = logging.getLogger("loadscope")
 
@@ -237,26 +239,74 @@ def _to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch
     return {name: t.to(device) for name, t in tensors.items()}
 
 
+class LoadOptions(TypedDict, total=False):
+    """What every loadscope load takes beside the model and the device, declared once for
+    :func:`load_file`, ``loadscope.load_model`` and ``loadscope.from_pretrained``.
+
+    ``threads``, ``block_bytes`` and ``direct`` ("auto", "yes", "no") are the ``auto``
+    strategy's knobs for cold files (default 12 requests of 1 MiB in flight, O_DIRECT
+    where allowed); ``hints`` are what a probe measured (``threads``, ``block_bytes``),
+    used where no knob is given (a key that is not one of the knobs is refused);
+    ``record`` (a :class:`LoadRecord`) learns what was chosen and why; ``local_ranks``
+    ``(rank, world)`` names this process among the node's ranks that load the same files
+    (default: from torchrun's or SLURM's environment); ``keep_cache`` reads buffered so
+    the page cache keeps the file for a process that follows (default False).
+    """
+
+    threads: int | None
+    block_bytes: int | None
+    direct: str
+    hints: dict[str, Any] | None
+    record: LoadRecord | None
+    local_ranks: tuple[int, int] | None
+    keep_cache: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedOptions:
+    """:class:`LoadOptions` checked (before any byte is read), as the loads use them."""
+
+    knobs: dict[str, Any]
+    device: str
+    hints: dict[str, Any]
+    record: LoadRecord | None
+    local_ranks: tuple[int, int] | None
+    keep_cache: bool
+
+
+def check_options(
+    options: Mapping[str, Any], caller: str, device: object = "cpu"
+) -> CheckedOptions:
+    """``options`` and ``device`` checked: a name that is not a :class:`LoadOptions` key is
+    the TypeError Python raises for an unexpected keyword; a bad value a ValueError naming
+    it. Imports torch for the first load (its time in ``record.import_seconds``)."""
+    for name in options:
+        if name not in LoadOptions.__annotations__:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+    record = check_record(options.get("record"))
+    import_for_load(record)
+    knobs = check_knobs(
+        options.get("threads"), options.get("block_bytes"), options.get("direct", "auto")
+    )
+    return CheckedOptions(
+        knobs,
+        check_device(device),
+        check_hints(options.get("hints")),
+        record,
+        check_local_ranks(options.get("local_ranks")),
+        bool(options.get("keep_cache", False)),
+    )
+
+
 def load_file(
-    path: str | os.PathLike[str],
-    device: str = "cpu",
-    *,
-    threads: int | None = None,
-    block_bytes: int | None = None,
-    direct: str = "auto",
-    hints: dict[str, Any] | None = None,
-    record: LoadRecord | None = None,
-    local_ranks: tuple[int, int] | None = None,
-    keep_cache: bool = False,
+    path: str | os.PathLike[str], device: str = "cpu", **options: Unpack[LoadOptions]
 ) -> dict[str, torch.Tensor]:
     """Load a safetensors file into a ``{name: tensor}`` dict, as ``safetensors.torch.load_file``.
 
     Same keys, dtypes, shapes and bytes; zero-copy mapped when the file is resident;
-    deep-parallel large reads when it is cold. ``threads``, ``block_bytes`` and
-    ``direct`` ("auto", "yes", "no") are the ``auto`` strategy's knobs for cold files
-    (default 12 requests of 1 MiB in flight, O_DIRECT where allowed); ``hints`` are
-    what a probe measured (``threads``, ``block_bytes``), used where no knob is given
-    (a key that is not one of the knobs is refused). ``device`` is where the tensors land
+    deep-parallel large reads when it is cold. ``options`` are :class:`LoadOptions`
+    (the ``auto`` strategy's knobs for cold files, a probe's hints, a record, the local
+    ranks, whether to keep the page cache). ``device`` is where the tensors land
     ("cpu", "cuda", "cuda:1"); to a CUDA device the file goes through the ``staged``
     path (large reads into a few pinned buffers, each copied to the device while the next
     is read; tensors made on the device, no CPU copy). Pass a :class:`LoadRecord` as
@@ -273,12 +323,13 @@ def load_file(
     reads, which the page cache keeps).
     """
     spath = os.fsdecode(os.fspath(path))
-    record = check_record(record)
-    import_for_load(record)
-    knobs = check_knobs(threads, block_bytes, direct)
-    device = check_device(device)
-    hinted = check_hints(hints)
-    local_ranks = check_local_ranks(local_ranks)
+    checked = check_options(options, "load_file", device)
+    record, knobs, hinted, device = (
+        checked.record,
+        dict(checked.knobs),
+        checked.hints,
+        checked.device,
+    )
     if not spath:
         raise LoadFileNotFound("an empty path names no file")
     if os.path.isdir(spath):
@@ -292,9 +343,9 @@ def load_file(
     request = FileRequest(spath, header.file_size, "safetensors")
     if device.startswith("cuda"):
         return _load_to_device(request, device, knobs, record)
-    if keep_cache:
+    if checked.keep_cache:
         knobs["direct"] = "no"  # buffered: the page cache keeps what was read
-    shared = _node_shared(request, header, knobs, hinted, local_ranks, record)
+    shared = _node_shared(request, header, knobs, hinted, checked.local_ranks, record)
     if shared is not None:
         return shared
     ctx = LoadContext(knobs=knobs, hints=hinted, device="cpu")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 __all__ = [
     "FileChoice",
+    "LoadOptions",
     "LoadRecord",
     "__version__",
     "from_pretrained",
@@ -39,12 +40,14 @@ __all__ = [
 ]
 
 _API = frozenset(
-    {"FileChoice", "LoadRecord", "from_pretrained", "load_file", "load_model", "prewarm"}
+    {"FileChoice", "LoadOptions", "LoadRecord", "from_pretrained", "load_file", "load_model"}
+    | {"prewarm"}
 )
 
 if TYPE_CHECKING:
     from loadscope.api import (
         FileChoice,
+        LoadOptions,
         LoadRecord,
         from_pretrained,
         load_file,

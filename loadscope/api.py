@@ -28,28 +28,32 @@ from typing import TYPE_CHECKING, Any
 from loadscope.base.errors import LoadscopeError
 from loadscope.loaders.api import (
     FileChoice,
+    LoadOptions,
     LoadRecord,
     as_api_error,
-    check_record,
-    import_for_load,
+    check_options,
     load_file,
     load_torch_file,
 )
-from loadscope.loaders.apichecks import (
-    check_device,
-    check_hints,
-    check_knobs,
-    check_local_ranks,
-)
+from loadscope.loaders.apichecks import check_knobs
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Unpack
 
     from loadscope.actions.warm import WarmReport
     from loadscope.model.targets import Target
 
-__all__ = ["FileChoice", "LoadRecord", "from_pretrained", "load_file", "load_model", "prewarm"]
+__all__ = [
+    "FileChoice",
+    "LoadOptions",
+    "LoadRecord",
+    "from_pretrained",
+    "load_file",
+    "load_model",
+    "prewarm",
+]
 
 
 def _checked_target(target: str | os.PathLike[str]) -> Target:
@@ -70,38 +74,22 @@ def _checked_target(target: str | os.PathLike[str]) -> Target:
 
 
 def load_model(
-    target: str | os.PathLike[str],
-    device: str = "cpu",
-    *,
-    threads: int | None = None,
-    block_bytes: int | None = None,
-    direct: str = "auto",
-    hints: dict[str, Any] | None = None,
-    record: LoadRecord | None = None,
-    local_ranks: tuple[int, int] | None = None,
-    keep_cache: bool = False,
+    target: str | os.PathLike[str], device: str = "cpu", **options: Unpack[LoadOptions]
 ) -> dict[str, torch.Tensor]:
     """Every tensor of a model as one ``{name: tensor}`` state dict.
 
     ``target`` is a file, a model folder (its ``*.index.json`` followed when present),
     or ``org/name[@revision]`` in the local Hugging Face cache (never downloaded).
-    The knobs are :func:`load_file`'s, applied to every safetensors file (with
-    ``local_ranks`` and ``keep_cache``: several local ranks read the model from storage
-    once per node). Use it as
+    ``options`` are :func:`load_file`'s (:class:`~loadscope.loaders.api.LoadOptions`),
+    applied to every safetensors file (with ``local_ranks`` and ``keep_cache``: several
+    local ranks read the model from storage once per node). Use it as
     ``model.load_state_dict(loadscope.load_model(path))``; for a transformers model,
     :func:`from_pretrained` builds the model too (tied weights, no random init).
     """
     # Every argument checked before the first shard is read, not after it.
-    record = check_record(record)
-    import_for_load(record)  # a first call's torch import, in the record's wall time
-    check_knobs(threads, block_bytes, direct)
-    device = check_device(device)
-    check_hints(hints)
-    check_local_ranks(local_ranks)
+    checked = check_options(options, "load_model", device)
     resolved = _checked_target(target)
-    return _read(
-        resolved, device, threads, block_bytes, direct, hints, record, local_ranks, keep_cache
-    )
+    return _read(resolved, checked.device, options, checked.record)
 
 
 def from_pretrained(
@@ -109,10 +97,7 @@ def from_pretrained(
     *,
     model_class: Any = None,
     dtype: torch.dtype | str | None = None,
-    threads: int | None = None,
-    block_bytes: int | None = None,
-    direct: str = "auto",
-    record: LoadRecord | None = None,
+    **options: Unpack[LoadOptions],
 ) -> Any:
     """``AutoModelForCausalLM.from_pretrained(folder)``'s model, its weights read by
     :func:`load_model` (the fast cold read) instead of memory-mapped.
@@ -121,7 +106,7 @@ def from_pretrained(
     ``config.json``. ``model_class`` is the transformers class to build (an Auto class
     or a model class; default ``AutoModelForCausalLM``), ``dtype`` the parameters'
     (default: from_pretrained's, the config's on transformers 5 and float32 on 4.x;
-    ``"auto"``: the config's). The model is built
+    ``"auto"``: the config's); ``options`` are :func:`load_model`'s. The model is built
     with its parameters on the meta device (no random init), the tensors assigned
     without a copy and tied weights tied (``loaders/pretrained.py`` says how, and why
     this is a function and not a snippet). A checkpoint this cannot load as
@@ -131,46 +116,26 @@ def from_pretrained(
     """
     from loadscope.loaders.pretrained import load_pretrained
 
-    record = check_record(record)
-    import_for_load(record)
-    check_knobs(threads, block_bytes, direct)
+    checked = check_options(options, "from_pretrained")
     resolved = _checked_target(target)
     return load_pretrained(
         resolved.root,
-        lambda: _read(resolved, "cpu", threads, block_bytes, direct, None, record),
+        lambda: _read(resolved, "cpu", options, checked.record),
         model_class=model_class,
         dtype=dtype,
-        record=record,
+        record=checked.record,
     )
 
 
 def _read(
-    resolved: Target,
-    device: str,
-    threads: int | None,
-    block_bytes: int | None,
-    direct: str,
-    hints: dict[str, Any] | None,
-    record: LoadRecord | None,
-    local_ranks: tuple[int, int] | None = None,
-    keep_cache: bool = False,
+    resolved: Target, device: str, options: LoadOptions, record: LoadRecord | None
 ) -> dict[str, torch.Tensor]:
-    """Every file of ``resolved``: safetensors through :func:`load_file`, torch checkpoints
-    through ``torch.load(weights_only=True, mmap=True)``."""
+    """Every file of ``resolved``: safetensors through :func:`load_file` (with
+    ``options``), torch checkpoints through ``torch.load(weights_only=True, mmap=True)``."""
     state: dict[str, torch.Tensor] = {}
     for wf in resolved.files:
         if wf.format == "safetensors":
-            part = load_file(
-                wf.path,
-                device,
-                threads=threads,
-                block_bytes=block_bytes,
-                direct=direct,
-                hints=hints,
-                record=record,
-                local_ranks=local_ranks,
-                keep_cache=keep_cache,
-            )
+            part = load_file(wf.path, device, **options)
         else:
             part = load_torch_file(wf.path, device, record=record)
         state.update(part)
