@@ -117,9 +117,11 @@ class RankCache:
 
 
 @dataclass(frozen=True, slots=True)
-class RankTrial:
+class RankNumbers:
+    """One rank's numbers in one trial: what the rank reports and the report keeps (the
+    runner's per-rank record, ``engine/rank_records.py``, is these and its checks)."""
+
     rank: int
-    trial: int
     seconds: float
     #: Bytes of every read this rank issued on the files (its own accounting).
     bytes_read: int
@@ -128,19 +130,30 @@ class RankTrial:
     #: bytes read through read syscalls (page cache hits included).
     storage_read_bytes: int | None
     rchar: int | None
-    major_faults: int | None
     #: Peak RSS during this trial (VmHWM after a reset) or, where the reset is refused,
-    #: the process's lifetime peak; ``peak_rss_scope`` says which.
+    #: the process's lifetime peak; ``peak_rss_scope`` says which ("trial", "process").
     peak_rss_bytes: int | None
     peak_rss_scope: str
     ru_maxrss_bytes: int
-    rss_before_bytes: int | None
-    rss_after_bytes: int | None
     tensors: int
     tensor_bytes: int
     collectives: int
+
+
+@dataclass(frozen=True, slots=True)
+class RankTrial(RankNumbers):
+    """A rank's trial event: its numbers, and what the runner checks them with."""
+
+    trial: int
+    major_faults: int | None
+    rss_before_bytes: int | None
+    rss_after_bytes: int | None
     digests: dict[str, str]
     detail: dict[str, Any] = field(default_factory=dict)
+
+    def numbers(self) -> dict[str, Any]:
+        """The :class:`RankNumbers` fields, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(RankNumbers)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
-    from loadscope.diagnosis.doctor import redact, run_doctor, to_text
+    from loadscope.diagnosis.doctor import DoctorOptions, redact, run_doctor, to_text
     from loadscope.model.inspection import open_checked
     from loadscope.report.markdown import to_markdown
 
@@ -54,17 +54,15 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 " and what does not fit is reported as not measured reliably"
             )
         progress.note(f"diagnosing {spec} (budget {args.budget:g} s)")
-        report = run_doctor(
-            target,
+        options = DoctorOptions(
             budget_s=args.budget,
-            try_readahead=args.try_readahead,
             device=args.device,
             ranks=args.ranks,
-            listener=progress.listener,
-            progress=progress.step,
+            try_readahead=args.try_readahead,
             fio=args.fio,
             command=command,
         )
+        report = run_doctor(target, options, listener=progress.listener, progress=progress.step)
     from loadscope.report.html import to_html
 
     doc = redact(report.to_dict()) if args.redact_hosts else report.to_dict()

@@ -19,7 +19,7 @@ from typing import TextIO
 
 from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
-from loadscope.diagnosis.doctor import DoctorReport, run_doctor
+from loadscope.diagnosis.doctor import DoctorOptions, DoctorReport, run_doctor
 from loadscope.diagnosis.doctor import to_text as doctor_text
 from loadscope.model.targets import resolve
 from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk
@@ -85,6 +85,6 @@ def _model_dir(options: DemoOptions, out: TextIO) -> Iterator[Path]:
 def run_demo(options: DemoOptions, out: TextIO) -> DoctorReport:
     """Build, mount, diagnose (probes, trials, advice), print, clean up."""
     with _model_dir(options, out) as model:
-        report = run_doctor(resolve(str(model)), budget_s=options.budget_s)
+        report = run_doctor(resolve(str(model)), DoctorOptions(budget_s=options.budget_s))
         out.write(doctor_text(report) + "\n")
     return report

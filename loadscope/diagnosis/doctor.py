@@ -19,6 +19,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from loadscope.actions.convert import (
@@ -83,6 +84,7 @@ from loadscope.probes.system import memory_headroom
 __all__ = [
     "DEFAULT_BUDGET_S",
     "MAX_REPORT_BYTES",
+    "DoctorOptions",
     "DoctorReport",
     "ReportError",
     "load_report",
@@ -96,23 +98,9 @@ __all__ = [
 DEFAULT_BUDGET_S = 120.0
 
 
-def run_doctor(
-    target: Target,
-    *,
-    budget_s: float = DEFAULT_BUDGET_S,
-    try_readahead: bool | None = None,
-    listener: Listener | None = None,
-    on_probes: Callable[[ProbeReport], None] | None = None,
-    progress: Callable[[str], None] | None = None,
-    cancel: threading.Event | None = None,
-    device: str = "auto",
-    ranks: int | None = None,
-    fio: bool = False,
-    command: UserCommand | None = None,
-) -> DoctorReport:
-    """Probes, trials, advice. ``listener`` gets the trial events, ``on_probes`` the probe
-    report as soon as it exists, ``progress`` each step's name; setting ``cancel``
-    stops the run (BenchCancelled) with no worker left behind.
+@dataclass(frozen=True, slots=True)
+class DoctorOptions:
+    """What a diagnosis is asked (as ``BenchOptions`` for ``bench``).
 
     ``device`` "auto" loads to the GPU when there is a usable one (else the CPU);
     ``ranks`` N >= 2 adds multi-rank trials (independent reads vs rank-0 read +
@@ -122,10 +110,34 @@ def run_doctor(
     the user's own load, run cold as it is and after each no-code fix once the advice
     is made (outside the budget), its gains quoted under the fixes. ``try_readahead`` None
     measures the readahead fix where this process may write the mount's setting (root),
-    True insists, False never touches it.
+    True insists, False never touches it. Setting ``cancel`` stops the run
+    (BenchCancelled) with no worker left behind.
+    """
+
+    budget_s: float = DEFAULT_BUDGET_S
+    device: str = "auto"
+    ranks: int | None = None
+    try_readahead: bool | None = None
+    fio: bool = False
+    command: UserCommand | None = None
+    cancel: threading.Event | None = None
+
+
+def run_doctor(
+    target: Target,
+    options: DoctorOptions | None = None,
+    *,
+    listener: Listener | None = None,
+    on_probes: Callable[[ProbeReport], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> DoctorReport:
+    """Probes, trials, advice, as ``options`` ask (:class:`DoctorOptions`). ``listener``
+    gets the trial events, ``on_probes`` the probe report as soon as it exists,
+    ``progress`` each step's name.
 
     The run holds its mount's lock (:class:`~loadscope.actions.hostsettings.MountLock`):
     another loadscope measuring the same mount is waited for, and said so."""
+    options = options or DoctorOptions()
     failures: list[str] = []
     failures += [f"host settings: {line}" for line in restore_stale()]
     with MountLock(_device_of(target), on_wait=progress) as lock:
@@ -133,20 +145,7 @@ def run_doctor(
             failures.append(
                 f"waited {lock.waited_s:.0f} s for another loadscope measuring this mount"
             )
-        return _run_doctor(
-            target,
-            budget_s,
-            try_readahead,
-            listener,
-            on_probes,
-            progress,
-            cancel,
-            device,
-            ranks,
-            fio,
-            failures,
-            command,
-        )
+        return _run_doctor(target, options, listener, on_probes, progress, failures)
 
 
 def _device_of(target: Target) -> tuple[int, int]:
@@ -158,18 +157,13 @@ def _device_of(target: Target) -> tuple[int, int]:
 
 def _run_doctor(
     target: Target,
-    budget_s: float,
-    try_readahead: bool | None,
+    options: DoctorOptions,
     listener: Listener | None,
     on_probes: Callable[[ProbeReport], None] | None,
     progress: Callable[[str], None] | None,
-    cancel: threading.Event | None,
-    device: str,
-    ranks: int | None,
-    fio: bool,
     failures: list[str],
-    command: UserCommand | None = None,
 ) -> DoctorReport:
+    budget_s, cancel, command = options.budget_s, options.cancel, options.command
     started = time.monotonic()
 
     def step(name: str) -> None:
@@ -178,14 +172,16 @@ def _run_doctor(
         if progress is not None:
             progress(name)
 
-    probe = run_probes(target, budget_s=min(15.0, budget_s * 0.15), progress=step, run_fio=fio)
+    probe = run_probes(
+        target, budget_s=min(15.0, budget_s * 0.15), progress=step, run_fio=options.fio
+    )
     if on_probes is not None:
         on_probes(probe)
     step("trials")
     for name, result in (("latency", probe.latency), ("throughput", probe.throughput)):
         if not result.ok:
             failures.append(f"probe {name}: {result.status.value}: {result.reason}")
-    plan = plan_doctor(target, probe, budget_s, device, ranks, failures)
+    plan = plan_doctor(target, probe, budget_s, options.device, options.ranks, failures)
     bench = _run_trials(target, probe, plan, budget_s, listener, cancel, failures)
     conversion = None
     if target.formats == {"torch"} and not target.alternates and not probe.stalled:
@@ -206,7 +202,7 @@ def _run_doctor(
     step("advice")
     facts = facts_from(probe, bench, rank_report, failures, conversion)
     advice = advise_facts(facts)
-    _readahead_evidence(target, probe, bench, advice, plan.sample, try_readahead, failures)
+    _readahead_evidence(target, probe, bench, advice, plan.sample, options.try_readahead, failures)
     measured_since = any(r.id == "raise-readahead" and r.measured for r in advice.recommendations)
     if advice.verdict.status == "problem" and measured_since and not facts.stalled:
         # A fix measured since (the readahead) may now lead, with its number.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadscope.base.tempdirs import owned_tempdir
-from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, DoctorReport, run_doctor
+from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, DoctorOptions, DoctorReport, run_doctor
 from loadscope.engine.bench import Listener
 from loadscope.engine.probing import ProbeReport
 from loadscope.model.inspection import open_checked
@@ -78,13 +78,12 @@ def diagnose(
         if request.emulate is not None:
             say("mounting the emulated network disk")
         with _served(target, request.emulate) as served:
-            return run_doctor(
-                served,
+            options = DoctorOptions(
                 budget_s=request.budget_s,
-                listener=listener,
-                on_probes=on_probes,
-                progress=progress,
-                cancel=cancel,
                 device=request.device,
                 ranks=request.ranks,
+                cancel=cancel,
+            )
+            return run_doctor(
+                served, options, listener=listener, on_probes=on_probes, progress=progress
             )

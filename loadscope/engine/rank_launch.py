@@ -334,19 +334,8 @@ class Launch:
         before, after = event.rss_before_bytes, event.rss_after_bytes
         wrong = digest_mismatch(self.reference, event.digests)
         result = RankResult(
-            rank=event.rank,
-            seconds=event.seconds,
-            bytes_read=event.bytes_read,
-            read_calls=event.read_calls,
-            storage_read_bytes=event.storage_read_bytes,
-            rchar=event.rchar,
-            peak_rss_bytes=event.peak_rss_bytes,
-            peak_rss_scope=event.peak_rss_scope,
-            ru_maxrss_bytes=event.ru_maxrss_bytes,
+            **event.numbers(),
             rss_delta_bytes=None if before is None or after is None else after - before,
-            tensors=event.tensors,
-            tensor_bytes=event.tensor_bytes,
-            collectives=event.collectives,
             verified=wrong is None,
             mismatch=wrong,
         )

@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 from loadscope.base import errors
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.engine.trials import CacheMode, Started, TrialStatus
-from loadscope.loaders.rank import RankInfo
+from loadscope.loaders.rank import RankInfo, RankNumbers
 
 SCHEMA_VERSION = 1
 Mode = Literal["independent", "broadcast", "broadcast-async", "sharded", "node-shared"]
@@ -75,26 +75,11 @@ class BroadcastOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class RankResult:
-    """One rank's numbers in one trial."""
+class RankResult(RankNumbers):
+    """One rank's numbers in one trial (:class:`~loadscope.loaders.rank.RankNumbers`, as
+    the rank reported them), its RSS growth, and whether its tensors were the model's."""
 
-    rank: int
-    seconds: float
-    #: Bytes of every read the rank issued on the files (its own accounting).
-    bytes_read: int
-    read_calls: int
-    #: /proc/<pid>/io read_bytes over the timed region: what reached storage.
-    storage_read_bytes: int | None
-    #: /proc/<pid>/io rchar: bytes through read syscalls, page-cache hits included.
-    rchar: int | None
-    peak_rss_bytes: int | None
-    #: "trial" (VmHWM reset at the trial's start) or "process" (ru_maxrss, lifetime).
-    peak_rss_scope: str
-    ru_maxrss_bytes: int
-    rss_delta_bytes: int | None
-    tensors: int
-    tensor_bytes: int
-    collectives: int
+    rss_delta_bytes: int | None = None
     verified: bool | None = None
     mismatch: str | None = None
 

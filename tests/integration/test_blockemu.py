@@ -148,13 +148,13 @@ def test_unmount_refuses_a_mount_stacked_over_a_volume(
 
 
 def test_the_doctor_names_the_regime_with_its_latency(tmp_path: Path) -> None:
-    from loadscope.diagnosis.doctor import run_doctor
+    from loadscope.diagnosis.doctor import DoctorOptions, run_doctor
     from loadscope.model.targets import resolve
 
     src = synthesize(tmp_path / "src", 32 << 20, seed=9)
     slow = EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=128)
     with emulated_block_disk(src.root, tmp_path / "mnt", slow) as vol:
-        report = run_doctor(resolve(str(vol.path)), budget_s=40, device="cpu")
+        report = run_doctor(resolve(str(vol.path)), DoctorOptions(budget_s=40, device="cpu"))
     verdict = report.advice.verdict
     assert verdict.status == "problem", verdict.headline
     assert verdict.headline.startswith("network block volume (cold 4 KiB reads p50 ")

@@ -15,7 +15,7 @@ import pytest
 
 from loadscope.advice.load_rules import INTERNAL_READERS
 from loadscope.advice.snippets import ROUTES
-from loadscope.diagnosis.doctor import run_doctor
+from loadscope.diagnosis.doctor import DoctorOptions, run_doctor
 from loadscope.model.targets import resolve
 from loadscope.report.markdown import to_markdown
 from loadscope.report.schema import check as check_schema
@@ -64,7 +64,7 @@ def slow_model(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_doctor_on_the_emulated_disk_recommends_what_the_trials_show(slow_model: Path) -> None:
-    report = run_doctor(resolve(str(slow_model)), budget_s=60)
+    report = run_doctor(resolve(str(slow_model)), DoctorOptions(budget_s=60))
     advice = report.advice
     assert advice.verdict.status == "problem"
     top = advice.recommendations[0]
@@ -94,7 +94,7 @@ def test_try_readahead_measures_the_gain_and_restores_the_setting(slow_model: Pa
     dev = os.stat(slow_model).st_dev
     device = (os.major(dev), os.minor(dev))
     assert fuse_connection_settings(*device)["read_ahead_kb"] == 128
-    report = run_doctor(resolve(str(slow_model)), budget_s=30, try_readahead=True)
+    report = run_doctor(resolve(str(slow_model)), DoctorOptions(budget_s=30, try_readahead=True))
     rec = next(r for r in report.advice.recommendations if r.id == "raise-readahead")
     assert rec.expected_speedup is not None and rec.expected_speedup > 1.5, report.failures
     assert rec.confidence == "high" and "measured here" in rec.action
@@ -119,7 +119,7 @@ def test_doctor_follows_the_trials_in_each_regime(tmp_path: Path, regime: str) -
         pytest.skip(f"emulated slow disk unavailable: {why}")
     src = synthesize(tmp_path / "src", 8 << 20, seed=5)
     with emulated_disk(src.root, tmp_path / "mnt", REGIMES[regime]) as disk:
-        report = run_doctor(resolve(str(disk.path)), budget_s=20)
+        report = run_doctor(resolve(str(disk.path)), DoctorOptions(budget_s=20))
     assert report.bench is not None
     cold = {
         s.strategy: s.extrapolated_median_seconds or s.median_seconds
@@ -186,7 +186,7 @@ def test_doctor_on_local_disk_says_nothing_to_fix(tmp_path: Path) -> None:
     from loadscope.advice.rules import facts_from, network_like
 
     model = synthesize(tmp_path / "m", 128 << 20, seed=4)
-    report = run_doctor(resolve(str(model.root)), budget_s=30)
+    report = run_doctor(resolve(str(model.root)), DoctorOptions(budget_s=30))
     verdict = report.advice.verdict
     f = facts_from(report.probe, report.bench)
     rate, limit = f.rate("mmap"), f.sequential_limit_bytes_per_s
@@ -382,7 +382,7 @@ def test_a_doctor_that_measured_nothing_says_so(tmp_path: Path) -> None:
     if cuda_unavailable() is None:
         pytest.skip("needs a machine where CUDA trials cannot run")
     src = synthesize(tmp_path / "m", 2 << 20, seed=5)
-    report = run_doctor(resolve(str(src.root)), budget_s=20, device="cuda")
+    report = run_doctor(resolve(str(src.root)), DoctorOptions(budget_s=20, device="cuda"))
     verdict = report.advice.verdict
     assert verdict.status == "unmeasured", verdict.headline
     # The CPU-side routes ran beside (issue 38), but the GPU half is what was asked.
@@ -486,7 +486,7 @@ def test_a_pickle_only_model_gets_a_measured_conversion(tmp_path: Path) -> None:
         p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
         for p in ck.root.iterdir()
     }
-    report = run_doctor(resolve(str(ck.root)), budget_s=30)
+    report = run_doctor(resolve(str(ck.root)), DoctorOptions(budget_s=30))
     conv = report.conversion
     assert conv is not None and conv.reason is None, (conv, report.failures)
     assert conv.speedup is not None and conv.verified and conv.removed
@@ -520,7 +520,7 @@ def test_doctor_on_a_torch_index_with_safetensors_beside_says_load_those(
     # A stray safetensors file the index does not name: the advice's code must not load it.
     save_file({"stray": torch.zeros(4)}, str(root / "consolidated.safetensors"))
     target = resolve(str(root / "pytorch_model.bin.index.json"))
-    report = run_doctor(target, budget_s=30)
+    report = run_doctor(target, DoctorOptions(budget_s=30))
     assert report.conversion is None
     ids = [r.id for r in report.advice.recommendations]
     assert "convert-to-safetensors" not in ids, ids
@@ -548,7 +548,9 @@ def test_doctor_ranks_on_a_torch_model_run_on_its_safetensors_or_say_why(
     With the same model beside it as safetensors the round runs on those, and says so;
     with none, the report says why it did not run."""
     root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=5).root
-    report = run_doctor(resolve(str(root / "pytorch_model.bin.index.json")), budget_s=40, ranks=2)
+    report = run_doctor(
+        resolve(str(root / "pytorch_model.bin.index.json")), DoctorOptions(budget_s=40, ranks=2)
+    )
     assert report.ranks is not None, report.failures
     assert report.ranks.notes[0] == (
         "ran on the safetensors beside the torch model (model.safetensors.index.json):"
@@ -564,14 +566,14 @@ def test_doctor_ranks_on_a_torch_model_run_on_its_safetensors_or_say_why(
     assert note in to_markdown(report.to_dict())
     assert html.escape(note) in to_html(report.to_dict())
     only = synthesize(tmp_path / "torch", 4 << 20, fmt="torch", seed=5).root
-    report = run_doctor(resolve(str(only)), budget_s=20, ranks=2)
+    report = run_doctor(resolve(str(only)), DoctorOptions(budget_s=20, ranks=2))
     assert report.ranks is None
     assert (
         "ranks: not run: multi-rank loading reads safetensors, and this model is torch"
         " with no safetensors beside it"
     ) in report.failures
     # One rank is no multi-rank round: said, not silently dropped.
-    report = run_doctor(resolve(str(only)), budget_s=10, ranks=1)
+    report = run_doctor(resolve(str(only)), DoctorOptions(budget_s=10, ranks=1))
     assert "ranks: not run: --ranks 1 is one rank; the multi-rank round needs 2" in (
         report.failures
     )
@@ -588,7 +590,9 @@ def test_safetensors_beside_that_hold_another_model_are_not_taken_for_it(
     root = synthesize(tmp_path / "mix", 2 << 20, fmt="torch", seed=1).root
     other = synthesize(tmp_path / "other", 1 << 20, seed=7).root / "model.safetensors"
     shutil.copy(other, root / "model.safetensors")
-    report = run_doctor(resolve(str(root / "pytorch_model.bin")), budget_s=30, ranks=2)
+    report = run_doctor(
+        resolve(str(root / "pytorch_model.bin")), DoctorOptions(budget_s=30, ranks=2)
+    )
     ids = [r.id for r in report.advice.recommendations]
     assert "use-safetensors-beside" not in ids, ids
     rec = next(r for r in report.advice.recommendations if r.id == "convert-to-safetensors")

@@ -23,7 +23,7 @@ import pytest
 from loadscope.actions.localcopy import PARTIAL_SUFFIX, copy_model
 from loadscope.actions.warm import evict, warm
 from loadscope.base.errors import ReadFailed
-from loadscope.diagnosis.doctor import run_doctor
+from loadscope.diagnosis.doctor import DoctorOptions, run_doctor
 from loadscope.engine.bench import BenchError, BenchOptions, run_bench
 from loadscope.engine.probing import run_probes
 from loadscope.model.inspection import inspect_target
@@ -157,7 +157,7 @@ def test_probes_and_doctor_meet_a_stall_with_a_bounded_clear_answer(
         assert probe.stalled is not None and "stopped answering" in probe.stalled
         assert str(disk.path) in probe.stalled and "at offset" in probe.stalled
         assert not probe.latency.ok or not probe.throughput.ok
-        report = run_doctor(target, budget_s=8)
+        report = run_doctor(target, DoctorOptions(budget_s=8))
         assert report.advice.verdict.headline.startswith("the storage stopped answering")
         assert report.advice.recommendations[0].id == "storage-stalled"
         assert report.bench is None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.diagnosis.doctor import run_doctor
+from loadscope.diagnosis.doctor import DoctorOptions, run_doctor
 from loadscope.model.targets import resolve
 from loadscope.tools.emulator import fuse_connection_settings
 from tests.conftest import REPO_ROOT, slow_synthetic
@@ -40,7 +40,7 @@ def test_the_default_doctor_measures_readahead_under_every_mmap_stack(
 ) -> None:
     monkeypatch.setenv("LOADSCOPE_STATE_DIR", str(tmp_path / "state"))
     before = _settings(slow_model)
-    report = run_doctor(resolve(str(slow_model)), budget_s=15)
+    report = run_doctor(resolve(str(slow_model)), DoctorOptions(budget_s=15))
     assert _settings(slow_model) == before
     rec = next(r for r in report.advice.recommendations if r.id == "raise-readahead")
     assert rec.measured and rec.expected_speedup is not None, report.failures
