@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from loadscope.base.errors import ExitCode, LoadscopeError, PermissionDenied
-from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, run_doctor
+from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, DoctorOptions, run_doctor
 from loadscope.diagnosis.fleet import Fleet, NodeResult, exit_code, fleet_text, write_fleet
 from loadscope.model.inspection import open_checked
 
@@ -229,7 +229,7 @@ def diagnose_node(
     host = platform.node()
     try:
         with open_checked(target, synth_dir=synth_dir, loads=True) as t:
-            report = doctor(t, budget_s=budget_s, **watch)
+            report = doctor(t, DoctorOptions(budget_s=budget_s), **watch)
         doc = json.loads(report.to_json())
         if (why := _unmeasured(doc)) is not None:
             # Its storage stalled, or no trial completed: a node that measured nothing is a
