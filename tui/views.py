@@ -6,11 +6,13 @@ The live benchmark view also takes the trial events as they arrive. The third vi
 the probes', is :mod:`loadscope.tui.probes_view`.
 
 Owns: :class:`BenchView`, :class:`AdviceView` and :data:`APPLICABLE`.
-May import: the core's units, snippets and trial type, the charts; nothing else of the app.
+May import: the core's units, snippets and trial type, the report's content model (a fix
+as every output shows it), the charts; nothing else of the app.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +23,20 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
-from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.units import format_bytes, format_rate, format_speedup
+from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import Trial
+from loadscope.report.content import (
+    Block,
+    Bullets,
+    Code,
+    Para,
+    Quote,
+    Table,
+    fix_blocks,
+    fixes,
+    route_sections,
+)
+from loadscope.report.text import plain
 from loadscope.tui.charts import (
     RateChart,
     Series,
@@ -50,6 +63,30 @@ class LiveTrial:
     read_bytes: int | None = None
     done: bool = False
     note: str = ""
+
+
+def _marked(text: str) -> Text:
+    """The content model's inline markup as Rich: **bold** bold, `code` as its text."""
+    out = Text()
+    for i, part in enumerate(re.split(r"\*\*([^*]+)\*\*", text)):
+        out.append(part.replace("`", ""), style="bold" if i % 2 else "")
+    return out
+
+
+def block_text(block: Block, code_style: str) -> Text:
+    """One block of the content model (``report/content.py``) as Rich text, a line each."""
+    if isinstance(block, Code):
+        return Text(block.text + "\n", style=code_style)
+    if isinstance(block, Bullets):
+        out = Text()
+        for item in block.items:
+            out.append_text(Text("  • ") + _marked(item) + Text("\n"))
+        return out
+    if isinstance(block, Table):
+        rows = [" | ".join(block.header), *(" | ".join(r) for r in block.rows)]
+        return Text("\n".join(rows) + "\n")
+    text = block.text if isinstance(block, Para | Quote) else str(block)
+    return _marked(text) + Text("\n")
 
 
 def _or_dash(value: int | None) -> str:
@@ -358,12 +395,8 @@ class AdviceView(Vertical):
         self.notes = list(doc.get("notes") or [])
         recs = self.query_one("#recs", OptionList)
         recs.clear_options()
-        for i, r in enumerate(self.recommendations, 1):
-            gain = r.get("expected_speedup")
-            est = "" if r.get("measured", True) else " est."
-            tag = " (optional)" if r.get("optional") else ""
-            label = f"{i}. {r['title']}{tag}" + (f" — {format_speedup(gain)}{est}" if gain else "")
-            recs.add_option(Option(label, id=r["id"]))
+        for fix in fixes({"recommendations": self.recommendations}):
+            recs.add_option(Option(fix.heading, id=fix.id))
         if self.recommendations:
             recs.highlighted = 0
             self._detail(0)
@@ -400,35 +433,21 @@ class AdviceView(Vertical):
         return self.recommendations[idx] if idx is not None and self.recommendations else None
 
     def _detail(self, index: int) -> None:
-        r = self.recommendations[index]
+        fix = fixes({"recommendations": self.recommendations})[index]
         out = Text()
-        out.append(r["title"] + "\n", style="bold")
-        out.append(r["action"] + "\n")
-        if r.get("risk"):
-            out.append("cost/risk: ", style="bold")
-            out.append(r["risk"] + "\n")
-        out.append(f"confidence: {r.get('confidence')}\n", style="dim")
-        out.append("evidence:\n", style="bold")
-        for e in r.get("evidence") or []:
-            value = e.get("value")
-            unit = e.get("unit") or ""
-            shown = (
-                format_rate(value)
-                if unit == "B/s" and isinstance(value, (int, float))
-                else f"{value:.3g} {unit}"
-                if isinstance(value, float)
-                else f"{value} {unit}"
-            )
-            ids = f" (trials {', '.join(map(str, e['trial_ids']))})" if e.get("trial_ids") else ""
-            out.append(f"  • {e['what']}: {shown}{ids}\n")
-        for snip in snippets_of(r):
-            out.append(f"{snippet_heading(snip)}:\n", style="bold")
-            out.append(str(snip["code"]) + "\n", style=theme_color(self, "text-success", "green"))
+        out.append(fix.heading + "\n", style="bold")
+        code_style = theme_color(self, "text-success", "green")
+        for block in fix_blocks(fix):
+            out.append_text(block_text(block, code_style))
+        for route in route_sections(fix):
+            out.append(plain(route.title) + ":\n", style="bold")
+            for block in route.blocks:
+                out.append_text(block_text(block, code_style))
         if self.notes:
             out.append("notes:\n", style="bold")
             for n in self.notes:
                 out.append(f"  • {n}\n")
         out.append("press c to copy the snippets (OSC 52: works over SSH)", style="dim")
-        if r["id"] in APPLICABLE:
-            out.append(f"; a to {APPLICABLE[r['id']]} (asks first)", style="dim")
+        if fix.id in APPLICABLE:
+            out.append(f"; a to {APPLICABLE[fix.id]} (asks first)", style="dim")
         self.query_one("#rec-detail", Static).update(out)

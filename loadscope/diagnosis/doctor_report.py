@@ -20,7 +20,6 @@ from typing import Any
 
 from loadscope.actions.convert import ConversionTrial
 from loadscope.advice.rules import Advice, advice_dict
-from loadscope.advice.snippets import short_label, snippet_heading
 from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
@@ -32,9 +31,11 @@ from loadscope.engine.broadcast import BroadcastReport
 from loadscope.engine.broadcast import to_text as ranks_text
 from loadscope.engine.probing import ProbeReport
 from loadscope.engine.probing import to_text as probe_text
+from loadscope.report.content import fix_sections
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
 from loadscope.report.sections import ceiling_line, other_failures
+from loadscope.report.text import section_lines
 
 SCHEMA_VERSION = 1
 
@@ -118,17 +119,7 @@ class DoctorReport:
 
 
 def to_text(report: DoctorReport) -> str:
-    a = report.advice
-    lines = [f"verdict: {a.verdict.headline}", ""]
-    for i, r in enumerate(a.recommendations, 1):
-        tag = " (optional)" if r.optional else ""
-        lines.append(f"{i}. {r.title}{tag}")
-        lines.append(_indent(r.action))
-        if r.risk:
-            lines.append(_indent(f"cost/risk: {r.risk}"))
-        lines += _snippet_lines([asdict(snip) for snip in r.snippets])
-    for note in a.notes:
-        lines.append(textwrap.fill(f"note: {note}", 80, subsequent_indent="      "))
+    lines = advice_lines(report.to_dict())
     lines += ["", "evidence:", "", probe_text(report.probe)]
     if report.bench is not None:
         extra = table_rows(report.user_command) if report.user_command else []
@@ -145,34 +136,14 @@ def to_text(report: DoctorReport) -> str:
     return "\n".join(lines)
 
 
-def _snippet_lines(snippets: list[dict[str, Any]]) -> list[str]:
-    """Per stack, its best measured snippet in full, the other routes in one line each."""
-    lines: list[str] = []
-    shown: set[str] = set()
-    for snip in snippets:
-        stack = str(snip["stack"])
-        if snip.get("strategy") and stack in shown:
-            continue  # folded into the "also here" line below
-        shown.add(stack)
-        lines.append(f"   {snippet_heading(snip)}:")
-        lines += [f"     {line}" for line in str(snip["code"]).splitlines()]
-        if not snip.get("strategy"):
-            continue
-        others = [
-            s for s in snippets if s["stack"] == stack and s is not snip and s.get("strategy")
-        ]
-        if others:
-            also = "; ".join(short_label(s) for s in others)
-            lines.append(
-                textwrap.fill(
-                    f"other routes: {also}",
-                    80,
-                    initial_indent="     ",
-                    subsequent_indent="       ",
-                )
-            )
+def advice_lines(doc: dict[str, Any]) -> list[str]:
+    """The verdict, each fix (``report/content.py``: what every output shows of it) and
+    the notes, from a doctor report's JSON, for a terminal."""
+    verdict = doc.get("verdict") or {}
+    lines = [f"verdict: {verdict.get('headline', '')}", ""]
+    for section in fix_sections(doc):
+        lines.append(section.title)
+        lines += section_lines(section, indent=3)
+    for note in doc.get("notes") or []:
+        lines.append(textwrap.fill(f"note: {note}", 80, subsequent_indent="      "))
     return lines
-
-
-def _indent(text: str) -> str:
-    return textwrap.fill(text, 80, initial_indent="   ", subsequent_indent="   ")

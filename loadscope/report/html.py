@@ -14,21 +14,10 @@ import math
 import re
 from typing import Any
 
-from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.units import format_bytes, format_rate, speedup_shown
+from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.sampling import whole_rate
-from loadscope.report.sections import (
-    Block,
-    Bullets,
-    Code,
-    Para,
-    Quote,
-    Section,
-    Table,
-    probe_best_read,
-    sections,
-    top_fix,
-)
+from loadscope.report.content import Block, Bullets, Code, Para, Quote, Section, Table
+from loadscope.report.sections import probe_best_read, sections
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;color:#1b1f24;padding:0 1em}
@@ -206,44 +195,30 @@ def to_html(doc: dict[str, Any]) -> str:
         f"<p>target <code>{_e(t['spec'])}</code>: {t['files']} file(s), {_e(format_bytes(t['total_bytes']))};"
         f" loadscope {_e(doc['tool']['version'])}, {_e(doc['created'])}</p>",
     ]
-    recs = doc.get("recommendations") or []
-    top = top_fix(recs)
-    if recs:
-        out.append("<h2>Recommendations</h2><ol>")
-        for r in recs:
-            how = "measured" if r.get("measured", True) else "estimated"
-            speedup = r.get("expected_speedup")
-            shown, slower = speedup_shown(speedup) if speedup else ("", False)
-            gain = f" — {shown} {how}" + (", slower here" if slower else "") if speedup else ""
-            opt = " (optional)" if r.get("optional") else ""
-            out.append(f"<li><b>{_e(r['title'])}</b>{_e(opt)}{_e(gain)}<br>{_e(r['action'])}")
-            if r.get("risk"):
-                out.append(f"<br><i>cost/risk:</i> {_e(r['risk'])}")
-            if r is not top:  # the top fix's snippets have their section below
-                for snip in snippets_of(r):
-                    heading = _e(snippet_heading(snip))
-                    out.append(f"<div>{heading}:</div><pre>{_e(snip['code'])}</pre>")
-            out.append("</li>")
-        out.append("</ol>")
+    # The fixes first, the top one open with its code per stack: what the reader came for.
+    found = sections(doc)
+    for section in found:
+        if section.id.startswith("fix-"):
+            out += render_section(section)
     charts = {
         "trials": _trial_charts(doc),
         "storage": _storage_charts(doc),
         "user-command": _user_command_charts(doc),
     }
     drawn: set[str] = set()
-    for section in sections(doc):
-        if section.id == "recommendations":
-            continue  # the list above says more (each fix's action and cost)
+    for section in found:
+        if section.id.startswith("fix-"):
+            continue  # drawn first, above
         if section.id in charts and not section.collapsed:
-            out += _section(section) + charts[section.id]  # under its own heading
+            out += render_section(section) + charts[section.id]  # under its own heading
             drawn.add(section.id)
         elif section.id in charts:
             out.append(f"<h2>{_e(section.id.capitalize())}</h2>")
             out += charts[section.id]
             drawn.add(section.id)
-            out += _section(section, opened=True)
+            out += render_section(section, opened=True)
         else:
-            out += _section(section)
+            out += render_section(section)
     for name, drawing in charts.items():
         if name not in drawn and drawing:
             out += [f"<h2>{_e(name.capitalize())}</h2>", *drawing]
@@ -251,9 +226,9 @@ def to_html(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _section(section: Section, opened: bool = False) -> list[str]:
+def render_section(section: Section, opened: bool = False) -> list[str]:
     body = [part for block in section.blocks for part in _block(block)]
-    body += [part for child in section.children for part in _section(child)]
+    body += [part for child in section.children for part in render_section(child)]
     if section.collapsed:
         head = "<details open>" if opened else "<details>"
         return [f"{head}<summary>{_inline(section.title)}</summary>", *body, "</details>"]

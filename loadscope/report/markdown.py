@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from loadscope.base.units import format_bytes
-from loadscope.report.sections import Block, Bullets, Code, Para, Quote, Section, Table, sections
+from loadscope.report.content import Block, Bullets, Code, Para, Quote, Section, Table
+from loadscope.report.sections import sections
 
 #: GitHub's limit on an issue body.
 GITHUB_BODY_LIMIT = 65_536
@@ -30,14 +31,14 @@ def to_markdown(doc: dict[str, Any]) -> str:
         "",
     ]
     found = sections(doc)
-    text = "\n".join(out + [line for section in found for line in _section(section)])
+    text = "\n".join(out + [line for section in found for line in render_section(section)])
     trimmed = 0
     while len(text) > GITHUB_BODY_LIMIT - 400:
         shorter = _shrink_largest(found)
         if shorter is None:
             break
         found, trimmed = shorter, trimmed + 1
-        text = "\n".join(out + [line for section in found for line in _section(section)])
+        text = "\n".join(out + [line for section in found for line in render_section(section)])
     if trimmed:
         text += (
             "\n\n> trimmed to fit GitHub's 65,536-character limit: the largest tables and"
@@ -97,9 +98,9 @@ def _halved(block: Block) -> Block:
     return Bullets((*rows[:keep], f"… {gone} more (trimmed)"))
 
 
-def _section(section: Section) -> list[str]:
+def render_section(section: Section) -> list[str]:
     body = [line for block in section.blocks for line in _block(block)]
-    body += [line for child in section.children for line in _section(child)]
+    body += [line for child in section.children for line in render_section(child)]
     if section.collapsed:
         return [f"<details><summary>{section.title}</summary>", "", *body, "</details>", ""]
     return ([f"#### {section.title}", ""] if section.title else []) + body

@@ -15,56 +15,22 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.units import format_bytes, format_rate, format_speedup, format_us
+from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.engine.bench import format_lines
 from loadscope.engine.sampling import whole_rate, whole_seconds_text
 from loadscope.probes.registry import block_lines
-
-
-@dataclass(frozen=True, slots=True)
-class Para:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Bullets:
-    items: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Code:
-    text: str
-    lang: str = "text"
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    header: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Quote:
-    text: str
-
-
-Block = Para | Bullets | Code | Table | Quote
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    """``collapsed``: details a reader opens (the Markdown's ``<details>``); else shown,
-    under ``title`` when there is one. ``children`` follow the blocks."""
-
-    id: str
-    title: str
-    blocks: tuple[Block, ...] = ()
-    collapsed: bool = True
-    children: tuple[Section, ...] = field(default_factory=tuple)
+from loadscope.report.content import (
+    Block,
+    Bullets,
+    Code,
+    Para,
+    Quote,
+    Section,
+    Table,
+    fix_sections,
+)
 
 
 def sections(doc: dict[str, Any]) -> list[Section]:
@@ -74,8 +40,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
         _system_info(doc),
         _storage(doc),
         *_registered(doc),
-        _recommendations(doc),
-        _fix_in_your_stack(doc),
+        *fix_sections(doc),
         _trials(doc),
         _user_command(doc),
         _formats(doc),
@@ -215,47 +180,6 @@ def _registered(doc: dict[str, Any]) -> list[Section]:
         for spec, found in block_lines(probe, only_ok=True)
         if found
     ]
-
-
-def _recommendations(doc: dict[str, Any]) -> Section | None:
-    recs = doc.get("recommendations") or []
-    if not recs:
-        return None
-    rows = []
-    for i, r in enumerate(recs, 1):
-        gain = format_speedup(r["expected_speedup"]) if r.get("expected_speedup") else "-"
-        if r.get("expected_speedup") and not r.get("measured", True):
-            gain += " (est.)"
-        ram = format_bytes(r["ram_bytes_needed"]) if r.get("ram_bytes_needed") else "-"
-        rows.append((str(i), f"{r['title']}{' (optional)' if r['optional'] else ''}", gain, ram))
-    header = ("#", "recommendation", "expected speed-up", "RAM needed")
-    return Section("recommendations", "", (Table(header, tuple(rows)),), collapsed=False)
-
-
-def _fix_in_your_stack(doc: dict[str, Any]) -> Section | None:
-    """The top fix's snippets, one collapsible block per snippet, each with its number."""
-    top = top_fix(doc.get("recommendations") or [])
-    snippets = snippets_of(top) if top else []
-    if top is None or not snippets:
-        return None
-    children = tuple(
-        Section(
-            "snippet",
-            snippet_heading(snip),
-            (Code(str(snip["code"]), _lang(str(snip["stack"]))),),
-        )
-        for snip in snippets
-    )
-    return Section("fix", f"The fix in your stack: {top['title']}", (), False, children)
-
-
-def top_fix(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The first recommendation that is not optional: the fix the report leads with."""
-    return next((r for r in recs if not r.get("optional")), None)
-
-
-def _lang(stack: str) -> str:
-    return "bash" if stack in ("shell", "vllm", "sglang") else "python"
 
 
 def _trials(doc: dict[str, Any]) -> Section | None:

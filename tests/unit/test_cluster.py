@@ -200,7 +200,9 @@ def test_a_node_that_measured_nothing_is_failed_and_old_reports_are_cleared(
                 {"verdict": {"status": "unmeasured", "headline": "could not measure: stalled"}}
             )
 
-    node = diagnose_node(1, "synthetic:1MiB", 5, str(tmp_path), doctor=lambda t, *a, **k: Unmeasured())
+    node = diagnose_node(
+        1, "synthetic:1MiB", 5, str(tmp_path), doctor=lambda t, *a, **k: Unmeasured()
+    )
     assert node.status == "failed" and node.reason == "could not measure: stalled"
     out = tmp_path / "fleet"
     ok = {"verdict": {"status": "healthy", "headline": "fine"}}
