@@ -29,14 +29,13 @@ be inside the model folder, nor the model inside DEST.
 
 May import: ``loadscope.model``, ``loadscope.loaders`` (how ``auto`` reads),
 ``loadscope.probes``, ``loadscope.base``, :mod:`loadscope.actions.throughput` and
-:mod:`loadscope.actions.copydest` (the destination folder).
+:mod:`loadscope.actions.copydest` (the destination folder) and
+:mod:`loadscope.actions.blockcopy` (one file's blocks copied and read back).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import mmap
 import os
 import posixpath
 import shutil
@@ -47,11 +46,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadscope.actions.blockcopy import ALIGN, BlockCopy, CopyRun, verify_back
 from loadscope.actions.copydest import CopyError, CopyRefused, _prepare_dest
 from loadscope.actions.throughput import rate, timing_fields
-from loadscope.base.errors import ExitCode, LoadscopeError, ReadFailed
-from loadscope.base.memory import fresh_memory
-from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular, pread_exactly
+from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.safeio import STALL_TIMEOUT_S, open_regular
 from loadscope.base.units import format_bytes
 from loadscope.loaders.strategies.auto import RESIDENT_ENOUGH, Auto
 from loadscope.model.targets import Target, read_index
@@ -69,8 +68,6 @@ PARTIAL_SUFFIX = ".loadscope-partial"
 #: this large (12 x 1 MiB: on an emulated 5 ms disk, 18x a single-stream load).
 DEFAULT_BLOCK = _auto_default("block_bytes")
 DEFAULT_THREADS = _auto_default("threads")
-#: O_DIRECT offsets, lengths and buffers are multiples of the page size.
-_ALIGN = mmap.PAGESIZE
 #: Room kept free on DEST beyond the files (metadata, other writers).
 SPACE_MARGIN = 64 << 20
 SIDECAR_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".py", ".jinja")
@@ -95,30 +92,6 @@ class FileCopy:
     crc32: str | None = None
     #: How its source was read: "O_DIRECT", or "buffered pread" and why.
     read: str | None = None
-
-
-class _Busy:
-    """The wall time during which at least one thread was inside (``with busy:``): the
-    time a resource (the source's reads, DEST's writes) was at work, however many threads
-    overlapped on it."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._inside = 0
-        self._since = 0.0
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._inside == 0:
-                self._since = time.monotonic()
-            self._inside += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._inside -= 1
-            if self._inside == 0:
-                self.seconds += time.monotonic() - self._since
 
 
 @dataclass(slots=True)
@@ -258,26 +231,6 @@ def _check_unchanged(fd: int, path: str, before: tuple[int, int, int, int, int])
         )
 
 
-@dataclass(slots=True)
-class _Run:
-    """What every file of one copy shares: how the source is read, the stop event, and
-    the time the source's reads, DEST's writes and the read-backs took."""
-
-    threads: int
-    block_bytes: int
-    stop: threading.Event
-    stall_timeout_s: float
-    reads: _Busy = field(default_factory=_Busy)
-    writes: _Busy = field(default_factory=_Busy)
-    verify_seconds: float = 0.0
-    source_bytes: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def count_read(self, n: int) -> None:
-        with self.lock:
-            self.source_bytes += n
-
-
 def copy_model(
     target: Target,
     dest: str | os.PathLike[str],
@@ -292,11 +245,11 @@ def copy_model(
     root = target.root if target.root.is_dir() else target.root.parent
     dest_dir = Path(dest)
     _check_paths(root, dest_dir)
-    if threads < 1 or block_bytes < _ALIGN:
-        raise LoadscopeError(f"threads must be >= 1 and block_bytes >= {_ALIGN}")
+    if threads < 1 or block_bytes < ALIGN:
+        raise LoadscopeError(f"threads must be >= 1 and block_bytes >= {ALIGN}")
     files = plan(target)
     report = CopyReport(str(root), str(dest_dir), files, threads=threads, block_bytes=block_bytes)
-    run = _Run(threads, block_bytes, cancel or threading.Event(), stall_timeout_s)
+    run = CopyRun(threads, block_bytes, cancel or threading.Event(), stall_timeout_s)
     created, lock_fd = _prepare_dest(dest_dir)
     try:
         return _copy_into(files, report, dest_dir, created, force, progress, run)
@@ -315,7 +268,7 @@ def _copy_into(
     created: bool,
     force: bool,
     progress: Progress | None,
-    run: _Run,
+    run: CopyRun,
 ) -> CopyReport:
     # What is already there: verified files are kept, differing ones refuse (unless force).
     todo: list[FileCopy] = []
@@ -389,7 +342,7 @@ def _open_source(path: str, block_bytes: int) -> tuple[int, int | None, str]:
             fraction = None
         if fraction is not None and fraction >= RESIDENT_ENOUGH:
             return src, None, "buffered pread (already in the page cache)"
-        if block_bytes % _ALIGN:
+        if block_bytes % ALIGN:
             return src, None, "buffered pread (requests not a multiple of the page size)"
         try:
             direct = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -406,17 +359,17 @@ def _open_source(path: str, block_bytes: int) -> tuple[int, int | None, str]:
         raise
 
 
-def _same_as_source(f: FileCopy, final: Path, run: _Run) -> str | None:
+def _same_as_source(f: FileCopy, final: Path, run: CopyRun) -> str | None:
     """The crc32 of ``final`` when its every block equals the source's, else None: the
     source read as a copy reads it (blocks in parallel, O_DIRECT where allowed), ``final``
     read back from DEST."""
     src, direct, how = _open_source(f.source, run.block_bytes)
-    blocks: _BlockCopy | None = None
+    blocks: BlockCopy | None = None
     try:
         size = os.fstat(src).st_size
         if size != f.size_bytes:
             return None
-        blocks = _BlockCopy(src, direct, None, f.source, None, size, run, lambda n: None)
+        blocks = BlockCopy(src, direct, None, f.source, None, size, run, lambda n: None)
         blocks.run()
         f.read = blocks.said(how)
         if run.stop.is_set():
@@ -431,7 +384,7 @@ def _same_as_source(f: FileCopy, final: Path, run: _Run) -> str | None:
                 os.close(direct)
     began = time.monotonic()
     try:
-        return _verify_back(final, blocks.crcs, run.block_bytes) if size else _EMPTY_CRC
+        return verify_back(final, blocks.crcs, run.block_bytes) if size else _EMPTY_CRC
     finally:
         run.verify_seconds += time.monotonic() - began
 
@@ -439,7 +392,7 @@ def _same_as_source(f: FileCopy, final: Path, run: _Run) -> str | None:
 _EMPTY_CRC = f"{zlib.crc32(b''):08x}"
 
 
-def _copy_one(f: FileCopy, dest_dir: Path, run: _Run, tick: Callable[[int], None]) -> None:
+def _copy_one(f: FileCopy, dest_dir: Path, run: CopyRun, tick: Callable[[int], None]) -> None:
     final = dest_dir / f.relative
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
@@ -453,7 +406,7 @@ def _copy_one(f: FileCopy, dest_dir: Path, run: _Run, tick: Callable[[int], None
             os.close(direct)
         raise
     completed = False
-    blocks: _BlockCopy | None = None
+    blocks: BlockCopy | None = None
     try:
         before = _identity(os.fstat(src))
         size = before[2]
@@ -463,7 +416,7 @@ def _copy_one(f: FileCopy, dest_dir: Path, run: _Run, tick: Callable[[int], None
                 path=f.source,
             )
         os.ftruncate(out, size)
-        blocks = _BlockCopy(src, direct, out, f.source, partial, size, run, tick)
+        blocks = BlockCopy(src, direct, out, f.source, partial, size, run, tick)
         blocks.run()
         f.read = blocks.said(how)
         if run.stop.is_set():
@@ -482,149 +435,7 @@ def _copy_one(f: FileCopy, dest_dir: Path, run: _Run, tick: Callable[[int], None
             partial.unlink()
 
 
-class _BlockCopy:
-    """One file's blocks read from the source by a pool of threads (``run.threads``
-    requests of ``run.block_bytes`` in flight, O_DIRECT through ``direct`` when given) and
-    written to ``out`` (None: only read, to compare), each block's crc32 kept (offset ->
-    (crc32, length)) to check the copy read back."""
-
-    def __init__(
-        self,
-        src: int,
-        direct: int | None,
-        out: int | None,
-        source: str,
-        partial: Path | None,
-        size: int,
-        run: _Run,
-        tick: Callable[[int], None],
-    ) -> None:
-        self.src, self.direct, self.out = src, direct, out
-        self.source, self.partial, self.size = source, partial, size
-        self.block_bytes, self.stop, self.tick, self.copy_run = run.block_bytes, run.stop, tick, run
-        self.crcs: dict[int, tuple[int, int]] = {}
-        self.errors: list[BaseException] = []
-        self.abort = threading.Event()  # set when the caller is interrupted (Ctrl-C)
-        #: Set when the copiers stopped answering: their fds must stay open (see _copy_one).
-        self.stuck = False
-        #: Set when an O_DIRECT read was refused (EINVAL) though the open was allowed.
-        self.direct_refused = False
-        self._offsets = iter(range(0, size, run.block_bytes))
-        self._lock = threading.Lock()
-        self._in_flight: dict[int, int] = {}  # copier -> the offset it reads
-        self._moved = time.monotonic()
-
-    def run(self) -> None:
-        """Copy every block (or stop early with ``stop``); the first copier's error, or
-        :class:`ReadFailed` when no byte moved for the stall timeout, is raised."""
-        threads, stall_timeout_s = self.copy_run.threads, self.copy_run.stall_timeout_s
-        blocks = -(-self.size // self.block_bytes)
-        pool = [
-            threading.Thread(target=self._worker, daemon=True)
-            for _ in range(max(1, min(threads, blocks)))
-        ]
-        try:
-            for t in pool:
-                t.start()
-            while any(t.is_alive() for t in pool):
-                for t in pool:
-                    t.join(timeout=0.1)
-                if time.monotonic() - self._moved > stall_timeout_s:
-                    self._give_up(pool, stall_timeout_s)
-        except BaseException:
-            self.abort.set()  # no thread may write after the caller closes the fds
-            if not self.stuck:
-                for t in pool:
-                    if t.ident is not None:  # a signal may land between two start() calls
-                        t.join()
-            raise
-        if self.errors:
-            raise self.errors[0]
-
-    def said(self, how: str) -> str:
-        """How the source was read, ``how`` unless its O_DIRECT reads were refused."""
-        if self.direct_refused:
-            return "buffered pread (the filesystem refuses O_DIRECT reads: EINVAL)"
-        return how
-
-    def _give_up(self, pool: list[threading.Thread], stall_timeout_s: float) -> None:
-        self.abort.set()
-        self.stuck = True  # copiers blocked in the kernel keep their fds
-        where = ", ".join(str(o) for o in sorted(set(self._in_flight.values()))[:3])
-        note_stuck(f"{self.source} at offset {where}", pool)
-        raise ReadFailed(
-            f"no byte copied for {stall_timeout_s:g} s (reading at offset {where}):"
-            " the storage stopped answering; nothing renamed",
-            path=self.source,
-        )
-
-    def _worker(self) -> None:
-        # One page-aligned buffer per copier, reused for each of its blocks (O_DIRECT
-        # reads land in it directly).
-        buf = fresh_memory(self.block_bytes)
-        view = memoryview(buf)
-        try:
-            while not self.stop.is_set() and not self.abort.is_set() and not self.errors:
-                with self._lock:
-                    off = next(self._offsets, None)
-                if off is None:
-                    return
-                self._in_flight[threading.get_ident()] = off
-                if not self._copy_block(off, view):
-                    return
-        except BaseException as exc:  # noqa: BLE001  (re-raised by run)
-            self.errors.append(exc)
-        finally:
-            view.release()
-            buf.close()
-
-    def _read(self, dst: memoryview, off: int) -> None:
-        """Fill ``dst`` with the source's bytes at ``off``: O_DIRECT for its page-aligned
-        part where allowed, a buffered pread for the rest (the file's unaligned tail)."""
-        done = 0
-        if self.direct is not None and not self.direct_refused:
-            aligned = len(dst) - len(dst) % _ALIGN
-            try:
-                while done < aligned:
-                    n = os.preadv(self.direct, [dst[done:aligned]], off + done)
-                    done += max(n, 0)
-                    if n <= 0 or n % _ALIGN:
-                        break  # the end of the file (or a short read): the rest buffered
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise ReadFailed(
-                        f"{exc.strerror} at offset {off + done}", path=self.source
-                    ) from None
-                self.direct_refused = True  # opened, but its reads refused: buffered now
-        if done < len(dst):
-            pread_exactly(self.src, dst[done:], off + done, self.source)
-
-    def _copy_block(self, off: int, view: memoryview) -> bool:
-        """The block at ``off`` read, written and counted; False when aborted meanwhile."""
-        length = min(self.block_bytes, self.size - off)
-        data = view[:length]
-        with self.copy_run.reads:
-            self._read(data, off)
-        self.copy_run.count_read(length)
-        if self.abort.is_set():
-            return False
-        if self.out is not None:
-            written = 0
-            try:
-                with self.copy_run.writes:
-                    while written < length:
-                        written += os.pwrite(self.out, data[written:], off + written)
-            except OSError as exc:
-                raise CopyError(
-                    f"writing at offset {off + written}: {exc.strerror}", path=self.partial
-                ) from None
-        self.crcs[off] = (zlib.crc32(data), length)
-        self._moved = time.monotonic()
-        self.tick(length)
-        return True
-
-
-def _commit(blocks: _BlockCopy, final: Path, before: tuple[int, int, int, int, int]) -> str:
+def _commit(blocks: BlockCopy, final: Path, before: tuple[int, int, int, int, int]) -> str:
     """The copied file checked, made durable, read back and renamed to ``final``; its crc32.
 
     Every block was read from the file as it was when the copy began, or it is not the
@@ -637,7 +448,7 @@ def _commit(blocks: _BlockCopy, final: Path, before: tuple[int, int, int, int, i
         os.fsync(out)
     os.posix_fadvise(out, 0, 0, os.POSIX_FADV_DONTNEED)  # read back what is on disk
     began = time.monotonic()
-    crc = _verify_back(partial, blocks.crcs, blocks.block_bytes) if blocks.size else _EMPTY_CRC
+    crc = verify_back(partial, blocks.crcs, blocks.block_bytes) if blocks.size else _EMPTY_CRC
     blocks.copy_run.verify_seconds += time.monotonic() - began
     if crc is None or os.fstat(out).st_size != blocks.size:
         raise CopyError(f"{partial}: read back differs from {source}; not renamed")
@@ -645,25 +456,6 @@ def _commit(blocks: _BlockCopy, final: Path, before: tuple[int, int, int, int, i
     os.replace(partial, final)
     _fsync_dir(final.parent)
     return crc
-
-
-def _verify_back(path: Path, crcs: dict[int, tuple[int, int]], block_bytes: int) -> str | None:
-    """Read ``path`` back block by block: each block's crc32 must equal the source's.
-    Returns the whole file's crc32, or None at the first difference."""
-    fd = open_regular(path)
-    try:
-        whole = 0
-        for off in sorted(crcs):
-            want, length = crcs[off]
-            chunk = os.pread(fd, length, off)
-            if len(chunk) != length or zlib.crc32(chunk) != want:
-                return None
-            whole = zlib.crc32(chunk, whole)
-        if os.pread(fd, 1, sum(n for _, n in crcs.values())):
-            return None  # longer than the source
-        return f"{whole:08x}"
-    finally:
-        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:

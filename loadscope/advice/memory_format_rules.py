@@ -140,6 +140,32 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
     ]
 
 
+def _beside_code(f: Facts, names: list[str]) -> str:
+    """Code that loads exactly the safetensors files beside the pickles: the one file, or
+    the shards by their index where one names them, else listed."""
+    if len(names) == 1:
+        return (
+            "from safetensors.torch import load_file\n"
+            f"sd = load_file({os.path.join(f.model_root, names[0])!r})"
+        )
+    if f.safetensors_index:
+        listed = (
+            f"with open(os.path.join(folder, {f.safetensors_index!r})) as index:\n"
+            "    shards = sorted(set(json.load(index)['weight_map'].values()))\n"
+        )
+    else:
+        listed = f"shards = {names!r}\n"
+    return (
+        ("import json, os\n" if f.safetensors_index else "import os\n")
+        + "from safetensors.torch import load_file\n"
+        f"folder = {f.model_root!r}\n"
+        f"{listed}"
+        "sd = {}\n"
+        "for shard in shards:\n"
+        "    sd.update(load_file(os.path.join(folder, shard)))"
+    )
+
+
 def _load_safetensors_beside(f: Facts) -> Recommendation:
     """The model is in the folder as safetensors too: load those, nothing to convert;
     measured as ``load_file`` (the ``mmap`` trials, on those files) against ``torch.load``."""
@@ -165,29 +191,7 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
     why = (
         f.why_not_measured(DEFAULT) or f.why_not_measured(TORCH_DEFAULT) or "no cold trial of both"
     )
-    if len(names) == 1:
-        code = (
-            "from safetensors.torch import load_file\n"
-            f"sd = load_file({os.path.join(f.model_root, names[0])!r})"
-        )
-    else:
-        # Exactly the files named above: by their index where one names them, else listed.
-        if f.safetensors_index:
-            listed = (
-                f"with open(os.path.join(folder, {f.safetensors_index!r})) as index:\n"
-                "    shards = sorted(set(json.load(index)['weight_map'].values()))\n"
-            )
-        else:
-            listed = f"shards = {names!r}\n"
-        code = (
-            ("import json, os\n" if f.safetensors_index else "import os\n")
-            + "from safetensors.torch import load_file\n"
-            f"folder = {f.model_root!r}\n"
-            f"{listed}"
-            "sd = {}\n"
-            "for shard in shards:\n"
-            "    sd.update(load_file(os.path.join(folder, shard)))"
-        )
+    code = _beside_code(f, names)
     loads = Snippet(
         stack="safetensors",
         code=code,

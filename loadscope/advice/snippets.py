@@ -223,10 +223,3 @@ def snippet_heading(snippet: dict[str, Any]) -> str:
     route = f" ({snippet['route']})" if snippet.get("route") else ""
     label = label_of(snippet)
     return f"{snippet['stack']}{route}" + (f" - {label}" if label else "")
-
-
-def short_label(snippet: dict[str, Any]) -> str:
-    """One "also here" entry: "--load-format fastsafetensors 0.6x" / "... not measured"."""
-    speedup = snippet.get("speedup")
-    number = f"{speedup:.1f}x" if isinstance(speedup, int | float) else "not measured"
-    return f"{snippet.get('what') or snippet.get('strategy')} {number}"

@@ -74,7 +74,8 @@ def _hangup_stops() -> Iterator[None]:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.diagnosis.timing import TimeOptions, time_command, to_text
+    from loadscope.diagnosis.timing import TimeOptions, time_command
+    from loadscope.diagnosis.timing_text import to_text
 
     argv = _argv(args)
     fixes = _check(args)

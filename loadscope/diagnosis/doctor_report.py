@@ -23,8 +23,9 @@ from loadscope.advice.rules import Advice, advice_dict
 from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
-from loadscope.diagnosis.timing import TimeReport, table_rows
-from loadscope.diagnosis.timing import to_text as user_text
+from loadscope.diagnosis.timing import TimeReport
+from loadscope.diagnosis.timing_text import table_rows
+from loadscope.diagnosis.timing_text import to_text as user_text
 from loadscope.engine.bench import BenchReport
 from loadscope.engine.bench import to_text as bench_text
 from loadscope.engine.broadcast import BroadcastReport

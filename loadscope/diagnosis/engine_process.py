@@ -192,7 +192,8 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
                 result = copy_model(target, job["dest"], progress=progress, cancel=cancel).to_dict()
         wire.send("finished", report={"apply": {"kind": job["kind"], **result}})
     elif job["kind"] == "time":
-        from loadscope.diagnosis.timing import for_doctor, to_text
+        from loadscope.diagnosis.timing import for_doctor
+        from loadscope.diagnosis.timing_text import to_text
 
         timed = for_doctor(
             job["spec"],

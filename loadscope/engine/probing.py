@@ -153,11 +153,9 @@ def run_probes(
     hf = run_probe("hf_cache", lambda: _hf_cache(table, wsl))
     primary = max(files, key=lambda f: f.size_bytes)
     klass = primary.storage.mount.data.storage_class if primary.storage.mount.data else "unknown"
-
-    def context(seconds: float) -> ProbeContext:
-        sizes = tuple((f.path, f.size_bytes) for f in files)
-        return ProbeContext(str(target.root), sizes, klass, wsl, seconds)
-
+    context = functools.partial(
+        ProbeContext, str(target.root), tuple((f.path, f.size_bytes) for f in files), klass, wsl
+    )
     registered = run_registered(context, 0.0, say, fixed=True)
     reads = _Reads(primary, files, klass, allow_drop_caches)
     # The registered probes that read take their shares first; the core's reads the rest.

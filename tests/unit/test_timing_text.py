@@ -3,7 +3,8 @@ a failed command said as failed with no median, every line within 80 columns."""
 
 from __future__ import annotations
 
-from loadscope.diagnosis.timing import TimeReport, Variant, to_text
+from loadscope.diagnosis.timing import TimeReport, Variant
+from loadscope.diagnosis.timing_text import to_text
 from loadscope.engine.usercmd import RunResult
 
 

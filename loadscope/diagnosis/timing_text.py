@@ -1,0 +1,145 @@
+"""``loadscope time``'s report as text (:func:`to_text`) and as rows of the doctor's trial
+table (:func:`table_rows`).
+
+May import: :mod:`loadscope.diagnosis.timing`, ``loadscope.engine`` (the table's row
+format), ``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+import textwrap
+
+from loadscope.base.units import format_bytes
+from loadscope.diagnosis.timing import LABELS, TimeReport, Variant
+
+
+def to_text(report: TimeReport) -> str:
+    """The table: each variant's median, its ratio to the command as it is, its runs."""
+    base = report.baseline()
+    head = shlex.join(report.argv)  # as it would be typed: quoting kept
+    lines = _wrapped(f"loadscope time: {head}", "")
+    lines += _wrapped(
+        f"model: {len(report.files)} file(s), {format_bytes(report.total_bytes)};"
+        f" {report.rounds} round(s), interleaved, each run cold (evicted, verified)",
+        "  ",
+    )
+    if report.discovered:
+        lines.append("  files found from the command's first run (evicted before the others):")
+        lines += [f"    {f}" for f in report.discovered]
+    failed = next((r for r in base.runs if r.status != "ok"), None)
+    if failed is not None:
+        lines.append(f"  {failed.reason or failed.status}")
+        if failed.tail:
+            lines.append("  its last lines:")
+            lines += [f"    {line}" for line in failed.tail[-5:]]
+        return "\n".join(lines)
+    base_s = base.median()
+    lines.append("")
+    lines.append(f"  {'':<22} {'median':>9} {'vs as is':>9}  runs (s)")
+    for v in report.variants:
+        label = LABELS[v.name]
+        bad = next((r for r in v.runs if r.status != "ok"), None)
+        m = v.median()
+        if v.skipped or bad is not None or m is None:
+            why = v.skipped or (bad.reason if bad is not None else "no timed run")
+            row = f"  {label:<22} {'-':>9} {'':>9}  {why}"
+            lines += [row] if len(row) <= 80 else [row[:46].rstrip(), *_wrapped(why, "      ")]
+            continue
+        ratio = f"{base_s / m:.2f}x" if base_s else "-"
+        runs = " ".join(f"{t:.3g}" for t in v.times())
+        extra = ""
+        if v.before_s:
+            extra = f"  (warm {statistics.median(v.before_s):.3g} s of it)"
+        if not all(v.cold):
+            extra += "  (not all runs verified cold)"
+        lines.append(f"  {label:<22} {m:>7.3g} s {ratio:>9}  {runs}{extra}")
+    lines.append("")
+    lines.append("  what the command read (as is, its median run):")
+    lines += _wrapped(_read_line(report, base), "    ")
+    changes = [v for v in report.variants[1:] if not v.skipped and v.changes]
+    if changes:
+        lines.append("  what each fix changes:")
+        for v in changes:
+            lines += _wrapped(f"{LABELS[v.name]}: {v.changes}", "    ")
+    for n in report.notes:
+        lines += _wrapped(f"note: {n}", "  ")
+    return "\n".join(lines)
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    """``text`` wrapped at 80 columns (paths are not broken)."""
+
+    return textwrap.wrap(
+        text,
+        width=80,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def _read_line(report: TimeReport, v: Variant) -> str:
+    runs = sorted((r for r in v.runs if r.seconds is not None), key=lambda r: r.seconds or 0)
+    if not runs:
+        return "nothing timed"
+    r = runs[len(runs) // 2]
+    parts = []
+    if r.device.startswith("0:"):
+        # The kernel counts a task's storage reads where it submits block I/O: FUSE, NFS
+        # and other network filesystems are not counted (their servers read).
+        parts.append("bytes from storage not counted by the kernel on this filesystem")
+    elif r.storage_read_bytes is not None:
+        ratio = r.storage_read_bytes / report.total_bytes if report.total_bytes else 0
+        parts.append(f"{format_bytes(r.storage_read_bytes)} from storage ({ratio:.2f}x the model)")
+    if r.read_call_bytes is not None:
+        parts.append(f"{format_bytes(r.read_call_bytes)} by read calls")
+    if r.major_faults is not None:
+        parts.append(f"{r.major_faults:,} major faults")
+    if r.peak_rss_bytes:
+        parts.append(f"peak RSS {format_bytes(r.peak_rss_bytes)} (largest process)")
+    if r.device_requests:
+        size = format_bytes(int(r.device_request_bytes or 0))
+        parts.append(
+            f"{r.device_requests:,} read requests of {size} on average on device {r.device}"
+            " (device-wide)"
+        )
+    elif r.device and not r.device.startswith("0:"):
+        parts.append(f"request sizes not shown by device {r.device}")
+    return ", ".join(parts)
+
+
+#: The user's command's rows in the trial table (16 characters at most).
+ROW_NAMES = {
+    "as-is": "cmd as is",
+    "readahead": "cmd readahead",
+    "warm": "cmd warm first",
+    "copy": "cmd local copy",
+}
+
+
+def table_rows(report: TimeReport) -> list[str]:
+    """The command's timed runs as rows of the doctor's trial table (the median run's
+    counters), one per variant that was timed."""
+    from loadscope.engine.bench_tables import command_row
+
+    rows = []
+    for v in report.variants:
+        median = v.median()
+        runs = sorted((r for r in v.runs if r.seconds is not None), key=lambda r: r.seconds or 0)
+        if median is None or not runs:
+            continue
+        r = runs[len(runs) // 2]
+        rows.append(
+            command_row(
+                ROW_NAMES[v.name],
+                median,
+                report.total_bytes,
+                r.major_faults,
+                r.device_request_bytes,
+                r.peak_rss_bytes,
+            )
+        )
+    return rows
