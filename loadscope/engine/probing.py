@@ -181,12 +181,7 @@ def run_probes(
         ),
     )
     jobs = _fio_jobs(primary, reads.direct, throughput, latency)
-    fio_result: ProbeResult[list[fio.FioMeasure]] = ProbeResult(
-        "fio", Status.SKIPPED, reason="not asked for (--fio)"
-    )
-    if run_fio:
-        say("fio")
-        fio_result = run_probe("fio", lambda: _run_fio(jobs, reads.stalled, reads.notes))
+    fio_result = _fio_step(run_fio, jobs, reads, say)
     if local_disks and klass not in ("local-block", "memory"):
         say("local disks")
     local = _local_disks(local_disks, klass, table, wsl, target, primary)
@@ -293,6 +288,16 @@ class _Reads:
                 ) from None
 
         return call
+
+
+def _fio_step(
+    wanted: bool, jobs: list[fio.FioJob], reads: _Reads, say: Progress
+) -> ProbeResult[list[fio.FioMeasure]]:
+    """fio's runs of ``jobs`` when asked for (``--fio``), else a result saying it was not."""
+    if not wanted:
+        return ProbeResult("fio", Status.SKIPPED, reason="not asked for (--fio)")
+    say("fio")
+    return run_probe("fio", lambda: _run_fio(jobs, reads.stalled, reads.notes))
 
 
 def _fio_jobs(
