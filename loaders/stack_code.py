@@ -7,7 +7,10 @@ The templates take ``{py}``/``{sh}`` (the model as safetensors names it) and
 
 from __future__ import annotations
 
-from loadscope.base.hf_layout import TRANSFORMERS, UNKNOWN
+from typing import Any
+
+from loadscope.base.hf_layout import DIFFUSERS_MODEL, DIFFUSERS_PIPELINE, TRANSFORMERS, UNKNOWN
+from loadscope.loaders.strategy import StackRoute
 
 #: The kinds of fix a route is offered for (the advice's recommendation ids).
 PARALLEL_READS = "parallel-reads"
@@ -30,3 +33,36 @@ TIMED_AS_LOAD_FILE = "the same reads timed with load_file; from_pretrained itsel
 TIMED_AS_FULL_READ = "the same reads timed as load(f.read()); from_pretrained itself not timed here"
 VLLM = "vllm serve {dir_sh}"
 SGLANG = "python -m sglang.launch_server --model-path {dir_sh}"
+
+
+def warm_first_transformers(**kw: Any) -> StackRoute:
+    """``loadscope warm`` before transformers' own unchanged ``from_pretrained``."""
+    return StackRoute(
+        "transformers",
+        "no code change",
+        "loadscope warm first",
+        WARM_FIRST + TRANSFORMERS_PRETRAINED,
+        layouts=NOT_DIFFUSERS,
+        **kw,
+    )
+
+
+def diffusers(route: str, what: str, first: str, args: str, proxy: str) -> tuple[StackRoute, ...]:
+    """The same change for a diffusers pipeline's folder and for a single model's: each
+    class's ``from_pretrained(folder{args})``, after ``first``."""
+    return tuple(
+        StackRoute(
+            "diffusers",
+            route,
+            what,
+            f"{first}from diffusers import {cls}{note}\n"
+            f"{var} = {cls}.from_pretrained({{dir_py}}{args})",
+            proxy=proxy,
+            layouts=(layout,),
+        )
+        for cls, var, layout in (
+            ("DiffusionPipeline", "pipe", DIFFUSERS_PIPELINE),
+            ("AutoModel", "model", DIFFUSERS_MODEL),
+        )
+        for note in ["  # disable_mmap: diffusers >= 0.37" if "disable_mmap" in args else ""]
+    )

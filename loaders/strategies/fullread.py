@@ -6,7 +6,6 @@ bytes. Holds the file twice at the peak (the bytes and the tensors).
 
 from __future__ import annotations
 
-from loadscope.base.hf_layout import DIFFUSERS_MODEL, DIFFUSERS_PIPELINE
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import read_spans, tensors_from_buffer
@@ -39,23 +38,8 @@ class FullRead(strategy.FileByFile):
             proxy=code.TIMED_AS_FULL_READ,
             layouts=code.NOT_DIFFUSERS,
         ),
-        strategy.StackRoute(
-            "diffusers",
-            "a flag",
-            "disable_mmap=True",
-            "from diffusers import DiffusionPipeline  # disable_mmap: diffusers >= 0.37\n"
-            "pipe = DiffusionPipeline.from_pretrained({dir_py}, disable_mmap=True)",
-            proxy=code.TIMED_AS_FULL_READ,
-            layouts=(DIFFUSERS_PIPELINE,),
-        ),
-        strategy.StackRoute(
-            "diffusers",
-            "a flag",
-            "disable_mmap=True",
-            "from diffusers import AutoModel  # disable_mmap: diffusers >= 0.37\n"
-            "model = AutoModel.from_pretrained({dir_py}, disable_mmap=True)",
-            proxy=code.TIMED_AS_FULL_READ,
-            layouts=(DIFFUSERS_MODEL,),
+        *code.diffusers(
+            "a flag", "disable_mmap=True", "", ", disable_mmap=True", code.TIMED_AS_FULL_READ
         ),
         strategy.StackRoute(
             "vllm",

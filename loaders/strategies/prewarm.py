@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 
-from loadscope.base.hf_layout import DIFFUSERS_MODEL, DIFFUSERS_PIPELINE
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import fill_ranges
@@ -76,32 +75,9 @@ class Prewarm(strategy.Strategy):
     on_gpu_box = True
     fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
     routes = (
-        strategy.StackRoute(
-            "transformers",
-            "no code change",
-            "loadscope warm first",
-            code.WARM_FIRST + code.TRANSFORMERS_PRETRAINED,
-            unless="hf-pretrained",
-            proxy=code.TIMED_AS_LOAD_FILE,
-            layouts=code.NOT_DIFFUSERS,
-        ),
-        strategy.StackRoute(
-            "diffusers",
-            "no code change",
-            "loadscope warm first",
-            code.WARM_FIRST + "from diffusers import DiffusionPipeline\n"
-            "pipe = DiffusionPipeline.from_pretrained({dir_py})",
-            proxy=code.TIMED_AS_LOAD_FILE,
-            layouts=(DIFFUSERS_PIPELINE,),
-        ),
-        strategy.StackRoute(
-            "diffusers",
-            "no code change",
-            "loadscope warm first",
-            code.WARM_FIRST + "from diffusers import AutoModel\n"
-            "model = AutoModel.from_pretrained({dir_py})",
-            proxy=code.TIMED_AS_LOAD_FILE,
-            layouts=(DIFFUSERS_MODEL,),
+        code.warm_first_transformers(unless="hf-pretrained", proxy=code.TIMED_AS_LOAD_FILE),
+        *code.diffusers(
+            "no code change", "loadscope warm first", code.WARM_FIRST, "", code.TIMED_AS_LOAD_FILE
         ),
         strategy.StackRoute(
             "vllm", "no code change", "loadscope warm first", "loadscope warm {sh} && " + code.VLLM

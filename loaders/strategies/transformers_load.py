@@ -89,16 +89,7 @@ class FromPretrainedPrewarmed(FromPretrained):
     knobs = WARM_KNOBS
     doctor_order = 86
     fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
-    routes = (
-        strategy.StackRoute(
-            "transformers",
-            "no code change",
-            "loadscope warm first",
-            code.WARM_FIRST + code.TRANSFORMERS_PRETRAINED,
-            baseline=FromPretrained.name,
-            layouts=code.NOT_DIFFUSERS,
-        ),
-    )
+    routes = (code.warm_first_transformers(baseline=FromPretrained.name),)
 
     def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
         warm(self, files, ctx)

@@ -9,13 +9,11 @@ so a strategy added, renamed or re-described changes in one place.
 from __future__ import annotations
 
 import ast
-import subprocess
-from pathlib import Path
 
 from loadscope.diagnosis import trial_plan
 from loadscope.loaders.strategies import FIX_STRATEGIES, ROUTES, STRATEGIES
+from tests.repo_sources import ROOT, sources
 
-ROOT = Path(__file__).resolve().parents[2]
 #: Names that are ordinary words too: knob values (``auto``, ``direct``, ``mmap``,
 #: ``api``, as the issue counts them), a report field and read kind (``parallel``: the
 #: probe's parallel reads) and a recommendation id and the public function
@@ -29,20 +27,11 @@ MOST_LITERALS = 10
 
 def _literals() -> list[str]:
     names = set(STRATEGIES) - ORDINARY_WORDS
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
     found = []
-    for rel in listed:
-        if rel.startswith(EXEMPT) or not (ROOT / rel).exists():
-            continue
-        tree = ast.parse((ROOT / rel).read_text())
+    for path in sources(EXEMPT):
+        tree = ast.parse(path.read_text())
         found += [
-            f"{rel}:{node.lineno}: {node.value}"
+            f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}"
             for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
             if node.value in names

@@ -4,24 +4,17 @@
 from __future__ import annotations
 
 import ast
-import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.repo_sources import ROOT, sources
+
 MOST_MODULE_LINES = 600
 MOST_FUNCTION_LINES = 80
 EXEMPT = ("tests/", "benchmarks/", "fuzz/")
 
 
 def _sources() -> list[Path]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return [ROOT / p for p in listed if not p.startswith(EXEMPT) and (ROOT / p).exists()]
+    return sources(EXEMPT)
 
 
 def test_no_module_is_over_600_lines() -> None:
