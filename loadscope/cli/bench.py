@@ -50,13 +50,9 @@ def _parse_knobs(items: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.engine.bench import (
-        BenchOptions,
-        describe_strategies,
-        run_bench,
-        to_text,
-    )
+    from loadscope.engine.bench import BenchOptions, describe_strategies, run_bench
     from loadscope.model.inspection import open_checked
+    from loadscope.report.bench_text import to_text
 
     if args.list_strategies:
         for name, info in describe_strategies().items():
@@ -119,8 +115,8 @@ TRIAL_TIMEOUT_S = 600.0
 
 def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, ...]) -> ExitCode:
     from loadscope.engine.broadcast import MODES, BroadcastOptions, check, run_broadcast
-    from loadscope.engine.broadcast import to_text as ranks_text
     from loadscope.model.inspection import open_checked
+    from loadscope.report.rank_text import to_text as ranks_text
 
     modes = tuple(comma_list(args.modes or "")) or MODES
     unknown = [m for m in modes if m not in MODES]

@@ -12,8 +12,9 @@ from loadscope.cli.progress import Progress, mode_for
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from loadscope.engine.probing import run_probes, to_text
+    from loadscope.engine.probing import run_probes
     from loadscope.model.inspection import open_checked
+    from loadscope.report.probe_text import to_text
 
     with (
         open_checked(args.target, synth_dir=args.synth_dir) as target,

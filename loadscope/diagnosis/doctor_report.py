@@ -27,12 +27,12 @@ from loadscope.diagnosis.timing import TimeReport
 from loadscope.diagnosis.timing_text import table_rows
 from loadscope.diagnosis.timing_text import to_text as user_text
 from loadscope.engine.bench import BenchReport
-from loadscope.engine.bench import to_text as bench_text
 from loadscope.engine.broadcast import BroadcastReport
-from loadscope.engine.broadcast import to_text as ranks_text
 from loadscope.engine.probing import ProbeReport
-from loadscope.engine.probing import to_text as probe_text
+from loadscope.report.bench_text import to_text as bench_text
 from loadscope.report.content import fix_sections
+from loadscope.report.probe_text import to_text as probe_text
+from loadscope.report.rank_text import to_text as ranks_text
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
 from loadscope.report.sections import ceiling_line, other_failures

@@ -123,7 +123,7 @@ ROW_NAMES = {
 def table_rows(report: TimeReport) -> list[str]:
     """The command's timed runs as rows of the doctor's trial table (the median run's
     counters), one per variant that was timed."""
-    from loadscope.engine.bench_tables import command_row
+    from loadscope.report.bench_text import command_row
 
     rows = []
     for v in report.variants:

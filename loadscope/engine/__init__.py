@@ -8,10 +8,11 @@ reasons, process kills, the memory refusal, medians and speed-ups), :mod:`childr
 both start a child and read its pipes), :mod:`supervise` (the one loop that watches
 both runners' children: cancel, limits, exits, reaping), :mod:`summaries` (both runners' summaries);
 ``bench``, one trial per isolated worker: :mod:`bench` (the run), :mod:`trial_run` (one
-trial), :mod:`sampled` (a sampled run's pilot, scopes and fit), :mod:`bench_records`,
-:mod:`bench_tables`; ``bench --ranks``, one launch of N ranks through torch.distributed:
-:mod:`broadcast` (the run), :mod:`rank_launch` (the launch), :mod:`rank_records`,
-:mod:`rank_tables`; :mod:`profiler` (py-spy on a running trial).
+trial), :mod:`sampled` (a sampled run's pilot, scopes and fit), :mod:`bench_records`;
+``bench --ranks``, one launch of N ranks through torch.distributed: :mod:`broadcast` (the
+run), :mod:`rank_launch` (the launch), :mod:`rank_records`; :mod:`profiler` (py-spy on a
+running trial). No presentation: the probe's, the trials' and the ranks' text and tables
+are ``loadscope.report``'s (``probe_text``, ``bench_text``, ``rank_text``).
 May import: ``loadscope.model``, ``loadscope.loaders``, ``loadscope.probes``,
 ``loadscope.base``. Never Textual, never the judgement or the outputs above it.
 """

@@ -23,8 +23,8 @@ Owns the run: which strategies run here and why the others cannot (:func:`memory
 among them), the plan, its trials one after the other, the summaries and the report.
 One trial is :mod:`loadscope.engine.trial_run`'s, a sampled run's pieces
 :mod:`loadscope.engine.sampled`'s, the records :mod:`loadscope.engine.bench_records`',
-the summaries :mod:`loadscope.engine.summaries`' and the text
-:mod:`loadscope.engine.bench_tables`'; their public names are importable from here too.
+the summaries :mod:`loadscope.engine.summaries`'; their public names are importable from
+here too (the text and the tables are :mod:`loadscope.report.bench_text`'s).
 
 May import: those, ``loadscope.engine.trials``, ``loadscope.engine.sampling``,
 ``loadscope.loaders``, ``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
@@ -57,7 +57,6 @@ from loadscope.engine.bench_records import (
     TrialStarted,
     WorkerStartFailed,
 )
-from loadscope.engine.bench_tables import format_lines, to_text
 from loadscope.engine.sampled import (
     SampleSets,
     TrialKey,
@@ -101,12 +100,10 @@ __all__ = [
     "TrialStarted",
     "WorkerStartFailed",
     "describe_strategies",
-    "format_lines",
     "memory_guard",
     "reference_digests",
     "run_bench",
     "run_trial",
-    "to_text",
 ]
 
 #: Memory kept free beyond a strategy's predicted peak: the interpreter, torch, slack.

@@ -27,8 +27,8 @@ failed with a reason that names the rank, and later trials are marked not run.
 Owns the run: the options checked, the memory guard, the plan, the launch's outcome
 turned into the report. The launch is :mod:`loadscope.engine.rank_launch`'s, the
 records :mod:`loadscope.engine.rank_records`', the summaries
-:mod:`loadscope.engine.summaries`' and the text :mod:`loadscope.engine.rank_tables`';
-their public names are importable from here too.
+:mod:`loadscope.engine.summaries`'; their public names are importable from here too (the
+text and the tables are :mod:`loadscope.report.rank_text`'s).
 
 May import: those, ``loadscope.engine.trials``, ``loadscope.loaders.rank`` (``RankInfo``),
 ``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
@@ -69,7 +69,6 @@ from loadscope.engine.rank_records import (
     RankResult,
     RankStarted,
 )
-from loadscope.engine.rank_tables import to_markdown, to_text
 from loadscope.engine.summaries import rank_summaries
 from loadscope.engine.trials import (
     interleaved,
@@ -110,8 +109,6 @@ __all__ = [
     "plan_trials",
     "run_broadcast",
     "timeouts",
-    "to_markdown",
-    "to_text",
 ]
 
 #: Memory a rank needs beyond the tensors it holds: measured ~230 MB RSS per rank after

@@ -3,7 +3,7 @@
 The probes themselves live in ``loadscope.probes``; this module decides what to
 run on which file, splits the budget, and assembles one typed, versioned
 report (:mod:`~loadscope.engine.probe_report`; its terminal summary is
-:mod:`~loadscope.engine.probe_text`). Fixed-cost probes (system, mounts, devices,
+:mod:`loadscope.report.probe_text`'s). Fixed-cost probes (system, mounts, devices,
 residency, HF cache) run first; the measured ones share what is left of the budget:
 15% cold latency, 45% sequential throughput by block size, 35% parallel readers (and
 the best of them again into fresh RAM).
@@ -27,7 +27,6 @@ from loadscope.engine.probe_report import (
     ProbeReport,
     StorageProbe,
 )
-from loadscope.engine.probe_text import to_text
 from loadscope.engine.trials import target_record
 from loadscope.model.targets import Target
 from loadscope.probes import blockdev, fio, mounts
@@ -501,5 +500,4 @@ __all__ = [
     "candidate_dirs",
     "local_candidates",
     "run_probes",
-    "to_text",
 ]

@@ -2,13 +2,13 @@
 
 Owns the records the multi-rank trial runner builds (:class:`RankResult` per rank and
 trial, :class:`BroadcastTrial`, :class:`BroadcastSummary` per mode and cache state,
-:class:`BroadcastReport` with its JSON and Markdown), the events a live view follows
+:class:`BroadcastReport` with its JSON; its text and Markdown are
+``loadscope.report.rank_text``'s), the events a live view follows
 and the errors a run raises. The JSON keeps these fields in this order.
 
 May import: ``loadscope.engine.trials``, ``loadscope.base``, ``loadscope.loaders.rank``
-(:class:`RankInfo`, the description each rank sends as it starts), and
-:mod:`~loadscope.engine.rank_tables` inside ``to_markdown`` only (the tables import
-these records). Nothing here runs a rank.
+(:class:`RankInfo`, the description each rank sends as it starts). Nothing here runs a
+rank.
 """
 
 from __future__ import annotations
@@ -167,11 +167,6 @@ class BroadcastReport:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
-
-    def to_markdown(self) -> str:
-        from loadscope.engine.rank_tables import to_markdown
-
-        return to_markdown(self)
 
 
 # -- events for a live view ---------------------------------------------------------------------

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate, format_us
-from loadscope.engine.bench import format_lines
 from loadscope.engine.sampling import whole_rate, whole_seconds_text
 from loadscope.probes.registry import block_lines
+from loadscope.report.bench_text import format_lines
 from loadscope.report.content import (
     Block,
     Bullets,

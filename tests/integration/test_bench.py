@@ -18,9 +18,9 @@ from loadscope.engine.bench import (
     run_bench,
     run_trial,
 )
-from loadscope.engine.bench import to_text as bench_text
 from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache
+from loadscope.report.bench_text import to_text as bench_text
 from loadscope.report.schema import check as check_schema
 from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 from tests.conftest import run_loadscope, slow_synthetic
@@ -506,7 +506,7 @@ def test_both_formats_side_by_side_on_the_same_tensors(tmp_path: Path) -> None:
     """Issue 20 (seed 000): a folder with model.safetensors and pytorch_model.bin skipped
     the torch strategies ("this target is safetensors"). Now they read the pickles, their
     tensors are checked against the safetensors', and the ratio is said in the seed's form."""
-    from loadscope.engine.bench import to_text
+    from loadscope.report.bench_text import to_text
     from loadscope.tools.synth import synthesize
 
     root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root

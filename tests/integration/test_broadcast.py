@@ -27,11 +27,12 @@ from loadscope.engine.broadcast import (
     memory_guard,
     run_broadcast,
     timeouts,
-    to_text,
 )
 from loadscope.loaders.forkserver import WORKER_NAME
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.model.targets import Target, resolve
+from loadscope.report.rank_text import to_markdown as rank_markdown
+from loadscope.report.rank_text import to_text
 from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT
 
@@ -163,7 +164,7 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
         "notes",
     ]
     assert doc["trials"][0]["ranks"][0]["rank"] == 0
-    md = report.to_markdown()
+    md = rank_markdown(report)
     assert "| broadcast-async | warm |" in md
     text = to_text(report)
     assert "sharded" in text and max(map(len, text.splitlines()[1:])) <= 100

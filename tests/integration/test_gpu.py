@@ -392,7 +392,7 @@ def test_h2d_ceiling_measures_pinned_and_pageable() -> None:
 def test_both_formats_side_by_side_on_the_gpu(tmp_path: Path) -> None:
     """Issue 20 (seed 000 on the GPU): load_file(device="cuda") beside torch.load with
     map_location="cuda" on the same tensors, digests checked, the ratio said."""
-    from loadscope.engine.bench import to_text
+    from loadscope.report.bench_text import to_text
 
     root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root
     report = run_bench(

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.engine.probing import run_probes, to_text
+from loadscope.engine.probing import run_probes
 from loadscope.model.targets import resolve
 from loadscope.probes import mounts
 from loadscope.probes.result import STORAGE_CLASSES, Status
+from loadscope.report.probe_text import to_text
 from loadscope.tools.synth import SyntheticCheckpoint
 from tests.conftest import run_loadscope
 

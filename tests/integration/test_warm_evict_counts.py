@@ -15,10 +15,10 @@ import pytest
 
 from loadscope.base.units import format_bytes
 from loadscope.engine.bench_records import BenchReport, Trial
-from loadscope.engine.bench_tables import _trailer
 from loadscope.loaders.cachestate import prepare_cache
 from loadscope.probes import pagecache
 from loadscope.probes.pagecache import ColdCache
+from loadscope.report.bench_text import _trailer
 from loadscope.tools.synth import synthesize
 from tests.conftest import CliRunner
 

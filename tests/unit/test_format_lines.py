@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadscope.engine.bench_tables import format_lines
+from loadscope.report.bench_text import format_lines
 
 
 def _bench(device: str, medians: dict[str, float], verified: bool = True) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The probe's summary for a terminal (``loadscope.engine.probe_text``): 80 columns, an
+"""The probe's summary for a terminal (``loadscope.report.probe_text``): 80 columns, an
 11-column gutter of labels; the JSON has everything.
 
 Owns :func:`to_text`.
