@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,3 +52,28 @@ def _visible(path: Path, *, directory: bool = False) -> bool:
         return path.is_dir() if directory else path.exists()
     except OSError:  # EACCES on a parent: the cache is another user's, not ours to read
         return False
+
+
+@dataclass(slots=True)
+class HubCacheProbe:
+    """Where the cache is, and the storage under it (its nearest existing folder's)."""
+
+    location: HubCacheLocation
+    storage_class: str | None
+    reason: str | None
+
+
+def _run(ctx: ProbeContext) -> HubCacheProbe:
+    location = hub_cache_location()
+    klass, reason = ctx.classify(location.existing_parent)
+    return HubCacheProbe(location, klass, reason)
+
+
+def _lines(block: dict[str, Any]) -> Lines:
+    where = block.get("location") or {}
+    path = str(where.get("path")) + ("" if where.get("exists") else " (not created yet)")
+    return [("hf cache", f"{path} [{where.get('source')}] on {block.get('storage_class')}")]
+
+
+#: The Hugging Face cache probe's declaration (``probes/spec.py``).
+SPEC = ProbeSpec("hf_cache", "Hugging Face cache", HubCacheProbe, _run, _lines, label="hf cache")

@@ -14,15 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from loadscope.base.plugins import PROBE_MODULES, import_named
-from loadscope.probes import gpu
+from loadscope.probes import gpu, hfcache
 from loadscope.probes.result import ProbeResult, Status, run_probe
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec, status_text
 
-PROBES: dict[str, ProbeSpec] = {s.key: s for s in (gpu.SPEC,)}
+PROBES: dict[str, ProbeSpec] = {s.key: s for s in (hfcache.SPEC, gpu.SPEC)}
 #: The report's blocks no registered probe may take (the core's own).
 RESERVED = frozenset(
     {"schema_version", "target", "budget_s", "elapsed_s", "system", "files", "latency"}
-    | {"throughput", "hf_cache", "local_disks", "notes", "stalled", "fio"}
+    | {"throughput", "local_disks", "notes", "stalled", "fio"}
 )
 
 
@@ -83,7 +83,7 @@ def block_lines(probe: dict[str, Any], *, only_ok: bool = False) -> list[tuple[P
         if block.get("status") == "ok":
             out.append((spec, spec.lines(block)))
         elif not only_ok:
-            out.append((spec, [(spec.key, status_text(block))]))
+            out.append((spec, [(spec.label or spec.key, status_text(block))]))
     return out
 
 

@@ -17,6 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+
+def _cannot_classify(path: str) -> tuple[str | None, str | None]:
+    return None, "the mount table was not read"
+
+
 #: A probe's summary: ``(label, text)`` lines (the terminal puts the label in its gutter,
 #: Markdown and HTML bold it, the app too).
 Lines = list[tuple[str, str]]
@@ -35,6 +40,9 @@ class ProbeContext:
     #: The seconds this probe may take: its share of the measured budget (0: fixed cost,
     #: it reads no file data).
     seconds: float
+    #: The storage class of any path's mount and why (``None`` and the reason where it
+    #: cannot tell), as the probes classify the model's own.
+    classify: Callable[[str], tuple[str | None, str | None]] = _cannot_classify
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +61,8 @@ class ProbeSpec:
     budget_share: float = 0.0
     #: What it adds to the advice's facts, by fact name, from the block's JSON.
     facts: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: The label of its status line when it did not run ok (default: its key).
+    label: str = ""
 
 
 def status_text(block: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@
 every probe run on a target's files, and its JSON.
 
 Owns :class:`ProbeReport` and the records it holds (:class:`StorageProbe`,
-:class:`FileProbe`, :class:`HubCacheProbe`, :class:`LocalDisk`).
+:class:`FileProbe`, :class:`LocalDisk`; the registered probes' results by key).
 May import: ``loadscope.probes``, ``loadscope.base``.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from loadscope.probes import blockdev, fio, mounts
 from loadscope.probes.fio import FioJob
 from loadscope.probes.gpu import GpuFacts
-from loadscope.probes.hfcache import HubCacheLocation
+from loadscope.probes.hfcache import HubCacheProbe
 from loadscope.probes.iobench import (
     LatencyResult,
     ThroughputResult,
@@ -50,13 +50,6 @@ class FileProbe:
 
 
 @dataclass(slots=True)
-class HubCacheProbe:
-    location: HubCacheLocation
-    storage_class: str | None
-    reason: str | None
-
-
-@dataclass(slots=True)
 class LocalDisk:
     """A local directory a copy of the model could go to, with its measured speed."""
 
@@ -77,7 +70,6 @@ class ProbeReport:
     files: list[FileProbe]
     latency: ProbeResult[LatencyResult]
     throughput: ProbeResult[ThroughputResult]
-    hf_cache: ProbeResult[HubCacheProbe]
     notes: list[str] = field(default_factory=list)
     local_disks: ProbeResult[list[LocalDisk]] = field(
         default_factory=lambda: ProbeResult("local_disks", Status.SKIPPED, reason="not probed")
@@ -120,13 +112,18 @@ class ProbeReport:
             "files": files,
             "latency": self.latency.to_dict(),
             "throughput": self.throughput.to_dict(),
-            "hf_cache": self.hf_cache.to_dict(),
             "local_disks": _local_dict(self.local_disks),
             **{key: r.to_dict() for key, r in self.registered.items()},
             "notes": self.notes,
             **({"stalled": self.stalled} if self.stalled else {}),
             "fio": self.fio_dict(),
         }
+
+    @property
+    def hf_cache(self) -> ProbeResult[HubCacheProbe]:
+        """The Hugging Face cache probe's result (registered as ``hf_cache``)."""
+        found = self.registered.get("hf_cache")
+        return found if found is not None else skipped("hf_cache")
 
     @property
     def gpus(self) -> ProbeResult[GpuFacts]:

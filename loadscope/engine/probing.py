@@ -22,7 +22,6 @@ from loadscope.base.safeio import StorageStalled, bounded, stall_timeout_s
 from loadscope.base.units import format_bytes
 from loadscope.engine.probe_report import (
     FileProbe,
-    HubCacheProbe,
     LocalDisk,
     ProbeReport,
     StorageProbe,
@@ -30,7 +29,6 @@ from loadscope.engine.probe_report import (
 from loadscope.engine.trials import target_record
 from loadscope.model.targets import Target
 from loadscope.probes import blockdev, fio, mounts
-from loadscope.probes.hfcache import hub_cache_location
 from loadscope.probes.iobench import (
     PARALLEL_CAP,
     PARALLEL_READERS,
@@ -148,12 +146,12 @@ def run_probes(
     table_result = run_probe("mountinfo", mounts.read_mountinfo)
     table = table_result.data or []
     files = _file_probes(target, table_result, wsl)
-    say("Hugging Face cache")
-    hf = run_probe("hf_cache", lambda: _hf_cache(table, wsl))
     primary = max(files, key=lambda f: f.size_bytes)
     klass = primary.storage.mount.data.storage_class if primary.storage.mount.data else "unknown"
+    sizes = tuple((f.path, f.size_bytes) for f in files)
+    classify = functools.partial(_classified, table, wsl)
     context = functools.partial(
-        ProbeContext, str(target.root), tuple((f.path, f.size_bytes) for f in files), klass, wsl
+        ProbeContext, str(target.root), sizes, klass, wsl, classify=classify
     )
     registered = run_registered(context, 0.0, say, fixed=True)
     reads = _Reads(primary, files, klass, allow_drop_caches)
@@ -193,7 +191,6 @@ def run_probes(
         files=files,
         latency=latency,
         throughput=throughput,
-        hf_cache=hf,
         notes=reads.notes,
         local_disks=local,
         registered=registered,
@@ -479,21 +476,21 @@ def _into_ram(
         return None, f"not measured: {why or type(exc).__name__} ({bench.where()})"
 
 
-def _hf_cache(table: list[mounts.Mount], wsl: bool) -> HubCacheProbe:
-    location = hub_cache_location()
+def _classified(table: list[mounts.Mount], wsl: bool, path: str) -> tuple[str | None, str | None]:
+    """The storage class of ``path``'s mount and why, as the model's own is classified
+    (a registered probe's ``ProbeContext.classify``)."""
     if not table:
-        return HubCacheProbe(location, None, "mount table unavailable")
-    storage = _storage(Path(location.existing_parent), table, wsl)
+        return None, "mount table unavailable"
+    storage = _storage(Path(path), table, wsl)
     if storage.mount.data is None:
-        return HubCacheProbe(location, None, storage.mount.reason)
-    return HubCacheProbe(location, storage.mount.data.storage_class, storage.mount.data.reason)
+        return None, storage.mount.reason
+    return storage.mount.data.storage_class, storage.mount.data.reason
 
 
 __all__ = [
     "CONVENTIONAL_LOCAL_DIRS",
     "DEFAULT_BUDGET_S",
     "FileProbe",
-    "HubCacheProbe",
     "LocalDisk",
     "ProbeReport",
     "StorageProbe",

@@ -187,13 +187,6 @@ def to_text(report: ProbeReport) -> str:
         lines.append(_status_line("latency", lat))
     lines += _throughput_lines(report.throughput)
     lines += _fio_lines(report)
-    hf = report.hf_cache
-    if hf.data is not None:
-        where = hf.data.location.path + ("" if hf.data.location.exists else " (not created yet)")
-        src = hf.data.location.source
-        lines.append(_wrap("hf cache", f"{where} [{src}] on {hf.data.storage_class}"))
-    else:
-        lines.append(_status_line("hf cache", hf))
     lines += _local_lines(report.local_disks)
     doc = {key: r.to_dict() for key, r in report.registered.items()}
     for _spec, found in block_lines(doc):

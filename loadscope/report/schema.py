@@ -191,7 +191,7 @@ def generate() -> dict[str, Any]:
 #: The ProbeReport's own sections whose data is a ProbeResult's (each gets its
 #: ``probe_*_data``); the registered probes' blocks (``probes/registry.py``: the GPUs', a
 #: plugin's) get theirs from each one's declared record.
-_CORE_SECTIONS = ("system", "latency", "throughput", "hf_cache")
+_CORE_SECTIONS = ("system", "latency", "throughput")
 
 
 def _probe_sections() -> tuple[str, ...]:
