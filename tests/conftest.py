@@ -20,6 +20,19 @@ from loadscope.tools.synth import SyntheticCheckpoint, synthesize
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _reports_kept_in_a_temp_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """doctor and demo keep every report in a per-user folder: the tests' go to a
+    temporary one (inherited by the commands they run), never the user's."""
+    before = os.environ.get("LOADSCOPE_REPORTS")
+    os.environ["LOADSCOPE_REPORTS"] = str(tmp_path_factory.mktemp("reports"))
+    yield
+    if before is None:
+        os.environ.pop("LOADSCOPE_REPORTS", None)
+    else:
+        os.environ["LOADSCOPE_REPORTS"] = before
+
+
 @dataclass
 class CliResult:
     code: int
@@ -63,9 +76,11 @@ def slow_synthetic(
         yield disk.path
 
 
-def run_loadscope(*args: str, timeout: float = 60, cwd: Path | None = None) -> CliResult:
+def run_loadscope(
+    *args: str, timeout: float = 60, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> CliResult:
     """Run ``python -m loadscope`` in a child process (a real exit code and real stderr)."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env = {**(os.environ if env is None else env), "PYTHONWARNINGS": "ignore"}
     env.pop("LOADSCOPE_DEBUG", None)
     proc = subprocess.run(
         [sys.executable, "-m", "loadscope", *args],

@@ -3,38 +3,47 @@
 from __future__ import annotations
 
 import argparse
+import io
+import sys
 from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.base.units import parse_size
+from loadscope.cli.answer import ANSWER_OPTIONS, answer
 from loadscope.cli.common import (
     KIB,
     MAX_BACKGROUND_OPTION,
+    PROGRESS,
     Command,
     budget,
     duration_arg,
     opt,
     size_arg,
 )
+from loadscope.cli.progress import Progress, mode_for
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.diagnosis.demo import DemoOptions, run_demo
+    from loadscope.diagnosis.doctor import to_text
     from loadscope.tools.emulator import EmulatorSettings
 
     settings = EmulatorSettings(
         latency_s=args.latency, readahead_kb=args.readahead_kb, max_background=args.max_background
     )
-    run_demo(
-        DemoOptions(
-            size_bytes=args.size,
-            settings=settings,
-            budget_s=args.budget,
-            work_dir=args.work_dir,
-            block=args.block,
-        ),
-        out,
+    options = DemoOptions(
+        size_bytes=args.size,
+        settings=settings,
+        budget_s=args.budget,
+        work_dir=args.work_dir,
+        block=args.block,
     )
+    mode = mode_for(args, sys.stderr)
+    # What it builds and serves goes with the progress, on stderr (none with --quiet).
+    say = sys.stderr if mode != "off" else io.StringIO()
+    with Progress(mode, budget_s=args.budget) as progress:
+        report = run_demo(options, say, listener=progress.listener, progress=progress.step)
+    answer(out, report.to_dict(), args, to_text(report))
     return ExitCode.OK
 
 
@@ -61,6 +70,8 @@ COMMAND = Command(
             action="store_true",
             help="serve it as a network block volume (ext4 on a loop device over the slow disk)",
         ),
+        *PROGRESS,
+        *ANSWER_OPTIONS,
     ),
     run=run,
 )

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from loadscope.base.errors import ExitCode
+from loadscope.cli.answer import ANSWER_OPTIONS, answer
 from loadscope.cli.common import (
     MEASURING,
     RANKS,
@@ -76,11 +77,15 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         if args.json:
             write_file(args.json, json.dumps(doc, indent=2, default=str) + "\n")
         return doctor_exit_code(report.advice.verdict.status)
-    emit(out, args.json, json.dumps(doc, indent=2, default=str), to_text(report))
-    if args.json != "-":
-        for label, path in (("markdown", args.md), ("html", args.html)):
-            if path:
-                out.write(f"{label}: {path}\n")
+    if args.json == "-":
+        emit(out, "-", json.dumps(doc, indent=2, default=str), "")
+        return doctor_exit_code(report.advice.verdict.status)
+    if args.json:
+        write_file(args.json, json.dumps(doc, indent=2, default=str) + "\n")
+    answer(out, doc, args, to_text(report))
+    for label, path in (("full result", args.json), ("markdown", args.md), ("html", args.html)):
+        if path:
+            out.write(f"{label}: {path}\n")
     return doctor_exit_code(report.advice.verdict.status)
 
 
@@ -129,6 +134,7 @@ COMMAND = Command(
     " 512 MiB synthetic checkpoint.",
     arguments=(
         *MEASURING,
+        *ANSWER_OPTIONS,
         opt(
             "--fio",
             action="store_true",

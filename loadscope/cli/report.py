@@ -16,7 +16,19 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
     if args.md and args.html:
         raise UsageError("--md and --html: pick one (Markdown is the default)")
-    doc = load_report(args.file)
+    if (args.file is None) == (not args.last):
+        raise UsageError("give FILE.json or --last (the newest report doctor and demo kept)")
+    path = args.file
+    if args.last:
+        from loadscope.report.store import last, reports_dir
+
+        found = last()
+        if found is None:
+            raise UsageError(
+                f"--last: no report kept in {reports_dir()} yet (run loadscope doctor)"
+            )
+        path = str(found)
+    doc = load_report(path)
     out.write((to_html(doc) if args.html else to_markdown(doc)) + "\n")
     return ExitCode.OK
 
@@ -24,9 +36,16 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
 COMMAND = Command(
     name="report",
     help="render a saved doctor report (JSON) again, as Markdown",
-    description="Render FILE.json written by 'doctor --json' as Markdown for an issue.",
+    description="Render FILE.json written by 'doctor --json' (or, with --last, the newest"
+    " report doctor and demo kept in the reports folder) as Markdown for an issue.",
     arguments=(
-        opt("file", metavar="FILE.json"),
+        opt("file", metavar="FILE.json", nargs="?"),
+        opt(
+            "--last",
+            action="store_true",
+            help="the newest report doctor and demo kept ($LOADSCOPE_REPORTS, else"
+            " ~/.local/state/loadscope/reports)",
+        ),
         opt("--md", action="store_true", help="Markdown (the default)"),
         opt("--html", action="store_true", help="self-contained HTML instead"),
     ),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -20,7 +20,7 @@ from typing import TextIO
 from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.doctor import DoctorOptions, DoctorReport, run_doctor
-from loadscope.diagnosis.doctor import to_text as doctor_text
+from loadscope.engine.bench import Listener
 from loadscope.model.targets import resolve
 from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
@@ -82,9 +82,20 @@ def _model_dir(options: DemoOptions, out: TextIO) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run_demo(options: DemoOptions, out: TextIO) -> DoctorReport:
-    """Build, mount, diagnose (probes, trials, advice), print, clean up."""
-    with _model_dir(options, out) as model:
-        report = run_doctor(resolve(str(model)), DoctorOptions(budget_s=options.budget_s))
-        out.write(doctor_text(report) + "\n")
-    return report
+def run_demo(
+    options: DemoOptions,
+    say: TextIO,
+    *,
+    listener: Listener | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> DoctorReport:
+    """Build, mount, diagnose (probes, trials, advice), clean up; what it builds and serves
+    is said on ``say`` (stderr: the answer is the caller's to print), the diagnosis's
+    steps and trials go to ``progress`` and ``listener``."""
+    with _model_dir(options, say) as model:
+        return run_doctor(
+            resolve(str(model)),
+            DoctorOptions(budget_s=options.budget_s),
+            listener=listener,
+            progress=progress,
+        )

@@ -611,7 +611,16 @@ def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path)
     root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root
     md, page = tmp_path / "r.md", tmp_path / "r.html"
     result = run_loadscope(
-        "doctor", str(root), "--budget", "30", "--md", str(md), "--html", str(page), timeout=300
+        "doctor",
+        str(root),
+        "--budget",
+        "30",
+        "--details",
+        "--md",
+        str(md),
+        "--html",
+        str(page),
+        timeout=300,
     )
     assert result.code == 0, result.err
     doc_md, doc_html = md.read_text(), html.unescape(page.read_text())

@@ -276,7 +276,7 @@ def test_doctor_cmd_times_the_users_command_in_every_report(model: Path, tmp_pat
     )
     out = {ext: tmp_path / f"report.{ext}" for ext in ("json", "md", "html")}
     result = run_loadscope(
-        "doctor", str(model), "--budget", "15", "--quiet", "--cmd",
+        "doctor", str(model), "--budget", "15", "--quiet", "--details", "--cmd",
         f"{PY} {script} {{model}}", "--json", str(out["json"]), "--md", str(out["md"]),
         "--html", str(out["html"]), timeout=180,
     )  # fmt: skip

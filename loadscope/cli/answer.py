@@ -1,0 +1,48 @@
+"""What ``doctor`` and ``demo`` print: the answer on one screen by default
+(:mod:`loadscope.report.brief`), everything with ``--details``; the full report kept as
+JSON in the per-user reports folder either way (:mod:`loadscope.report.store`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, TextIO
+
+from loadscope.cli.common import opt
+
+STACKS = ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell")
+#: Where a saved report is opened again.
+OPEN_WITH = "(loadscope report --last renders it; --details prints it all here)"
+
+ANSWER_OPTIONS = (
+    opt(
+        "--details",
+        "-v",
+        action="store_true",
+        help="print the full report (every fix and route, the probes, the trials) instead"
+        " of the answer on one screen",
+    ),
+    opt(
+        "--stack",
+        action="append",
+        choices=STACKS,
+        metavar="NAME",
+        help="the stack whose code the answer shows (repeatable; default: the ones"
+        f" installed here, else safetensors and the shell): {', '.join(STACKS)}",
+    ),
+)
+
+
+def answer(out: TextIO, doc: dict[str, Any], args: argparse.Namespace, details: str) -> None:
+    """Keep the report, then print the answer (or ``details``, the full text)."""
+    from loadscope.report.brief import brief_lines, installed_stacks
+    from loadscope.report.store import save
+
+    spec = str((doc.get("target") or {}).get("spec") or "model")
+    path, why = save(json.dumps(doc, indent=2, default=str) + "\n", spec)
+    saved = str(path) if path else f"not kept ({why}); --json FILE writes it"
+    if args.details:
+        out.write(f"{details}\nfull report: {saved}\n")
+        return
+    stacks = tuple(dict.fromkeys(args.stack)) if args.stack else installed_stacks()
+    out.write("\n".join(brief_lines(doc, stacks, saved, OPEN_WITH)) + "\n")
