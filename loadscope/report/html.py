@@ -227,8 +227,11 @@ def to_html(doc: dict[str, Any]) -> str:
 
 
 def render_section(section: Section, opened: bool = False) -> list[str]:
+    """A section's blocks and children; a section shown open (the top fix) shows its
+    children open too: the reader sees the fix's code without a click."""
     body = [part for block in section.blocks for part in _block(block)]
-    body += [part for child in section.children for part in render_section(child)]
+    shown = not section.collapsed or opened
+    body += [part for child in section.children for part in render_section(child, shown)]
     if section.collapsed:
         head = "<details open>" if opened else "<details>"
         return [f"{head}<summary>{_inline(section.title)}</summary>", *body, "</details>"]

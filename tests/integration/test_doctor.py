@@ -317,6 +317,44 @@ def test_html_renders_charts_in_headless_chromium(tmp_path: Path) -> None:
     assert by_color.get((214, 39, 40), 0) > 100 and by_color.get((44, 160, 44), 0) > 100
 
 
+def test_the_html_leads_with_the_top_fixs_code_visible_in_the_first_screen(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: the first code block on the page is the top fix's, open (not inside a
+    folded section) and inside a 1200x900 viewport in headless Chromium."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
+    import subprocess
+
+    from PIL import Image
+
+    from loadscope.report.content import fixes
+    from loadscope.report.html import to_html
+
+    doc = json.loads((GOLDEN / "doctor_stacks.json").read_text())
+    page = to_html(doc)
+    top = next(f for f in fixes(doc) if f.top)
+    first = page.index("<pre>")
+    assert html.unescape(page[first + 5 : page.index("</pre>", first)]) == top.routes[0].code
+    assert "<details>" not in page[:first]  # nothing folded above it
+    marked = tmp_path / "report.html"
+    marked.write_text(page.replace("<pre>", '<pre style="background:#ff00ff">', 1))
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            chromium, "--headless", "--no-sandbox", "--disable-gpu",
+            "--disable-background-networking", "--disable-component-update", "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,900",
+            f"--screenshot={shot}", marked.as_uri(),
+        ],
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert shot.exists(), "Chromium wrote no screenshot"
+    colors = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 22) or []
+    assert {rgb: n for n, rgb in colors}.get((255, 0, 255), 0) > 2000
+
+
 def test_the_line_chart_has_ticks_a_legend_and_runs_from_their_start() -> None:
     """Issue 19: strategies were unlabelled lines (names without colour keys), no ticks
     between 0 and the maximum, runs not aligned at their start."""
