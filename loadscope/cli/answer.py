@@ -45,4 +45,4 @@ def answer(out: TextIO, doc: dict[str, Any], args: argparse.Namespace, details: 
         out.write(f"{details}\nfull report: {saved}\n")
         return
     stacks = tuple(dict.fromkeys(args.stack)) if args.stack else installed_stacks()
-    out.write("\n".join(brief_lines(doc, stacks, saved, OPEN_WITH)) + "\n")
+    out.write("\n".join(brief_lines(doc, stacks, saved, OPEN_WITH if path else "")) + "\n")
