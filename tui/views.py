@@ -25,6 +25,7 @@ from textual.widgets.option_list import Option
 
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import Trial
+from loadscope.report.bench_text import TABLE_HEADER, summary_rows
 from loadscope.report.content import (
     Block,
     Bullets,
@@ -171,7 +172,9 @@ class BenchView(Vertical):
         self._pending_rows.clear()
         self._pending_status = None
         self.query_one("#charts", VerticalScroll).remove_children()
-        self.query_one("#results", DataTable).clear()
+        table = self.query_one("#results", DataTable)
+        table.clear(columns=True)
+        table.add_columns(*_COLUMNS)  # trial by trial while a run goes
         self.query_one("#bench-status", Static).update("Waiting for the first trial.")
         self.query_one("#trial-progress", ProgressBar).update(total=100, progress=0)
 
@@ -334,19 +337,24 @@ class BenchView(Vertical):
             self.live[t["id"]] = lt
             if t.get("cache") == "cold" or t["strategy"] not in self.chart_of:
                 self.chart_of[t["strategy"]] = t["id"]
-            self._add_row(t)
+        # A finished run's table: the medians per strategy and cache state, the rows the
+        # terminal's table and the Advice's figures come from (report/bench_text.py).
+        table = self.query_one("#results", DataTable)
+        table.clear(columns=True)
+        table.add_columns(*TABLE_HEADER)
+        for row in summary_rows(bench):
+            table.add_row(*row, *([""] * (len(TABLE_HEADER) - len(row))))
         sample = bench.get("sample")
         note = ""
         if sample:
             note = (
                 f" · sampled {format_bytes(sample['bytes'])}"
                 f" of {format_bytes(sample['total_bytes'])},"
-                " times (*) extrapolated to the whole model; 'fit': a trial at a quarter"
-                " or a half of the sample, measured, for the fit"
+                " times (~) extrapolated to the whole model"
             )
         self.query_one("#bench-status", Static).update(
             Text(
-                f"{len(self.live)} trials{note}"
+                f"{len(self.live)} trials; the table: each strategy's median{note}"
                 + "".join(f"\n{n}" for n in bench.get("notes") or [])
             )
         )

@@ -11,6 +11,7 @@ May import: ``loadscope.engine.bench_records``, ``loadscope.engine.sampling``,
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +20,6 @@ from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench_records import BenchReport, Summary, Trial
 from loadscope.engine.sampling import error_text
 from loadscope.engine.summaries import shaky
-from loadscope.engine.trials import first_not_ok
 from loadscope.loaders.strategies import TORCH_MMAP, default_load, reads_torch
 
 
@@ -161,16 +161,9 @@ def to_text(report: BenchReport, extra_rows: Sequence[str] = ()) -> str:
     lines = [f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"]
     if report.sample:
         lines.append(_sample_line(report))
-    header = (
-        f"{'strategy':<16}{'cache':<5}{'median':>8}{'rate':>10}{'x mmap':>7}"
-        f"{'faults':>11}{'reads':>6}{'avg req':>8}{'RSS':>8}"
-    )
+    header = _text_row(TABLE_HEADER)
     lines += ["", header, "-" * len(header)]
-    by_key = {
-        (tr.strategy, tr.cache): tr for tr in report.trials if tr.status == "ok" and not tr.warmup
-    }
-    for s in report.summary:
-        lines.append(_row(report, s, by_key.get((s.strategy, s.cache))))
+    lines += [_text_row(row) for row in summary_rows(report.to_dict())]
     lines += extra_rows
     lines.append(
         textwrap.fill(
@@ -203,31 +196,91 @@ def _sample_line(report: BenchReport) -> str:
     )
 
 
-def _row(report: BenchReport, s: Summary, example: Trial | None) -> str:
-    """One strategy and cache state: its time, rate, speed-up and one steady trial's
-    counters; or why it has none."""
-    if s.median_seconds is None or example is None:
-        bad = first_not_ok(report.trials, lambda tr: (tr.strategy, tr.cache), (s.strategy, s.cache))
-        why = bad.reason if bad and bad.reason else "no trial with a verified cache"
-        verb = "not run" if bad is not None and bad.status == "skipped" else "failed"
-        return f"{s.strategy:<16}{s.cache:<5}{verb}: {why}"[:160]
-    secs = s.extrapolated_median_seconds or s.median_seconds
-    shown = "~" + _short(secs) if s.extrapolated_median_seconds else _secs(secs)
-    # The rate of the time shown: the whole model's over its extrapolated time.
-    per_s = (
-        report.target["total_bytes"] / secs
-        if s.extrapolated_median_seconds
-        else s.median_bytes_per_s
-    )
-    rate = format_rate(per_s) if per_s else "-"
-    # A figure that cannot be trusted is never shown as a speed-up (see the trailer).
-    total = int(report.target.get("total_bytes") or 0) or None
-    x = "?" if shaky(s, _warm(report), total) else f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
-    return (
-        f"{s.strategy:<16}{s.cache:<5}{shown:>8}{rate:>10}{x:>7}"
-        f"{_count(example.major_faults) + '/' + _count(example.minor_faults):>11}"
-        f"{_count(example.read_syscalls):>6}"
-        f"{_size(example.avg_request_bytes):>8}{_size(example.peak_rss_bytes):>8}"
+#: The trial table's columns, as the terminal and the app's Benchmark tab show them.
+TABLE_HEADER: tuple[str, ...] = (
+    "strategy",
+    "cache",
+    "median",
+    "rate",
+    "x mmap",
+    "faults",
+    "reads",
+    "avg req",
+    "RSS",
+)
+
+
+def _summary(d: dict[str, Any]) -> Summary:
+    """A summary read back from a report's JSON (the fields it was written with)."""
+    values: dict[str, Any] = {f.name: d.get(f.name) for f in dataclasses.fields(Summary)}
+    return Summary(**values)
+
+
+def summary_rows(bench: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row per strategy and cache state of a bench report's JSON: its median time
+    (``~`` extrapolated), rate, speed-up ("?" for a figure that cannot be trusted) and one
+    steady trial's counters; or, in the third cell, why it has none. The terminal's table
+    and the app's Benchmark tab draw these rows, so both show the Advice's medians."""
+    summaries = [_summary(d) for d in bench.get("summary") or [] if isinstance(d, dict)]
+    warm = {w.strategy: w for w in summaries if w.cache == "warm"}
+    trials = [t for t in bench.get("trials") or [] if isinstance(t, dict)]
+    steady = {
+        (t.get("strategy"), t.get("cache")): t
+        for t in trials
+        if t.get("status") == "ok" and not t.get("warmup")
+    }
+    total = int((bench.get("target") or {}).get("total_bytes") or 0) or None
+    rows: list[tuple[str, ...]] = []
+    for s in summaries:
+        example = steady.get((s.strategy, s.cache))
+        if s.median_seconds is None or example is None:
+            bad = next(
+                (
+                    t
+                    for t in trials
+                    if (t.get("strategy"), t.get("cache")) == (s.strategy, s.cache)
+                    and t.get("status") != "ok"
+                ),
+                None,
+            )
+            why = (
+                bad.get("reason") if bad and bad.get("reason") else "no trial with a verified cache"
+            )
+            verb = "not run" if bad is not None and bad.get("status") == "skipped" else "failed"
+            rows.append((s.strategy, s.cache, f"{verb}: {why}"))
+            continue
+        secs = s.extrapolated_median_seconds or s.median_seconds
+        shown = "~" + _short(secs) if s.extrapolated_median_seconds else _secs(secs)
+        # The rate of the time shown: the whole model's over its extrapolated time.
+        per_s = total / secs if s.extrapolated_median_seconds and total else s.median_bytes_per_s
+        # A figure that cannot be trusted is never shown as a speed-up (see the trailer).
+        x = "?" if shaky(s, warm, total) else f"{s.x_vs_mmap:.2f}x" if s.x_vs_mmap else "-"
+        rows.append(
+            (
+                s.strategy,
+                s.cache,
+                shown,
+                format_rate(per_s) if per_s else "-",
+                x,
+                f"{_count(example.get('major_faults'))}/{_count(example.get('minor_faults'))}",
+                _count(example.get("read_syscalls")),
+                _size(example.get("avg_request_bytes")),
+                _size(example.get("peak_rss_bytes")),
+            )
+        )
+    return rows
+
+
+#: Each column's width in the terminal's table (the first two left-aligned).
+_WIDTHS = (16, 5, 8, 10, 7, 11, 6, 8, 8)
+
+
+def _text_row(row: tuple[str, ...]) -> str:
+    if len(row) == 3:  # no time: why
+        return f"{row[0]:<16}{row[1]:<5}{row[2]}"[:160]
+    return "".join(
+        f"{cell:<{w}}" if i < 2 else f"{cell:>{w}}"
+        for i, (cell, w) in enumerate(zip(row, _WIDTHS, strict=True))
     )
 
 
