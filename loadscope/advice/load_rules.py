@@ -91,6 +91,7 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
             ram_bytes_needed=need or None,
             risk=ram_risk(f, need) if need else "reads into the page cache: no second copy",
             confidence="high" if gain >= 2 and how == "measured" else "medium",
+            how="" if how == "measured" else how,
             snippets=[
                 *snippets,
                 remeasure(f, "--strategies mmap,api,auto,prewarm,vllm-prefetch"),
@@ -180,6 +181,7 @@ def rule_gpu_staged(f: Facts) -> list[Recommendation]:
             evidence=evidence,
             risk="host memory bounded by the pinned ring; no full CPU copy of the model",
             confidence="high" if gain >= 2 and how == "measured" else "medium",
+            how="" if how == "measured" else how,
             snippets=[*snippets, remeasure(f, "--device cuda")],
         )
     ]

@@ -58,6 +58,9 @@ class Recommendation:
     #: False when the gain is estimated from probes rather than timed in a trial here;
     #: estimated gains rank after measured ones.
     measured: bool = True
+    #: How the trials behind ``expected_speedup`` were obtained, where not whole steady
+    #: loads: "estimated ±E%" (a sampled fit), "measured in unsteady runs"; "" otherwise.
+    how: str = ""
     #: What loadscope's own apply does for this fix, so that the app, the CLI and the
     #: snippet name one source and one destination: {"kind": "warm", "source": ...} or
     #: {"kind": "copy", "source": ..., "dest": ...}; None for a fix it does not apply.

@@ -115,7 +115,8 @@ def _fix(number: int, rec: dict[str, Any], top: bool) -> Fix:
     gain = ""
     if isinstance(speedup, int | float) and speedup:
         shown, slower = speedup_shown(float(speedup))
-        how = "" if rec.get("measured", True) else " estimated"
+        how = f" {rec['how']}" if rec.get("how") else ""
+        how = how if rec.get("measured", True) else " estimated"
         gain = f"{shown}{how}" + (", slower here" if slower else "")
     ram = rec.get("ram_bytes_needed")
     return Fix(

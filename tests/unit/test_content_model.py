@@ -91,3 +91,14 @@ def test_the_top_fix_is_open_and_the_others_folded() -> None:
     found = fix_sections(_doc())
     assert [s.collapsed for s in found][:2] == [False, True]
     assert found[0].children and "```" in "\n".join(markdown.render_section(found[0]))
+
+
+def test_a_fixs_gain_says_how_it_was_obtained_where_not_whole_steady_loads() -> None:
+    """A sampled fit's number is "estimated ±E%" in every output, as in the verdict (the
+    fix line of the one-screen answer said a bare "10.5x" under an "(estimated)" verdict)."""
+    doc = _doc()
+    doc["recommendations"][0].update(expected_speedup=10.46, how="estimated ±12%")
+    doc["recommendations"][1].update(expected_speedup=2.0, measured=False)
+    first, second = fixes(doc)[:2]
+    assert first.heading.endswith("— 10.5x estimated ±12%")
+    assert second.gain == "2.0x estimated"
