@@ -40,20 +40,37 @@ def save(text: str, spec: str) -> tuple[Path | None, str]:
     path, or None and why it could not be written."""
     folder = reports_dir()
     stamp = _dt.datetime.now().strftime("%Y-%m-%dT%H-%M-%S")
+    path: Path | None = None
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = folder / f"doctor-{stamp}-{_slug(spec)}.json"
-        n = 1
-        while path.exists():
-            n += 1
-            path = folder / f"doctor-{stamp}-{_slug(spec)}-{n}.json"
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
+        path = _reserve(folder, f"doctor-{stamp}-{_slug(spec)}")
+        partial = path.with_name(f".{path.name}.partial")
+        try:
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(OSError):
+                partial.unlink()
     except OSError as exc:
+        if path is not None:  # the name taken, nothing written: give it back
+            with contextlib.suppress(OSError):
+                path.unlink()
         return None, f"{folder}: {exc.strerror or exc}"
     _prune(folder)
     return path, ""
+
+
+def _reserve(folder: Path, stem: str) -> Path:
+    """A new file's name, taken (created empty, exclusively): two runs in the same second
+    never write one file. An empty file is not a report (:func:`saved` skips it)."""
+    for n in range(1, 1000):
+        path = folder / (f"{stem}.json" if n == 1 else f"{stem}-{n}.json")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        return path
+    raise OSError(f"no free name for {stem}")
 
 
 def _prune(folder: Path) -> None:
@@ -67,7 +84,9 @@ def saved(folder: Path | None = None) -> list[Path]:
     dated = []
     try:
         for path in (folder or reports_dir()).glob("doctor-*.json"):
-            dated.append((path.stat().st_mtime, path.name, path))
+            st = path.stat()
+            if st.st_size:  # an empty one is a name another run has taken, not yet written
+                dated.append((st.st_mtime, path.name, path))
     except OSError:  # no folder yet, or one removed while it was listed
         pass
     return [path for _, _, path in sorted(dated)]
