@@ -4,7 +4,7 @@
 (comma-separated, importable from ``sys.path``/``$PYTHONPATH``); the strategies' and the
 probes' registries import them once, when they are first imported, and each module
 registers what it declares (``loaders.strategies.register``,
-``engine.probe_registry.register_probe``). Worker processes inherit the environment, so
+``probes.registry.register_probe``). Worker processes inherit the environment, so
 a registered strategy runs in the trials' workers too. A module that cannot be imported
 is said once on stderr and left out; nothing else stops.
 """

@@ -28,11 +28,15 @@ RESERVED = frozenset(
 
 def register_probe(spec: ProbeSpec) -> ProbeSpec:
     """Add ``spec`` (a plugin module's one call). Raises ValueError for a key already
-    taken, a budget share outside 0..0.5, or a spec with no title."""
+    taken, a budget share that takes the registered probes' together over 0.5, or a spec
+    with no title."""
     if not spec.key or spec.key in PROBES or spec.key in RESERVED:
         raise ValueError(f"probe key {spec.key!r} is empty or already taken")
-    if not 0.0 <= spec.budget_share <= 0.5:
-        raise ValueError(f"probe {spec.key!r}: budget_share {spec.budget_share} not in 0..0.5")
+    if not 0.0 <= spec.budget_share <= 0.5 or measured_share() + spec.budget_share > 0.5:
+        raise ValueError(
+            f"probe {spec.key!r}: budget_share {spec.budget_share} would take the registered"
+            " probes over half of the measured budget (the core's reads need the rest)"
+        )
     if not spec.title:
         raise ValueError(f"probe {spec.key!r} has no title")
     PROBES[spec.key] = spec

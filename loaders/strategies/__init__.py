@@ -82,6 +82,11 @@ def register(strategy: Strategy) -> Strategy:
     """Add ``strategy`` to the registry (a plugin module's one call, ``base/plugins.py``):
     everything read from the declarations (the doctor's plan, the routes, the tables)
     takes it in. Raises ValueError for a name already taken or one without a summary."""
+    if _SEALED:
+        raise RuntimeError(
+            f"strategy {strategy.name!r} registered after the registry's lists were made:"
+            f" name its module in ${STRATEGY_MODULES} instead of importing it first"
+        )
     if not strategy.name or strategy.name in STRATEGIES:
         raise ValueError(f"strategy name {strategy.name!r} is empty or already registered")
     if not strategy.summary:
@@ -90,7 +95,9 @@ def register(strategy: Strategy) -> Strategy:
     return strategy
 
 
-# The user's own strategies, before anything is read from the declarations.
+# The user's own strategies, before anything is read from the declarations; after them
+# the registry is sealed (a later register() would miss the lists below).
+_SEALED = False
 import_named(STRATEGY_MODULES)
 
 #: What ``bench`` runs when no --strategies are given (peers join when installed; the GPU
@@ -160,6 +167,7 @@ FIX_STRATEGIES: dict[str, frozenset[str]] = {
     fix: frozenset(n for n, s in STRATEGIES.items() if fix in s.fixes)
     for fix in sorted({f for s in STRATEGIES.values() for f in s.fixes})
 }
+_SEALED = True
 
 
 def get(name: str) -> Strategy:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any, TextIO
 
 from loadscope.cli.common import opt
 
 STACKS = ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell")
 #: Where a saved report is opened again.
-OPEN_WITH = "(loadscope report --last renders it; --details prints it all here)"
+OPEN_WITH = "(loadscope report --last renders it in full; loadscope tui --report FILE opens it)"
 
 ANSWER_OPTIONS = (
     opt(
@@ -33,14 +34,23 @@ ANSWER_OPTIONS = (
 )
 
 
-def answer(out: TextIO, doc: dict[str, Any], args: argparse.Namespace, details: str) -> None:
-    """Keep the report, then print the answer (or ``details``, the full text)."""
-    from loadscope.report.brief import brief_lines, installed_stacks
+def keep(doc: dict[str, Any]) -> tuple[Path | None, str]:
+    """The report kept in the reports folder: its path, or None and why not."""
     from loadscope.report.store import save
 
     spec = str((doc.get("target") or {}).get("spec") or "model")
-    path, why = save(json.dumps(doc, indent=2, default=str) + "\n", spec)
-    saved = str(path) if path else f"not kept ({why}); --json FILE writes it"
+    return save(json.dumps(doc, indent=2, default=str) + "\n", spec)
+
+
+def answer(
+    out: TextIO, doc: dict[str, Any], args: argparse.Namespace, details: str, elsewhere: str = ""
+) -> None:
+    """Keep the report, then print the answer (or ``details``, the full text);
+    ``elsewhere`` says how to write the report where it could not be kept."""
+    from loadscope.report.brief import brief_lines, installed_stacks
+
+    path, why = keep(doc)
+    saved = str(path) if path else f"not kept ({why})" + (f"; {elsewhere}" if elsewhere else "")
     if args.details:
         out.write(f"{details}\nfull report: {saved}\n")
         return

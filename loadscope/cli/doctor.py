@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from loadscope.base.errors import ExitCode
-from loadscope.cli.answer import ANSWER_OPTIONS, answer
+from loadscope.cli.answer import ANSWER_OPTIONS, answer, keep
 from loadscope.cli.common import (
     MEASURING,
     RANKS,
@@ -73,6 +73,8 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             out.write(render(doc) + "\n")
         elif path:
             write_file(path, render(doc) + "\n")
+    if "-" in (args.md, args.html, args.json):
+        keep(doc)  # kept as every run's report is, also when it went to stdout
     if "-" in (args.md, args.html):
         if args.json:
             write_file(args.json, json.dumps(doc, indent=2, default=str) + "\n")
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         return doctor_exit_code(report.advice.verdict.status)
     if args.json:
         write_file(args.json, json.dumps(doc, indent=2, default=str) + "\n")
-    answer(out, doc, args, to_text(report))
+    answer(out, doc, args, to_text(report), "--json FILE writes it")
     for label, path in (("full result", args.json), ("markdown", args.md), ("html", args.html)):
         if path:
             out.write(f"{label}: {path}\n")

@@ -76,32 +76,50 @@ def _for_stack(fix: Fix, stack: str) -> Route | None:
     return next((r for r in fix.routes if r.stack == stack), None)
 
 
-def _stack_blocks(found: list[Fix], top: Fix, stacks: tuple[str, ...]) -> list[list[str]]:
-    """Per stack shown: its route in the top fix, else the best no-code fix's."""
+def _no_code_fix(found: list[Fix], stack: str) -> tuple[Fix, Route] | None:
+    """The best fix that needs no code change and helps here (not optional, not measured
+    slower), with its code for ``stack`` or the shell."""
+    for fix in found:
+        if fix.id not in NO_CODE_FIXES or fix.optional or "slower" in fix.gain:
+            continue
+        route = _for_stack(fix, stack) or _for_stack(fix, "shell")
+        if route is not None:
+            return fix, route
+    return None
+
+
+def _stack_blocks(
+    found: list[Fix], top: Fix, stacks: tuple[str, ...]
+) -> tuple[list[tuple[str, list[str]]], set[str]]:
+    """Per stack: its route in the top fix, else the best no-code fix's (whose id joins
+    the second value: it is not listed again)."""
     blocks = []
+    used: set[str] = set()
     for stack in stacks:
         route = _for_stack(top, stack)
         if route is not None:
-            blocks.append(_route_block(route))
+            blocks.append((stack, _route_block(route)))
             continue
-        other = next(
-            (
-                (f, r)
-                for f in found
-                if f.id in NO_CODE_FIXES
-                for r in (_for_stack(f, stack) or _for_stack(f, "shell"),)
-                if r is not None
-            ),
-            None,
-        )
+        other = _no_code_fix(found, stack)
         if other is not None:
             fix, r = other
+            used.add(fix.id)
             gain = f" ({fix.gain})" if fix.gain else ""
             head = _wrap(
-                f"{stack}: the top fix has no route here; {fix.title}{gain}:", "    ", "  "
+                f"{stack}: no route of this fix; instead, {fix.title}{gain}:", "    ", "  "
             )
-            blocks.append([*head, *(f"    {c}" for c in r.code.splitlines())])
-    return blocks
+            blocks.append((stack, [*head, *(f"    {c}" for c in r.code.splitlines())]))
+    return blocks, used
+
+
+def _clipped(block: list[str], rows: int) -> list[str]:
+    """``block`` within ``rows`` screen rows, its last line saying the rest is cut."""
+    out: list[str] = []
+    for line in block:
+        if height([*out, line]) > rows - 1:
+            return [*out, "    ... (the rest: loadscope report --last)"]
+        out.append(line)
+    return out
 
 
 def _evidence(doc: dict[str, Any]) -> str:
@@ -135,21 +153,28 @@ def brief_lines(
         tips = [_one_line(f"optional: {f.heading.split('. ', 1)[-1]}") for f in found][:2]
         return head + ([""] if tips else []) + tips + tail
     chosen = stacks or FALLBACK
-    shown, named = chosen[:SHOWN_STACKS], chosen[SHOWN_STACKS:]
     fix_head = ["", *_wrap(f"fix: {top.heading.split('. ', 1)[-1]}", "  ")]
-    blocks = _stack_blocks(found, top, shown)
-    if named:
-        others = ", ".join(named)
-        blocks.append(_wrap(f"(also installed: {others}; --stack NAME shows its code)", "  ", "  "))
-    also = [_one_line(f"also: {f.heading}") for f in found if f is not top][:2]
-    # Within the screen: drop the second stack's block, then the other fixes, as needed.
+    blocks, used = _stack_blocks(found, top, chosen[:SHOWN_STACKS])
+    named = list(chosen[SHOWN_STACKS:])
+    also = [_one_line(f"also: {f.heading}") for f in found if f is not top and f.id not in used]
+    also = also[:2]
+    # Within the screen, the tail always kept: drop the other fixes, then the second
+    # stack's block (named with the others), then cut the first block's code.
     while True:
-        lines = head + fix_head + [line for b in blocks for line in b] + also + tail
+        hint = (
+            _wrap(f"(also installed: {', '.join(named)}; --stack NAME shows its code)", "  ", "  ")
+            if named
+            else []
+        )
+        body = [line for _, b in blocks for line in b] + hint
+        lines = head + fix_head + body + also + tail
         if height(lines) <= LINES:
             return lines
         if also:
             also.pop()
         elif len(blocks) > 1:
-            blocks.pop()
+            named.insert(0, blocks.pop()[0])
         else:
-            return [*lines[: LINES - 1], _one_line("(more with --details)")]
+            room = LINES - height(head + fix_head + hint + tail)
+            first = _clipped(blocks[0][1], room) if blocks and room > 1 else []
+            return head + fix_head + first + hint + tail

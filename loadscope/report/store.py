@@ -83,12 +83,17 @@ def saved(folder: Path | None = None) -> list[Path]:
     """The reports kept, oldest first."""
     dated = []
     try:
-        for path in (folder or reports_dir()).glob("doctor-*.json"):
+        # The store's own names only (doctor-YYYY-MM-DDTHH-MM-SS-...): never a user's file.
+        found = list((folder or reports_dir()).glob("doctor-[0-9][0-9][0-9][0-9]-*.json"))
+    except OSError:  # no folder yet
+        return []
+    for path in found:
+        try:
             st = path.stat()
-            if st.st_size:  # an empty one is a name another run has taken, not yet written
-                dated.append((st.st_mtime, path.name, path))
-    except OSError:  # no folder yet, or one removed while it was listed
-        pass
+        except OSError:  # removed while it was listed (another run's pruning)
+            continue
+        if st.st_size:  # an empty one is a name another run has taken, not yet written
+            dated.append((st.st_mtime, path.name, path))
     return [path for _, _, path in sorted(dated)]
 
 

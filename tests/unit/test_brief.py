@@ -95,3 +95,16 @@ def test_every_line_is_within_80_columns_but_code_and_the_reports_path() -> None
     lines = brief_lines(_doc("doctor_stacks"), THREE, SAVED)
     prose = [line for line in lines if not line.startswith(("    ", "full report: "))]
     assert all(len(line) <= WIDTH for line in prose), prose
+
+
+def test_a_long_route_is_cut_and_the_evidence_and_the_reports_path_stay() -> None:
+    doc = _doc("doctor_stacks")
+    top = doc["recommendations"][0]
+    vllm = next(s for s in top["snippets"] if s["stack"] == "vllm")
+    vllm["code"] = "\n".join(f"vllm serve {MODEL} --flag-{i}" for i in range(40))
+    lines = brief_lines(doc, THREE, SAVED)
+    _fits(lines)
+    text = "\n".join(lines)
+    assert "evidence: " in text and "loadscope report --last" in text
+    # The stack whose block did not fit is named with the option that shows it.
+    assert "also installed: transformers, diffusers; --stack NAME" in text

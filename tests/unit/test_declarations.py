@@ -71,3 +71,20 @@ def test_every_route_is_its_strategys_and_measured_against_a_default_or_its_stac
         assert base.requires.gpu == owner.requires.gpu
     shown = {n for names in FIX_STRATEGIES.values() for n in names}
     assert shown == {r.strategy for r in ROUTES}
+
+
+def test_a_strategy_registered_after_the_lists_were_made_is_refused() -> None:
+    """Imported before the registry (not named in $LOADSCOPE_STRATEGY_MODULES), a plugin's
+    register() would miss the routes and the plan: it is refused, saying how to do it."""
+    import pytest
+
+    from loadscope.loaders.strategies import register
+    from loadscope.loaders.strategy import Strategy
+
+    class Late(Strategy):
+        name = "late-toy"
+        summary = "registered too late"
+
+    with pytest.raises(RuntimeError, match="LOADSCOPE_STRATEGY_MODULES"):
+        register(Late())
+    assert "late-toy" not in STRATEGIES
