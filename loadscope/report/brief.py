@@ -32,7 +32,7 @@ DETECTED["diffusers"] = "diffusers"
 #: What is shown when no stack is found: the library call and the shell.
 FALLBACK = ("safetensors", "shell")
 #: Fixes that need no code change, shown for a stack the top fix has no route for.
-NO_CODE_FIXES = ("raise-readahead", "prewarm", "copy-local")
+NO_CODE_FIXES = ("raise-readahead", "prewarm", "copy-to-local-disk")
 SHOWN_STACKS = 2
 
 

@@ -108,3 +108,18 @@ def test_a_long_route_is_cut_and_the_evidence_and_the_reports_path_stay() -> Non
     assert "evidence: " in text and "loadscope report --last" in text
     # The stack whose block did not fit is named with the option that shows it.
     assert "also installed: transformers, diffusers; --stack NAME" in text
+
+
+def test_the_no_code_fallback_can_be_the_copy_to_a_local_disk() -> None:
+    """A stack the top fix has no route for gets the best no-code fix: here the copy (its
+    server line), with the copy's own number, and it is not listed again under "also"."""
+    doc = _doc("doctor_stacks")
+    top = doc["recommendations"][0]
+    top["snippets"] = [s for s in top["snippets"] if s["stack"] != "sglang"]
+    doc["recommendations"] = [r for r in doc["recommendations"] if r["id"] != "raise-readahead"]
+    lines = brief_lines(doc, ("sglang",), SAVED)
+    _fits(lines)
+    text = "\n".join(lines)
+    assert "sglang: no route of this fix; instead, Copy the model to a local disk" in text
+    assert "(31.3x estimated)" in " ".join(text.split()) and "--model-path /tmp/model-copy" in text
+    assert not any(line.startswith("also: ") and "Copy the model" in line for line in lines)
