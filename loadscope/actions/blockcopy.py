@@ -166,7 +166,10 @@ class BlockCopy:
             self.errors.append(exc)
         finally:
             view.release()
-            buf.close()
+            try:
+                buf.close()
+            except BufferError:
+                pass  # a stored error's traceback holds a slice of it: freed with the error
 
     def _read(self, dst: memoryview, off: int) -> None:
         """Fill ``dst`` with the source's bytes at ``off``: O_DIRECT for its page-aligned

@@ -660,7 +660,7 @@ def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path)
         str(page),
         timeout=300,
     )
-    assert result.code == 0, result.err
+    assert result.code in (0, 10), result.err  # 10: a fix worth making was found
     doc_md, doc_html = md.read_text(), html.unescape(page.read_text())
     for cache in ("cold", "warm"):
         said = [x for x in result.out.splitlines() if x.startswith(f"formats, {cache}:")]
@@ -691,7 +691,7 @@ def test_the_markdown_of_a_1000_shard_model_fits_github(tmp_path: Path) -> None:
     result = run_loadscope(
         "doctor", str(root), "--budget", "10", "--md", str(md), "--quiet", timeout=300
     )
-    assert result.code == 0, result.err
+    assert result.code in (0, 10), result.err
     text = md.read_text()
     assert len(text) < 65_536, len(text)
     assert text.startswith("### loadscope doctor:") and "1000 file(s)" in text
