@@ -14,7 +14,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Process exit codes of the ``loadscope`` command (documented in README)."""
+    """Process exit codes of the ``loadscope`` command (documented in docs/troubleshooting.md)."""
 
     OK = 0
     #: A check ran and found a problem (a failed node), or doctor could not measure at all.

@@ -9,6 +9,7 @@ May import: ``loadscope.base``, :mod:`loadscope.actions.copydest` (its error).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -166,10 +167,9 @@ class BlockCopy:
             self.errors.append(exc)
         finally:
             view.release()
-            try:
+            # A stored error's traceback may hold a slice of it: then freed with the error.
+            with contextlib.suppress(BufferError):
                 buf.close()
-            except BufferError:
-                pass  # a stored error's traceback holds a slice of it: freed with the error
 
     def _read(self, dst: memoryview, off: int) -> None:
         """Fill ``dst`` with the source's bytes at ``off``: O_DIRECT for its page-aligned

@@ -10,7 +10,7 @@ seconds to minutes (probe, bench, doctor, demo, the emulators' mounts) the work 
 is replaced by a sentinel once every check before it has passed, so what is tested is
 everything a user's argument reaches first.
 
-Properties: the exit code is one the README documents; stderr is at most one line
+Properties: the exit code is one the documentation lists; stderr is at most one line
 (argparse's usage error: its usage lines and one ``error:`` line); never "internal
 error", never a traceback. Crashes found here are pinned as explicit cases below.
 

@@ -1,8 +1,8 @@
-"""The README's exit-code table is the code's: every documented code, one case each.
+"""The documented exit-code table is the code's: every documented code, one case each.
 
-The table is read from README.md: its codes and names must be exactly
-:class:`ExitCode`'s, and every row has a case here that produces that code (run
-in-process through the real parser and entry points), or names the test that
+The table is read from the documentation (``docs/troubleshooting.md``): its codes and
+names must be exactly :class:`ExitCode`'s, and every row has a case here that produces
+that code (run in-process through the real parser and entry points), or names the test that
 produces it where a case needs a slow or privileged setup (an emulated failing
 disk, an unprivileged user, a full diagnosis).
 """
@@ -25,15 +25,15 @@ from tests.conftest import CliRunner
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_table() -> dict[int, str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Exit codes", 1)[1].split("\n## ", 1)[0]
+def documented_table() -> dict[int, str]:
+    text = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\d+) \| ([a-z-]+) \|", section, flags=re.MULTILINE)
     return {int(code): name for code, name in rows}
 
 
-def test_the_readme_table_is_the_exit_code_enum() -> None:
-    table = readme_table()
+def test_the_documented_table_is_the_exit_code_enum() -> None:
+    table = documented_table()
     assert table == {int(c): c.name.lower().replace("_", "-") for c in ExitCode}
 
 
@@ -83,7 +83,7 @@ ELSEWHERE = {
 
 
 def test_every_documented_code_has_a_case() -> None:
-    assert set(readme_table()) == set(CASES) | set(ELSEWHERE)
+    assert set(documented_table()) == set(CASES) | set(ELSEWHERE)
     for code, (file, name) in ELSEWHERE.items():
         body = (ROOT / "tests" / "integration" / file).read_text(encoding="utf-8")
         assert f"def {name}(" in body, (code, file, name)
