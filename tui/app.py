@@ -36,6 +36,7 @@ from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, load_report
 from loadscope.diagnosis.engine_process import job_for
 from loadscope.diagnosis.session import SessionRequest
 from loadscope.report.compare import compare, row_of
+from loadscope.report.store import last, reports_dir
 from loadscope.tools.emulator import EmulatorSettings, fuse_unavailable_reason
 from loadscope.tui import actions, fixes
 from loadscope.tui.engine_link import EngineLink
@@ -53,7 +54,7 @@ from loadscope.tui.messages import (
     TrialSample,
 )
 from loadscope.tui.probes_view import ProbesView
-from loadscope.tui.report_files import export_report, save_screenshot
+from loadscope.tui.report_files import export_report, save_screenshot, tell_kept
 from loadscope.tui.screens import (
     CompareScreen,
     OnboardingScreen,
@@ -117,6 +118,8 @@ class LoadscopeApp(App[int]):
         self.hf_cache = hf_cache
         self._fuse_reason = fuse_reason
         self.report: dict[str, Any] | None = None
+        #: Where the last finished run's report was kept (the reports folder), if it was.
+        self.kept_report: str | None = None
         self.last_request: SessionRequest | None = None
         self.running = False
         self._link = EngineLink()
@@ -346,8 +349,14 @@ class LoadscopeApp(App[int]):
             if path:
                 self.open_report(path)
 
+        newest = last()  # the newest kept report, ready to open with Enter
         self.push_screen(
-            PromptScreen("Open a saved report", "Path of a doctor JSON report:"), chosen
+            PromptScreen(
+                "Open a saved report",
+                f"Path of a doctor JSON report (kept ones are in {reports_dir()}):",
+                str(newest) if newest else "",
+            ),
+            chosen,
         )
 
     def open_report(self, path: str) -> None:
@@ -415,6 +424,7 @@ class LoadscopeApp(App[int]):
         self._applying = None
         self.sub_title = f"diagnosing {request.spec}"
         self.query_one(BenchView).reset()
+        self.query_one(ProbesView).clear()
         self.query_one(AdviceView).applying(None)
         self._launch(job_for(request))
 
@@ -455,6 +465,8 @@ class LoadscopeApp(App[int]):
             self.query_one(AdviceView).applying(f"{self._applying}: {m.name} (s stops)")
             return
         self.sub_title = f"{self.last_request.spec if self.last_request else ''}: {m.name}"
+        if m.name not in ("trials", "advice"):
+            self.query_one(ProbesView).probing(m.name)
 
     @_engine_message(ProbesReady)
     def _probes(self, m: ProbesReady) -> None:
@@ -490,6 +502,8 @@ class LoadscopeApp(App[int]):
         self.show_report(m.report, live=True)
         self.action_tab("advice")
         self.notify(m.report["verdict"]["headline"], title=m.report["verdict"]["status"])
+        self.kept_report = m.kept
+        tell_kept(self, m.kept, m.kept_why)
 
     @_engine_message(ApplyProgress)
     def _apply_progress(self, m: ApplyProgress) -> None:

@@ -58,6 +58,9 @@ class TrialEnded(Message):
 @dataclass
 class RunFinished(Message):
     report: dict[str, Any]
+    #: Where the engine kept the report (``loadscope report --last`` finds it), or why not.
+    kept: str | None = None
+    kept_why: str = ""
 
 
 @dataclass
@@ -128,7 +131,7 @@ def message_from_wire(event: dict[str, Any]) -> Message | None:
     if kind == "finished" and "time" in event["report"]:
         return TimeFinished(event["report"]["time"], event["report"]["text"])
     if kind == "finished":
-        return RunFinished(event["report"])
+        return RunFinished(event["report"], event.get("kept"), event.get("kept_why") or "")
     if kind == "cancelled":
         return RunCancelled(event["reason"])
     if kind == "failed":

@@ -223,7 +223,28 @@ class ProbesView(VerticalScroll):
         yield Static("", id="probe-cache")
         yield Static("", id="probe-registered")
 
+    #: Whether this run's probes have been shown (else the summary says what is probed).
+    shown = False
+
+    def probing(self, step: str) -> None:
+        """A probe step began: say so in place of the probes not yet shown (the view read
+        "have not run yet" while they ran)."""
+        if not self.shown:
+            self.query_one("#probe-summary", Static).update(
+                Text(f"Probing the storage: {step}... (read-only; the figures follow)")
+            )
+
+    def clear(self) -> None:
+        """A new run: the last run's figures are not this one's."""
+        self.shown = False
+        self.query_one("#probe-summary", Static).update("The probes have not run yet.")
+        for chart in self.query(BarChart):
+            chart.bars = ()
+        self.query_one("#probe-cache", Static).update("")
+        self.query_one("#probe-registered", Static).update("")
+
     def show(self, probe: dict[str, Any]) -> None:
+        self.shown = True
         # Text objects, not markup: paths and reasons may hold brackets.
         self.query_one("#probe-summary", Static).update(Text("\n").join(summary_lines(probe)))
         self.query_one("#latency", BarChart).bars = latency_bars(probe)

@@ -65,3 +65,11 @@ def save_screenshot(app: App[Any], filename: str | None, path: str | None) -> st
         return None
     app.notify(f"saved the screenshot to {out.resolve()}", title="Screenshot")
     return str(out)
+
+
+def tell_kept(app: App[Any], kept: str | None, why: str) -> None:
+    """Say where a finished run's report was kept (the reports folder), or why it was not."""
+    if kept:
+        app.notify(f"kept as {kept} (loadscope report --last; o opens it)", title="report")
+    elif why:
+        app.notify(f"not kept ({why}); e exports it", severity="warning")

@@ -41,9 +41,9 @@ from loadscope.report.text import plain
 from loadscope.tui.charts import (
     RateChart,
     Series,
+    cache_scales,
     plot_width,
     rates_from_progress,
-    shared_scale,
     theme_color,
 )
 
@@ -298,10 +298,10 @@ class BenchView(Vertical):
                 shown = self.live[tid]
                 series[strategy] = Series(shown.label, list(shown.points), shown.done, shown.note)
             columns = plot_width(width - 2)
-            y_max = shared_scale([s.rates(columns) for s in series.values()])
+            scales = cache_scales(series.values(), columns)
             for strategy, s in series.items():
                 chart = self._chart(strategy)
-                chart.y_max = y_max
+                chart.y_max = scales[s.label.rsplit(" ", 1)[-1]]
                 chart.series = s
                 chart.refresh()
         lt = self.live.get(self.current) if self.current is not None else None

@@ -53,6 +53,7 @@ from loadscope.engine.bench import (
 )
 from loadscope.engine.probing import ProbeReport
 from loadscope.model.inspection import open_checked
+from loadscope.report.store import save
 from loadscope.tools.emulator import EmulatorSettings
 
 #: The most progress events per trial per second passed on (the app draws at 5 Hz).
@@ -162,7 +163,12 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
             progress=lambda name: wire.send("step", name=name),
             cancel=cancel,
         )
-        wire.send("finished", report=json.loads(report.to_json()))
+        text = report.to_json()
+        # Kept as every doctor run's is: `loadscope report --last` renders it, `o` opens it.
+        kept, why = save(text, request.spec)
+        wire.send(
+            "finished", report=json.loads(text), kept=str(kept) if kept else None, kept_why=why
+        )
     elif job["kind"] == "bench":
         o = job["options"]
         options = BenchOptions(

@@ -13,7 +13,10 @@ import pytest
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
 from loadscope.loaders.forkserver import WORKER_NAME
+from loadscope.report.store import last, reports_dir
 from loadscope.tui.app import LoadscopeApp
+from loadscope.tui.messages import StepStarted
+from loadscope.tui.probes_view import ProbesView
 from loadscope.tui.screens import OnboardingScreen, PromptScreen, SnippetPickScreen
 from loadscope.tui.views import AdviceView, BenchView
 from tests.conftest import REPO_ROOT
@@ -69,6 +72,15 @@ def test_onboarding_to_advice_on_a_synthetic_model() -> None:
         # Issue 40: a finished run's table is its medians, one row per strategy and
         # cache state (the Advice's figures), no longer one row per trial.
         assert table.row_count == len(app.report["bench"]["summary"])  # type: ignore[attr-defined]
+        # Kept in the reports folder as a doctor run's is: `report --last` and `o` find it.
+        assert app.kept_report is not None
+        kept = Path(app.kept_report)
+        assert kept.parent == reports_dir() and kept == last()
+        assert json.loads(kept.read_text())["verdict"] == app.report["verdict"]
+        await pilot.press("o")
+        await pilot.pause()
+        assert app.screen.query_one("#prompt").value == str(kept)  # type: ignore[attr-defined]
+        await pilot.press("escape")
 
     drive(steps, size=(100, 30), settle=False, budget_s=15)
     assert _workers() == []
@@ -145,6 +157,27 @@ def test_a_saved_report_fills_every_view() -> None:
         assert set(bench.chart_of) == {t["strategy"] for t in doc["bench"]["trials"]}
         await pilot.press("1")
         assert app.query_one("#tabs").active == "probes"
+
+    drive(steps, report=str(GOLDEN))
+
+
+def test_the_probes_view_says_what_is_probed_until_the_figures_come() -> None:
+    """At 80x24 the Probes tab read "The probes have not run yet." while they ran."""
+
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        view = app.query_one(ProbesView)
+        summary = view.query_one("#probe-summary")
+        view.clear()
+        app.post_message(StepStarted("throughput"))
+        await pilot.pause()
+        assert "Probing the storage: throughput" in str(summary.render())
+        view.show(json.loads(GOLDEN.read_text())["probe"])
+        app.post_message(StepStarted("local disks"))  # a late step: the figures stay
+        await pilot.pause()
+        assert "Probing" not in str(summary.render())
+        view.clear()  # a new run: the last run's figures go
+        await pilot.pause()
+        assert "have not run yet" in str(summary.render())
 
     drive(steps, report=str(GOLDEN))
 

@@ -30,3 +30,20 @@ def test_series_that_differ_steadily_keep_their_true_ratio() -> None:
 def test_a_short_burst_inside_a_series_clips() -> None:
     burst = [*_flat(1e9), (1.0, 30e9)]  # one window of 30 GB/s
     assert shared_scale([burst]) == 1e9 * 1.15
+
+
+def test_warm_loads_have_their_own_scale_and_leave_the_cold_curves_readable() -> None:
+    """In the app at 80x24 a warm trial at ~13 GB/s put the shared scale at 14.6 GB/s and
+    the cold mmap curve (80 MB/s) drew nothing: each cache state now has its own."""
+    from loadscope.tui.charts import Series, cache_scales
+
+    def series(label: str, rate: float) -> Series:
+        return Series(label, [(i * 0.1, int(rate * i * 0.1)) for i in range(30)], done=True)
+
+    scales = cache_scales(
+        [series("mmap cold", 80e6), series("auto cold", 1.3e9), series("api warm", 13e9)], 60
+    )
+    assert set(scales) == {"cold", "warm"}
+    assert 1.3e9 <= scales["cold"] < 2e9  # auto's, with headroom: mmap is 1/16 of it
+    assert scales["warm"] >= 13e9 * 0.99
+    assert cache_scales([], 60) == {}
