@@ -17,7 +17,9 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.md and args.html:
         raise UsageError("--md and --html: pick one (Markdown is the default)")
     if (args.file is None) == (not args.last):
-        raise UsageError("give FILE.json or --last (the newest report doctor and demo kept)")
+        raise UsageError(
+            "give FILE.json or --last (the newest report doctor, demo and the app kept)"
+        )
     path = args.file
     if args.last:
         from loadscope.report.store import last, reports_dir
@@ -43,7 +45,7 @@ COMMAND = Command(
         opt(
             "--last",
             action="store_true",
-            help="the newest report doctor and demo kept ($LOADSCOPE_REPORTS, else"
+            help="the newest report doctor, demo and the app kept ($LOADSCOPE_REPORTS, else"
             " ~/.local/state/loadscope/reports)",
         ),
         opt("--md", action="store_true", help="Markdown (the default)"),
