@@ -39,7 +39,7 @@ COMMAND = Command(
     name="report",
     help="render a saved doctor report (JSON) again, as Markdown",
     description="Render FILE.json written by 'doctor --json' (or, with --last, the newest"
-    " report doctor and demo kept in the reports folder) as Markdown for an issue.",
+    " report doctor, demo and the app kept in the reports folder) as Markdown for an issue.",
     arguments=(
         opt("file", metavar="FILE.json", nargs="?"),
         opt(
