@@ -76,21 +76,33 @@ def slow_synthetic(
         yield disk.path
 
 
+def run_here(
+    argv: list[str],
+    *,
+    timeout: float = 120,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` from the repository root (or ``cwd``), its output captured as text."""
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or REPO_ROOT,
+        env=env,
+        check=check,
+    )
+
+
 def run_loadscope(
     *args: str, timeout: float = 60, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> CliResult:
     """Run ``python -m loadscope`` in a child process (a real exit code and real stderr)."""
     env = {**(os.environ if env is None else env), "PYTHONWARNINGS": "ignore"}
     env.pop("LOADSCOPE_DEBUG", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "loadscope", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd or REPO_ROOT,
-        env=env,
-        check=False,
-    )
+    proc = run_here([sys.executable, "-m", "loadscope", *args], timeout=timeout, cwd=cwd, env=env)
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 

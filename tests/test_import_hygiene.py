@@ -7,14 +7,13 @@ nothing outside ``loadscope.tui`` ever imports Textual (harlequin's import-hygie
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import tomllib
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_here
 
 _CONFIG = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 _PACKAGE_DIRS: dict[str, str] = _CONFIG["tool"]["setuptools"]["package-dir"]
@@ -42,9 +41,7 @@ def test_engine_module_never_imports_textual(module: str) -> None:
         "print(bad)\n"
         "raise SystemExit(bool(bad))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=False
-    )
+    proc = run_here([sys.executable, "-c", code], timeout=None)
     assert proc.returncode == 0, f"{module} pulled in {proc.stdout.strip()} {proc.stderr[-500:]}"
 
 
@@ -60,13 +57,11 @@ def test_import_linter_contracts(tmp_path: Path) -> None:
             site / package.replace(".", "/"),
             ignore=shutil.ignore_patterns("__pycache__"),
         )
-    proc = subprocess.run(
+    proc = run_here(
         [lint, "--no-cache", "--config", str(REPO_ROOT / "pyproject.toml")],
         cwd=tmp_path,
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=False,
+        timeout=None,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "broken" in proc.stdout and " 0 broken" in proc.stdout

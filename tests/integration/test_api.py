@@ -8,7 +8,6 @@ in the family the caller already catches, executes nothing and leaves nothing op
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from loadscope.base.errors import LoadscopeError
 from loadscope.probes.pagecache import ColdCache, residency
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_here
 from tests.malformed_cases import MARKER, RunsCode, torch_zip
 
 pytestmark = pytest.mark.integration
@@ -333,14 +332,7 @@ def test_the_first_calls_torch_import_is_in_its_record(every_dtype: Path, call: 
         "assert 'importing torch' in str(first) and 'importing' not in str(second)\n"
         "print(first.import_seconds, second.import_seconds, second.wall_seconds, second.seconds)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(every_dtype)],
-        check=False,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_here([sys.executable, "-c", code, str(every_dtype)], timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     first, second, wall, seconds = (float(x) for x in out.stdout.split())
     assert first > 0.01 and second == 0.0 and wall == seconds, out.stdout
@@ -353,9 +345,7 @@ def test_import_loadscope_stays_light() -> None:
         " assert callable(loadscope.load_file) and 'load_model' in loadscope.__all__;"
         " print(loadscope.load_file.__module__)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-    )
+    out = run_here([sys.executable, "-c", code], check=True, timeout=None)
     assert out.stdout.strip() == "loadscope.loaders.api"
 
 

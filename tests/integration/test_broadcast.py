@@ -34,7 +34,7 @@ from loadscope.model.targets import Target, resolve
 from loadscope.report.rank_text import to_markdown as rank_markdown
 from loadscope.report.rank_text import to_text
 from loadscope.tools.synth import synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_here
 
 pytestmark = pytest.mark.integration
 
@@ -343,9 +343,7 @@ def test_the_parent_never_imports_torch() -> None:
         "import sys, loadscope.engine.broadcast, loadscope.loaders.rank\n"
         "raise SystemExit('torch' in sys.modules)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=False
-    )
+    proc = run_here([sys.executable, "-c", code], timeout=None)
     assert proc.returncode == 0, proc.stderr[-500:]
 
 
@@ -360,7 +358,6 @@ def test_bench_ranks_with_a_killed_rank_exits_1_and_names_its_trial(tmp_path: Pa
     """Issue 22: `bench --ranks` gave exit 0 after a rank was killed, and named the wrong
     trial. A rank killed after trial 2's line: exit 1, and the reason names the trial the
     report marks failed (the first one the ranks had not all finished)."""
-    import subprocess
     import sys
     import threading
 

@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from loadscope import __version__
 from loadscope.tools.synth import SyntheticCheckpoint
-from tests.conftest import REPO_ROOT, CliRunner, run_loadscope
+from tests.conftest import REPO_ROOT, CliRunner, run_here, run_loadscope
 
 pytestmark = pytest.mark.integration
 
@@ -189,13 +189,7 @@ def test_inspect_never_imports_torch(synth_single: SyntheticCheckpoint) -> None:
         "assert 'torch' not in sys.modules and 'safetensors' not in sys.modules, 'heavy import';"
         "raise SystemExit(rc)"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(synth_single.root)],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        check=False,
-    )
+    proc = run_here([sys.executable, "-c", code, str(synth_single.root)], timeout=None)
     assert proc.returncode == 0, proc.stderr
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from loadscope.tools.synth import synthesize
-from tests.conftest import REPO_ROOT, CliRunner
+from tests.conftest import CliRunner, run_here
 
 
 def test_warm_lock_json_to_stdout_is_only_the_json(cli: CliRunner, tmp_path: Path) -> None:
@@ -46,28 +46,14 @@ try:
 except LoadscopeError as exc:
     print(int(exc.exit_code), exc)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=60,
-    )
+    proc = run_here([sys.executable, "-c", code], timeout=60)
     assert proc.stdout.startswith("7 cannot write"), (proc.stdout, proc.stderr)
     assert not path.exists()
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
     """``code`` run by a fresh interpreter from the repository (its output captured)."""
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO_ROOT,
-    )
+    return run_here([sys.executable, "-c", code], timeout=60)
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ from loadscope.tools.emulator import (
     unmount,
 )
 from loadscope.tools.synth import SyntheticCheckpoint, synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_here
 
 pytestmark = [
     pytest.mark.integration,
@@ -244,9 +244,7 @@ def test_emulator_dies_with_its_parent(source: SyntheticCheckpoint, tmp_path: Pa
             os.kill(os.getpid(), signal.SIGKILL)  # die without running any cleanup
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=False
-    )
+    proc = run_here([sys.executable, "-c", script], timeout=None)
     assert "up" in proc.stdout, proc.stderr
     deadline = time.monotonic() + 15
     while is_mounted(mnt) and time.monotonic() < deadline:

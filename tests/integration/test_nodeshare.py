@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from loadscope.tools.synth import SyntheticCheckpoint, synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_here
 
 pytestmark = pytest.mark.integration
 
@@ -189,15 +189,7 @@ def test_one_process_keeps_todays_behaviour(ckpt: SyntheticCheckpoint, tmp_path:
         "import loadscope, sys; r = loadscope.LoadRecord();"
         " loadscope.load_model(sys.argv[1], record=r); print([f.strategy for f in r.files])"
     )
-    run = subprocess.run(
-        [sys.executable, "-c", code, str(ckpt.root)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    run = run_here([sys.executable, "-c", code, str(ckpt.root)], env=env, timeout=60, check=True)
     assert "node-shared" not in run.stdout
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_here
 
 pytestmark = pytest.mark.integration
 
@@ -67,13 +67,7 @@ def _modules() -> list[str]:
 
 def _source_tree(dest: Path) -> Path:
     """A copy of the files git would ship (tracked plus new, not ignored)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    listed = run_here(["git", "ls-files", "-co", "--exclude-standard"], timeout=None)
     if listed.returncode != 0:
         pytest.skip("git is needed to list the source tree")
     for rel in listed.stdout.splitlines():
@@ -90,12 +84,8 @@ def _build(tree: Path, hook: str, config: dict[str, str] | None = None) -> Path:
         "import sys, json; from setuptools import build_meta as b;"
         f"print(b.{hook}(sys.argv[1], json.loads(sys.argv[2])))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(out), json.dumps(config or {})],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
+    proc = run_here(
+        [sys.executable, "-c", code, str(out), json.dumps(config or {})], cwd=tree, timeout=None
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / proc.stdout.strip().splitlines()[-1]
@@ -117,13 +107,7 @@ def _install(python: Path, wheel: Path) -> None:
 
 
 def _probe(python: Path, cwd: Path) -> dict[str, object]:
-    proc = subprocess.run(
-        [str(python), "-c", _PROBE, json.dumps(_modules())],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_here([str(python), "-c", _PROBE, json.dumps(_modules())], cwd=cwd, timeout=None)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, object] = json.loads(proc.stdout)
     return result
@@ -165,13 +149,7 @@ def test_wheel_editable_and_checkout_import_alike(tmp_path: Path) -> None:
     script = wheel_py.with_name("loadscope")
     proc = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and proc.stdout.startswith("loadscope ")
-    proc = subprocess.run(
-        [str(wheel_py), "-m", "loadscope", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=neutral,
-        check=False,
-    )
+    proc = run_here([str(wheel_py), "-m", "loadscope", "--help"], cwd=neutral, timeout=None)
     assert proc.returncode == 0 and "inspect" in proc.stdout
 
 

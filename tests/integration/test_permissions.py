@@ -12,7 +12,7 @@ import pytest
 
 from loadscope.base.errors import ExitCode
 from tests.as_nobody import NOBODY, SETPRIV, reachable_dir
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_here
 from tests.malformed_cases import good_st
 
 pytestmark = pytest.mark.integration
@@ -20,14 +20,7 @@ pytestmark = pytest.mark.integration
 
 def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
     assert SETPRIV is not None
-    return subprocess.run(
-        [SETPRIV, *NOBODY, sys.executable, "-m", "loadscope", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_here([SETPRIV, *NOBODY, sys.executable, "-m", "loadscope", *args], timeout=60)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from loadscope.probes import registry
+from tests.conftest import run_here
 
 PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "doctor_emulated.json"
@@ -31,9 +32,7 @@ def _env(**names: str) -> dict[str, str]:
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        args, env=env, cwd=cwd, capture_output=True, text=True, timeout=240, check=False
-    )
+    done = run_here(args, cwd=cwd, env=env, timeout=240)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     return done
 

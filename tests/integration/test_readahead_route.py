@@ -16,7 +16,7 @@ import pytest
 from loadscope.diagnosis.doctor import DoctorOptions, run_doctor
 from loadscope.model.targets import resolve
 from loadscope.tools.emulator import fuse_connection_settings
-from tests.conftest import REPO_ROOT, slow_synthetic
+from tests.conftest import REPO_ROOT, run_here, slow_synthetic
 
 pytestmark = [
     pytest.mark.integration,
@@ -100,14 +100,8 @@ def test_the_settings_are_back_after_a_signal(
         assert _settings(slow_model)["read_ahead_kb"] == 8192
         # ... until the next loadscope command, whatever it is.
         env = {**os.environ, "LOADSCOPE_STATE_DIR": str(state)}
-        nxt = subprocess.run(
-            [sys.executable, "-m", "loadscope", "inspect", str(slow_model)],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        nxt = run_here(
+            [sys.executable, "-m", "loadscope", "inspect", str(slow_model)], env=env, timeout=60
         )
         assert nxt.returncode == 0, nxt.stderr
         assert "put back to 128" in nxt.stderr

@@ -30,7 +30,7 @@ from loadscope.report.html import to_html
 from loadscope.report.markdown import to_markdown
 from loadscope.report.schema import check as check_schema
 from loadscope.tools.synth import synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_here
 
 pytestmark = pytest.mark.integration
 
@@ -215,14 +215,10 @@ def test_cli_redact_hosts_writes_no_path_or_host(tmp_path: Path) -> None:
         f" --budget 30 --quiet --redact-hosts --json {out}/r.json --md {out}/r.md"
         f" --html {out}/r.html"
     )
-    proc = subprocess.run(
+    proc = run_here(
         ["unshare", "--uts", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        check=False,
+        timeout=120,
     )
     assert proc.returncode in (0, 10), proc.stderr
     doc = json.loads((out / "r.json").read_text())

@@ -22,7 +22,7 @@ import pytest
 
 from loadscope.probes.system import oom_kills
 from loadscope.tools.synth import synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_here
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("tight-memory")]
 
@@ -40,15 +40,7 @@ class Cgroup:
         """Run ``argv`` inside this cgroup (the shell joins it, then execs)."""
         script = f'echo $$ > "{self.path}/cgroup.procs" && exec "$@"'
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        return subprocess.run(
-            ["sh", "-c", script, "sh", *argv],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            check=False,
-        )
+        return run_here(["sh", "-c", script, "sh", *argv], env=env, timeout=timeout)
 
     def oom_kills(self) -> int:
         name, key = (

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from loadscope.advice.rules import advise_facts
 from loadscope.tools.synth import synthesize
-from tests.conftest import REPO_ROOT
+from tests.conftest import run_here
 from tests.unit.test_advice import facts
 
 pytestmark = pytest.mark.integration
@@ -25,13 +24,8 @@ def test_the_torch_load_warm_line_runs_as_printed(tmp_path: Path) -> None:
     f.torch_index = "pytorch_model.bin.index.json"
     rec = next(r for r in advise_facts(f).recommendations if r.id == "prewarm")
     line = next(s for s in rec.snippets if s.stack == "torch.load").code
-    run = subprocess.run(
-        ["bash", "-c", line.replace("loadscope warm", "python -m loadscope warm", 1)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    run = run_here(
+        ["bash", "-c", line.replace("loadscope warm", "python -m loadscope warm", 1)], timeout=120
     )
     assert run.returncode == 0, run.stderr
     warmed = [ln for ln in run.stdout.splitlines() if "->" in ln and "/" in ln]

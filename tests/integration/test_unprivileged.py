@@ -26,7 +26,7 @@ from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache, nowait_residency, residency
 from loadscope.tools.synth import synthesize
 from tests.as_nobody import NOBODY, SETPRIV, reachable_dir
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_here
 
 pytestmark = [pytest.mark.integration, pytest.mark.hardening("no-privileges")]
 
@@ -39,14 +39,8 @@ class Nobody:
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         assert SETPRIV is not None
-        return subprocess.run(
-            [SETPRIV, *NOBODY, self.python, "-m", "loadscope", *args],
-            cwd=REPO_ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        return run_here(
+            [SETPRIV, *NOBODY, self.python, "-m", "loadscope", *args], env=self.env, timeout=timeout
         )
 
 
