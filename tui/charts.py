@@ -108,10 +108,10 @@ BURST_X = 3.0
 def shared_scale(all_rates: Sequence[Sequence[tuple[float, float]]]) -> float:
     """One y maximum for charts that compare: the largest of each series' 90th-percentile
     rate, each at most :data:`BURST_X` times that series' own mean rate (its bytes over its
-    time), with headroom. A
-    short burst, or a fast phase of a series mostly slower (a page-cache phase), then clips
-    at the top (its peak is still printed in figures) instead of squashing every other
-    strategy's curve to nothing; series that differ steadily keep their true ratio."""
+    time), with headroom. A short burst, or a fast phase of a series mostly slower (a
+    page-cache phase), then clips at the top (its peak is still printed in figures) instead
+    of squashing every other strategy's curve to nothing; series that differ steadily keep
+    their true ratio."""
     tops = []
     for rates in all_rates:
         values = sorted(r for _, r in rates)
