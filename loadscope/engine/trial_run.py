@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -57,21 +58,26 @@ _WORKER_MODULE = "loadscope.loaders.worker"
 def describe_strategies() -> dict[str, dict[str, Any]]:
     """Every strategy's declaration and why it is unavailable, asked of a worker process.
 
-    The parent never imports torch or the peers itself: a worker answers.
+    The parent never imports torch or the peers itself: a worker answers. A worker killed
+    before it said anything (its fork server went away: the server's children die with it)
+    is asked once more, of a fresh server.
     """
-    worker = _Worker(None)
-    try:
-        code = worker.proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        kill_group(worker.proc)
-        raise BenchError("cannot start a loader worker: no answer in 120 s") from None
-    worker.pipes.join_stdout()
-    lines = worker.lines
-    if code != 0 or not lines:
-        tail = list(worker.pipes.stderr)[-1:] or [f"exit code {code}"]
-        raise BenchError(f"cannot start a loader worker: {tail[0]}")
-    result: dict[str, dict[str, Any]] = json.loads(lines[-1])
-    return result
+    for attempt in (1, 2):
+        worker = _Worker(None)
+        try:
+            code = worker.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            kill_group(worker.proc)
+            raise BenchError("cannot start a loader worker: no answer in 120 s") from None
+        worker.pipes.join_stdout()
+        lines, said = worker.lines, list(worker.pipes.stderr)
+        if code == 0 and lines:
+            result: dict[str, dict[str, Any]] = json.loads(lines[-1])
+            return result
+        if not (attempt == 1 and code == -signal.SIGKILL and not lines and not said):
+            break
+    tail = said[-1:] or [f"exit code {code}"]
+    raise BenchError(f"cannot start a loader worker: {tail[0]}")
 
 
 def bounded_reference(
