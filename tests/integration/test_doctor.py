@@ -94,7 +94,7 @@ def test_try_readahead_measures_the_gain_and_restores_the_setting(slow_model: Pa
     dev = os.stat(slow_model).st_dev
     device = (os.major(dev), os.minor(dev))
     assert fuse_connection_settings(*device)["read_ahead_kb"] == 128
-    report = run_doctor(resolve(str(slow_model)), DoctorOptions(budget_s=30, try_readahead=True))
+    report = run_doctor(resolve(str(slow_model)), DoctorOptions(budget_s=20, try_readahead=True))
     rec = next(r for r in report.advice.recommendations if r.id == "raise-readahead")
     assert rec.expected_speedup is not None and rec.expected_speedup > 1.5, report.failures
     assert rec.confidence == "high" and "measured here" in rec.action
