@@ -26,6 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# The pages document loadscope itself: a user's own strategies and probes stay out of them.
+for _plugins in ("LOADSCOPE_STRATEGY_MODULES", "LOADSCOPE_PROBE_MODULES"):
+    os.environ.pop(_plugins, None)
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "reference"
 SCHEMA = ROOT / "loadscope" / "report" / "report.schema.json"
