@@ -18,6 +18,10 @@ import os
 import sys
 from pathlib import Path
 
+# The picture is of loadscope itself: a user's own strategies and probes stay out of it.
+for _plugins in ("LOADSCOPE_STRATEGY_MODULES", "LOADSCOPE_PROBE_MODULES"):
+    os.environ.pop(_plugins, None)
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "assets" / "app.svg"
 REPORT = "docs/assets/demo-report.json"
