@@ -252,6 +252,11 @@ class ForkedProcess:
     def returncode(self) -> int | None:
         return self._server.exit_code(self.pid)
 
+    @property
+    def server_gone(self) -> str | None:
+        """Why its fork server went away (its children die with it), or None."""
+        return self._server.dead
+
     def poll(self) -> int | None:
         return self.returncode
 

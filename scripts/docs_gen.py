@@ -9,8 +9,10 @@
 
     python scripts/docs_gen.py           # write the pages
     python scripts/docs_gen.py --check   # exit 1 naming each page that is stale
+    python scripts/docs_gen.py --check cli.md   # one page (cli.md, schema.md, routes.md)
 
-``tests/unit/test_docs.py`` runs the check, so a changed option, report field or route
+``tests/unit/test_docs.py`` runs the check (in a process of its own, without a user's
+plugin modules: the pages document loadscope itself), so a changed option, report field or route
 fails the tests until the pages are written again.
 """
 
@@ -20,7 +22,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,8 +196,9 @@ def schema_page() -> str:
 
 
 def routes_page() -> str:
-    from loadscope.advice.snippets import STACKS, folder_of
+    from loadscope.advice.snippets import STACKS, code_for
     from loadscope.loaders.strategies import DEFAULT, ROUTES, STRATEGIES
+    from loadscope.report.content import lang_of
 
     model = EXAMPLE_MODEL
     out = [
@@ -232,17 +234,7 @@ def routes_page() -> str:
                 facts.append(f"- Shown for a folder saved for {saved}{unknown}.")
             if r.measure_with:
                 facts.append(f"- Where the diagnosis does not run it: run {r.measure_with}.")
-            code = r.template.format(
-                py=repr(model),
-                sh=shlex.quote(model),
-                dir_py=repr(folder_of(model)),
-                dir_sh=shlex.quote(folder_of(model)),
-            )
-            lang = (
-                "bash"
-                if stack in ("vllm", "sglang", "shell") and not code.startswith(("import", "from"))
-                else "python"
-            )
+            code, lang = code_for(r, model), lang_of(stack)
             out.append("\n".join(facts) + f"\n\n```{lang}\n{code.rstrip()}\n```\n")
     return "".join(out)
 
@@ -253,8 +245,8 @@ PAGES = {"cli.md": cli_page, "schema.md": schema_page, "routes.md": routes_page}
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
-    for name, make in PAGES.items():
-        text = re.sub(r"[ \t]+\n", "\n", make())
+    for name in [a for a in argv if a in PAGES] or list(PAGES):
+        text = re.sub(r"[ \t]+\n", "\n", PAGES[name]())
         path = OUT / name
         if check:
             if not path.exists() or path.read_text(encoding="utf-8") != text:

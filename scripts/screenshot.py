@@ -1,10 +1,10 @@
 """Write docs/assets/app.svg, the picture of the app in the README and the docs.
 
 The app is driven headless (Textual's test pilot) at 100x30 on a real report — the one
-``loadscope demo`` wrote on the emulated slow network disk, kept as
-``tests/golden/doctor_emulated.json`` — showing its Advice view: the verdict, the ranked
+``loadscope demo`` wrote on the emulated slow network disk, redacted and kept as
+``docs/assets/demo-report.json`` — showing its Advice view: the verdict, the ranked
 fixes and the top fix's code. The same report and keys give the same SVG, so
-``tests/tui/test_screenshot.py`` regenerates it and fails when the committed picture
+``tests/tui/test_screenshot.py`` runs ``--check`` and fails when the committed picture
 no longer is what the app draws.
 
     python scripts/screenshot.py           # write the picture

@@ -96,6 +96,14 @@ def run_here(
     )
 
 
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/NAME`` run as a maintainer would, without a user's plugin modules (what it
+    writes documents loadscope itself)."""
+    plugins = ("LOADSCOPE_STRATEGY_MODULES", "LOADSCOPE_PROBE_MODULES")
+    env = {k: v for k, v in os.environ.items() if k not in plugins}
+    return run_here([sys.executable, str(REPO_ROOT / "scripts" / name), *args], env=env)
+
+
 def run_loadscope(
     *args: str, timeout: float = 60, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> CliResult:

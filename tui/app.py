@@ -421,6 +421,7 @@ class LoadscopeApp(App[int]):
             return
         self.last_request = request
         self.report = None
+        self.kept_report = None
         self._applying = None
         self.sub_title = f"diagnosing {request.spec}"
         self.query_one(BenchView).reset()
@@ -565,8 +566,7 @@ class LoadscopeApp(App[int]):
 
     def show_report(self, doc: dict[str, Any], *, live: bool = False) -> None:
         self.report = doc
-        if doc.get("probe"):
-            self.query_one(ProbesView).show(doc["probe"])
+        self.query_one(ProbesView).show(doc.get("probe"))
         if doc.get("bench"):
             self.query_one(BenchView).show(doc["bench"])
         self.query_one(BenchView).show_ranks(doc.get("ranks"))

@@ -135,7 +135,8 @@ def _time_mean(rates: Sequence[tuple[float, float]]) -> float:
 
 def cache_scales(series: Iterable[Series], columns: int) -> dict[str, float]:
     """One :func:`shared_scale` per cache state (the last word of a series' label): a warm
-    load from the page cache runs 10-100x a cold one, and on one scale every cold curve,
+    load from the page cache ran 23-38x a cold one (``bench_strategies.py``, mmap), and on one
+    scale every cold curve,
     the ones the diagnosis compares, lay flat under it (14.6 GB/s over an 80 MB/s mmap)."""
     groups: dict[str, list[list[tuple[float, float]]]] = {}
     for s in series:

@@ -243,7 +243,10 @@ class ProbesView(VerticalScroll):
         self.query_one("#probe-cache", Static).update("")
         self.query_one("#probe-registered", Static).update("")
 
-    def show(self, probe: dict[str, Any]) -> None:
+    def show(self, probe: dict[str, Any] | None) -> None:
+        if not probe:  # a report without probes: not the last one's figures
+            self.clear()
+            return
         self.shown = True
         # Text objects, not markup: paths and reasons may hold brackets.
         self.query_one("#probe-summary", Static).update(Text("\n").join(summary_lines(probe)))

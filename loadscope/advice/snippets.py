@@ -148,12 +148,7 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         )
     return Snippet(
         stack=route.stack,
-        code=route.template.format(
-            py=repr(model),
-            sh=shlex.quote(model),
-            dir_py=repr(folder_of(model)),
-            dir_sh=shlex.quote(folder_of(model)),
-        ),
+        code=code_for(route, model),
         strategy=route.strategy,
         route=route.route,
         what=route.what,
@@ -163,6 +158,17 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         how=measured.how_obtained(route.strategy, baseline) if speedup else "measured",
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
+    )
+
+
+def code_for(route: Route, model: str) -> str:
+    """``route``'s code for ``model``: its path quoted for Python or the shell, the folder
+    where the stack takes one."""
+    return route.template.format(
+        py=repr(model),
+        sh=shlex.quote(model),
+        dir_py=repr(folder_of(model)),
+        dir_sh=shlex.quote(folder_of(model)),
     )
 
 

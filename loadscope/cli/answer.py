@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from loadscope.advice.snippets import STACKS
 from loadscope.cli.common import opt
 
-STACKS = ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell")
 #: Where a saved report is opened again.
 OPEN_WITH = "(loadscope report --last renders it in full; loadscope tui --report FILE opens it)"
 
@@ -43,16 +44,20 @@ def keep(doc: dict[str, Any]) -> tuple[Path | None, str]:
 
 
 def answer(
-    out: TextIO, doc: dict[str, Any], args: argparse.Namespace, details: str, elsewhere: str = ""
+    out: TextIO,
+    doc: dict[str, Any],
+    args: argparse.Namespace,
+    details: Callable[[], str],
+    elsewhere: str = "",
 ) -> None:
-    """Keep the report, then print the answer (or ``details``, the full text);
-    ``elsewhere`` says how to write the report where it could not be kept."""
+    """Keep the report, then print the answer (or ``details()``, the full text, made only
+    when asked for); ``elsewhere`` says how to write the report where it was not kept."""
     from loadscope.report.brief import brief_lines, installed_stacks
 
     path, why = keep(doc)
     saved = str(path) if path else f"not kept ({why})" + (f"; {elsewhere}" if elsewhere else "")
     if args.details:
-        out.write(f"{details}\nfull report: {saved}\n")
+        out.write(f"{details()}\nfull report: {saved}\n")
         return
     stacks = tuple(dict.fromkeys(args.stack)) if args.stack else installed_stacks()
     out.write("\n".join(brief_lines(doc, stacks, saved, OPEN_WITH if path else "")) + "\n")

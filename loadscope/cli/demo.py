@@ -39,16 +39,15 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         block=args.block,
     )
     mode = mode_for(args, sys.stderr)
-    # What it builds and serves goes with the progress, on stderr (none with --quiet).
-    say = sys.stderr if mode != "off" else io.StringIO()
     with Progress(mode, budget_s=args.budget) as progress:
-        report = run_demo(options, say, listener=progress.listener, progress=progress.step)
-    if isinstance(say, io.StringIO):
-        # Quiet, but not about why the picture is the local disk's: that changes the answer.
-        for line in say.getvalue().splitlines():
-            if line.startswith("no emulated slow disk here"):
-                sys.stderr.write(line + "\n")
-    answer(out, report.to_dict(), args, to_text(report))
+        # Read inside: the live line puts its own stderr in place, and writes through it
+        # keep the line below them. What it builds and serves goes with the progress (none
+        # with --quiet); why it is not on the slow disk always (that changes the answer).
+        say = sys.stderr if mode != "off" else io.StringIO()
+        report = run_demo(
+            options, say, listener=progress.listener, progress=progress.step, warn=sys.stderr
+        )
+    answer(out, report.to_dict(), args, lambda: to_text(report))
     return ExitCode.OK
 
 

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         return doctor_exit_code(report.advice.verdict.status)
     if args.json:
         write_file(args.json, json.dumps(doc, indent=2, default=str) + "\n")
-    answer(out, doc, args, to_text(report), "--json FILE writes it")
+    answer(out, doc, args, lambda: to_text(report), "--json FILE writes it")
     for label, path in (("full result", args.json), ("markdown", args.md), ("html", args.html)):
         if path:
             out.write(f"{label}: {path}\n")

@@ -45,7 +45,8 @@ COMMAND = Command(
         opt(
             "--last",
             action="store_true",
-            help="the newest report doctor, demo and the app kept ($LOADSCOPE_REPORTS, else"
+            help="the newest report doctor, demo and the app kept in the reports folder"
+            " ($LOADSCOPE_REPORTS, else $XDG_STATE_HOME/loadscope/reports or"
             " ~/.local/state/loadscope/reports)",
         ),
         opt("--md", action="store_true", help="Markdown (the default)"),

@@ -41,7 +41,7 @@ class DemoOptions:
 
 
 @contextlib.contextmanager
-def _model_dir(options: DemoOptions, out: TextIO) -> Iterator[Path]:
+def _model_dir(options: DemoOptions, out: TextIO, warn: TextIO) -> Iterator[Path]:
     parent = options.work_dir or (
         "/var/tmp" if Path("/var/tmp").is_dir() else tempfile.gettempdir()
     )
@@ -53,7 +53,7 @@ def _model_dir(options: DemoOptions, out: TextIO) -> Iterator[Path]:
         synthesize(work / "model", options.size_bytes)
         reason = block_unavailable_reason() if options.block else fuse_unavailable_reason()
         if reason is not None:
-            out.write(
+            warn.write(
                 f"no emulated slow disk here ({reason});\n"
                 "diagnosing the local copy instead: expect the 'nothing is wrong here' picture.\n\n"
             )
@@ -88,11 +88,14 @@ def run_demo(
     *,
     listener: Listener | None = None,
     progress: Callable[[str], None] | None = None,
+    warn: TextIO | None = None,
 ) -> DoctorReport:
     """Build, mount, diagnose (probes, trials, advice), clean up; what it builds and serves
-    is said on ``say`` (stderr: the answer is the caller's to print), the diagnosis's
-    steps and trials go to ``progress`` and ``listener``."""
-    with _model_dir(options, say) as model:
+    is said on ``say`` (stderr: the answer is the caller's to print), why it could not
+    serve it from the slow disk on ``warn`` (default ``say``: it changes the answer, so a
+    quiet caller still shows it), the diagnosis's steps and trials go to ``progress`` and
+    ``listener``."""
+    with _model_dir(options, say, warn or say) as model:
         return run_doctor(
             resolve(str(model)),
             DoctorOptions(budget_s=options.budget_s),

@@ -104,9 +104,7 @@ class DoctorReport:
             "created": self.created,
             "host": {"hostname": platform.node(), "kernel": platform.release()},
             "target": self.probe.target,
-            "verdict": advice_dict(self.advice)["verdict"],
-            "recommendations": advice_dict(self.advice)["recommendations"],
-            "notes": self.advice.notes,
+            **advice_dict(self.advice),  # the verdict, the recommendations, the notes
             "probe": self.probe.to_dict(),
             "bench": self.bench.to_dict() if self.bench else None,
             **({"ranks": self.ranks.to_dict()} if self.ranks else {}),
@@ -120,7 +118,7 @@ class DoctorReport:
 
 
 def to_text(report: DoctorReport) -> str:
-    lines = advice_lines(report.to_dict())
+    lines = advice_lines(advice_dict(report.advice))  # all that advice_lines reads
     lines += ["", "evidence:", "", probe_text(report.probe)]
     if report.bench is not None:
         extra = table_rows(report.user_command) if report.user_command else []

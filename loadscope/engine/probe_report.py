@@ -15,7 +15,6 @@ from typing import Any
 from loadscope.probes import blockdev, fio, mounts
 from loadscope.probes.fio import FioJob
 from loadscope.probes.gpu import GpuFacts
-from loadscope.probes.hfcache import HubCacheProbe
 from loadscope.probes.iobench import (
     LatencyResult,
     ThroughputResult,
@@ -118,12 +117,6 @@ class ProbeReport:
             **({"stalled": self.stalled} if self.stalled else {}),
             "fio": self.fio_dict(),
         }
-
-    @property
-    def hf_cache(self) -> ProbeResult[HubCacheProbe]:
-        """The Hugging Face cache probe's result (registered as ``hf_cache``)."""
-        found = self.registered.get("hf_cache")
-        return found if found is not None else skipped("hf_cache")
 
     @property
     def gpus(self) -> ProbeResult[GpuFacts]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import threading
 import time
@@ -58,9 +57,9 @@ _WORKER_MODULE = "loadscope.loaders.worker"
 def describe_strategies() -> dict[str, dict[str, Any]]:
     """Every strategy's declaration and why it is unavailable, asked of a worker process.
 
-    The parent never imports torch or the peers itself: a worker answers. A worker killed
-    before it said anything (its fork server went away: the server's children die with it)
-    is asked once more, of a fresh server.
+    The parent never imports torch or the peers itself: a worker answers. One whose fork
+    server went away meanwhile (the server's children die with it) is asked once more, of
+    a fresh server (``shared_server`` starts one).
     """
     for attempt in (1, 2):
         worker = _Worker(None)
@@ -69,14 +68,14 @@ def describe_strategies() -> dict[str, dict[str, Any]]:
         except subprocess.TimeoutExpired:
             kill_group(worker.proc)
             raise BenchError("cannot start a loader worker: no answer in 120 s") from None
-        worker.pipes.join_stdout()
-        lines, said = worker.lines, list(worker.pipes.stderr)
-        if code == 0 and lines:
-            result: dict[str, dict[str, Any]] = json.loads(lines[-1])
+        worker.pipes.join()
+        if code == 0 and worker.lines:
+            result: dict[str, dict[str, Any]] = json.loads(worker.lines[-1])
             return result
-        if not (attempt == 1 and code == -signal.SIGKILL and not lines and not said):
+        gone = getattr(worker.proc, "server_gone", None)
+        if not (attempt == 1 and gone):
             break
-    tail = said[-1:] or [f"exit code {code}"]
+    tail = list(worker.pipes.stderr)[-1:] or [gone or f"exit code {code}"]
     raise BenchError(f"cannot start a loader worker: {tail[0]}")
 
 

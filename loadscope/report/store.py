@@ -14,10 +14,13 @@ import contextlib
 import datetime as _dt
 import os
 import re
+import time
 from pathlib import Path
 
 #: The most reports kept; older ones are removed as new ones are written.
 KEEP = 50
+#: The store's own names (doctor-YYYY-...): never a user's file.
+_NAMES = "doctor-[0-9][0-9][0-9][0-9]-*"
 
 
 def reports_dir() -> Path:
@@ -46,7 +49,11 @@ def save(text: str, spec: str) -> tuple[Path | None, str]:
         path = _reserve(folder, f"doctor-{stamp}-{_slug(spec)}")
         partial = path.with_name(f".{path.name}.partial")
         try:
-            partial.write_text(text, encoding="utf-8")
+            # 0600 like the name it replaces (write_text's 0644 would let others read the
+            # host's and the model's names in a shared or pre-existing folder).
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
             os.replace(partial, path)
         finally:
             with contextlib.suppress(OSError):
@@ -73,10 +80,20 @@ def _reserve(folder: Path, stem: str) -> Path:
     raise OSError(f"no free name for {stem}")
 
 
+#: An empty report older than this is a name a killed run took and never wrote.
+ABANDONED_S = 3600.0
+
+
 def _prune(folder: Path) -> None:
     for old in saved(folder)[:-KEEP]:
         with contextlib.suppress(OSError):
             old.unlink()
+    now = time.time()
+    for path in folder.glob(f"{_NAMES}.json"):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            if not st.st_size and now - st.st_mtime > ABANDONED_S:
+                path.unlink()
 
 
 def saved(folder: Path | None = None) -> list[Path]:
@@ -84,7 +101,7 @@ def saved(folder: Path | None = None) -> list[Path]:
     dated = []
     try:
         # The store's own names only (doctor-YYYY-MM-DDTHH-MM-SS-...): never a user's file.
-        found = list((folder or reports_dir()).glob("doctor-[0-9][0-9][0-9][0-9]-*.json"))
+        found = list((folder or reports_dir()).glob(f"{_NAMES}.json"))
     except OSError:  # no folder yet
         return []
     for path in found:

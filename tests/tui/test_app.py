@@ -178,6 +178,10 @@ def test_the_probes_view_says_what_is_probed_until_the_figures_come() -> None:
         view.clear()  # a new run: the last run's figures go
         await pilot.pause()
         assert "have not run yet" in str(summary.render())
+        view.show(json.loads(GOLDEN.read_text())["probe"])
+        view.show(None)  # a report opened without probes: neither are the last one's
+        await pilot.pause()
+        assert "have not run yet" in str(summary.render())
 
     drive(steps, report=str(GOLDEN))
 

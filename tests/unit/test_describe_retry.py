@@ -1,6 +1,6 @@
 """The strategies' description survives a fork server that went away (CI saw a describe
 worker end with exit code -9 and nothing said: its server had died, and a server's
-children die with it); a worker that fails with a reason is not asked again."""
+children die with it); a worker that failed on its own is not asked again."""
 
 from __future__ import annotations
 
@@ -13,16 +13,19 @@ import pytest
 from loadscope.engine import trial_run
 from loadscope.engine.bench_records import BenchError
 
+GONE = "the fork server exited with code -9"
+Outcome = tuple[int, list[str], list[str], str | None]
 
-def _fake_workers(outcomes: list[tuple[int, list[str], list[str]]]) -> list[Any]:
+
+def _fake_workers(outcomes: list[Outcome]) -> list[Any]:
     made: list[Any] = []
 
     def make(_spec: Any) -> Any:
-        code, lines, said = outcomes[len(made)]
+        code, lines, said, gone = outcomes[len(made)]
         worker = SimpleNamespace(
-            proc=SimpleNamespace(wait=lambda timeout: code),
+            proc=SimpleNamespace(wait=lambda timeout: code, server_gone=gone),
             lines=lines,
-            pipes=SimpleNamespace(join_stdout=lambda: None, stderr=said),
+            pipes=SimpleNamespace(join=lambda: None, stderr=said),
         )
         made.append(worker)
         return worker
@@ -30,28 +33,38 @@ def _fake_workers(outcomes: list[tuple[int, list[str], list[str]]]) -> list[Any]
     return [make, made]
 
 
-def test_a_worker_killed_before_it_said_anything_is_asked_once_more(
+def test_a_worker_whose_server_went_away_is_asked_once_more(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    make, made = _fake_workers([(-signal.SIGKILL, [], []), (0, ['{"mmap": {}}'], [])])
+    make, made = _fake_workers([(-signal.SIGKILL, [], [], GONE), (0, ['{"mmap": {}}'], [], None)])
     monkeypatch.setattr(trial_run, "_Worker", make)
     assert trial_run.describe_strategies() == {"mmap": {}}
     assert len(made) == 2
 
 
-def test_a_worker_that_says_why_it_failed_is_not_asked_again(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("outcome", "says"),
+    [
+        ((1, [], ["ImportError: no torch"], None), "ImportError: no torch"),
+        ((-signal.SIGKILL, [], [], None), "exit code -9"),  # killed itself (an OOM kill)
+    ],
+    ids=["says-why", "killed-alone"],
+)
+def test_a_worker_that_failed_on_its_own_is_not_asked_again(
+    monkeypatch: pytest.MonkeyPatch, outcome: Outcome, says: str
 ) -> None:
-    make, made = _fake_workers([(1, [], ["ImportError: no torch"]), (0, ['{"mmap": {}}'], [])])
+    make, made = _fake_workers([outcome, (0, ['{"mmap": {}}'], [], None)])
     monkeypatch.setattr(trial_run, "_Worker", make)
-    with pytest.raises(BenchError, match="cannot start a loader worker: ImportError: no torch"):
+    with pytest.raises(BenchError, match=f"cannot start a loader worker: {says}"):
         trial_run.describe_strategies()
     assert len(made) == 1
 
 
-def test_killed_twice_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    make, made = _fake_workers([(-signal.SIGKILL, [], []), (-signal.SIGKILL, [], [])])
+def test_a_server_gone_twice_is_one_clear_error_naming_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    make, made = _fake_workers([(-signal.SIGKILL, [], [], GONE), (-signal.SIGKILL, [], [], GONE)])
     monkeypatch.setattr(trial_run, "_Worker", make)
-    with pytest.raises(BenchError, match="exit code -9"):
+    with pytest.raises(BenchError, match=GONE):
         trial_run.describe_strategies()
     assert len(made) == 2

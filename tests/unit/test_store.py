@@ -4,6 +4,7 @@ found again, the oldest pruned, and a folder that cannot be written said, not ra
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,24 @@ def test_the_oldest_are_pruned(folder: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(store, "KEEP", 3)
     newest, _ = store.save('{"n": 5}\n', "m")
     assert store.saved() == [made[3], made[4], newest]
+
+
+def test_a_kept_report_is_readable_by_its_owner_only(folder: Path) -> None:
+    """The reports name the host and the model's paths: 0600, also in a folder that
+    already existed open to others (the text was written 0644 and renamed over the name)."""
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o755)
+    path, _ = store.save('{"n": 1}\n', "m")
+    assert path is not None and oct(path.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_a_name_a_killed_run_took_is_removed_an_hour_later(folder: Path) -> None:
+    folder.mkdir()
+    taken = folder / "doctor-2026-01-01T00-00-00-m.json"
+    taken.touch()  # reserved, never written: the run was killed
+    fresh = folder / "doctor-2026-01-01T00-00-01-m.json"
+    fresh.touch()  # another run's, being written now
+    old = time.time() - 2 * store.ABANDONED_S
+    os.utime(taken, (old, old))
+    store.save('{"n": 1}\n', "m")
+    assert not taken.exists() and fresh.exists()
