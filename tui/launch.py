@@ -27,7 +27,7 @@ def _stopped_by(signum: int) -> str:
     """What the signal ``signum`` did to the command, as its one line says it."""
     if signum == signal.SIGINT:
         return "interrupted"
-    if signum == signal.SIGTERM:
+    if signum in (signal.SIGTERM, signal.SIGHUP):
         return "terminated"
     if signum == signal.SIGKILL:
         return "killed (SIGKILL: out of memory, or killed by hand)"
@@ -38,7 +38,8 @@ def _stopped_by(signum: int) -> str:
 
 
 def _stop_while_starting(signum: int, _frame: FrameType | None) -> None:
-    """Ctrl-C or SIGTERM while the engine is still importing: nothing started, nothing to undo."""
+    """Ctrl-C, SIGTERM or SIGHUP while the engine is still importing: nothing started,
+    nothing to undo."""
     os.write(2, f"{PROG}: {_stopped_by(signum)}\n".encode())
     os._exit(ExitCode.INTERRUPTED if signum == signal.SIGINT else ExitCode.TERMINATED)
 
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     early_exit: int | None = None
     if argv is None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _stop_while_starting)
         supervise = os.environ.get("LOADSCOPE_SUPERVISE", "1") != "0"
         if supervise and args_list and args_list[0] in SUPERVISED:
@@ -157,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
     return run_app(
         target=args.target,

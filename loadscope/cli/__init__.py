@@ -159,8 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _StopOnce:
-    """The handler of SIGINT and SIGTERM while a command runs. The first stops the command
-    (KeyboardInterrupt, :class:`Terminated`); a second, of either kind, does not break
+    """The handler of SIGINT, SIGTERM and SIGHUP while a command runs. The first stops the
+    command (KeyboardInterrupt, :class:`Terminated`); a second, of either kind, does not break
     into the cleanup the first started (a traceback, files left behind): it says the
     cleanup is under way; a third ends the command by the signal, cleaned up or not (what
     it started that would outlive it, an emulator's server, goes down with its parent).
@@ -178,6 +178,8 @@ class _StopOnce:
         self.first: dict[int, Callable[[int, FrameType | None], Any]] = {
             signal.SIGINT: signal.default_int_handler,
             signal.SIGTERM: on_sigterm,
+            # The terminal closed (an SSH session dropped): stop and clean up as SIGTERM.
+            signal.SIGHUP: on_sigterm,
         }
         self.seen = 0
         self.pending: int | None = None
@@ -229,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = _stop_once()
     previous = signal.signal(signal.SIGTERM, stop)
     previous_int = signal.signal(signal.SIGINT, stop)
+    previous_hup = signal.signal(signal.SIGHUP, stop)
     previous_alarm = signal.signal(signal.SIGALRM, stop.alarm)
     sys.unraisablehook = stop.unraisable
     try:
@@ -268,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGALRM, previous_alarm)
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGHUP, previous_hup)
         if stuck := stuck_reads():
             print(
                 f"{PROG}: {len(stuck)} read(s) still wait in the kernel (first: {stuck[0]}),"

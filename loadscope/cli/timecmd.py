@@ -6,9 +6,7 @@ import argparse
 import contextlib
 import json
 import re
-import signal
 import sys
-from collections.abc import Iterator
 from typing import IO, TextIO
 
 from loadscope.base.errors import ExitCode
@@ -19,7 +17,6 @@ from loadscope.cli.common import (
     UsageError,
     comma_list,
     emit,
-    on_sigterm,
     opt,
 )
 
@@ -62,17 +59,6 @@ def _check(args: argparse.Namespace) -> tuple[str, ...]:
     return fixes
 
 
-@contextlib.contextmanager
-def _hangup_stops() -> Iterator[None]:
-    """SIGHUP (the terminal closed) stops the run as SIGTERM does: the command's group is
-    stopped and any host-wide change put back on the way out."""
-    previous = signal.signal(signal.SIGHUP, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGHUP, previous)
-
-
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.diagnosis.timing import TimeOptions, time_command
     from loadscope.diagnosis.timing_text import to_text
@@ -104,8 +90,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             allow_drop_caches=args.allow_drop_caches,
             output=output,
         )
-        with _hangup_stops():
-            report = time_command(options, progress)
+        report = time_command(options, progress)
     emit(out, args.json, json.dumps(report.to_dict(), indent=1), to_text(report))
     return report.exit_code()
 
