@@ -3,9 +3,9 @@
 Each run starts a real ``python -m loadscope`` with a private TMPDIR and a tag in
 its environment, sends the signal after a random delay drawn over the command's
 usual run time, and then checks: the exit code is 130/143 (SIGHUP: 143, as SIGTERM;
-0 when the command had already finished), no process carrying the tag is alive (workers, fork server,
-FUSE daemon, engine child), no mount is left under the run's directory, TMPDIR is
-empty, and for ``copy`` no file under its final name differs from the source.
+0 when the command had already finished), no process carrying the tag is alive
+(workers, fork server, FUSE daemon, engine child), no mount is left under the run's
+directory, TMPDIR is empty, and for ``copy`` no file under its final name differs from the source.
 
 The delays are drawn from a seeded generator, printed in the test id and varied per
 run: the default tries one moment per command (the signal drawn too);
