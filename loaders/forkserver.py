@@ -68,8 +68,8 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], ready: 
         for fd in fds:
             os.close(fd)
         sock.close()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         os.environ.clear()
         os.environ.update(request["env"])
@@ -121,7 +121,6 @@ def serve(sock: socket.socket) -> int:
     import loadscope.probes.iosampler
     import loadscope.probes.pagecache  # noqa: F401  (what every child imports, imported once)
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
@@ -220,11 +219,21 @@ def _reap(sock: socket.socket, children: set[int]) -> None:
 OWN_DIR_PREFIX = "loadscope-forkserver-"
 
 
+def _exit_cleanly(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def main() -> int:
     import shutil
 
     from loadscope.base.tempdirs import owned_tempdir
 
+    # The terminal's signals (Ctrl-C, the hang-up of a closed SSH session) reach the whole
+    # foreground group: they are the parent's to handle, which then closes the socket, and
+    # this server ends through the clean-up below. A SIGTERM of its own ends it there too.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     sock = socket.socket(fileno=int(sys.argv[1]))
     own = owned_tempdir(OWN_DIR_PREFIX)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(own / "torchinductor")

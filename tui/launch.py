@@ -81,8 +81,7 @@ def _supervise() -> tuple[int | None, int | None]:
     os.close(w)
     while True:
         info = signal.sigtimedwait(_SIGNALS, 0.1)
-        if info is not None and info.si_signo != signal.SIGCHLD and info.si_code <= 0:
-            # si_code <= 0: sent by a process (kill, a scheduler), not the terminal.
+        if info is not None and info.si_signo != signal.SIGCHLD and _pass_on(info):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, info.si_signo)
         if select.select([r], [], [], 0)[0] and (data := os.read(r, 1)):
@@ -93,6 +92,15 @@ def _supervise() -> tuple[int | None, int | None]:
             if code < 0:
                 _say_killed(-code)
             return (128 - code if code < 0 else code), None
+
+
+def _pass_on(info: signal.struct_siginfo) -> bool:
+    """Whether a signal this process got is the child's too. One sent by a process (kill, a
+    scheduler: si_code <= 0) is; the terminal's Ctrl-C is not (it reaches both). The
+    terminal's hang-up always is: the kernel sends it to this process alone when it leads
+    the session (a command run straight from tmux or ssh), and a second copy to the child is
+    harmless (the command takes one SIGHUP, whatever follows is ignored)."""
+    return info.si_code <= 0 or info.si_signo == signal.SIGHUP
 
 
 def _say_killed(signum: int) -> None:

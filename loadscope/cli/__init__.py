@@ -186,6 +186,11 @@ class _StopOnce:
         self.previous_hook = sys.unraisablehook
 
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
+        if signum == signal.SIGHUP and self.seen:
+            # A terminal hangs up once, but the hang-up can come twice or three times (to
+            # the session's leader, passed on, then to the group as the leader exits):
+            # none of the later copies is a user asking to stop at once.
+            return None
         self.seen += 1
         if self.seen == 1:
             return self.first[signum](signum, frame)

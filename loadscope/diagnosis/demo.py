@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.doctor import DoctorOptions, DoctorReport, run_doctor
 from loadscope.engine.bench import Listener
-from loadscope.model.targets import resolve
+from loadscope.model.targets import resolve, scratch_dir
 from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize
@@ -45,7 +44,10 @@ def _model_dir(options: DemoOptions, out: TextIO, warn: TextIO) -> Iterator[Path
     parent = options.work_dir or (
         "/var/tmp" if Path("/var/tmp").is_dir() else tempfile.gettempdir()
     )
-    work = owned_tempdir("loadscope-demo-", parent)
+    # The block volume's image holds a second copy of the model.
+    need = int(options.size_bytes * (2.1 if options.block else 1.02)) + (32 << 20)
+    what = f"the demo's {format_bytes(options.size_bytes)} checkpoint"
+    work = scratch_dir("loadscope-demo-", Path(parent), need, what, "use --size or --work-dir")
     try:
         out.write(
             f"building a {format_bytes(options.size_bytes)} synthetic checkpoint in {work} ...\n"

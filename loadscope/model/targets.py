@@ -383,21 +383,14 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
     if spec.startswith("synthetic:"):
         syn = parse_synthetic(spec)
         parent = Path(synth_dir) if synth_dir is not None else Path(tempfile.gettempdir())
-        try:
-            free = shutil.disk_usage(parent).free
-        except OSError as exc:
-            raise _synth_dir_error(exc, parent) from None
         need = int(syn.size_bytes * (2 if syn.format == "both" else 1) * 1.02) + (16 << 20)
-        if free < need:
-            raise NotEnoughSpace(
-                f"a {format_bytes(syn.size_bytes)} synthetic checkpoint needs {format_bytes(need)}"
-                f" free in {parent}, which has {format_bytes(free)}"
-                " (use a smaller size or --synth-dir)"
-            )
-        try:
-            tmp = owned_tempdir("loadscope-synthetic-", parent)
-        except OSError as exc:
-            raise _synth_dir_error(exc, parent) from None
+        tmp = scratch_dir(
+            "loadscope-synthetic-",
+            parent,
+            need,
+            f"a {format_bytes(syn.size_bytes)} synthetic checkpoint",
+            "use a smaller size or --synth-dir",
+        )
         try:
             synthesize(tmp, syn.size_bytes, shards=syn.shards, fmt=syn.format, seed=syn.seed)
             target = resolve_path(tmp, spec=spec)
@@ -410,13 +403,28 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
     yield resolve(spec)
 
 
-def _synth_dir_error(exc: OSError, parent: Path) -> LoadscopeError:
-    """Why a synthetic checkpoint cannot be built under ``parent``, as a user error."""
+def scratch_dir(prefix: str, parent: Path, need: int, what: str, instead: str) -> Path:
+    """A new folder of this process under ``parent`` for ``what`` (``need`` bytes), or one
+    line why not: no such directory, no space (``instead`` says what to do), no right."""
+    try:
+        free = shutil.disk_usage(parent).free
+        if free < need:
+            raise NotEnoughSpace(
+                f"{what} needs {format_bytes(need)} free in {parent}, which has"
+                f" {format_bytes(free)} ({instead})"
+            )
+        return owned_tempdir(prefix, parent)
+    except OSError as exc:
+        raise _scratch_error(exc, parent, what) from None
+
+
+def _scratch_error(exc: OSError, parent: Path, what: str) -> LoadscopeError:
+    """Why ``what`` cannot be built under ``parent``, as a user error."""
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
-        return PathNotFound("no such directory for the synthetic checkpoint", path=parent)
+        return PathNotFound(f"no such directory for {what}", path=parent)
     err = error_from_oserror(exc, parent)
     if not isinstance(err, PathNotFound | NotARegularFile) and exc.strerror:
-        err = type(err)(f"cannot build the synthetic checkpoint here: {exc.strerror}", path=parent)
+        err = type(err)(f"cannot build {what} here: {exc.strerror}", path=parent)
     return err
 
 

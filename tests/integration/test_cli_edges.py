@@ -162,3 +162,26 @@ def test_options_that_would_be_ignored_are_refused(
     assert result.code == 2 and said in result.err, result
     assert len(result.err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["demo", "--size", "8MiB", "--work-dir", "{file}"], 3, "no such directory for the demo"),
+        (["demo", "--size", "8MiB", "--work-dir", "{missing}"], 3, "no such directory for"),
+        (["demo", "--size", "1TiB", "--work-dir", "{dir}"], 8, "use --size or --work-dir"),
+        (["doctor", "synthetic:1TiB", "--synth-dir", "{dir}"], 8, "or --synth-dir"),
+    ],
+)
+def test_a_scratch_folder_that_cannot_hold_the_model_is_one_line_before_any_work(
+    cli: CliRunner, tmp_path: Path, argv: list[str], code: int, says: str
+) -> None:
+    """The demo's --work-dir a file, missing or too small was an internal error
+    (NotADirectoryError) after its first line; now one line, as --synth-dir's."""
+    (tmp_path / "file").write_text("x")
+    where = {"file": tmp_path / "file", "missing": tmp_path / "no" / "such", "dir": tmp_path}
+    result = cli(*[a.format(**where) for a in argv])
+    assert result.code == code, result
+    assert says in result.err and len(result.err.strip().splitlines()) == 1, result.err
+    assert "Traceback" not in result.err and "internal error" not in result.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

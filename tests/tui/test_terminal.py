@@ -146,6 +146,32 @@ def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path, attempt: 
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)")
+def test_losing_the_terminal_mid_doctor_leaves_nothing(tmp_path: Path) -> None:
+    """The CLI's terminal killed mid-run (an SSH drop, SIGHUP to the whole foreground
+    group): ``doctor`` died at once, leaving its synthetic checkpoint, its scratch and the
+    fork server's folder behind; now it cleans up as on SIGTERM, its children too."""
+    import uuid
+
+    session = f"loadscope-hup-{os.getpid()}"
+    exe = Path(sys.executable).parent / "loadscope"
+    tag = uuid.uuid4().hex
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    cmd = f"env TMPDIR={scratch} {exe} doctor synthetic:64MiB --budget 60"
+    with _tmux(session, cmd, (80, 24), tag):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "trial " not in _capture(session):
+            time.sleep(0.2)
+        assert "trial " in _capture(session), "the trials never started"
+    left = _left_after(tag, 10)
+    assert not left, [cmdline_of(p) for p in left]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and list(scratch.iterdir()):
+        time.sleep(0.2)
+    assert list(scratch.iterdir()) == [], "left behind"
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian: apt-get install tmux)")
 def test_doctor_on_a_terminal_redraws_its_progress_line(tmp_path: Path) -> None:
     """Issue 19: `doctor` on a terminal said "diagnosing ..." and then nothing for minutes.
     Now one line is redrawn in place: the trial, its rate and the time left, changing at
