@@ -14,15 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from loadscope.base.plugins import PROBE_MODULES, import_named
-from loadscope.probes import gpu, hfcache
+from loadscope.probes import gpu, hfcache, localdisk
 from loadscope.probes.result import ProbeResult, Status, run_probe
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec, status_text
 
-PROBES: dict[str, ProbeSpec] = {s.key: s for s in (hfcache.SPEC, gpu.SPEC)}
+PROBES: dict[str, ProbeSpec] = {s.key: s for s in (localdisk.SPEC, hfcache.SPEC, gpu.SPEC)}
 #: The report's blocks no registered probe may take (the core's own).
 RESERVED = frozenset(
     {"schema_version", "target", "budget_s", "elapsed_s", "system", "files", "latency"}
-    | {"throughput", "local_disks", "notes", "stalled", "fio"}
+    | {"throughput", "notes", "stalled", "fio"}
 )
 
 
@@ -53,14 +53,19 @@ def run_registered(
     measured_s: float,
     say: Callable[[str], None],
     *,
-    fixed: bool,
+    phase: str,
+    skip: dict[str, str] | None = None,
 ) -> dict[str, ProbeResult[Any]]:
-    """The fixed-cost probes (``fixed``) or the measured ones, each given its context
-    (``context(seconds)``, its share of ``measured_s``); a probe that raises says so in
-    its result, as every probe does."""
+    """The registered probes of ``phase`` ("fixed", "measured" or "after": see
+    :attr:`ProbeSpec.phase`), each given its context (``context(seconds)``, its share of
+    ``measured_s``); one in ``skip`` is skipped for the reason given there. A probe that
+    raises says so in its result, as every probe does."""
     out: dict[str, ProbeResult[Any]] = {}
     for spec in PROBES.values():
-        if (spec.budget_share == 0.0) != fixed:
+        if spec.phase != phase:
+            continue
+        if skip and spec.key in skip:
+            out[spec.key] = ProbeResult(spec.key, Status.SKIPPED, reason=skip[spec.key])
             continue
         say(spec.title)
         ctx = context(spec.budget_share * measured_s)
@@ -78,11 +83,12 @@ def skipped(key: str) -> ProbeResult[Any]:
 def block_lines(probe: dict[str, Any], *, only_ok: bool = False) -> list[tuple[ProbeSpec, Lines]]:
     """Each registered probe's lines from a probe report's JSON, in the registry's order:
     its own lines when it ran ok, else its status line (none with ``only_ok``); a block
-    the report does not hold (an older report, another machine's plugins) is left out."""
+    the report does not hold (an older report, another machine's plugins) or a probe
+    that did not apply (skipped: the local disks of a model on one) is left out."""
     out = []
     for spec in PROBES.values():
         block = probe.get(spec.key)
-        if not isinstance(block, dict):
+        if not isinstance(block, dict) or block.get("status") == "skipped":
             continue
         if block.get("status") == "ok":
             out.append((spec, spec.lines(block)))

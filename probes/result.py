@@ -44,6 +44,11 @@ class Unavailable(Exception):
     """Raised inside a probe when it cannot measure here; the message says why."""
 
 
+class Skipped(Exception):
+    """Raised inside a probe that does not apply here (the message says why): the local
+    disks of a model already on one."""
+
+
 @dataclass(slots=True)
 class ProbeResult(Generic[T]):
     """One probe's outcome. ``data`` is None unless ``status`` is ok."""
@@ -87,13 +92,15 @@ def to_jsonable(value: Any) -> Any:
 def run_probe(name: str, probe: Callable[[], T]) -> ProbeResult[T]:
     """Run ``probe`` and wrap its outcome; never raises for a probe's own failure.
 
-    ``Unavailable`` becomes status unavailable with its message; any other exception
-    becomes status error naming the exception (set LOADSCOPE_DEBUG=1 to let it raise),
-    so a broken probe is visible in the report instead of silently missing.
+    ``Unavailable`` becomes status unavailable with its message, ``Skipped`` skipped; any
+    other exception becomes status error naming the exception (set LOADSCOPE_DEBUG=1 to
+    let it raise), so a broken probe is visible in the report instead of silently missing.
     """
     start = time.monotonic()
     try:
         data = probe()
+    except Skipped as exc:
+        return ProbeResult(name, Status.SKIPPED, reason=str(exc))
     except Unavailable as exc:
         elapsed = time.monotonic() - start
         return ProbeResult(name, Status.UNAVAILABLE, reason=str(exc), elapsed_s=elapsed)

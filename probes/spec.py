@@ -22,6 +22,10 @@ def _cannot_classify(path: str) -> tuple[str | None, str | None]:
     return None, "the mount table was not read"
 
 
+def _no_mount(path: str) -> tuple[str, str] | None:
+    return None
+
+
 #: A probe's summary: ``(label, text)`` lines (the terminal puts the label in its gutter,
 #: Markdown and HTML bold it, the app too).
 Lines = list[tuple[str, str]]
@@ -43,10 +47,15 @@ class ProbeContext:
     #: The storage class of any path's mount and why (``None`` and the reason where it
     #: cannot tell), as the probes classify the model's own.
     classify: Callable[[str], tuple[str | None, str | None]] = _cannot_classify
+    #: Any path's mount point and storage class (the class a FUSE or overlay mount
+    #: resolves to), or None where the mount table was not read.
+    mount_of: Callable[[str], tuple[str, str] | None] = _no_mount
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeSpec:
+    """One probe, as every output reads it (see the module's docstring)."""
+
     #: Its block in the probe report's JSON, and the probe result's name.
     key: str
     title: str
@@ -63,6 +72,17 @@ class ProbeSpec:
     facts: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     #: The label of its status line when it did not run ok (default: its key).
     label: str = ""
+    #: A fixed-cost probe that runs after the measured reads instead (outside the budget,
+    #: as fio does: the local disks' writes must not stand beside the model's reads).
+    after_reads: bool = False
+
+    @property
+    def phase(self) -> str:
+        """When it runs: "fixed" (before the measured reads), "measured" (its share of
+        them) or "after" (after them)."""
+        if self.budget_share > 0.0:
+            return "measured"
+        return "after" if self.after_reads else "fixed"
 
 
 def status_text(block: dict[str, Any]) -> str:

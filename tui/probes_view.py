@@ -168,21 +168,8 @@ def memory_bars(probe: dict[str, Any]) -> tuple[Bar, ...]:
     return tuple(mem)
 
 
-def _local_disk_line(d: dict[str, Any]) -> Text:
-    speed = d.get("speed")
-    how = (
-        f"writes {format_rate(speed['write_bytes_per_s'])},"
-        f" reads {format_rate(speed['cold_read_bytes_per_s'])} cold"
-        if speed
-        else d.get("reason", "")
-    )
-    return _labelled(
-        "local disk", f"{d['directory']} ({format_bytes(d['free_bytes'])} free): {how}"
-    )
-
-
 def cache_lines(probe: dict[str, Any]) -> list[Text]:
-    """Page-cache residency per file, then the local disks and the probe's notes."""
+    """Page-cache residency per file, then the probe's notes."""
     files = probe.get("files") or []
     lines = [_labelled("page cache", "residency per file, before probing")]
     for f in files[:SHOWN_FILES]:
@@ -194,16 +181,14 @@ def cache_lines(probe: dict[str, Any]) -> list[Text]:
         lines.append(Text(f"  {shown:>5}  {f.get('path')}"))
     if len(files) > SHOWN_FILES:
         lines.append(Text(f"  ... and {len(files) - SHOWN_FILES} more"))
-    for d in (probe.get("local_disks") or {}).get("disks") or []:
-        lines.append(_local_disk_line(d))
     for note in probe.get("notes") or []:
         lines.append(_labelled("note", str(note)))
     return lines
 
 
 def registered_lines(probe: dict[str, Any]) -> list[Text]:
-    """Each registered probe (``probes/registry.py``: the GPUs, a plugin's own) under its
-    title: its lines, or why it did not run."""
+    """Each registered probe (``probes/registry.py``: the local disks, the HF cache, the
+    GPUs, a plugin's own) under its title: its lines, or why it did not run."""
     lines: list[Text] = []
     for spec, found in block_lines(probe):
         lines.append(Text(spec.title, style="bold"))

@@ -20,17 +20,8 @@ from loadscope.engine.bench import BenchReport, Summary
 from loadscope.engine.broadcast import BroadcastReport, BroadcastSummary
 from loadscope.engine.probing import ProbeReport
 from loadscope.engine.summaries import is_estimate, shaky, whole_seconds
+from loadscope.probes.localdisk import LocalDiskFacts
 from loadscope.probes.registry import contributed_facts
-
-
-@dataclass(frozen=True, slots=True)
-class LocalDiskFacts:
-    directory: str
-    free_bytes: int
-    write_bytes_per_s: float
-    cold_read_bytes_per_s: float
-    cold_verified: bool
-
 
 #: Repeats of one trial this far apart (slowest over fastest) are more than this machine's
 #: usual scatter (within ~1.3x over the runs in benchmarks/RESULTS.md): something else
@@ -311,7 +302,7 @@ def facts_from(
         warm=warm,
         trial_ids=ids,
         model_root=model_root,
-        local_disk=_local_disk(probe),
+        local_disk=probed.get("local_disk"),
         ranks=len(ranks.ranks) or int(ranks.options.get("ranks") or 0) if ranks else None,
         rank_modes={(m.mode, m.cache): m for m in ranks.summary} if ranks else {},
         rank_backend=str(ranks.options.get("backend")) if ranks else None,
@@ -335,22 +326,6 @@ def facts_from(
 def _budget_of(bench: BenchReport | None) -> float | None:
     budget = bench.options.get("budget_s") if bench else None
     return float(budget) if isinstance(budget, int | float) else None
-
-
-def _local_disk(probe: ProbeReport) -> LocalDiskFacts | None:
-    """The fastest local disk the probe timed (a copy's candidate), or None."""
-    disks = [d for d in (probe.local_disks.data or []) if d.speed is not None]
-    if not disks:
-        return None
-    best = max(disks, key=lambda d: d.speed.cold_read_bytes_per_s if d.speed else 0.0)
-    assert best.speed is not None
-    return LocalDiskFacts(
-        best.directory,
-        best.free_bytes,
-        best.speed.write_bytes_per_s,
-        best.speed.cold_read_bytes_per_s,
-        best.speed.cold_verified,
-    )
 
 
 def _timed(

@@ -17,10 +17,11 @@ import os
 import shlex
 from dataclasses import dataclass
 
-from loadscope.advice.facts import Facts, LocalDiskFacts
+from loadscope.advice.facts import Facts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation, ids_of
 from loadscope.advice.snippets import Snippet, commands, load_snippets, offered
 from loadscope.base.units import format_bytes, format_rate
+from loadscope.probes.localdisk import LocalDiskFacts
 
 
 def rule_prewarm(f: Facts) -> list[Recommendation]:

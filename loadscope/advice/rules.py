@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadscope.actions.convert import ConversionTrial
-from loadscope.advice.facts import DISAGREEING_REPEATS, Facts, LocalDiskFacts, facts_from
+from loadscope.advice.facts import DISAGREEING_REPEATS, Facts, facts_from
 from loadscope.advice.load_rules import (
     rank_comparison,
     rule_broadcast,
@@ -55,6 +55,7 @@ from loadscope.loaders.strategies import (
     TORCH_DEFAULT,
     WHOLE_FILE_READ,
 )
+from loadscope.probes.localdisk import LocalDiskFacts
 
 __all__ = [
     "BASELINES",

@@ -222,11 +222,15 @@ def _relative(path: str, root: str) -> str:
 
 
 def _suggest_destinations(target: Any, out: TextIO) -> ExitCode:
-    from loadscope.engine.probing import local_candidates
+    import functools
+
+    from loadscope.engine.probing import mount_and_class
     from loadscope.probes import mounts
+    from loadscope.probes.localdisk import local_candidates
 
     table = mounts.read_mountinfo()
-    disks = local_candidates(table, False, target.total_bytes, os.stat(target.files[0].path).st_dev)
+    mount_of = functools.partial(mount_and_class, table, False)
+    disks = local_candidates(mount_of, target.total_bytes, os.stat(target.files[0].path).st_dev)
     klass, here = _already_local(target, table)
     if here is not None and (klass == "memory" or not any(d.speed is not None for d in disks)):
         # Not a missing DEST: no copy is called for (issue 41). No disk reads faster than

@@ -135,7 +135,7 @@ def _public_dirs(home: str) -> set[str]:
     model stops."""
     import tempfile
 
-    from loadscope.engine.probing import CONVENTIONAL_LOCAL_DIRS
+    from loadscope.probes.localdisk import CONVENTIONAL_LOCAL_DIRS
 
     public = {"/", "/tmp", "/var/tmp", "/dev/shm", *CONVENTIONAL_LOCAL_DIRS}
     public.add(posixpath.normpath(tempfile.gettempdir()))

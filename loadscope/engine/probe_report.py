@@ -2,7 +2,8 @@
 every probe run on a target's files, and its JSON.
 
 Owns :class:`ProbeReport` and the records it holds (:class:`StorageProbe`,
-:class:`FileProbe`, :class:`LocalDisk`; the registered probes' results by key).
+:class:`FileProbe`; the registered probes' results by key: the HF cache's, the GPUs', the
+local disks').
 May import: ``loadscope.probes``, ``loadscope.base``.
 """
 
@@ -19,7 +20,7 @@ from loadscope.probes.iobench import (
     LatencyResult,
     ThroughputResult,
 )
-from loadscope.probes.localdisk import DiskSpeed
+from loadscope.probes.localdisk import LocalDisks
 from loadscope.probes.pagecache import Residency
 from loadscope.probes.registry import skipped
 from loadscope.probes.result import ProbeResult, Status, to_jsonable
@@ -49,18 +50,6 @@ class FileProbe:
 
 
 @dataclass(slots=True)
-class LocalDisk:
-    """A local directory a copy of the model could go to, with its measured speed."""
-
-    directory: str
-    mount_point: str
-    storage_class: str
-    free_bytes: int
-    speed: DiskSpeed | None
-    reason: str = ""
-
-
-@dataclass(slots=True)
 class ProbeReport:
     target: dict[str, Any]
     budget_s: float
@@ -70,11 +59,8 @@ class ProbeReport:
     latency: ProbeResult[LatencyResult]
     throughput: ProbeResult[ThroughputResult]
     notes: list[str] = field(default_factory=list)
-    local_disks: ProbeResult[list[LocalDisk]] = field(
-        default_factory=lambda: ProbeResult("local_disks", Status.SKIPPED, reason="not probed")
-    )
-    #: The registered probes' results, by key (``probes/registry.py``): the GPU probe's
-    #: and any a plugin module added.
+    #: The registered probes' results, by key (``probes/registry.py``): the HF cache's,
+    #: the GPUs', the local disks' and any a plugin module added.
     registered: dict[str, ProbeResult[Any]] = field(default_factory=dict)
     #: Set when a read of the model got no answer: what was read and for how long.
     stalled: str | None = None
@@ -111,7 +97,6 @@ class ProbeReport:
             "files": files,
             "latency": self.latency.to_dict(),
             "throughput": self.throughput.to_dict(),
-            "local_disks": _local_dict(self.local_disks),
             **{key: r.to_dict() for key, r in self.registered.items()},
             "notes": self.notes,
             **({"stalled": self.stalled} if self.stalled else {}),
@@ -123,6 +108,12 @@ class ProbeReport:
         """The GPU probe's result (registered as ``gpus``)."""
         found = self.registered.get("gpus")
         return found if found is not None else skipped("gpus")
+
+    @property
+    def local_disks(self) -> ProbeResult[LocalDisks]:
+        """The local-disk probe's result (registered as ``local_disks``)."""
+        found = self.registered.get("local_disks")
+        return found if found is not None else skipped("local_disks")
 
     def probe_value(self, job: FioJob) -> float | None:
         """The probe's own figure ``job`` stands beside."""
@@ -165,12 +156,6 @@ class ProbeReport:
     def primary(self) -> FileProbe:
         """The largest file: the one throughput is measured on."""
         return max(self.files, key=lambda f: f.size_bytes)
-
-
-def _local_dict(r: ProbeResult[list[LocalDisk]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": r.status.value, "reason": r.reason}
-    out["disks"] = [to_jsonable(d) for d in r.data] if r.data is not None else []
-    return out
 
 
 def _residency_dict(r: ProbeResult[Residency]) -> dict[str, Any]:

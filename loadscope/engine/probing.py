@@ -4,9 +4,10 @@ The probes themselves live in ``loadscope.probes``; this module decides what to
 run on which file, splits the budget, and assembles one typed, versioned
 report (:mod:`~loadscope.engine.probe_report`; its terminal summary is
 :mod:`loadscope.report.probe_text`'s). Fixed-cost probes (system, mounts, devices,
-residency, HF cache) run first; the measured ones share what is left of the budget:
-15% cold latency, 45% sequential throughput by block size, 35% parallel readers (and
-the best of them again into fresh RAM).
+residency, the registered fixed-cost probes: HF cache, GPUs) run first; the measured ones
+share what is left of the budget: 15% cold latency, 45% sequential throughput by block
+size, 35% parallel readers (and the best of them again into fresh RAM); fio (when asked)
+and the registered probes that run after the reads (the local disks) come last.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from loadscope.base.safeio import StorageStalled, bounded, stall_timeout_s
 from loadscope.base.units import format_bytes
 from loadscope.engine.probe_report import (
     FileProbe,
-    LocalDisk,
     ProbeReport,
     StorageProbe,
 )
@@ -40,7 +40,6 @@ from loadscope.probes.iobench import (
     o_direct_support,
 )
 from loadscope.probes.iosampler import IoSampler, blind_signals
-from loadscope.probes.localdisk import free_bytes, measure_dir
 from loadscope.probes.pagecache import ColdCache, residency
 from loadscope.probes.registry import measured_share, run_registered
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe
@@ -151,9 +150,16 @@ def run_probes(
     sizes = tuple((f.path, f.size_bytes) for f in files)
     classify = functools.partial(_classified, table, wsl)
     context = functools.partial(
-        ProbeContext, str(target.root), sizes, klass, wsl, classify=classify
+        ProbeContext,
+        str(target.root),
+        sizes,
+        klass,
+        wsl,
+        classify=classify,
+        mount_of=functools.partial(mount_and_class, table, wsl),
     )
-    registered = run_registered(context, 0.0, say, fixed=True)
+    skip = {} if local_disks else {"local_disks": "not asked for"}
+    registered = run_registered(context, 0.0, say, phase="fixed", skip=skip)
     reads = _Reads(primary, files, klass, allow_drop_caches)
     # The registered probes that read take their shares first; the core's reads the rest.
     whole = max(0.0, deadline - time.monotonic())
@@ -179,10 +185,8 @@ def run_probes(
     )
     jobs = _fio_jobs(primary, reads.direct, throughput, latency)
     fio_result = _fio_step(run_fio, jobs, reads, say)
-    if local_disks and klass not in ("local-block", "memory"):
-        say("local disks")
-    local = _local_disks(local_disks, klass, table, wsl, target, primary)
-    registered |= run_registered(context, whole, say, fixed=False)
+    registered |= run_registered(context, whole, say, phase="measured", skip=skip)
+    registered |= run_registered(context, 0.0, say, phase="after", skip=skip)
     return ProbeReport(
         target=_target_dict(target),
         budget_s=budget_s,
@@ -192,7 +196,6 @@ def run_probes(
         latency=latency,
         throughput=throughput,
         notes=reads.notes,
-        local_disks=local,
         registered=registered,
         stalled=reads.stalled[0] if reads.stalled else None,
         fio_jobs=jobs,
@@ -318,24 +321,6 @@ def _fio_jobs(
     )
 
 
-def _local_disks(
-    wanted: bool,
-    klass: str,
-    table: list[mounts.Mount],
-    wsl: bool,
-    target: Target,
-    primary: FileProbe,
-) -> ProbeResult[list[LocalDisk]]:
-    if not wanted:
-        return ProbeResult("local_disks", Status.SKIPPED, reason="not asked for")
-    if klass in ("local-block", "memory"):
-        return ProbeResult("local_disks", Status.SKIPPED, reason=f"the model is on {klass}")
-    return run_probe(
-        "local_disks",
-        lambda: local_candidates(table, wsl, target.total_bytes, os.stat(primary.path).st_dev),
-    )
-
-
 def _target_dict(target: Target) -> dict[str, Any]:
     """The report's target as every runner gives it, and the model's own folder when an
     emulator serves it (the mount is gone after the run)."""
@@ -360,57 +345,6 @@ def _run_fio(jobs: list[fio.FioJob], stalled: list[str], notes: list[str]) -> li
         raise Unavailable("; ".join(failed))
     notes.extend(failed)
     return measured
-
-
-#: Where a copy of a model conventionally goes, besides $LOADSCOPE_LOCAL_DIRS.
-CONVENTIONAL_LOCAL_DIRS = ("/local", "/scratch", "/mnt/local", "/nvme", "/mnt/nvme", "/raid")
-#: Room kept free on the destination beyond the model itself.
-COPY_MARGIN = 1.1
-
-
-def candidate_dirs() -> list[str]:
-    env = os.environ.get("LOADSCOPE_LOCAL_DIRS")
-    if env:
-        return [d for d in env.split(os.pathsep) if d]
-    import tempfile
-
-    return [tempfile.gettempdir(), *CONVENTIONAL_LOCAL_DIRS, os.path.expanduser("~")]
-
-
-def local_candidates(
-    table: list[mounts.Mount], wsl: bool, model_bytes: int, model_dev: int
-) -> list[LocalDisk]:
-    """Local-disk directories (one per filesystem, not the model's) with room for a copy."""
-    if not table:
-        raise Unavailable("mount table unavailable")
-    found: list[LocalDisk] = []
-    seen = {model_dev}
-    for directory in candidate_dirs():
-        try:
-            st = os.stat(directory)
-        except OSError:
-            continue
-        if st.st_dev in seen:
-            continue
-        seen.add(st.st_dev)
-        storage = _storage(Path(directory), table, wsl)
-        m = storage.mount.data
-        klass = (m.resolved_class or m.storage_class) if m else "unknown"
-        if klass != "local-block" or m is None:
-            continue
-        free = free_bytes(directory)
-        if free < COPY_MARGIN * model_bytes:
-            found.append(
-                LocalDisk(directory, m.mount_point, klass, free, None, "not enough free space")
-            )
-            continue
-        try:
-            speed = measure_dir(directory)
-        except (Unavailable, OSError) as exc:
-            found.append(LocalDisk(directory, m.mount_point, klass, free, None, str(exc)))
-            continue
-        found.append(LocalDisk(directory, m.mount_point, klass, free, speed))
-    return found
 
 
 def _throughput(
@@ -476,6 +410,17 @@ def _into_ram(
         return None, f"not measured: {why or type(exc).__name__} ({bench.where()})"
 
 
+def mount_and_class(table: list[mounts.Mount], wsl: bool, path: str) -> tuple[str, str] | None:
+    """``path``'s mount point and storage class (resolved: the class a FUSE or overlay
+    mount stands for), as a registered probe's ``ProbeContext.mount_of``."""
+    if not table:
+        return None
+    m = _storage(Path(path), table, wsl).mount.data
+    if m is None:
+        return None
+    return m.mount_point, m.resolved_class or m.storage_class
+
+
 def _classified(table: list[mounts.Mount], wsl: bool, path: str) -> tuple[str | None, str | None]:
     """The storage class of ``path``'s mount and why, as the model's own is classified
     (a registered probe's ``ProbeContext.classify``)."""
@@ -488,13 +433,10 @@ def _classified(table: list[mounts.Mount], wsl: bool, path: str) -> tuple[str | 
 
 
 __all__ = [
-    "CONVENTIONAL_LOCAL_DIRS",
     "DEFAULT_BUDGET_S",
     "FileProbe",
-    "LocalDisk",
     "ProbeReport",
     "StorageProbe",
-    "candidate_dirs",
-    "local_candidates",
+    "mount_and_class",
     "run_probes",
 ]

@@ -12,7 +12,7 @@ import textwrap
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate, format_us
-from loadscope.engine.probe_report import FileProbe, LocalDisk, ProbeReport
+from loadscope.engine.probe_report import FileProbe, ProbeReport
 from loadscope.probes.iobench import (
     ThroughputResult,
 )
@@ -127,28 +127,6 @@ def _throughput_lines(thr: ProbeResult[ThroughputResult]) -> list[str]:
     return lines
 
 
-def _local_lines(local: ProbeResult[list[LocalDisk]]) -> list[str]:
-    if local.status is Status.SKIPPED:
-        return []
-    if local.data is None:
-        return [_status_line("local disk", local)]
-    if not local.data:
-        return [_wrap("local disk", "no local-disk directory with room for a copy was found")]
-    lines = []
-    for d in local.data:
-        if d.speed is None:
-            text = f"{d.directory} ({format_bytes(d.free_bytes)} free): {d.reason}"
-        else:
-            cold = "" if d.speed.cold_verified else " (cold not verified)"
-            text = (
-                f"{d.directory} ({format_bytes(d.free_bytes)} free): writes"
-                f" {format_rate(d.speed.write_bytes_per_s)}, reads"
-                f" {format_rate(d.speed.cold_read_bytes_per_s)} cold{cold}"
-            )
-        lines.append(_wrap("local disk", text))
-    return lines
-
-
 def to_text(report: ProbeReport) -> str:
     """A short summary that fits 80 columns; the JSON has everything."""
     t = report.target
@@ -187,7 +165,6 @@ def to_text(report: ProbeReport) -> str:
         lines.append(_status_line("latency", lat))
     lines += _throughput_lines(report.throughput)
     lines += _fio_lines(report)
-    lines += _local_lines(report.local_disks)
     doc = {key: r.to_dict() for key, r in report.registered.items()}
     for _spec, found in block_lines(doc):
         lines += [_wrap(label, text) for label, text in found]

@@ -297,10 +297,6 @@ def _probe_report(schemas: dict[str, dict[str, Any]], defs: dict[str, Any]) -> d
             "elapsed_s": {"type": "number"},
             **{n: probe_result(n) for n in _probe_sections()},
             "files": {"type": "array", "items": _FILE},
-            "local_disks": {
-                "type": "object",
-                "properties": {**_PROBE_STATUS, "disks": {"type": "array"}},
-            },
             "notes": _STRINGS,
             "stalled": {"type": "string"},
             "fio": {"type": "object"},

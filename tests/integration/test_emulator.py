@@ -15,6 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,13 @@ pytestmark = [
 ]
 
 SIZE = 32 << 20
+
+
+def _quiet_disk(**settings: Any) -> pytest.MarkDecorator:
+    """The test's ``disk`` fixture: an emulated disk without latency or jitter, and these
+    settings."""
+    quiet = EmulatorSettings(latency_s=0, jitter_s=0, **settings)
+    return pytest.mark.parametrize("disk", [quiet], indirect=True)
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +101,7 @@ def test_passthrough_is_exact_and_read_only(
         (disk.path / "new").write_text("x")
 
 
-@pytest.mark.parametrize(
-    "disk", [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=0)], indirect=True
-)
+@_quiet_disk(readahead_kb=0)
 def test_readahead_0_mmap_faults_page_by_page(disk: EmulatorSettings) -> None:
     assert fuse_connection_settings(*disk.device)["read_ahead_kb"] == 0
     path = _cold(disk)
@@ -119,11 +125,7 @@ def test_readahead_0_mmap_faults_page_by_page(disk: EmulatorSettings) -> None:
     assert max(hist) == 1 << 20
 
 
-@pytest.mark.parametrize(
-    "disk",
-    [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=8192, max_background=64)],
-    indirect=True,
-)
+@_quiet_disk(readahead_kb=8192, max_background=64)
 def test_large_readahead_sends_1mib_requests(disk: EmulatedDisk) -> None:
     settings = fuse_connection_settings(*disk.device)
     assert settings["read_ahead_kb"] == 8192
@@ -138,20 +140,14 @@ def test_large_readahead_sends_1mib_requests(disk: EmulatedDisk) -> None:
     assert in_1mib >= 0.9 * sum(size * n for size, n in hist.items()), hist
 
 
-@pytest.mark.parametrize(
-    "disk",
-    [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=8192, max_read_kb=128)],
-    indirect=True,
-)
+@_quiet_disk(readahead_kb=8192, max_read_kb=128)
 def test_max_read_caps_request_size(disk: EmulatedDisk) -> None:
     path = _cold(disk)
     path.read_bytes()
     assert max(disk.log.size_histogram()) == 128 << 10
 
 
-@pytest.mark.parametrize(
-    "disk", [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=128)], indirect=True
-)
+@_quiet_disk(readahead_kb=128)
 def test_kernel_cache_keeps_second_read_warm(disk: EmulatedDisk) -> None:
     path = _cold(disk)
     path.read_bytes()
@@ -161,11 +157,7 @@ def test_kernel_cache_keeps_second_read_warm(disk: EmulatedDisk) -> None:
     assert disk.log.requests() == []
 
 
-@pytest.mark.parametrize(
-    "disk",
-    [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=8192, bandwidth_bytes_per_s=50e6)],
-    indirect=True,
-)
+@_quiet_disk(readahead_kb=8192, bandwidth_bytes_per_s=50e6)
 def test_bandwidth_cap_is_a_floor_on_time(disk: EmulatedDisk) -> None:
     # A lower bound only: nothing can read faster than the cap, however quiet the machine.
     path = _cold(disk)
@@ -174,11 +166,7 @@ def test_bandwidth_cap_is_a_floor_on_time(disk: EmulatedDisk) -> None:
     assert time.monotonic() - t0 >= 0.9 * path.stat().st_size / 50e6
 
 
-@pytest.mark.parametrize(
-    "disk",
-    [EmulatorSettings(latency_s=0, jitter_s=0, readahead_kb=128, direct_io=True)],
-    indirect=True,
-)
+@_quiet_disk(readahead_kb=128, direct_io=True)
 def test_direct_io_mount_caches_nothing(disk: EmulatedDisk) -> None:
     path = disk.path / "model.safetensors"
     path.read_bytes()

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 import pytest
 
-from loadscope.engine.probing import local_candidates
+from loadscope.engine.probing import mount_and_class
 from loadscope.probes import mounts
-from loadscope.probes.localdisk import measure_dir
+from loadscope.probes.localdisk import local_candidates, measure_dir
 from loadscope.probes.result import Unavailable
 
 pytestmark = pytest.mark.integration
@@ -40,10 +41,11 @@ def test_candidates_come_from_the_env_one_per_filesystem(
     klass = mounts.describe_mount(mounts.mount_of(str(a), table), table, wsl=False)
     if (klass.resolved_class or klass.storage_class) != "local-block":
         pytest.skip(f"{tmp_path} is on {klass.storage_class} here, not a local disk")
-    found = local_candidates(table, False, 8 << 20, shm_dev)
+    mount_of = functools.partial(mount_and_class, table, False)
+    found = local_candidates(mount_of, 8 << 20, shm_dev)
     # b shares a's filesystem; /dev/shm is the "model's" and memory anyway; missing is skipped
     assert [d.directory for d in found] == [str(a)]
     assert found[0].speed is not None and found[0].storage_class == "local-block"
     assert list(a.iterdir()) == []
-    too_big = local_candidates(table, False, 1 << 60, shm_dev)
+    too_big = local_candidates(mount_of, 1 << 60, shm_dev)
     assert too_big[0].speed is None and too_big[0].reason == "not enough free space"

@@ -22,9 +22,8 @@ import pytest
 from loadscope.actions.convert import PREFIX, conversion_folder
 from loadscope.advice.rules import facts_from, rule_copy_local
 from loadscope.diagnosis.doctor import DoctorOptions, redact, run_doctor
-from loadscope.engine.probing import LocalDisk
 from loadscope.model.targets import resolve
-from loadscope.probes.localdisk import DiskSpeed
+from loadscope.probes.localdisk import DiskSpeed, LocalDisk, LocalDisks
 from loadscope.probes.result import ProbeResult, Status
 from loadscope.report.html import to_html
 from loadscope.report.markdown import to_markdown
@@ -122,15 +121,21 @@ def test_redacted_report_of_a_pickle_model_holds_no_path_or_host(
     fast = tmp_path / LOCAL_SECRET
     fast.mkdir()
     speed = 50e9
-    report.probe.local_disks = ProbeResult(
+    report.probe.registered["local_disks"] = ProbeResult(
         "local_disks",
         Status.OK,
-        data=[
-            LocalDisk(
-                home, "/", "local-block", 1 << 40, DiskSpeed(home, 1 << 40, 1, speed, speed, True)
-            ),
-            LocalDisk(str(fast), "/", "local-block", 1 << 40, None, f"cannot write {fast}"),
-        ],
+        data=LocalDisks(
+            [
+                LocalDisk(
+                    home,
+                    "/",
+                    "local-block",
+                    1 << 40,
+                    DiskSpeed(home, 1 << 40, 1, speed, speed, True),
+                ),
+                LocalDisk(str(fast), "/", "local-block", 1 << 40, None, f"cannot write {fast}"),
+            ]
+        ),
     )
     facts = facts_from(report.probe, report.bench, None, report.failures, report.conversion)
     facts.storage_class = "network-fs"

@@ -285,8 +285,7 @@ def _report_with_fixes(model: Path, total: int) -> Path:
     """The golden report, pointed at a real model, with the two fixes the app applies
     (as the advice engine words them for facts where they fire)."""
     from loadscope.advice.rules import LocalDiskFacts, advice_dict, advise_facts
-    from loadscope.engine.probing import LocalDisk
-    from loadscope.probes.localdisk import DiskSpeed
+    from loadscope.probes.localdisk import DiskSpeed, LocalDisk
     from loadscope.probes.result import to_jsonable
     from tests.unit.test_advice import facts
 
@@ -356,29 +355,24 @@ def test_apply_is_greyed_for_a_synthetic_model() -> None:
     drive(steps, report=str(GOLDEN))
 
 
+#: (key, action, what its toast says, whether it needs "nothing yet": no request to re-run,
+#: no report, no recommendation highlighted). Issue 21: a, f, s when they cannot run gave
+#: no feedback at all; issue 22: every action that cannot run says why (r, c, e too).
+GREYED_KEYS = (
+    ("s", "stop", "nothing is running", False),
+    ("f", "profile", "no trial is running", False),
+    ("a", "apply", "not one loadscope applies", False),
+    ("r", "rerun", "nothing to re-run yet", True),
+    ("c", "copy", "no recommendation is highlighted", True),
+    ("e", "export", "no report yet", True),
+)
+
+
 @pytest.mark.parametrize(
     ("nothing_yet", "cases"),
     [
-        # Issue 21: a, f, s when they cannot run gave no feedback at all.
-        pytest.param(
-            False,
-            (
-                ("s", "stop", "nothing is running"),
-                ("f", "profile", "no trial is running"),
-                ("a", "apply", "not one loadscope applies"),
-            ),
-            id="s-f-a",
-        ),
-        # Issue 22: every action that cannot run says why (r, c, e beside s, f, a).
-        pytest.param(
-            True,
-            (
-                ("r", "rerun", "nothing to re-run yet"),
-                ("c", "copy", "no recommendation is highlighted"),
-                ("e", "export", "no report yet"),
-            ),
-            id="r-c-e",
-        ),
+        pytest.param(when, tuple(k[:3] for k in GREYED_KEYS if k[3] is when), id=name)
+        for when, name in ((False, "s-f-a"), (True, "r-c-e"))
     ],
 )
 def test_a_greyed_key_says_why_it_cannot_run(

@@ -32,22 +32,28 @@ def facts(
     formats: set[str] | None = None,
     **extra: Any,
 ) -> Facts:
+    measured = {
+        "cold": {k: _summary(k, "cold", v, model) for k, v in cold.items()},
+        "warm": {k: _summary(k, "warm", v, model) for k, v in (warm or {}).items()},
+        "trial_ids": {(k, "cold"): [i + 1] for i, k in enumerate(cold)},
+    }
+    storage_facts = {
+        "storage_class": storage,
+        "limit_bytes_per_s": limit,
+        "sequential_limit_bytes_per_s": seq_limit,
+        "parallel_scaling": extra.get("scaling", 8.0),
+        "read_ahead_kb": read_ahead_kb,
+        "bdi_path": "/sys/class/bdi/0:42",
+        "fuse": storage == "fuse",
+        "fuse_connection_path": extra.get("fuse_connection_path"),
+    }
     return Facts(
-        storage_class=storage,
         model_bytes=model,
         headroom_bytes=headroom,
         cgroup_limit_bytes=cgroup,
-        limit_bytes_per_s=limit,
-        sequential_limit_bytes_per_s=seq_limit,
-        parallel_scaling=extra.get("scaling", 8.0),
-        read_ahead_kb=read_ahead_kb,
-        bdi_path="/sys/class/bdi/0:42",
-        fuse=storage == "fuse",
         formats=formats or {"safetensors"},
-        cold={k: _summary(k, "cold", v, model) for k, v in cold.items()},
-        warm={k: _summary(k, "warm", v, model) for k, v in (warm or {}).items()},
-        trial_ids={(k, "cold"): [i + 1] for i, k in enumerate(cold)},
-        fuse_connection_path=extra.get("fuse_connection_path"),
+        **storage_facts,
+        **measured,
     )
 
 
