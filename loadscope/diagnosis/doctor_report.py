@@ -25,18 +25,16 @@ from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.timing import TimeReport
 from loadscope.diagnosis.timing_text import table_rows
-from loadscope.diagnosis.timing_text import to_text as user_text
 from loadscope.engine.bench import BenchReport
 from loadscope.engine.broadcast import BroadcastReport
 from loadscope.engine.probing import ProbeReport
 from loadscope.report.bench_text import to_text as bench_text
 from loadscope.report.content import fix_sections
 from loadscope.report.probe_text import to_text as probe_text
-from loadscope.report.rank_text import to_text as ranks_text
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
-from loadscope.report.sections import ceiling_line, other_failures
-from loadscope.report.text import section_lines
+from loadscope.report.sections import ceiling_line, sections
+from loadscope.report.text import plain, section_lines
 
 SCHEMA_VERSION = 1
 
@@ -117,22 +115,31 @@ class DoctorReport:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
 
+#: The evidence the terminal lays out from the content model, as the Markdown and the HTML
+#: do (the probes' summary and the trial table are their own commands' text).
+SHARED_SECTIONS = ("user-command", "conversion", "ranks", "failures")
+
+
 def to_text(report: DoctorReport) -> str:
-    lines = advice_lines(advice_dict(report.advice))  # all that advice_lines reads
+    doc = report.to_dict()
+    lines = advice_lines(doc)
     lines += ["", "evidence:", "", probe_text(report.probe)]
     if report.bench is not None:
         extra = table_rows(report.user_command) if report.user_command else []
         lines += ["", bench_text(report.bench, extra)]
-        if line := ceiling_line(report.probe.to_dict(), report.bench.to_dict()):
+        if line := ceiling_line(doc["probe"], doc["bench"]):
             lines += ["", textwrap.fill(line.replace("`", ""), 80)]
-    if report.user_command is not None:
-        lines += ["", "your command, cold, one run each (outside the budget):"]
-        lines += ["  " + line for line in user_text(report.user_command).splitlines()[1:]]
-    if report.ranks is not None:
-        lines += ["", ranks_text(report.ranks)]
-    if steps := other_failures(report.failures, report.bench.skipped if report.bench else {}):
-        lines += ["", "failed or skipped steps:"] + [f"  {f}" for f in steps]
-    return "\n".join(lines)
+    return "\n".join(lines + shared_lines(doc))
+
+
+def shared_lines(doc: dict[str, Any]) -> list[str]:
+    """The :data:`SHARED_SECTIONS` of a doctor report's JSON, for a terminal: each under
+    its title, from the same content the Markdown and the HTML lay out."""
+    lines: list[str] = []
+    for section in sections(doc):
+        if section.id in SHARED_SECTIONS:
+            lines += ["", plain(section.title) + ":", *section_lines(section, indent=2)]
+    return lines
 
 
 def advice_lines(doc: dict[str, Any]) -> list[str]:

@@ -1,20 +1,28 @@
-"""The text of a ``bench --ranks`` report: the CLI's table and the Markdown for an issue.
+"""The ranks' content: a ``bench --ranks`` report (or a doctor's multi-rank round) as one
+section of the content model (:func:`ranks_section`), which the CLI's text, the Markdown
+for an issue, the doctor's full report and its HTML all lay out.
 
-Owns how a :class:`~loadscope.engine.rank_records.BroadcastReport` reads: one screen
-for the CLI (:func:`to_text`: the summary, then what failed or was left out) and a
-Markdown table with the failures and notes (:func:`to_markdown`).
-
-May import: ``loadscope.engine.rank_records``, ``loadscope.engine.trials``,
-``loadscope.base``.
+May import: ``loadscope.engine.rank_records``, ``loadscope.report.content``,
+``loadscope.report.text``, ``loadscope.base``.
 """
 
 from __future__ import annotations
 
-import textwrap
+from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.rank_records import BroadcastReport
-from loadscope.engine.trials import first_not_ok
+from loadscope.report.content import Block, Bullets, Para, Section, Table
+from loadscope.report.text import section_lines
+
+#: What each column of the table is (said under it).
+LEGEND = (
+    "median: the slowest rank's time (the load ends when the last rank has every tensor);"
+    " rate: model bytes / that time; x ind: speed-up over independent reads in the same"
+    " cache state; amp: bytes the ranks read / model bytes; stor: bytes that reached"
+    " storage (/proc/<pid>/io) / model bytes; held: RSS the ranks gained (the copies of the"
+    " model in RAM); RSS: peak RSS summed over ranks"
+)
 
 
 def _secs(value: float | None) -> str:
@@ -38,107 +46,118 @@ def _size(value: float | None) -> str:
     return "-" if value is None else format_bytes(value).replace(" ", "")
 
 
-def _header_lines(report: BroadcastReport) -> tuple[str, str]:
-    t, o = report.target, report.options
+def header_lines(ranks: dict[str, Any]) -> tuple[str, str]:
+    """What was loaded, and by how many ranks how often."""
+    t, o = ranks.get("target") or {}, ranks.get("options") or {}
     return (
-        f"{t['spec']} ({t['files']} file(s), {format_bytes(report.model_bytes)},"
-        f" {report.tensors} tensors)",
-        f"{o['ranks']} ({o['backend'] or '?'}, {o['device']}),"
-        f" {o['repeats']} repeat(s){' after a warm-up round' if o['warmup'] else ''}",
+        f"{t.get('spec')} ({t.get('files')} file(s), {format_bytes(ranks.get('model_bytes') or 0)},"
+        f" {ranks.get('tensors')} tensors)",
+        f"{o.get('ranks')} ({o.get('backend') or '?'}, {o.get('device')}),"
+        f" {o.get('repeats')} repeat(s){' after a warm-up round' if o.get('warmup') else ''}",
     )
 
 
-def _failed_lines(report: BroadcastReport) -> list[str]:
-    """Why each mode and cache state has no result (the launch's own failures are listed apart)."""
-    stopped = "; ".join(report.failures)
+def _failed(ranks: dict[str, Any]) -> list[str]:
+    """Why each mode and cache state has no result (the launch's own failures are listed
+    apart)."""
+    stopped = "; ".join(ranks.get("failures") or [])
+    trials = ranks.get("trials") or []
     lines = []
-    for s in report.summary:
-        if s.median_seconds is None:
-            bad = first_not_ok(report.trials, lambda t: (t.mode, t.cache), (s.mode, s.cache))
-            why = bad.reason if bad and bad.reason else "no trial with a verified cache state"
-            if bad is not None and (why == stopped or why.startswith("not run:")):
-                why = "the launch stopped early (see why)"
-            lines.append(f"{s.mode} {s.cache}: {why}")
+    for s in ranks.get("summary") or []:
+        if s.get("median_seconds") is not None:
+            continue
+        at = (s.get("mode"), s.get("cache"))
+        bad = next(
+            (
+                t
+                for t in trials
+                if (t.get("mode"), t.get("cache")) == at and t.get("status") != "ok"
+            ),
+            None,
+        )
+        why = (bad or {}).get("reason") or "no trial with a verified cache state"
+        if bad is not None and (why == stopped or why.startswith("not run:")):
+            why = "the launch stopped early (see why)"
+        lines.append(f"{s.get('mode')} {s.get('cache')}: {why}")
     return lines
 
 
-def to_text(report: BroadcastReport) -> str:
-    """One screen for the CLI: the summary table, then what failed or was left out."""
-    target, ranks = _header_lines(report)
-    lines = [f"target   {target}", f"ranks    {ranks}", ""]
-    # 79 columns, each wider than its widest value: fits an 80-column terminal.
-    header = (
-        f"{'mode':<16}{'cache':<5}{'median':>7}{'rate':>10}{'x ind':>6}"
-        f"{'amp':>6}{'stor':>6}{'held':>8}{'RSS':>8}{'first':>7}"
+def _row(s: dict[str, Any], first: bool) -> tuple[str, ...]:
+    if s.get("median_seconds") is None:
+        return (str(s.get("mode")), str(s.get("cache")), "failed (below)")
+    row = (
+        str(s.get("mode")),
+        str(s.get("cache")),
+        _secs(s.get("median_seconds")),
+        _rate(s.get("median_bytes_per_s")),
+        _x(s.get("speedup_vs_independent")),
+        _x(s.get("read_amplification"), 1),
+        _x(s.get("storage_amplification"), 1),
+        _size(s.get("rss_delta_bytes_total")),
+        _size(s.get("peak_rss_bytes_total")),
     )
-    lines += [header, "-" * len(header)]
-    for s in report.summary:
-        if s.median_seconds is None:
-            lines.append(f"{s.mode:<16}{s.cache:<5}failed (below)")
-            continue
-        lines.append(
-            f"{s.mode:<16}{s.cache:<5}{_secs(s.median_seconds):>7}"
-            f"{_rate(s.median_bytes_per_s):>10}{_x(s.speedup_vs_independent):>6}"
-            f"{_x(s.read_amplification, 1):>6}{_x(s.storage_amplification, 1):>6}"
-            f"{_size(s.rss_delta_bytes_total):>8}{_size(s.peak_rss_bytes_total):>8}"
-            f"{_secs(s.first_run_seconds):>7}"
+    return (*row, _secs(s.get("first_run_seconds"))) if first else row
+
+
+def ranks_section(ranks: dict[str, Any]) -> Section:
+    """A ranks report's JSON as one section: the table (a column for the warm-up round
+    when one ran), what its columns are, then what failed or was left out and the notes."""
+    summary = ranks.get("summary") or []
+    first = any(s.get("first_run_seconds") is not None for s in summary)
+    header: tuple[str, ...] = ("mode", "cache", "median", "rate", "x ind", "amp", "stor")
+    header += ("held", "RSS", *(("first",) if first else ()))
+    rows = tuple(_row(s, first) for s in summary)
+    width = len(header)
+    rows = tuple(r + ("",) * (width - len(r)) for r in rows)
+    legend = LEGEND + ("; first: the warm-up round." if first else ".")
+    blocks: list[Block] = [Table(header, rows), Para(legend)]
+    failures = [str(f) for f in ranks.get("failures") or []]
+    if failed := _failed(ranks):
+        blocks.append(Para("failed:"))
+        blocks.append(Bullets(tuple(f[:240] for f in failed)))
+    if failures:
+        trials = ranks.get("trials") or []
+        early = any(t.get("status") != "ok" and not t.get("ranks") for t in trials)
+        blocks.append(
+            Para("the launch stopped early:" if early else "the ranks reported problems:")
         )
-    lines.append(
-        textwrap.fill(
-            "median: the slowest rank's time (the load ends when the last rank has every"
-            " tensor); rate: model bytes / that time; x ind: speed-up over independent reads"
-            " in the same cache state; amp: bytes the ranks read / model bytes; stor:"
-            " bytes that reached storage (/proc/<pid>/io) / model bytes; held: RSS the ranks"
-            " gained (the copies of the model in RAM); RSS: peak RSS summed over ranks;"
-            " first: the warm-up round.",
-            80,
-        )
-    )
-    failed = _failed_lines(report)
-    if failed:
-        lines += ["", "failed:"] + [f"  {line}"[:240] for line in failed]
-    if report.failures:
-        early = any(t.status != "ok" and not t.ranks for t in report.trials)
-        title = "the launch stopped early:" if early else "the ranks reported problems:"
-        lines += ["", title] + [f"  {f}"[:240] for f in report.failures]
-    if report.skipped:
-        lines += ["", "skipped:"] + [f"  {k}: {v}" for k, v in report.skipped.items()]
-    unverified = [t for t in report.trials if t.status == "ok" and not t.cache_verified]
+        blocks.append(Bullets(tuple(f[:240] for f in failures)))
+    if skipped := ranks.get("skipped") or {}:
+        blocks.append(Para("skipped:"))
+        blocks.append(Bullets(tuple(f"{k}: {v}" for k, v in skipped.items())))
+    unverified = [
+        t
+        for t in ranks.get("trials") or []
+        if t.get("status") == "ok" and not t.get("cache_verified")
+    ]
     if unverified:
-        lines.append(
-            f"{len(unverified)} trial(s) kept out of the medians: cache state not verified"
-            f" (first: #{unverified[0].id} {unverified[0].cache_note})"
+        u = unverified[0]
+        blocks.append(
+            Para(
+                f"{len(unverified)} trial(s) kept out of the medians: cache state not verified"
+                f" (first: #{u.get('id')} {u.get('cache_note') or ''})"
+            )
         )
-    lines += [f"note: {n}" for n in report.notes]
-    return "\n".join(lines)
+    if notes := [str(n) for n in ranks.get("notes") or []]:
+        blocks.append(Bullets(tuple(f"note: {n}" for n in notes)))
+    n = (ranks.get("options") or {}).get("ranks")
+    return Section("ranks", f"{n} ranks (slowest rank, median seconds)", tuple(blocks))
+
+
+def to_text(report: BroadcastReport) -> str:
+    """One screen for the CLI: what ran, the table, then what failed or was left out."""
+    doc = report.to_dict()
+    target, ranks = header_lines(doc)
+    lines = [f"target   {target}", f"ranks    {ranks}", ""]
+    return "\n".join(lines + section_lines(ranks_section(doc)))
 
 
 def to_markdown(report: BroadcastReport) -> str:
-    """The summary as a Markdown table (for an issue), with failures and notes."""
-    lines = [
-        "## Multi-rank loading",
-        "",
-        "target: {}; ranks: {}".format(*_header_lines(report)),
-        "",
-        "| mode | cache | trials | median (slowest rank) | GB/s | vs independent"
-        " | read amplification | storage amplification | RSS gained (sum) | peak RSS (sum)"
-        " | first run |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for s in report.summary:
-        gbps = "-" if not s.median_bytes_per_s else f"{s.median_bytes_per_s / 1e9:.3g}"
-        lines.append(
-            f"| {s.mode} | {s.cache} | {s.trials} | {_secs(s.median_seconds)} | {gbps}"
-            f" | {_x(s.speedup_vs_independent)} | {_x(s.read_amplification)}"
-            f" | {_x(s.storage_amplification)} | {_size(s.rss_delta_bytes_total)}"
-            f" | {_size(s.peak_rss_bytes_total)}"
-            f" | {_secs(s.first_run_seconds)} |"
-        )
-    failed = _failed_lines(report) + report.failures
-    if failed:
-        lines += ["", "**Failed:**", ""] + [f"- {f}" for f in failed]
-    if report.skipped:
-        lines += ["", "**Skipped:**", ""] + [f"- {k}: {v}" for k, v in report.skipped.items()]
-    if report.notes:
-        lines += [""] + [f"_{n}_" for n in report.notes]
-    return "\n".join(lines) + "\n"
+    """The same section as Markdown (for an issue)."""
+    from loadscope.report.markdown import render_section
+
+    doc = report.to_dict()
+    head = "target: {}; ranks: {}".format(*header_lines(doc))
+    section = ranks_section(doc)
+    body = render_section(Section(section.id, "", section.blocks))
+    return "\n".join(["## Multi-rank loading", "", head, "", *body]).rstrip() + "\n"

@@ -31,6 +31,7 @@ from loadscope.report.content import (
     Table,
     fix_sections,
 )
+from loadscope.report.rank_text import ranks_section
 
 
 def sections(doc: dict[str, Any]) -> list[Section]:
@@ -399,10 +400,11 @@ def _user_command(doc: dict[str, Any]) -> Section | None:
     blocks: list[Block] = [
         Code(command, "shell"),
         Table(("run", "time, cold", "vs as is", "what it changes"), tuple(rows)),
-        Para("One run each, after the model's files were evicted and verified cold; timed"
-             " outside the budget (`loadscope time` repeats them and reports medians)."),
+        Para("Each run after the model's files were evicted and verified cold"
+             " (`loadscope time` repeats them and reports medians)."),
     ]  # fmt: skip
-    return Section("user-command", "your command", tuple(blocks), collapsed=False)
+    title = "your command, cold, one run each (outside the budget)"
+    return Section("user-command", title, tuple(blocks), collapsed=False)
 
 
 def _not_run(doc: dict[str, Any]) -> Section | None:
@@ -415,32 +417,7 @@ def _not_run(doc: dict[str, Any]) -> Section | None:
 
 def _ranks(doc: dict[str, Any]) -> Section | None:
     ranks = doc.get("ranks")
-    if not ranks:
-        return None
-    n = ranks.get("options", {}).get("ranks")
-    rows = []
-    for s in ranks["summary"]:
-        if s["median_seconds"] is None:
-            continue
-        rate = format_rate(s["median_bytes_per_s"]) if s.get("median_bytes_per_s") else "-"
-        x = s.get("speedup_vs_independent")
-        amp = s.get("read_amplification")
-        rows.append(
-            (
-                f"`{s['mode']}`",
-                str(s["cache"]),
-                f"{s['median_seconds']:.3g}",
-                rate,
-                f"{x:.2f}x" if x else "-",
-                f"{amp:.2f}x" if amp else "-",
-            )
-        )
-    header = ("mode", "cache", "median s", "rate", "x independent", "read amp")
-    blocks: list[Block] = [Table(header, tuple(rows))]
-    notes = [str(n) for n in ranks.get("notes") or []]
-    if notes:
-        blocks.append(Bullets(tuple(notes)))  # what the ranks ran on, when not the target
-    return Section("ranks", f"{n} ranks (slowest rank, median seconds)", tuple(blocks))
+    return ranks_section(ranks) if isinstance(ranks, dict) and ranks.get("summary") else None
 
 
 def _fio(doc: dict[str, Any]) -> Section | None:

@@ -45,16 +45,42 @@ def block_lines(block: Block, indent: int = 0) -> list[str]:
     if isinstance(block, Code):
         return [pad + "  " + line for line in block.text.splitlines()]
     if isinstance(block, Table):
-        rows = [
-            tuple(plain(c) for c in block.header),
-            *(tuple(plain(c) for c in r) for r in block.rows),
-        ]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(block.header))]
-        return [
-            pad + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in rows
-        ]
+        return _table_lines(block, pad)
     raise TypeError(block)
+
+
+def _table_lines(table: Table, pad: str) -> list[str]:
+    """Columns as wide as their widest cell, two spaces apart (one where two would pass
+    80 columns), figures right-aligned, a rule under the header; a last column too wide
+    for the line (a reason, what a fix changes) wraps under itself."""
+    rows = [tuple(plain(c) for c in r) for r in (table.header, *table.rows)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(table.header))]
+    # A column of figures ("1.2 GB/s", "0.52x", "-") lines up on the right.
+    right = [
+        i > 0 and all(_FIGURE.match(r[i]) or not r[i] for r in rows[1:]) for i in range(len(widths))
+    ]
+    fixed = sum(widths[:-1])
+    gap = "  " if len(pad) + fixed + 2 * (len(widths) - 1) + min(widths[-1], 24) <= WIDTH else " "
+    start = len(pad) + fixed + len(gap) * (len(widths) - 1)
+    room = max(WIDTH - start, 24)
+
+    def line(row: tuple[str, ...]) -> list[str]:
+        laid = zip(row[:-1], widths[:-1], right[:-1], strict=True)
+        head = pad + gap.join(c.rjust(w) if r else c.ljust(w) for c, w, r in laid)
+        last = row[-1].rjust(widths[-1]) if right[-1] else row[-1]
+        parts = textwrap.wrap(last, room, break_on_hyphens=False) or [""]
+        if start + len(parts[0]) > WIDTH + 8:  # no room beside: under the row
+            return [head.rstrip(), *(" " * (len(pad) + 4) + p for p in parts)]
+        first = (head + gap + parts[0]).rstrip()
+        return [first, *(" " * start + p for p in parts[1:])]
+
+    header = line(rows[0])
+    out = [*header, pad + "-" * (len(header[0]) - len(pad))]
+    return out + [text for r in rows[1:] for text in line(r)]
+
+
+#: A cell that is a figure: a number with its unit, a ratio, or "-" for none.
+_FIGURE = re.compile(r"^(-|[\d.]+\s?\w*(/s)?x?)$")
 
 
 def blocks_text(blocks: tuple[Block, ...] | list[Block], indent: int = 0) -> list[str]:

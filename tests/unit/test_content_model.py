@@ -102,3 +102,85 @@ def test_a_fixs_gain_says_how_it_was_obtained_where_not_whole_steady_loads() -> 
     first, second = fixes(doc)[:2]
     assert first.heading.endswith("— 10.5x estimated ±12%")
     assert second.gain == "2.0x estimated"
+
+
+def _evidence_doc() -> dict[str, Any]:
+    """A report with the sections the terminal lays out from the content model: the user's
+    command, a conversion trial, a multi-rank round and a failed step."""
+    doc = _doc()
+    doc["user_command"] = {
+        "argv": ["python", "load.py", "{model}"],
+        "total_bytes": 1 << 30,
+        "variants": [
+            {"name": "as-is", "median_seconds": 4.25, "changes": "nothing", "runs": []},
+            {"name": "warm", "median_seconds": 0.75, "changes": "the page cache", "runs": []},
+            {"name": "copy", "skipped": "no local disk with room", "runs": []},
+        ],
+    }
+    doc["conversion"] = {
+        "source": "/m/pytorch_model.bin",
+        "sample_bytes": 64 << 20,
+        "pickle_cold_s": 2.5,
+        "safetensors_cold_s": 0.625,
+        "verified": True,
+    }
+    summary = {
+        "trials": 2, "min_seconds": 1.0, "max_seconds": 2.0, "first_run_seconds": None,
+        "storage_amplification": 1.0, "peak_rss_bytes_total": 3 << 30,
+        "rss_delta_bytes_total": 2 << 30,
+    }  # fmt: skip
+    doc["ranks"] = {
+        "target": {"spec": "/m", "files": 1},
+        "options": {"ranks": 4, "backend": "gloo", "device": "cpu", "repeats": 2},
+        "model_bytes": 1 << 30,
+        "tensors": 10,
+        "summary": [
+            {
+                **summary,
+                "mode": "independent",
+                "cache": "cold",
+                "median_seconds": 3.5,
+                "median_bytes_per_s": 3.07e8,
+                "speedup_vs_independent": 1.0,
+                "read_amplification": 4.0,
+            },
+            {
+                **summary,
+                "mode": "broadcast-async",
+                "cache": "cold",
+                "median_seconds": 1.75,
+                "median_bytes_per_s": 6.14e8,
+                "speedup_vs_independent": 2.0,
+                "read_amplification": 1.0,
+            },
+        ],
+        "trials": [],
+        "skipped": {"sharded": "not enough memory for 4 copies"},
+        "failures": [],
+        "notes": [],
+    }
+    doc["failures"] = ["fio: skipped: not installed"]
+    return doc
+
+
+def test_the_evidence_sections_show_the_same_numbers_in_the_terminal_markdown_and_html() -> None:
+    """The user's command, the conversion, the ranks and the failed steps: one content
+    each, laid out by the terminal's full report (doctor --details) as by the Markdown and
+    the HTML (the terminal's ranks table had other columns, and no conversion at all)."""
+    from loadscope.diagnosis.doctor_report import SHARED_SECTIONS, shared_lines
+    from loadscope.report.sections import sections
+
+    doc = _evidence_doc()
+    shared = [s for s in sections(doc) if s.id in SHARED_SECTIONS]
+    assert [s.id for s in shared] == ["user-command", "conversion", "ranks", "failures"]
+    text = "\n".join(shared_lines(doc))
+    md = "\n".join(line for s in shared for line in markdown.render_section(s))
+    page = "\n".join(part for s in shared for part in html_report.render_section(s))
+    page = html.unescape(re.sub(r"<[^>]+>", " ", page))
+    numbers = _numbers(text)
+    for figure in ("4.25", "0.75", "5.67", "2.5", "0.625", "4.0", "3.5", "1.75", "2.00"):
+        assert figure in numbers, (figure, text)
+    assert _numbers(md) == numbers, (md, text)
+    assert _numbers(page) == numbers
+    assert "not enough memory for 4 copies" in text and "not installed" in text
+    assert max(map(len, text.splitlines())) <= 80, text
