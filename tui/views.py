@@ -37,7 +37,8 @@ from loadscope.report.content import (
     fixes,
     route_sections,
 )
-from loadscope.report.text import plain
+from loadscope.report.rank_text import ranks_section
+from loadscope.report.text import plain, section_lines
 from loadscope.tui.charts import (
     RateChart,
     Series,
@@ -251,23 +252,9 @@ class BenchView(Vertical):
         if not ranks:
             box.update("")
             return
-        opts = ranks.get("options") or {}
-        lines = [
-            f"{opts.get('ranks')} ranks ({opts.get('backend')}, {opts.get('device')}):"
-            " slowest rank, median"
-        ]
-        for s in ranks.get("summary") or []:
-            if s.get("median_seconds") is None:
-                continue
-            x = s.get("speedup_vs_independent")
-            amp = s.get("read_amplification")
-            rate = format_rate(s["median_bytes_per_s"]) if s.get("median_bytes_per_s") else "-"
-            lines.append(
-                f"  {s['mode']:<16} {s['cache']:<5} {s['median_seconds']:8.3g} s  {rate:>10}"
-                f"  x indep {f'{x:.2f}' if x else '-':>5}  read amp {f'{amp:.1f}x' if amp else '-'}"
-            )
-        for f in ranks.get("failures") or []:
-            lines.append(f"  failed: {f}")
+        # The same section the terminal, the Markdown and the HTML lay out.
+        section = ranks_section(ranks)
+        lines = [section.title + ":", *section_lines(section, indent=2)]
         box.update(Text("\n".join(lines)))
 
     def running_pid(self) -> int | None:

@@ -140,8 +140,11 @@ def ranks_section(ranks: dict[str, Any]) -> Section:
         )
     if notes := [str(n) for n in ranks.get("notes") or []]:
         blocks.append(Bullets(tuple(f"note: {n}" for n in notes)))
-    n = (ranks.get("options") or {}).get("ranks")
-    return Section("ranks", f"{n} ranks (slowest rank, median seconds)", tuple(blocks))
+    o = ranks.get("options") or {}
+    title = (
+        f"{o.get('ranks')} ranks ({o.get('backend') or '?'}, {o.get('device')}): the slowest rank"
+    )
+    return Section("ranks", title, tuple(blocks))
 
 
 def to_text(report: BroadcastReport) -> str:

@@ -184,3 +184,34 @@ def test_the_evidence_sections_show_the_same_numbers_in_the_terminal_markdown_an
     assert _numbers(page) == numbers
     assert "not enough memory for 4 copies" in text and "not installed" in text
     assert max(map(len, text.splitlines())) <= 80, text
+
+
+def test_the_app_shows_the_ranks_with_the_numbers_the_reports_show() -> None:
+    """The app's Benchmark view had a ranks table of its own (fewer columns, other
+    rounding); it lays out the same section now."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import Static
+
+    from loadscope.report.rank_text import ranks_section
+    from loadscope.report.text import section_lines
+    from loadscope.tui.views import BenchView
+
+    ranks = _evidence_doc()["ranks"]
+    md = "\n".join(markdown.render_section(ranks_section(ranks)))
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield BenchView()
+
+    async def drive() -> str:
+        app = One()
+        async with app.run_test(size=(100, 40)) as pilot:
+            app.query_one(BenchView).show_ranks(ranks)
+            await pilot.pause()
+            return str(app.query_one("#ranks-summary", Static).render())
+
+    shown = asyncio.run(drive())
+    section = ranks_section(ranks)
+    text = "\n".join([section.title, *section_lines(section)])
+    assert _numbers(shown) == _numbers(md) == _numbers(text)
+    assert "broadcast-async" in shown and "2.00x" in shown
