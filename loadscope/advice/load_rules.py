@@ -110,14 +110,16 @@ def rule_fullread(f: Facts) -> list[Recommendation]:
         return []
     if f.headroom_bytes is not None and need > f.headroom_bytes:
         return []  # guarded: would not fit (see rule_fullread_contradiction for the note)
+    how = f.how_obtained(WHOLE_FILE_READ)
     return [
         Recommendation(
             id="read-whole-files",
             title="Read whole files instead of memory-mapping them",
             action=f"load(open(p,'rb').read()): {f.seconds(WHOLE_FILE_READ):.3g} s vs"
-            f" {f.seconds(DEFAULT):.3g} s cold, {gain:.1f}x",
+            f" {f.seconds(DEFAULT):.3g} s cold, {gain:.1f}x ({how})",
             strategy=WHOLE_FILE_READ,
             expected_speedup=gain,
+            how="" if how == "measured" else how,
             evidence=[
                 Evidence(
                     f"{WHOLE_FILE_READ} cold",

@@ -290,8 +290,10 @@ def _gain_words(f: Facts, top: Recommendation) -> str:
     """ ", 12.4x faster with loadscope.load_file (safetensors) (measured)"."""
     if not top.expected_speedup:
         return ""
+    # The fix's own word for how its gain was obtained (against its own baseline: the GPU
+    # default for a GPU route), else how its strategy's trials were.
     how = (
-        (f.how_obtained(top.strategy) if top.strategy else "measured")
+        (top.how or (f.how_obtained(top.strategy) if top.strategy else "measured"))
         if top.measured
         else "estimated"
     )

@@ -717,3 +717,21 @@ def test_prewarm_beside_twins_names_what_each_stack_reads() -> None:
     rec = next(r for r in advise_facts(f).recommendations if r.id == "prewarm")
     torch_line = next(s for s in rec.snippets if s.stack == "torch.load")
     assert "'/models/my model/pytorch_model.bin.index.json'" in torch_line.code
+
+
+def test_the_verdict_says_how_a_gain_was_obtained_as_its_fix_says_it() -> None:
+    """A GPU route's gain is against the GPU default: the verdict took the word from the
+    route's trials against the CPU default instead, and could say "measured" beside a fix
+    that said "estimated ±E%". It takes the fix's own word now."""
+    from loadscope.advice.results import Recommendation
+    from loadscope.advice.rules import problem_headline
+
+    f = facts({"mmap": 10.0, "direct": 1.0})
+    assert f.how_obtained("direct") == "measured"
+    rec = Recommendation(
+        id="gpu-staged", title="Stage reads", action="", evidence=[], risk="",
+        confidence="high", strategy="direct", expected_speedup=10.0, how="estimated ±12%",
+    )  # fmt: skip
+    assert (problem_headline(f, [rec]) or "").endswith("10.0x faster (estimated ±12%)")
+    rec.how = ""
+    assert (problem_headline(f, [rec]) or "").endswith("10.0x faster (measured)")
