@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadscope.base.errors import LoadscopeError
+from loadscope.base.processes import start_session
 from loadscope.model.targets import WeightFile
 from loadscope.probes import mounts
 from loadscope.probes.result import Unavailable
@@ -172,12 +173,11 @@ def convert(source: WeightFile, folder: Path, timeout_s: float) -> tuple[WeightF
     ``timeout_s``; returns the new file and the seconds the conversion took."""
     dest = folder / "model.safetensors"
     began = time.monotonic()
-    proc = subprocess.Popen(
+    proc = start_session(
         [sys.executable, "-m", "loadscope.actions.convert", str(source.path), str(dest)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
     )
     try:
         _, err = proc.communicate(timeout=timeout_s)

@@ -41,6 +41,7 @@ from typing import IO, Any
 from loadscope.actions.localcopy import CopyCancelled, copy_model
 from loadscope.actions.warm import WarmCancelled, warm
 from loadscope.base.errors import LoadscopeError
+from loadscope.base.processes import start_session
 from loadscope.diagnosis.session import SessionRequest, diagnose
 from loadscope.diagnosis.timing import TimeCancelled
 from loadscope.engine.bench import (
@@ -250,13 +251,13 @@ class EngineProcess:
     """One engine child: its events as dicts, and a stop that always works."""
 
     def __init__(self, job: dict[str, Any]) -> None:
-        self.proc = subprocess.Popen(
+        # A session of its own: the terminal's Ctrl-C is the app's to handle.
+        self.proc = start_session(
             [sys.executable, "-m", "loadscope.diagnosis.engine_process", json.dumps(job)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            start_new_session=True,  # the terminal's Ctrl-C is the app's to handle
         )
         self._stderr: deque[str] = deque(maxlen=_STDERR_TAIL)
         threading.Thread(target=self._drain_stderr, daemon=True, name="engine-err").start()

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from loadscope.base.processes import start_session
 from loadscope.probes.pagecache import residency
 
 #: How often the tree is sampled.
@@ -266,37 +267,6 @@ class _Waiter:
         self.done.set()
 
 
-#: The signals that stop a run (Ctrl-C, ``kill``, the terminal closing).
-_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Any:
-    """Hold a stop signal that lands while the command is being spawned until the spawn
-    has returned: one raised inside ``Popen`` after the fork left the command running
-    with no handle to stop it (its own session: the terminal's signal never reaches it).
-    The held signal is then handled as it would have been. Main thread only (elsewhere
-    signals are the main thread's)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[tuple[int, Any]] = []
-    previous: dict[int, Any] = {s: signal.getsignal(s) for s in _STOPS}
-    for s in _STOPS:
-        signal.signal(s, lambda signum, frame: held.append((signum, frame)))
-    try:
-        yield
-    finally:
-        for stop, handler in previous.items():
-            signal.signal(stop, handler)
-        for signum, frame in held:
-            handler = previous[signum]
-            if callable(handler):
-                handler(signum, frame)
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(signum)
-
-
 def _stop_group(pgid: int, waiter: _Waiter) -> None:
     """SIGTERM the command's process group, SIGKILL what is left after GRACE_S."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -363,14 +333,12 @@ def run_once(spec: RunSpec) -> RunResult:
     # so the terminal's signal never reaches it).
     try:
         try:
-            with _signals_deferred():
-                proc = subprocess.Popen(
-                    list(spec.argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                )
+            proc = start_session(
+                list(spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
         except OSError as exc:
             result.reason = f"cannot run {spec.argv[0]}: {exc.strerror or exc}"
             result.ready_by = ""
