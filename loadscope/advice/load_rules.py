@@ -15,10 +15,12 @@ from loadscope.advice.results import (
     WORTH_IT,
     Evidence,
     Recommendation,
-    ids_of,
+    gain_terms,
     ram_risk,
+    reader_evidence,
     remeasure,
     slower_evidence,
+    trial_evidence,
 )
 from loadscope.advice.snippets import command, load_snippets, offered
 from loadscope.engine.broadcast import BroadcastSummary
@@ -56,20 +58,11 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
     route = best.strategy
     need = f.model_bytes if f.speedup(route) and STRATEGIES[route].own_copy else 0
     evidence = [
-        Evidence(f"{route} cold ({best.what})", f.seconds(route), "s", ids_of(f, (route, "cold"))),
-        Evidence(
-            f"{DEFAULT} load_file cold", f.seconds(DEFAULT), "s", ids_of(f, (DEFAULT, "cold"))
-        ),
+        trial_evidence(f, f"{route} cold ({best.what})", route),
+        trial_evidence(f, f"{DEFAULT} load_file cold", DEFAULT),
     ]
     if internal is not None and internal != route:
-        evidence.append(
-            Evidence(
-                f"loadscope's own '{internal}' reader cold (evidence, not a route)",
-                f.seconds(internal),
-                "s",
-                ids_of(f, (internal, "cold")),
-            )
-        )
+        evidence.append(reader_evidence(f, internal))
     if f.parallel_scaling:
         evidence.append(
             Evidence(
@@ -77,7 +70,7 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
             )
         )
     evidence.extend(slower_evidence(slower))
-    how = f.how_obtained(route)
+    how, confidence, how_field = gain_terms(f, route, gain)
     return [
         Recommendation(
             id="parallel-reads",
@@ -90,8 +83,8 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
             evidence=evidence,
             ram_bytes_needed=need or None,
             risk=ram_risk(f, need) if need else "reads into the page cache: no second copy",
-            confidence="high" if gain >= 2 and how == "measured" else "medium",
-            how="" if how == "measured" else how,
+            confidence=confidence,
+            how=how_field,
             snippets=[
                 *snippets,
                 remeasure(f, "--strategies mmap,api,auto,prewarm,vllm-prefetch"),
@@ -110,7 +103,7 @@ def rule_fullread(f: Facts) -> list[Recommendation]:
         return []
     if f.headroom_bytes is not None and need > f.headroom_bytes:
         return []  # guarded: would not fit (see rule_fullread_contradiction for the note)
-    how = f.how_obtained(WHOLE_FILE_READ)
+    how, _, how_field = gain_terms(f, WHOLE_FILE_READ, gain)
     return [
         Recommendation(
             id="read-whole-files",
@@ -119,15 +112,10 @@ def rule_fullread(f: Facts) -> list[Recommendation]:
             f" {f.seconds(DEFAULT):.3g} s cold, {gain:.1f}x ({how})",
             strategy=WHOLE_FILE_READ,
             expected_speedup=gain,
-            how="" if how == "measured" else how,
+            how=how_field,
             evidence=[
-                Evidence(
-                    f"{WHOLE_FILE_READ} cold",
-                    f.seconds(WHOLE_FILE_READ),
-                    "s",
-                    ids_of(f, (WHOLE_FILE_READ, "cold")),
-                ),
-                Evidence(f"{DEFAULT} cold", f.seconds(DEFAULT), "s", ids_of(f, (DEFAULT, "cold"))),
+                trial_evidence(f, f"{WHOLE_FILE_READ} cold", WHOLE_FILE_READ),
+                trial_evidence(f, f"{DEFAULT} cold", DEFAULT),
             ],
             ram_bytes_needed=need,
             risk="holds the file twice at the peak; with N ranks per node, N copies. "
@@ -151,26 +139,13 @@ def rule_gpu_staged(f: Facts) -> list[Recommendation]:
         return []
     route = best.strategy
     evidence = [
-        Evidence(f"{route} cold ({best.what})", f.seconds(route), "s", ids_of(f, (route, "cold"))),
-        Evidence(
-            f"{GPU_DEFAULT} cold (load_file(device='cuda'))",
-            f.seconds(GPU_DEFAULT),
-            "s",
-            ids_of(f, (GPU_DEFAULT, "cold")),
-        ),
+        trial_evidence(f, f"{route} cold ({best.what})", route),
+        trial_evidence(f, f"{GPU_DEFAULT} cold (load_file(device='cuda'))", GPU_DEFAULT),
     ]
-    own = GPU_INTERNAL_READER
-    if f.speedup(own, base_name=GPU_DEFAULT):
-        evidence.append(
-            Evidence(
-                f"loadscope's own '{own}' reader cold (evidence, not a route)",
-                f.seconds(own),
-                "s",
-                ids_of(f, (own, "cold")),
-            )
-        )
+    if f.speedup(GPU_INTERNAL_READER, base_name=GPU_DEFAULT):
+        evidence.append(reader_evidence(f, GPU_INTERNAL_READER))
     evidence.extend(slower_evidence(slower))
-    how = f.how_obtained(route, GPU_DEFAULT)
+    how, confidence, how_field = gain_terms(f, route, gain, GPU_DEFAULT)
     return [
         Recommendation(
             id="gpu-staged",
@@ -182,8 +157,8 @@ def rule_gpu_staged(f: Facts) -> list[Recommendation]:
             expected_speedup=gain,
             evidence=evidence,
             risk="host memory bounded by the pinned ring; no full CPU copy of the model",
-            confidence="high" if gain >= 2 and how == "measured" else "medium",
-            how="" if how == "measured" else how,
+            confidence=confidence,
+            how=how_field,
             snippets=[*snippets, remeasure(f, "--device cuda")],
         )
     ]

@@ -91,6 +91,27 @@ def ids_of(f: Facts, *keys: tuple[str, str]) -> list[int]:
     return [i for k in keys for i in f.trial_ids.get(k, [])]
 
 
+def trial_evidence(f: Facts, label: str, strategy: str, cache: str = "cold") -> Evidence:
+    """A strategy's median time in ``cache`` as evidence, with its trials' ids."""
+    return Evidence(label, f.seconds(strategy, cache), "s", ids_of(f, (strategy, cache)))
+
+
+def reader_evidence(f: Facts, reader: str) -> Evidence:
+    """One of loadscope's own tuned readers: what the storage gives it, not a route."""
+    label = f"loadscope's own '{reader}' reader cold (evidence, not a route)"
+    return trial_evidence(f, label, reader)
+
+
+def gain_terms(
+    f: Facts, route: str, gain: float, baseline: str = "mmap"
+) -> tuple[str, Confidence, str]:
+    """How a route's gain over ``baseline`` was obtained ("measured", "estimated ±E%"), and
+    the recommendation's ``confidence`` and ``how`` ("" for measured) that follow."""
+    how = f.how_obtained(route, baseline)
+    confidence: Confidence = "high" if gain >= 2 and how == "measured" else "medium"
+    return how, confidence, "" if how == "measured" else how
+
+
 def remeasure(f: Facts, options: str) -> Snippet:
     """The bench command that re-measures the fix with ``options``."""
     return command("shell", f"loadscope bench {shlex.quote(f.model_path)} {options}  # re-measure")
