@@ -254,7 +254,10 @@ class BenchView(Vertical):
             return
         # The same section the terminal, the Markdown and the HTML lay out.
         section = ranks_section(ranks)
-        lines = [section.title + ":", *section_lines(section, indent=2)]
+        # The view's own width (a scrollbar and padding inside the terminal's): a table
+        # laid out for 80 columns wrapped its last column onto a line of its own.
+        width = max(60, (box.content_size.width or self.app.size.width - 6))
+        lines = [section.title + ":", *section_lines(section, indent=2, width=width)]
         box.update(Text("\n".join(lines)))
 
     def running_pid(self) -> int | None:

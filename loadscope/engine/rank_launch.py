@@ -382,6 +382,11 @@ def _finished(
     slowest = max(ranks, key=lambda r: r.seconds)
     bytes_read = sum(r.bytes_read for r in ranks)
     storage = _total([r.storage_read_bytes for r in ranks])
+    if storage == 0 and bytes_read and trial.cache == "cold" and trial.cache_verified:
+        # A load from a verified-cold cache fetched every byte from storage: a count of 0
+        # is a counter that cannot see these reads (read_bytes counts block-layer reads:
+        # FUSE, NFS, tmpfs have none), not 0 bytes. Unknown, not 0.0x.
+        storage = None
     verified = all(r.verified for r in ranks)
     wrong = "; ".join(f"rank {r.rank}: {r.mismatch}" for r in ranks if not r.verified)
     return replace(

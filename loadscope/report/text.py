@@ -16,15 +16,15 @@ def plain(text: str) -> str:
     return re.sub(r"\*\*([^*]+)\*\*", r"\1", text).replace("`", "")
 
 
-def block_lines(block: Block, indent: int = 0) -> list[str]:
-    """One block, indented by ``indent`` columns."""
+def block_lines(block: Block, indent: int = 0, width: int = WIDTH) -> list[str]:
+    """One block, indented by ``indent`` columns, in ``width`` columns."""
     pad = " " * indent
     if isinstance(block, Para | Quote):
         mark = "> " if isinstance(block, Quote) else ""
         return [
             textwrap.fill(
                 plain(line),
-                WIDTH,
+                width,
                 initial_indent=pad + mark,
                 subsequent_indent=pad + mark,
                 break_on_hyphens=False,
@@ -35,7 +35,7 @@ def block_lines(block: Block, indent: int = 0) -> list[str]:
         return [
             textwrap.fill(
                 plain(item).replace("\n", " "),
-                WIDTH,
+                width,
                 initial_indent=pad + "- ",
                 subsequent_indent=pad + "  ",
                 break_on_hyphens=False,
@@ -45,11 +45,11 @@ def block_lines(block: Block, indent: int = 0) -> list[str]:
     if isinstance(block, Code):
         return [pad + "  " + line for line in block.text.splitlines()]
     if isinstance(block, Table):
-        return _table_lines(block, pad)
+        return _table_lines(block, pad, width)
     raise TypeError(block)
 
 
-def _table_lines(table: Table, pad: str) -> list[str]:
+def _table_lines(table: Table, pad: str, width: int) -> list[str]:
     """Columns as wide as their widest cell, two spaces apart (one where two would pass
     80 columns), figures right-aligned, a rule under the header; a last column too wide
     for the line (a reason, what a fix changes) wraps under itself."""
@@ -60,16 +60,16 @@ def _table_lines(table: Table, pad: str) -> list[str]:
         i > 0 and all(_FIGURE.match(r[i]) or not r[i] for r in rows[1:]) for i in range(len(widths))
     ]
     fixed = sum(widths[:-1])
-    gap = "  " if len(pad) + fixed + 2 * (len(widths) - 1) + min(widths[-1], 24) <= WIDTH else " "
+    gap = "  " if len(pad) + fixed + 2 * (len(widths) - 1) + min(widths[-1], 24) <= width else " "
     start = len(pad) + fixed + len(gap) * (len(widths) - 1)
-    room = max(WIDTH - start, 24)
+    room = max(width - start, 24)
 
     def line(row: tuple[str, ...]) -> list[str]:
         laid = zip(row[:-1], widths[:-1], right[:-1], strict=True)
         head = pad + gap.join(c.rjust(w) if r else c.ljust(w) for c, w, r in laid)
         last = row[-1].rjust(widths[-1]) if right[-1] else row[-1]
         parts = textwrap.wrap(last, room, break_on_hyphens=False) or [""]
-        if start + len(parts[0]) > WIDTH + 8:  # no room beside: under the row
+        if start + len(parts[0]) > width + 8:  # no room beside: under the row
             return [head.rstrip(), *(" " * (len(pad) + 4) + p for p in parts)]
         first = (head + gap + parts[0]).rstrip()
         return [first, *(" " * start + p for p in parts[1:])]
@@ -83,14 +83,17 @@ def _table_lines(table: Table, pad: str) -> list[str]:
 _FIGURE = re.compile(r"^(-|[\d.]+\s?\w*(/s)?x?)$")
 
 
-def blocks_text(blocks: tuple[Block, ...] | list[Block], indent: int = 0) -> list[str]:
-    return [line for block in blocks for line in block_lines(block, indent)]
+def blocks_text(
+    blocks: tuple[Block, ...] | list[Block], indent: int = 0, width: int = WIDTH
+) -> list[str]:
+    return [line for block in blocks for line in block_lines(block, indent, width)]
 
 
-def section_lines(section: Section, indent: int = 0) -> list[str]:
-    """A section's blocks, then each child under its title (``title:``), indented."""
-    lines = blocks_text(section.blocks, indent)
+def section_lines(section: Section, indent: int = 0, width: int = WIDTH) -> list[str]:
+    """A section's blocks, then each child under its title (``title:``), indented, in
+    ``width`` columns (a terminal's 80 by default; the app gives its own)."""
+    lines = blocks_text(section.blocks, indent, width)
     for child in section.children:
         lines.append(" " * indent + plain(child.title) + ":")
-        lines += section_lines(child, indent + 2)
+        lines += section_lines(child, indent + 2, width)
     return lines
