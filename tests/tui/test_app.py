@@ -598,3 +598,21 @@ def test_onboarding_down_then_enter_lands_where_the_highlight_says() -> None:
         assert radios == {"src-synth": " ", "src-path": "●", "src-hf": " "}
 
     drive(steps)
+
+
+def test_the_tab_keys_switch_tabs_from_inside_a_pane() -> None:
+    """1, 2, 3 after Tab into a pane (to scroll the charts) stayed on that pane: the focus
+    left behind in the hidden pane moved to its neighbour there, which took the tab back."""
+
+    async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        tabs = app.query_one("#tabs")
+        for keys, shown in ((("2", "tab", "3"), "advice"), (("tab", "tab", "1"), "probes")):
+            for key in keys:
+                await pilot.press(key)
+                await pilot.pause()
+            assert tabs.active == shown, (keys, app.focused)  # type: ignore[attr-defined]
+        await pilot.press("3", "tab", "2")
+        await pilot.pause()
+        assert tabs.active == "bench"  # type: ignore[attr-defined]
+
+    drive(steps, report=str(GOLDEN))
