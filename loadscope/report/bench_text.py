@@ -141,18 +141,24 @@ def format_lines(bench: dict[str, Any]) -> list[str]:
     return out
 
 
+def command_cells(
+    name: str, seconds: float, total_bytes: int, major_faults: int | None, request: float | None,
+    rss: int | None,
+) -> tuple[str, ...]:  # fmt: skip
+    """The trial table's cells (:data:`TABLE_HEADER`) for a run that is not a trial (the
+    user's own command, timed from its start to its end: no speed-up over mmap, no read
+    count)."""
+    rate = format_rate(total_bytes / seconds) if seconds else "-"
+    faults = f"{_count(major_faults)}/-" if major_faults is not None else "-"
+    return (name, "cold", _secs(seconds), rate, "-", faults, "-", _size(request), _size(rss))
+
+
 def command_row(
     name: str, seconds: float, total_bytes: int, major_faults: int | None, request: float | None,
     rss: int | None,
 ) -> str:  # fmt: skip
-    """A row of the trial table for a run that is not a trial (the user's own command, timed
-    from its start to its end: no speed-up over mmap, no read count)."""
-    rate = format_rate(total_bytes / seconds) if seconds else "-"
-    faults = f"{_count(major_faults)}/-" if major_faults is not None else "-"
-    return (
-        f"{name:<16}{'cold':<5}{_secs(seconds):>8}{rate:>10}{'-':>7}{faults:>11}{'-':>6}"
-        f"{_size(request):>8}{_size(rss):>8}"
-    )
+    """:func:`command_cells` as a row of the terminal's table."""
+    return _text_row(command_cells(name, seconds, total_bytes, major_faults, request, rss))
 
 
 def to_text(report: BenchReport, extra_rows: Sequence[str] = ()) -> str:

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate, format_us
-from loadscope.engine.sampling import whole_rate, whole_seconds_text
+from loadscope.engine.sampling import whole_rate
 from loadscope.probes.registry import block_lines
-from loadscope.report.bench_text import format_lines
+from loadscope.report.bench_text import TABLE_HEADER, command_cells, format_lines, summary_rows
 from loadscope.report.content import (
     Block,
     Bullets,
@@ -184,53 +184,47 @@ def _registered(doc: dict[str, Any]) -> list[Section]:
 
 
 def _trials(doc: dict[str, Any]) -> Section | None:
+    """The trial table: the rows the terminal and the app show (``summary_rows``: each
+    strategy's median, rate, speed-up and one steady trial's counters, or why it has
+    none), then seed 004's spread of each (steady trials, the first run, min-max)."""
     bench = doc.get("bench")
     if not bench:
         return None
-    total = int((bench.get("target") or {}).get("total_bytes") or 0)
+    trials = bench.get("trials") or []
+    spread = {
+        (s.get("strategy"), s.get("cache")): _trial_spread(trials, s)
+        for s in bench.get("summary") or []
+        if isinstance(s, dict)
+    }
+    width = len(TABLE_HEADER) + 3
     rows: list[tuple[str, ...]] = []
-    sampled = False
-    for s in bench["summary"]:
-        if s["median_seconds"] is None:
+    for row in summary_rows(bench):
+        name = f"`{row[0]}`"
+        if len(row) < len(TABLE_HEADER):  # no time: why, in the third cell
+            rows.append((name, *row[1:], *("",) * (width - len(row))))
             continue
-        per_s = whole_rate(s, total)
-        rate = format_rate(per_s) if per_s else "-"
-        x = f"{s['x_vs_mmap']:.2f}x" if s["x_vs_mmap"] else "-"
-        n, first, low, high, rss = _trial_spread(bench.get("trials") or [], s)
-        sampled = sampled or s.get("extrapolated_median_seconds") is not None
-        rows.append(
-            (
-                f"`{s['strategy']}`",
-                str(s["cache"]),
-                whole_seconds_text(s),
-                rate,
-                x,
-                str(n),
-                _g(first),
-                f"{_g(low)}-{_g(high)}",
-                rss,
-            )
-        )
+        n, first, low, high = spread[(row[0], row[1])]
+        rows.append((name, *row[1:], str(n), _g(first), f"{_g(low)}-{_g(high)}"))
     rows += _user_command_rows(doc)
-    header = (
-        "strategy",
-        "cache",
-        "median s",
-        "rate",
-        "x mmap",
-        "trials",
-        "first run s",
-        "min-max s",
-        "peak RSS",
+    sampled = any(
+        isinstance(s, dict) and s.get("extrapolated_median_seconds") is not None
+        for s in bench.get("summary") or []
     )
-    blocks: list[Block] = [Table(header, tuple(rows))]
-    if sampled:
-        blocks.append(
-            Para(
-                "~: extrapolated to the whole model from a sample; first run and min-max are"
+    blocks: list[Block] = [Table((*TABLE_HEADER, "trials", "first run", "min-max"), tuple(rows))]
+    blocks.append(
+        Para(
+            "x mmap: speed-up over mmap load_file in the same cache state; faults"
+            " (major/minor), reads (read syscalls), avg req (block-layer request size) and RSS"
+            " (peak) from one steady trial; trials, first run and min-max (seconds): the"
+            " steady trials' spread."
+            + (
+                " ~: extrapolated to the whole model from a sample; first run and min-max are"
                 " then the sample's own times."
+                if sampled
+                else ""
             )
         )
+    )
     if line := ceiling_line(doc.get("probe") or {}, bench):
         blocks.append(Para(line))
     return Section("trials", "trials (median seconds)", tuple(blocks))
@@ -291,15 +285,15 @@ def _g(value: float | None) -> str:
 
 def _trial_spread(
     trials: list[dict[str, Any]], summary: Mapping[str, Any]
-) -> tuple[int, float | None, float | None, float | None, str]:
+) -> tuple[int, float | None, float | None, float | None]:
     """Seed 004's columns for one strategy and cache state, from its trials in the order
     they ran: how many steady trials, the first run's time (the warm-up when there was
-    one), the steady min and max, and the median peak RSS."""
+    one), the steady min and max."""
     mine = [
         t
         for t in trials
-        if t.get("strategy") == summary["strategy"]
-        and t.get("cache") == summary["cache"]
+        if t.get("strategy") == summary.get("strategy")
+        and t.get("cache") == summary.get("cache")
         and t.get("status") == "ok"
         and not t.get("fit")
         and t.get("seconds") is not None
@@ -307,14 +301,7 @@ def _trial_spread(
     steady = [t for t in mine if not t.get("warmup") and t.get("cache_verified")]
     first = mine[0]["seconds"] if mine else None
     secs = [float(t["seconds"]) for t in steady]
-    rss = sorted(int(t["peak_rss_bytes"]) for t in steady if t.get("peak_rss_bytes"))
-    return (
-        len(steady),
-        first,
-        min(secs) if secs else None,
-        max(secs) if secs else None,
-        format_bytes(rss[len(rss) // 2]) if rss else "-",
-    )
+    return len(steady), first, min(secs) if secs else None, max(secs) if secs else None
 
 
 def _conversion(doc: dict[str, Any]) -> Section | None:
@@ -338,34 +325,36 @@ def _conversion(doc: dict[str, Any]) -> Section | None:
 
 
 def _user_command_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
-    """``doctor --cmd``: the user's command's runs as rows of the trial table (its own
-    section says what each fix changes)."""
+    """``doctor --cmd``: the user's command's runs as rows of the trial table (the median
+    run's counters, as the terminal's rows; its own section says what each fix changes)."""
     user = doc.get("user_command")
     if not isinstance(user, dict):
         return []
-    total = float(user.get("total_bytes") or 0)
+    total = int(user.get("total_bytes") or 0)
     rows: list[tuple[str, ...]] = []
     for v in user.get("variants") or []:
         median = v.get("median_seconds") if isinstance(v, dict) else None
         if not isinstance(median, int | float) or not median:
             continue
         runs = [r for r in v.get("runs") or [] if isinstance(r, dict)]
-        times = [r["seconds"] for r in runs if isinstance(r.get("seconds"), int | float)]
-        rss = max((r.get("peak_rss_bytes") or 0 for r in runs), default=0)
+        ran = [r for r in runs if isinstance(r.get("seconds"), int | float)]
+        timed = sorted(ran, key=lambda r: float(r["seconds"]))
+        times = [float(r["seconds"]) for r in timed]
+        mid = timed[len(timed) // 2] if timed else {}
         name = _USER_VARIANTS.get(str(v.get("name")), str(v.get("name")))
-        rows.append(
-            (
-                f"your command: {name}",
-                "cold",
-                f"{median:.3g}",
-                format_rate(total / median) if total else "-",
-                "-",
-                str(len(times)),
-                _g(times[0] if times else None),
-                f"{_g(min(times, default=None))}-{_g(max(times, default=None))}",
-                format_bytes(rss) if rss else "-",
-            )
+        cells = command_cells(
+            f"your command: {name}",
+            float(median),
+            total,
+            mid.get("major_faults"),
+            mid.get("device_request_bytes"),
+            mid.get("peak_rss_bytes"),
         )
+        first = next(
+            (float(r["seconds"]) for r in runs if isinstance(r.get("seconds"), int | float)), None
+        )
+        low, high = (times[0], times[-1]) if times else (None, None)
+        rows.append((*cells, str(len(times)), _g(first), f"{_g(low)}-{_g(high)}"))
     return rows
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from loadscope.diagnosis.doctor_report import advice_lines
 from loadscope.report import html as html_report
 from loadscope.report import markdown
-from loadscope.report.content import fix_sections, fixes
+from loadscope.report.content import Table, fix_sections, fixes
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "doctor_emulated.json"
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -215,3 +215,49 @@ def test_the_app_shows_the_ranks_with_the_numbers_the_reports_show() -> None:
     text = "\n".join([section.title, *section_lines(section)])
     assert _numbers(shown) == _numbers(md) == _numbers(text)
     assert "broadcast-async" in shown and "2.00x" in shown
+
+
+def test_the_trial_table_shows_the_same_numbers_in_the_terminal_markdown_html_and_app() -> None:
+    """The Markdown and HTML trial table had seed 004's columns alone (trials, first run,
+    min-max and the median peak RSS) where the terminal and the app showed one steady
+    trial's counters and its RSS: two RSS figures for one row. Now every one lays out
+    the same rows; the reports add the spread in three columns after them."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import DataTable
+
+    from loadscope.report.bench_text import TABLE_HEADER, _text_row, summary_rows
+    from loadscope.report.sections import sections
+    from loadscope.tui.views import BenchView
+
+    doc = _doc()
+    (trials,) = [s for s in sections(doc) if s.id == "trials"]
+    shared = len(TABLE_HEADER)
+    table = trials.blocks[0]
+    assert isinstance(table, Table)
+    terminal = [_numbers(_text_row(r)) for r in summary_rows(doc["bench"])]
+    md_rows = [
+        line.split("|")[1 : shared + 1]
+        for line in markdown.render_section(trials)
+        if line.startswith("| `")
+    ]
+    page = "\n".join(html_report.render_section(trials))
+    html_rows = [re.findall(r"<td>(.*?)</td>", row)[:shared] for row in page.split("<tr>")[2:]]
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield BenchView()
+
+    async def drive() -> list[list[str]]:
+        app = One()
+        async with app.run_test(size=(120, 40)) as pilot:
+            app.query_one(BenchView).show(doc["bench"])
+            await pilot.pause()
+            grid = app.query_one("#results", DataTable)
+            return [[str(c) for c in grid.get_row_at(i)] for i in range(grid.row_count)]
+
+    app_rows = asyncio.run(drive())
+    assert terminal and len(terminal) == len(md_rows) == len(html_rows) == len(app_rows)
+    for text, md, page_row, shown in zip(terminal, md_rows, html_rows, app_rows, strict=True):
+        assert _numbers(" ".join(md)) == text, (md, text)
+        assert _numbers(html.unescape(" ".join(page_row))) == text
+        assert _numbers(" ".join(shown)) == text
