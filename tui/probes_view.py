@@ -23,6 +23,7 @@ from textual.widgets import Static
 
 from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.probes.registry import block_lines
+from loadscope.report.probe_text import latency_text
 from loadscope.tui.charts import Bar, bar_lines, theme_color
 
 #: Residency lines shown before "... and N more".
@@ -115,14 +116,7 @@ def summary_lines(probe: dict[str, Any]) -> list[Text]:
         lines.extend(_storage_lines(files[0]))
     lat = probe.get("latency", {})
     if lat.get("status") == "ok":
-        lines.append(
-            _labelled(
-                "latency",
-                f"cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
-                f" p50 {format_us(lat['p50_us'])}  p90 {format_us(lat['p90_us'])}"
-                f"  p99 {format_us(lat['p99_us'])}",
-            )
-        )
+        lines.append(_labelled("latency", latency_text(lat)))
     else:
         lines.append(Text(_result_line("latency", lat)))
     return lines

@@ -22,6 +22,16 @@ from loadscope.probes.result import ProbeResult, Status
 # -- the human summary ------------------------------------------------------------------------
 
 
+def latency_text(lat: dict[str, Any]) -> str:
+    """The cold read latency probe's figures (its block in the report's JSON), as the
+    terminal, the Markdown, the HTML and the app say them."""
+    return (
+        f"cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
+        f" p50 {format_us(lat['p50_us'])}, p90 {format_us(lat['p90_us'])},"
+        f" p99 {format_us(lat['p99_us'])}"
+    )
+
+
 def _bar(value: float, biggest: float, width: int = 20) -> str:
     return "#" * (max(1, round(width * value / biggest)) if biggest > 0 and value > 0 else 0)
 
@@ -155,12 +165,7 @@ def to_text(report: ProbeReport) -> str:
         lines.append(_wrap("page cache", f"unknown: {why}"))
     lat = report.latency
     if lat.data is not None:
-        d = lat.data
-        latency = (
-            f"cold 4 KiB reads ({d.method}, {d.samples} samples):"
-            f" p50 {format_us(d.p50_us)}, p90 {format_us(d.p90_us)}, p99 {format_us(d.p99_us)}"
-        )
-        lines.append(_wrap("latency", latency))
+        lines.append(_wrap("latency", latency_text(lat.to_dict())))
     else:
         lines.append(_status_line("latency", lat))
     lines += _throughput_lines(report.throughput)

@@ -31,6 +31,7 @@ from loadscope.report.content import (
     Table,
     fix_sections,
 )
+from loadscope.report.probe_text import latency_text
 from loadscope.report.rank_text import ranks_section
 
 
@@ -135,11 +136,7 @@ def _storage(doc: dict[str, Any]) -> Section | None:
         items.append(f"readahead: {bdi['read_ahead_kb']} KiB")
     lat = probe.get("latency") or {}
     if lat.get("status") == "ok":
-        items.append(
-            f"cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
-            f" p50 {format_us(lat['p50_us'])}, p90 {format_us(lat['p90_us'])},"
-            f" p99 {format_us(lat['p99_us'])}"
-        )
+        items.append(latency_text(lat))
     thr = probe.get("throughput") or {}
     if thr.get("status") == "ok":
         seq = thr.get("sequential") or []
