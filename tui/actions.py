@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
+from textual.widgets import TabbedContent, Tabs
 
 from loadscope.tui.views import AdviceView
 
@@ -177,3 +178,12 @@ def install_explainers(app_class: type[Any]) -> None:
     for a in ACTIONS:
         if a.why_not is not None:
             setattr(app_class, f"key_{a.key}", _explainer(a.action))
+
+
+def switch_tab(app: LoadscopeApp, tab: str) -> None:
+    """Show ``tab`` (keys 1, 2, 3). The tab bar takes the focus first: a focused widget in
+    the pane being hidden handed the focus to its neighbour there, which took the tab
+    back (3 after Tab into the Benchmark charts stayed on Benchmark)."""
+    tabs = app.query_one("#tabs", TabbedContent)
+    app.set_focus(tabs.query_one(Tabs))
+    tabs.active = tab

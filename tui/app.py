@@ -27,7 +27,7 @@ from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
+from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
@@ -201,12 +201,7 @@ class LoadscopeApp(App[int]):
         yield from actions.palette_commands(self)
 
     def action_tab(self, tab: str) -> None:
-        # Focus goes to the tab bar first: a focused widget in the pane being hidden
-        # handed the focus to its neighbour there, which took the tab back (3 after Tab
-        # into the Benchmark charts stayed on Benchmark).
-        tabs = self.query_one("#tabs", TabbedContent)
-        self.set_focus(tabs.query_one(Tabs))
-        tabs.active = tab
+        actions.switch_tab(self, tab)
 
     def action_new(self) -> None:
         def picked(choice: dict[str, Any] | None) -> None:
