@@ -60,4 +60,6 @@ def answer(
         out.write(f"{details()}\nfull report: {saved}\n")
         return
     stacks = tuple(dict.fromkeys(args.stack)) if args.stack else installed_stacks()
-    out.write("\n".join(brief_lines(doc, stacks, saved, OPEN_WITH if path else "")) + "\n")
+    opener = OPEN_WITH if path else ""
+    lines = brief_lines(doc, stacks, saved, opener, asked=bool(args.stack))
+    out.write("\n".join(lines) + "\n")

@@ -137,10 +137,16 @@ def _evidence(doc: dict[str, Any]) -> str:
 
 
 def brief_lines(
-    doc: dict[str, Any], stacks: tuple[str, ...], saved: str, how_to_open: str = ""
+    doc: dict[str, Any],
+    stacks: tuple[str, ...],
+    saved: str,
+    how_to_open: str = "",
+    *,
+    asked: bool = False,
 ) -> list[str]:
     """The one-screen answer for a doctor report's JSON; ``stacks`` the user's (empty:
-    :data:`FALLBACK`), ``saved`` where the full report is (or why it is not)."""
+    :data:`FALLBACK`; ``asked``: named with --stack, else the ones installed here),
+    ``saved`` where the full report is (or why it is not)."""
     verdict = doc.get("verdict") or {}
     head = _wrap(f"verdict: {verdict.get('headline', '')}", "  ")
     found = fixes(doc)
@@ -156,13 +162,15 @@ def brief_lines(
     fix_head = ["", *_wrap(f"fix: {top.heading.split('. ', 1)[-1]}", "  ")]
     blocks, used = _stack_blocks(found, top, chosen[:SHOWN_STACKS])
     named = list(chosen[SHOWN_STACKS:])
+    # The stacks not shown, as the user knows them: named with --stack, or found here.
+    which = "asked for" if asked else "installed"
     also = [_one_line(f"also: {f.heading}") for f in found if f is not top and f.id not in used]
     also = also[:2]
     # Within the screen, the tail always kept: drop the other fixes, then the second
     # stack's block (named with the others), then cut the first block's code.
     while True:
         hint = (
-            _wrap(f"(also installed: {', '.join(named)}; --stack NAME shows its code)", "  ", "  ")
+            _wrap(f"(also {which}: {', '.join(named)}; --stack NAME shows its code)", "  ", "  ")
             if named
             else []
         )

@@ -123,3 +123,11 @@ def test_the_no_code_fallback_can_be_the_copy_to_a_local_disk() -> None:
     assert "sglang: no route of this fix; instead, Copy the model to a local disk" in text
     assert "(31.3x estimated)" in " ".join(text.split()) and "--model-path /tmp/model-copy" in text
     assert not any(line.startswith("also: ") and "Copy the model" in line for line in lines)
+
+
+def test_stacks_named_with_stack_are_not_called_installed() -> None:
+    """Three named with --stack, two shown: the third is one the user asked for (it may
+    not be installed here), not "also installed"."""
+    stacks = ("vllm", "transformers", "diffusers")
+    text = "\n".join(brief_lines(_doc("doctor_stacks"), stacks, SAVED, asked=True))
+    assert "also asked for: diffusers; --stack NAME" in text and "installed" not in text
