@@ -14,7 +14,9 @@ from loadscope.advice.snippets import STACKS
 from loadscope.cli.common import opt
 
 #: Where a saved report is opened again.
-OPEN_WITH = "(loadscope report --last renders it in full; loadscope tui --report FILE opens it)"
+OPEN_WITH = (
+    "(loadscope report --last --text shows it in full; loadscope tui --report FILE opens it)"
+)
 
 ANSWER_OPTIONS = (
     opt(

@@ -8,14 +8,15 @@ from typing import TextIO
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import Command, UsageError, opt
 from loadscope.diagnosis.doctor import load_report
+from loadscope.diagnosis.doctor_report import report_text
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.report.html import to_html
     from loadscope.report.markdown import to_markdown
 
-    if args.md and args.html:
-        raise UsageError("--md and --html: pick one (Markdown is the default)")
+    if sum(map(bool, (args.md, args.html, args.text))) > 1:
+        raise UsageError("--md, --html and --text: pick one (Markdown is the default)")
     if (args.file is None) == (not args.last):
         raise UsageError(
             "give FILE.json or --last (the newest report doctor, demo and the app kept)"
@@ -31,15 +32,17 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             )
         path = str(found)
     doc = load_report(path)
-    out.write((to_html(doc) if args.html else to_markdown(doc)) + "\n")
+    render = to_html if args.html else report_text if args.text else to_markdown
+    out.write(render(doc) + "\n")
     return ExitCode.OK
 
 
 COMMAND = Command(
     name="report",
-    help="render a saved doctor report (JSON) again, as Markdown",
+    help="render a saved doctor report (JSON) again: Markdown, HTML or text",
     description="Render FILE.json written by 'doctor --json' (or, with --last, the newest"
-    " report doctor, demo and the app kept in the reports folder) as Markdown for an issue.",
+    " report doctor, demo and the app kept in the reports folder) as Markdown for an issue,"
+    " as HTML, or as text for the terminal.",
     arguments=(
         opt("file", metavar="FILE.json", nargs="?"),
         opt(
@@ -51,6 +54,11 @@ COMMAND = Command(
         ),
         opt("--md", action="store_true", help="Markdown (the default)"),
         opt("--html", action="store_true", help="self-contained HTML instead"),
+        opt(
+            "--text",
+            action="store_true",
+            help="the whole report as text for a terminal, in 80 columns (the same sections)",
+        ),
     ),
     run=run,
 )

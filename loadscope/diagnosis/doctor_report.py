@@ -29,7 +29,7 @@ from loadscope.engine.bench import BenchReport
 from loadscope.engine.broadcast import BroadcastReport
 from loadscope.engine.probing import ProbeReport
 from loadscope.report.bench_text import to_text as bench_text
-from loadscope.report.content import fix_sections
+from loadscope.report.content import Quote, fix_sections
 from loadscope.report.probe_text import to_text as probe_text
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
@@ -153,3 +153,21 @@ def advice_lines(doc: dict[str, Any]) -> list[str]:
     for note in doc.get("notes") or []:
         lines.append(textwrap.fill(f"note: {note}", 80, subsequent_indent="      "))
     return lines
+
+
+def report_text(doc: dict[str, Any]) -> str:
+    """A saved report's JSON for a terminal (``loadscope report --text``): the verdict,
+    then every section the Markdown and the HTML lay out (``report/sections.py``), in
+    their order, from the same content."""
+    verdict = doc.get("verdict") or {}
+    lines = textwrap.wrap(f"verdict: {verdict.get('headline', '')}", 80, subsequent_indent="  ")
+    for section in sections(doc):
+        lines.append("")
+        if section.id == "notes":
+            notes = [plain(b.text) for b in section.blocks if isinstance(b, Quote)]
+            lines += [textwrap.fill(f"note: {n}", 80, subsequent_indent="      ") for n in notes]
+            continue
+        fix = section.id.startswith("fix-")
+        lines.append(plain(section.title) + ("" if fix else ":"))
+        lines += section_lines(section, indent=3 if fix else 2)
+    return "\n".join(lines)

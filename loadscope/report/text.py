@@ -60,7 +60,10 @@ def _table_lines(table: Table, pad: str, width: int) -> list[str]:
         i > 0 and all(_FIGURE.match(r[i]) or not r[i] for r in rows[1:]) for i in range(len(widths))
     ]
     fixed = sum(widths[:-1])
-    gap = "  " if len(pad) + fixed + 2 * (len(widths) - 1) + min(widths[-1], 24) <= width else " "
+    last_needs = widths[-1] if right[-1] else min(widths[-1], 24)
+    if len(widths) > 3 and len(pad) + fixed + len(widths) - 1 + last_needs > width:
+        return _split_table(table, widths, pad, width)
+    gap = "  " if len(pad) + fixed + 2 * (len(widths) - 1) + last_needs <= width else " "
     start = len(pad) + fixed + len(gap) * (len(widths) - 1)
     room = max(width - start, 24)
 
@@ -79,8 +82,29 @@ def _table_lines(table: Table, pad: str, width: int) -> list[str]:
     return out + [text for r in rows[1:] for text in line(r)]
 
 
-#: A cell that is a figure: a number with its unit, a ratio, or "-" for none.
-_FIGURE = re.compile(r"^(-|[\d.]+\s?\w*(/s)?x?)$")
+def _split_table(table: Table, widths: list[int], pad: str, width: int) -> list[str]:
+    """A table too wide for the line as two: the columns that fit, then the first two
+    (what names a row) with the rest; every cell kept."""
+    keep, used = 2, len(pad) + widths[0] + widths[1] + 1
+    while keep < len(widths) and used + 1 + widths[keep] <= width:
+        used += 1 + widths[keep]
+        keep += 1
+    keep = max(keep, 3)
+
+    def part(columns: list[int]) -> Table:
+        return Table(
+            tuple(table.header[i] for i in columns),
+            tuple(tuple(r[i] if i < len(r) else "" for i in columns) for r in table.rows),
+        )
+
+    first = part(list(range(keep)))
+    rest = part([0, 1, *range(keep, len(widths))])
+    return [*_table_lines(first, pad, width), "", *_table_lines(rest, pad, width)]
+
+
+#: A cell that is a figure: a number with its unit, a ratio, "-" for none or "?" for
+#: one that cannot be trusted.
+_FIGURE = re.compile(r"^(-|\?|[\d.]+\s?\w*(/s)?x?)$")
 
 
 def blocks_text(

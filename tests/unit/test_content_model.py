@@ -14,7 +14,7 @@ from typing import Any
 from loadscope.diagnosis.doctor_report import advice_lines
 from loadscope.report import html as html_report
 from loadscope.report import markdown
-from loadscope.report.content import Table, fix_sections, fixes
+from loadscope.report.content import Code, Table, fix_sections, fixes
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "doctor_emulated.json"
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -261,3 +261,29 @@ def test_the_trial_table_shows_the_same_numbers_in_the_terminal_markdown_html_an
         assert _numbers(" ".join(md)) == text, (md, text)
         assert _numbers(html.unescape(" ".join(page_row))) == text
         assert _numbers(" ".join(shown)) == text
+
+
+def test_a_saved_report_as_text_lays_out_every_section_the_markdown_has() -> None:
+    """``loadscope report --text``: the whole report for a terminal from the same content
+    (it rendered Markdown or HTML only); every number kept, within 80 columns but for
+    code to paste (a table too wide is split in two: its rows' later cells come after)."""
+    from loadscope.diagnosis.doctor_report import report_text
+    from loadscope.report.sections import sections
+
+    doc = _evidence_doc()
+    text = report_text(doc)
+    found = sections(doc)
+    md = "\n".join(line for s in found for line in markdown.render_section(s))
+    want = _numbers(doc["verdict"]["headline"]) + _numbers(md)
+    assert sorted(_numbers(text)) == sorted(want)
+    code = {
+        line.strip()
+        for s in found
+        for b in s.blocks
+        if isinstance(b, Code)
+        for line in b.text.splitlines()
+    }
+    code |= {line.strip() for f in fixes(doc) for r in f.routes for line in r.code.splitlines()}
+    long = [line for line in text.splitlines() if len(line) > 80 and line.strip() not in code]
+    assert not long, long
+    assert text.count("strategy  ") >= 2  # the trial table, split in two
