@@ -117,7 +117,9 @@ def section_lines(section: Section, indent: int = 0, width: int = WIDTH) -> list
     """A section's blocks, then each child under its title (``title:``), indented, in
     ``width`` columns (a terminal's 80 by default; the app gives its own)."""
     lines = blocks_text(section.blocks, indent, width)
+    pad = " " * indent
     for child in section.children:
-        lines.append(" " * indent + plain(child.title) + ":")
+        title = plain(child.title) + ":"
+        lines += textwrap.wrap(title, width, initial_indent=pad, subsequent_indent=pad + "  ")
         lines += section_lines(child, indent + 2, width)
     return lines

@@ -270,9 +270,12 @@ def test_a_saved_report_as_text_lays_out_every_section_the_markdown_has() -> Non
     from loadscope.diagnosis.doctor_report import report_text
     from loadscope.report.sections import sections
 
-    doc = _evidence_doc()
-    text = report_text(doc)
-    found = sections(doc)
+    stacks = json.loads((GOLDEN.parent / "doctor_stacks.json").read_text())
+    for doc in (_evidence_doc(), stacks):  # the second: routes per stack, long titles
+        _laid_out_whole(doc, report_text(doc), sections(doc))
+
+
+def _laid_out_whole(doc: dict[str, Any], text: str, found: list[Any]) -> None:
     md = "\n".join(line for s in found for line in markdown.render_section(s))
     want = _numbers(doc["verdict"]["headline"]) + _numbers(md)
     assert sorted(_numbers(text)) == sorted(want)
