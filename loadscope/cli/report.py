@@ -15,8 +15,10 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.report.html import to_html
     from loadscope.report.markdown import to_markdown
 
-    if sum(map(bool, (args.md, args.html, args.text))) > 1:
-        raise UsageError("--md, --html and --text: pick one (Markdown is the default)")
+    given = [f"--{k}" for k in ("md", "html", "text") if getattr(args, k)]
+    if len(given) > 1:
+        named = f"{', '.join(given[:-1])} and {given[-1]}"
+        raise UsageError(f"{named}: pick one (Markdown is the default)")
     if (args.file is None) == (not args.last):
         raise UsageError(
             "give FILE.json or --last (the newest report doctor, demo and the app kept)"

@@ -133,23 +133,17 @@ def test_the_apps_probe_view_shows_a_probe_from_one_module(
         "toy toy probe saw 3 file(s), 4096 bytes",
     ]
 
-    from textual.app import App, ComposeResult
     from textual.widgets import Static
 
-    class One(App[None]):
-        def compose(self) -> ComposeResult:
-            yield ProbesView(id="probes")
+    from tests.tui.harness import in_a_view
 
-    async def drive() -> str:
-        app = One()
-        async with app.run_test(size=(80, 40)) as pilot:
-            app.query_one(ProbesView).show(doc)
-            await pilot.pause()
-            return str(app.query_one("#probe-registered", Static).render())
+    async def steps(app: Any, pilot: Any) -> str:
+        app.query_one(ProbesView).show(doc)
+        await pilot.pause()
+        return str(app.query_one("#probe-registered", Static).render())
 
-    import asyncio
-
-    assert "toy probe saw 3 file(s), 4096 bytes" in asyncio.run(drive())
+    shown = in_a_view(ProbesView(id="probes"), steps, size=(80, 40))
+    assert "toy probe saw 3 file(s), 4096 bytes" in shown
 
 
 #: In the strategy's environment: its place in the doctor's plan (on a probe of the

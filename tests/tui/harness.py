@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
+
+from textual.app import App, ComposeResult
+from textual.widget import Widget
 
 from loadscope.tui.app import LoadscopeApp
 from loadscope.tui.screens import OnboardingScreen
@@ -15,6 +18,7 @@ GOLDEN = REPO_ROOT / "tests" / "golden" / "doctor_emulated.json"
 
 #: A test's steps: given the running app and its pilot.
 Steps = Callable[[LoadscopeApp, Any], Awaitable[None]]
+T = TypeVar("T")
 
 
 def make_app(**kw: Any) -> LoadscopeApp:
@@ -51,3 +55,21 @@ async def onboarding_error(app: LoadscopeApp, pilot: Any) -> str:
     await pilot.press("ctrl+r")
     assert isinstance(app.screen, OnboardingScreen)
     return str(app.screen.query_one("#onboarding-error").render())
+
+
+def in_a_view(
+    view: Widget, steps: Callable[[Any, Any], Awaitable[T]], size: tuple[int, int] = (100, 40)
+) -> T:
+    """``view`` alone in an app of ``size``: what ``steps`` (given the app and its pilot)
+    reads from it."""
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield view
+
+    async def go() -> T:
+        app = One()
+        async with app.run_test(size=size) as pilot:
+            return await steps(app, pilot)
+
+    return asyncio.run(go())

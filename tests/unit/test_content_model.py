@@ -4,7 +4,6 @@ same order, because each only lays out the blocks ``report/content.py`` builds o
 
 from __future__ import annotations
 
-import asyncio
 import html
 import json
 import re
@@ -15,6 +14,7 @@ from loadscope.diagnosis.doctor_report import advice_lines
 from loadscope.report import html as html_report
 from loadscope.report import markdown
 from loadscope.report.content import Code, Table, fix_sections, fixes
+from tests.tui.harness import in_a_view
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "doctor_emulated.json"
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -46,30 +46,23 @@ def _html(doc: dict[str, Any]) -> str:
 
 
 def _app(doc: dict[str, Any]) -> str:
-    from textual.app import App, ComposeResult
     from textual.widgets import OptionList, Static
 
     from loadscope.tui.views import AdviceView
 
-    class One(App[None]):
-        def compose(self) -> ComposeResult:
-            yield AdviceView()
-
-    async def drive() -> list[str]:
-        app = One()
+    async def steps(app: Any, pilot: Any) -> list[str]:
+        view = app.query_one(AdviceView)
+        view.show(doc)
         shown = []
-        async with app.run_test(size=(100, 40)) as pilot:
-            view = app.query_one(AdviceView)
-            view.show(doc)
-            for i in range(len(view.recommendations)):
-                app.query_one("#recs", OptionList).highlighted = i
-                await pilot.pause()
-                detail = str(app.query_one("#rec-detail", Static).render())
-                # The fix itself; the report's notes and the keys follow it in the view.
-                shown.append(re.split(r"\nnotes:\n|press c to copy", detail)[0])
+        for i in range(len(view.recommendations)):
+            app.query_one("#recs", OptionList).highlighted = i
+            await pilot.pause()
+            detail = str(app.query_one("#rec-detail", Static).render())
+            # The fix itself; the report's notes and the keys follow it in the view.
+            shown.append(re.split(r"\nnotes:\n|press c to copy", detail)[0])
         return shown
 
-    return "\n".join(asyncio.run(drive()))
+    return "\n".join(in_a_view(AdviceView(), steps))
 
 
 def test_the_four_renderings_of_the_fixes_show_the_same_numbers_in_the_same_order() -> None:
@@ -189,7 +182,6 @@ def test_the_evidence_sections_show_the_same_numbers_in_the_terminal_markdown_an
 def test_the_app_shows_the_ranks_with_the_numbers_the_reports_show() -> None:
     """The app's Benchmark view had a ranks table of its own (fewer columns, other
     rounding); it lays out the same section now."""
-    from textual.app import App, ComposeResult
     from textual.widgets import Static
 
     from loadscope.report.rank_text import ranks_section
@@ -199,18 +191,12 @@ def test_the_app_shows_the_ranks_with_the_numbers_the_reports_show() -> None:
     ranks = _evidence_doc()["ranks"]
     md = "\n".join(markdown.render_section(ranks_section(ranks)))
 
-    class One(App[None]):
-        def compose(self) -> ComposeResult:
-            yield BenchView()
+    async def steps(app: Any, pilot: Any) -> str:
+        app.query_one(BenchView).show_ranks(ranks)
+        await pilot.pause()
+        return str(app.query_one("#ranks-summary", Static).render())
 
-    async def drive() -> str:
-        app = One()
-        async with app.run_test(size=(100, 40)) as pilot:
-            app.query_one(BenchView).show_ranks(ranks)
-            await pilot.pause()
-            return str(app.query_one("#ranks-summary", Static).render())
-
-    shown = asyncio.run(drive())
+    shown = in_a_view(BenchView(), steps)
     section = ranks_section(ranks)
     text = "\n".join([section.title, *section_lines(section)])
     assert _numbers(shown) == _numbers(md) == _numbers(text)
@@ -222,7 +208,6 @@ def test_the_trial_table_shows_the_same_numbers_in_the_terminal_markdown_html_an
     min-max and the median peak RSS) where the terminal and the app showed one steady
     trial's counters and its RSS: two RSS figures for one row. Now every one lays out
     the same rows; the reports add the spread in three columns after them."""
-    from textual.app import App, ComposeResult
     from textual.widgets import DataTable
 
     from loadscope.report.bench_text import TABLE_HEADER, _text_row, summary_rows
@@ -243,19 +228,13 @@ def test_the_trial_table_shows_the_same_numbers_in_the_terminal_markdown_html_an
     page = "\n".join(html_report.render_section(trials))
     html_rows = [re.findall(r"<td>(.*?)</td>", row)[:shared] for row in page.split("<tr>")[2:]]
 
-    class One(App[None]):
-        def compose(self) -> ComposeResult:
-            yield BenchView()
+    async def steps(app: Any, pilot: Any) -> list[list[str]]:
+        app.query_one(BenchView).show(doc["bench"])
+        await pilot.pause()
+        grid = app.query_one("#results", DataTable)
+        return [[str(c) for c in grid.get_row_at(i)] for i in range(grid.row_count)]
 
-    async def drive() -> list[list[str]]:
-        app = One()
-        async with app.run_test(size=(120, 40)) as pilot:
-            app.query_one(BenchView).show(doc["bench"])
-            await pilot.pause()
-            grid = app.query_one("#results", DataTable)
-            return [[str(c) for c in grid.get_row_at(i)] for i in range(grid.row_count)]
-
-    app_rows = asyncio.run(drive())
+    app_rows = in_a_view(BenchView(), steps, size=(120, 40))
     assert terminal and len(terminal) == len(md_rows) == len(html_rows) == len(app_rows)
     for text, md, page_row, shown in zip(terminal, md_rows, html_rows, app_rows, strict=True):
         assert _numbers(" ".join(md)) == text, (md, text)
