@@ -269,3 +269,25 @@ def _laid_out_whole(doc: dict[str, Any], text: str, found: list[Any]) -> None:
     long = [line for line in text.splitlines() if len(line) > 80 and line.strip() not in code]
     assert not long, long
     assert text.count("strategy  ") >= 2  # the trial table, split in two
+
+
+def test_a_report_missing_any_part_still_renders_as_text_as_markdown_does() -> None:
+    """A report read back may lack a part (an older loadscope's, a run stopped early): the
+    text says what there is, as the Markdown does, never a traceback."""
+    from loadscope.diagnosis.doctor_report import report_text
+    from loadscope.report.schema import SchemaError, check
+
+    for name in ("doctor_emulated", "doctor_report", "doctor_stacks"):
+        whole = json.loads((GOLDEN.parent / f"{name}.json").read_text())
+        for key in whole:
+            doc = {k: v for k, v in whole.items() if k != key}
+            try:
+                check(doc, "doctor")
+            except SchemaError:
+                continue  # refused on reading, before any renderer
+            assert markdown.to_markdown(doc) and report_text(doc), (name, key)
+            for part in ("probe", "bench"):
+                if isinstance(doc.get(part), dict):
+                    for inner in list(doc[part]):
+                        trimmed = {**doc, part: {k: v for k, v in doc[part].items() if k != inner}}
+                        assert report_text(trimmed), (name, key, part, inner)

@@ -115,7 +115,7 @@ def test_report_and_compare_refuse_bad_files_in_one_line(cli: CliRunner, tmp_pat
     good = str(GOLDEN / "doctor_emulated.json")
     for name, words in said.items():
         path = str(tmp_path / name)
-        for argv in (("report", path), ("compare", good, path)):
+        for argv in (("report", path), ("report", path, "--text"), ("compare", good, path)):
             result = cli(*argv)
             assert result.code == 5, (argv, result)
             lines = result.err.strip().splitlines()
