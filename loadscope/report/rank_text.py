@@ -20,8 +20,9 @@ LEGEND = (
     "median: the slowest rank's time (the load ends when the last rank has every tensor);"
     " rate: model bytes / that time; x ind: speed-up over independent reads in the same"
     " cache state; amp: bytes the ranks read / model bytes; stor: bytes that reached"
-    " storage (/proc/<pid>/io) / model bytes; held: RSS the ranks gained (the copies of the"
-    " model in RAM); RSS: peak RSS summed over ranks"
+    " storage (/proc/<pid>/io; '-' where it cannot see them: FUSE, NFS) / model bytes;"
+    " held: RSS the ranks gained (the copies of the model in RAM); RSS: peak RSS summed"
+    " over ranks"
 )
 
 
