@@ -29,7 +29,7 @@ from loadscope.engine.bench import BenchReport
 from loadscope.engine.broadcast import BroadcastReport
 from loadscope.engine.probing import ProbeReport
 from loadscope.report.bench_text import to_text as bench_text
-from loadscope.report.content import Quote, fix_sections
+from loadscope.report.content import Quote, Section, fix_sections
 from loadscope.report.probe_text import to_text as probe_text
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
@@ -135,11 +135,7 @@ def to_text(report: DoctorReport) -> str:
 def shared_lines(doc: dict[str, Any]) -> list[str]:
     """The :data:`SHARED_SECTIONS` of a doctor report's JSON, for a terminal: each under
     its title, from the same content the Markdown and the HTML lay out."""
-    lines: list[str] = []
-    for section in sections(doc):
-        if section.id in SHARED_SECTIONS:
-            lines += ["", plain(section.title) + ":", *section_lines(section, indent=2)]
-    return lines
+    return [line for s in sections(doc) if s.id in SHARED_SECTIONS for line in _section_text(s)]
 
 
 def advice_lines(doc: dict[str, Any]) -> list[str]:
@@ -148,11 +144,8 @@ def advice_lines(doc: dict[str, Any]) -> list[str]:
     verdict = doc.get("verdict") or {}
     lines = [f"verdict: {verdict.get('headline', '')}", ""]
     for section in fix_sections(doc):
-        lines.append(section.title)
-        lines += section_lines(section, indent=3)
-    for note in doc.get("notes") or []:
-        lines.append(textwrap.fill(f"note: {note}", 80, subsequent_indent="      "))
-    return lines
+        lines += _section_text(section)[1:]  # one fix after another, as they always were
+    return lines + [_note(str(n)) for n in doc.get("notes") or []]
 
 
 def report_text(doc: dict[str, Any]) -> str:
@@ -162,12 +155,19 @@ def report_text(doc: dict[str, Any]) -> str:
     verdict = doc.get("verdict") or {}
     lines = textwrap.wrap(f"verdict: {verdict.get('headline', '')}", 80, subsequent_indent="  ")
     for section in sections(doc):
-        lines.append("")
-        if section.id == "notes":
-            notes = [plain(b.text) for b in section.blocks if isinstance(b, Quote)]
-            lines += [textwrap.fill(f"note: {n}", 80, subsequent_indent="      ") for n in notes]
-            continue
-        fix = section.id.startswith("fix-")
-        lines.append(plain(section.title) + ("" if fix else ":"))
-        lines += section_lines(section, indent=3 if fix else 2)
+        lines += _section_text(section)
     return "\n".join(lines)
+
+
+def _section_text(section: Section) -> list[str]:
+    """One section for a terminal, after a blank line: a fix under its heading (its body
+    indented 3), the notes one per line, any other under ``title:`` (indented 2)."""
+    if section.id == "notes":
+        return ["", *(_note(plain(b.text)) for b in section.blocks if isinstance(b, Quote))]
+    if section.id.startswith("fix-"):
+        return ["", section.title, *section_lines(section, indent=3)]
+    return ["", plain(section.title) + ":", *section_lines(section, indent=2)]
+
+
+def _note(text: str) -> str:
+    return textwrap.fill(f"note: {text}", 80, subsequent_indent="      ")

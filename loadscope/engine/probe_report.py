@@ -20,7 +20,6 @@ from loadscope.probes.iobench import (
     LatencyResult,
     ThroughputResult,
 )
-from loadscope.probes.localdisk import LocalDisks
 from loadscope.probes.pagecache import Residency
 from loadscope.probes.registry import skipped
 from loadscope.probes.result import ProbeResult, Status, to_jsonable
@@ -108,12 +107,6 @@ class ProbeReport:
         """The GPU probe's result (registered as ``gpus``)."""
         found = self.registered.get("gpus")
         return found if found is not None else skipped("gpus")
-
-    @property
-    def local_disks(self) -> ProbeResult[LocalDisks]:
-        """The local-disk probe's result (registered as ``local_disks``)."""
-        found = self.registered.get("local_disks")
-        return found if found is not None else skipped("local_disks")
 
     def probe_value(self, job: FioJob) -> float | None:
         """The probe's own figure ``job`` stands beside."""
