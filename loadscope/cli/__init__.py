@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import signal
 import sys
@@ -222,6 +223,16 @@ def _stop_once() -> _StopOnce:
     return _StopOnce()
 
 
+#: Errors of a write that could not be done (every write of a report file is checked
+#: where it is made; this is stdout's).
+_WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _stdout_to_devnull() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``loadscope`` console script and ``python -m loadscope``."""
     parser = build_parser()
@@ -246,7 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in restore_stale():
             print(f"{PROG}: host settings: {line}", file=sys.stderr)
         check_outputs(args)
-        return int(run(args, sys.stdout))
+        code = int(run(args, sys.stdout))
+        sys.stdout.flush()  # a write that fails fails here, said below, not at exit
+        return code
     except LoadscopeError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return int(exc.exit_code)
@@ -258,10 +271,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.TERMINATED)
     except BrokenPipeError:
         # stdout closed early (| head): not an error worth a message.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         return int(ExitCode.OK)
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in _WRITE_FAILURES:
+            # stdout on a full disk (> /dev/full), over a quota, on a failing device: the
+            # output is incomplete; said once, and not again as the interpreter exits.
+            _stdout_to_devnull()
+            what = exc.filename or "the output"
+            print(f"{PROG}: cannot write {what}: {exc.strerror}", file=sys.stderr)
+            return int(ExitCode.IO_ERROR)
         if os.environ.get("LOADSCOPE_DEBUG"):
             raise
         print(

@@ -185,3 +185,17 @@ def test_a_scratch_folder_that_cannot_hold_the_model_is_one_line_before_any_work
     assert says in result.err and len(result.err.strip().splitlines()) == 1, result.err
     assert "Traceback" not in result.err and "internal error" not in result.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("fmt", ["--md", "--html", "--text"])
+def test_stdout_on_a_full_disk_is_one_line_and_the_io_error_code(fmt: str) -> None:
+    """``> /dev/full`` (stdout on a full disk) was an internal error with exit 70."""
+    golden = Path(__file__).resolve().parents[1] / "golden" / "doctor_report.json"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "loadscope", "report", str(golden), fmt],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stderr == "loadscope: cannot write the output: No space left on device\n"
