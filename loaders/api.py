@@ -20,13 +20,15 @@ also :class:`~loadscope.base.errors.LoadscopeError`, with loadscope's one-line m
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import pickle
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -62,6 +64,9 @@ class FileChoice:
     residency: float | None = None
     threads: int | None = None
     block_bytes: int | None = None
+    #: Bytes this process's own reads returned, where counted (a node-shared file: the
+    #: chunks this rank read; the other ranks read the rest).
+    read_bytes: int | None = None
 
 
 @dataclass(slots=True)
@@ -74,6 +79,8 @@ class LoadRecord:
     #: pays it (about a second for torch), a later one (or one after the caller's own ``import
     #: torch``) finds them imported and pays 0. Not in any file's ``seconds``.
     import_seconds: float = 0.0
+    #: The calls' own wall time after their imports: checks, loads, waits and fallbacks.
+    call_seconds: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -82,8 +89,9 @@ class LoadRecord:
 
     @property
     def wall_seconds(self) -> float:
-        """What the calls took as their caller waited: the imports they paid, then the loads."""
-        return self.import_seconds + self.seconds
+        """What the calls took as their caller waited: the imports they paid, then the
+        calls themselves (every check, load and wait)."""
+        return self.import_seconds + max(self.call_seconds, self.seconds)
 
     @property
     def size_bytes(self) -> int:
@@ -94,6 +102,7 @@ class LoadRecord:
             "files": [asdict(f) for f in self.files],
             "notes": list(self.notes),
             "import_seconds": self.import_seconds,
+            "call_seconds": self.call_seconds,
             "wall_seconds": self.wall_seconds,
         }
 
@@ -233,6 +242,29 @@ def import_for_load(record: LoadRecord | None) -> float:
     return seconds
 
 
+_calls = threading.local()
+#: Set once this process has removed what killed jobs left in shared memory.
+_reaped: list[str | None] = []
+
+
+@contextlib.contextmanager
+def timed_call(record: object) -> Iterator[None]:
+    """The outermost public call's wall time, less the imports it paid (counted in
+    ``import_seconds``), added to ``record.call_seconds`` when ``record`` is a
+    :class:`LoadRecord` (a ``load_model`` that calls ``load_file`` per file counts once)."""
+    depth = getattr(_calls, "depth", 0)
+    _calls.depth = depth + 1
+    started = time.monotonic()
+    imported = record.import_seconds if isinstance(record, LoadRecord) else 0.0
+    try:
+        yield
+    finally:
+        _calls.depth = depth
+        if depth == 0 and isinstance(record, LoadRecord):
+            spent = time.monotonic() - started - (record.import_seconds - imported)
+            record.call_seconds += max(0.0, spent)
+
+
 def _to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
     if device == "cpu":
         return tensors
@@ -285,6 +317,12 @@ def check_options(
             raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
     record = check_record(options.get("record"))
     import_for_load(record)
+    if not _reaped:  # once per process: what ranks killed outright left in /dev/shm
+        from loadscope.loaders.shmgroup import reap_stale
+
+        _reaped.append(reap_stale())
+        if _reaped[0]:
+            log.info("%s", _reaped[0])
     knobs = check_knobs(
         options.get("threads"), options.get("block_bytes"), options.get("direct", "auto")
     )
@@ -322,8 +360,13 @@ def load_file(
     process that follows pays the full read again, unless ``keep_cache=True`` (buffered
     reads, which the page cache keeps).
     """
-    spath = os.fsdecode(os.fspath(path))
-    checked = check_options(options, "load_file", device)
+    with timed_call(options.get("record")):
+        spath = os.fsdecode(os.fspath(path))
+        checked = check_options(options, "load_file", device)
+        return _load_file(spath, checked)
+
+
+def _load_file(spath: str, checked: CheckedOptions) -> dict[str, torch.Tensor]:
     record, knobs, hinted, device = (
         checked.record,
         dict(checked.knobs),
@@ -378,10 +421,9 @@ def _node_shared(
     record: LoadRecord | None,
 ) -> dict[str, torch.Tensor] | None:
     """The file read once for the node (``loaders/nodeshare.py``) when several local ranks
-    load it cold; None to load it alone (one process, a resident file, or why not, noted)."""
+    load it cold; None to load it alone (one process, a resident file, or why not, said)."""
     from loadscope.loaders import nodeshare
-    from loadscope.loaders.buffers import o_direct_ok
-    from loadscope.loaders.strategies.auto import RESIDENT_ENOUGH, Auto
+    from loadscope.loaders.strategies.auto import RESIDENT_ENOUGH
     from loadscope.probes.pagecache import sampled_residency
 
     ranks = nodeshare.local_ranks(local_ranks)
@@ -390,49 +432,55 @@ def _node_shared(
     fraction = sampled_residency(request.path, windows=16)
     if fraction is not None and fraction >= RESIDENT_ENOUGH:
         return None  # mapped from the page cache: one copy for the node already
-    ctx = LoadContext(knobs=knobs, hints=hints)
-    threads, block = ctx.knob_values(Auto(), "threads", "block_bytes")
-    want = str(ctx.knob(Auto(), "direct"))
-    direct = want == "yes" or (want == "auto" and o_direct_ok(request.path))
-    notes: dict[str, Any] = {}
-    started = time.monotonic()
+    threads, block, direct = nodeshare.settings(request.path, knobs, hints)
     try:
-        tensors = nodeshare.shared_tensors(
-            request.path,
-            header,
-            ranks,
-            threads=threads,
-            block_bytes=block,
-            direct=direct,
-            notes=notes,
+        tensors, share = nodeshare.shared_tensors(
+            request.path, header, ranks, threads=threads, block_bytes=block, direct=direct
         )
     except nodeshare.NotShared as exc:
-        log.info("%s: not shared across local ranks: %s", request.path, exc)
-        if record is not None:
-            record.notes.append(f"{request.path}: not shared across local ranks: {exc}")
+        _not_shared(request.path, str(exc), record)
         return None
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise LoadReadFailed(
             f"read failed: {reason} (errno {exc.errno})", path=request.path
         ) from None
-    share = notes.get("node_share", {})
+    others = "" if share.read_bytes < share.size_bytes else " (no other rank read any of it)"
     choice = FileChoice(
         path=request.path,
         strategy="node-shared",
         reason=f"local rank {ranks.rank} of {ranks.world}: read"
-        f" {int(share.get('read_bytes', 0)) >> 20} MiB of {request.size_bytes >> 20} MiB"
+        f" {share.read_bytes / 2**20:.1f} MiB of {share.size_bytes / 2**20:.1f} MiB{others}"
         " into shared memory, all ranks map it copy-on-write (storage read once per node)",
         size_bytes=request.size_bytes,
-        seconds=time.monotonic() - started,
+        seconds=share.seconds,
         residency=fraction,
         threads=threads,
         block_bytes=block,
+        read_bytes=share.read_bytes,
     )
     if record is not None:
         record.files.append(choice)
     log.info("%s: %s", request.path, choice.reason)
     return tensors
+
+
+#: Not empty once this process has said at WARNING that a load fell back from node sharing (the
+#: first time; later ones at INFO: a job's ranks would repeat it for every file).
+_warned: set[str] = set()
+
+
+def _not_shared(path: str, reason: str, record: LoadRecord | None) -> None:
+    """Why ``path`` is loaded alone though local ranks are set: in the record, and on the
+    logger (at WARNING the first time in this process; a file too small to share, INFO)."""
+    line = f"{path}: not shared across local ranks: {reason}: loaded alone"
+    if record is not None:
+        record.notes.append(line)
+    if _warned or "too small" in reason:
+        log.info("%s", line)
+    else:
+        _warned.add(line)
+        log.warning("loadscope: %s", line)
 
 
 def staging_device(device: str) -> Any:

@@ -3,35 +3,43 @@
 Eight ranks on a node that each call ``loadscope.load_file`` on a cold file used to read
 it from storage eight times: its O_DIRECT reads leave no page cache behind. Here the
 local ranks of one job (``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` under torchrun, SLURM's
-``SLURM_LOCALID``/``SLURM_NTASKS_PER_NODE``, or an explicit ``(rank, world)``) split the
-file into disjoint ranges, each reads its range with large O_DIRECT requests into one
-shared-memory file, and every rank maps that file copy-on-write: the storage serves the
-model once, the node's RAM holds one copy of it instead of N, and one rank's in-place
-update never reaches another's tensors.
+``SLURM_LOCALID``/``SLURM_NTASKS_PER_NODE``, or an explicit ``(rank, world)``) read a
+cold file into one shared-memory file, chunk by chunk, and every rank maps that file
+copy-on-write: the storage serves the model once, the node's RAM holds one copy of it
+instead of N, and one rank's in-place update never reaches another's tensors.
 
-Why this design, by measurement (the emulated 5 ms disk, readahead 128 KiB, 12 background
-requests): every way of filling the *page cache* through FUSE (8 to 64 threads of 1-16
-MiB reads, ``POSIX_FADV_WILLNEED``, ``readahead(2)``, ``MADV_POPULATE_READ``) stopped at
-~180-214 MB/s, while direct reads of the same file reached ~1.4 GB/s. Ranks that fill the
-page cache and map it, or one rank that reads while the others wait and map, pay that
-limit; direct reads into shared memory do not, and split the reads among the ranks.
+**No rank waits for another to arrive.** The first rank to ask for a file starts reading
+it at once; a rank that asks later claims the chunks nobody has claimed yet (a lock on
+the control block at the head of the shared file) and maps the ones already read. So
+every pattern of calls costs what loading alone costs, or less: all ranks (the reads
+split among them), rank 0 alone (it reads every chunk itself), ranks loading different
+shards (one group per file, each read by the ranks that want it), ranks seconds apart,
+a rank that never calls. An earlier design made every local rank join first and fell
+back after 10 s: rank-0-only loading waited 10 s per file (40 s for a 4-shard model
+that loads in 0.27 s alone). A chunk claimed by a rank that died, or that has not been
+read within :data:`STALL_S` (more for a big chunk: its size at 20 MB/s), is read by
+another rank; each rank counts the bytes its own reads returned.
 
-It never hangs and never shares by surprise (every step has a deadline, and each way out
-is the rank loading the file on its own, saying why):
+Why shared memory and direct reads, by measurement (the emulated 5 ms disk, readahead 128
+KiB, 12 background requests): every way of filling the *page cache* through FUSE (8 to
+64 threads of 1-16 MiB reads, ``POSIX_FADV_WILLNEED``, ``readahead(2)``,
+``MADV_POPULATE_READ``) stopped at ~180-214 MB/s, while direct reads of the same file
+reached ~1.4 GB/s.
 
-- **join**: each rank announces itself; if not every local rank has within
-  :data:`JOIN_S` (a rank that never calls, ranks loading different files: tensor- or
-  pipeline-parallel shards, rank-0-only loading), each loads alone;
-- **room**: the shared-memory folder (``/dev/shm``, often 64 MiB in a container) must hold
-  the file, checked before anything is written;
-- **read**: a range a rank has not finished within its deadline is read by the others;
-- **cleanup**: the last rank to map the file unlinks it (its mappings stay valid); files
-  left by a job whose every rank died are removed by the next call on the node.
+Nothing outlives the job (``loaders/shmgroup.py``): the last of the world's ranks to map
+a file removes it (the mappings stay valid); a file that waited :data:`LINGER_S` after it
+was filled for ranks that never came is removed by the job's watcher, a small process
+that also removes every file of the job once none of its ranks is alive (SIGKILL,
+SIGTERM); and any loadscope call or command on the node removes what a job whose ranks
+are all gone left (:func:`reap_stale`). The room is checked, and reserved, before a byte
+is written: a ``/dev/shm`` too small for the file (a container's is often 64 MiB) or
+unusable means the rank loads alone and says why.
 
 It is off inside loadscope's own trial workers (``LOADSCOPE_NODE_SHARE=0``: a ``srun``
 step sets SLURM's local ids for every process) and for a single process.
 
-May import: ``loadscope.loaders.strategies.parallel``, ``loadscope.loaders.buffers``,
+May import: ``loadscope.loaders.shmgroup``, ``loadscope.loaders.strategies``,
+``loadscope.loaders.strategy``, ``loadscope.loaders.buffers``,
 ``loadscope.loaders.safetensors_format``, ``loadscope.base``.
 """
 
@@ -39,32 +47,41 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import mmap
 import os
 import re
+import struct
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadscope.base.tempdirs import process_alive
+from loadscope.loaders import shmgroup
 from loadscope.loaders.buffers import tensors_from_buffer
 from loadscope.loaders.safetensors_format import SafetensorsHeader
+from loadscope.loaders.shmgroup import CLAIMED, DONE, FREE, HEAD, MAGIC, PREFIX, locked
 
 if TYPE_CHECKING:
     import torch
 
-#: How long ranks wait for every local rank to join one shared load.
-JOIN_S = 10.0
-#: The least a rank waits for another's range before reading it itself (more for a big
-#: range: its size at 20 MB/s).
-READ_WAIT_S = 30.0
-#: Where the shared file lives (tests point it elsewhere).
-SHM_DIR = "/dev/shm"
-PREFIX = "loadscope-node-"
-#: Range boundaries fall on this: O_DIRECT requests stay aligned.
+log = logging.getLogger("loadscope")
+
+#: The unit a rank claims: big enough that claiming costs nothing beside the reads, small
+#: enough that a late rank still finds some to read (a multiple of the O_DIRECT align).
+CHUNK_BYTES = 4 << 20
+#: Chunk bounds fall on this: O_DIRECT requests stay aligned.
 ALIGN = 64 << 10
+#: The least a rank waits on a chunk another live rank claimed before reading it itself.
+STALL_S = 5.0
+#: A file under this is read alone: sharing it saves less than making the shared file.
+MIN_SHARED_BYTES = 64 << 10
+#: See ``loaders/shmgroup.py``.
+LINGER_S = shmgroup.LINGER_S
 #: madvise(2)'s MADV_POPULATE_READ (Linux 5.14; Python's mmap module has no name for it).
 MADV_POPULATE_READ = 22
 
@@ -119,6 +136,20 @@ class NotShared(Exception):
     """Why this load was not shared: the rank loads the file alone."""
 
 
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """One rank's side of a node-shared file."""
+
+    #: The file's bytes, this rank's copy-on-write mapping.
+    buffer: mmap.mmap
+    #: What this rank's own reads returned (its chunks, and any it took over).
+    read_bytes: int
+    size_bytes: int
+    #: Chunks this rank read that another rank had claimed (dead or stalled).
+    taken_over: int
+    seconds: float
+
+
 def shared_tensors(
     path: str,
     header: SafetensorsHeader,
@@ -127,201 +158,337 @@ def shared_tensors(
     threads: int,
     block_bytes: int,
     direct: bool,
-    notes: dict[str, Any] | None = None,
-) -> dict[str, torch.Tensor]:
+) -> tuple[dict[str, torch.Tensor], Shared]:
     """``path``'s tensors, read once for the node into shared memory and mapped
     copy-on-write; raises :class:`NotShared` saying why the rank must load alone."""
-    private = shared_buffer(
-        path, ranks, threads=threads, block_bytes=block_bytes, direct=direct, notes=notes
-    )
-    return dict(tensors_from_buffer(private, 0, header, list(header.tensors)))
+    share = shared_buffer(path, ranks, threads=threads, block_bytes=block_bytes, direct=direct)
+    return dict(tensors_from_buffer(share.buffer, 0, header, list(header.tensors))), share
 
 
 def shared_buffer(
-    path: str,
-    ranks: LocalRanks,
-    *,
-    threads: int,
-    block_bytes: int,
-    direct: bool,
-    notes: dict[str, Any] | None = None,
-) -> mmap.mmap:
-    """``path``'s bytes, read once for the node (this rank its range) into shared memory,
-    as this rank's copy-on-write mapping; raises :class:`NotShared` saying why not."""
+    path: str, ranks: LocalRanks, *, threads: int, block_bytes: int, direct: bool
+) -> Shared:
+    """``path``'s bytes, read once for the node (this rank the chunks it claims) into
+    shared memory, as this rank's copy-on-write mapping; raises :class:`NotShared`."""
+    started = time.monotonic()
     reap_stale()
     st = os.stat(path)
     size = st.st_size
-    key = hashlib.sha1(
-        f"{ranks.job}\0{st.st_dev}\0{st.st_ino}\0{size}\0{st.st_mtime_ns}\0{ranks.world}".encode()
-    ).hexdigest()[:20]
-    base = Path(SHM_DIR) / f"{PREFIX}{key}"
-    data = Path(f"{base}.data")
-    started = time.monotonic()
-    _mark(base, "join", ranks.rank)
-    _mark(base, "pid", os.getpid())
-    if not _wait_for(base, "join", ranks.world, JOIN_S):
-        joined = _count(base, "join")
-        _leave(base, data, ranks)
-        raise NotShared(
-            f"{joined} of {ranks.world} local ranks asked for this file within {JOIN_S:g} s"
-            " (ranks loading different files, or one that never calls): loaded alone"
-        )
-    room = _room(data, size)
-    if room is not None:
-        # Every rank that joined finds the same: the join marks stay until the last of
-        # them has seen it (removing them now would leave a slower rank waiting for a
-        # join that already happened).
-        _mark(base, "left", ranks.rank)
-        if _count(base, "left") >= ranks.world:
-            _leave(base, data, ranks, everyone=True)
-        raise NotShared(room)
-    fd = os.open(data, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    if size < MIN_SHARED_BYTES:
+        raise NotShared(f"{size} bytes: too small to be worth sharing")
+    job = _digest(ranks.job)
+    key = _digest(f"{st.st_dev}\0{st.st_ino}\0{size}\0{st.st_mtime_ns}\0{ranks.world}")
+    where = shmgroup.shm_dir()
+    data = where / f"{PREFIX}{job}-{key}.data"
+    chunk = chunk_bytes(size, ranks.world)
+    group = _Group.join(data, where, job, size, chunk, ranks.world)
     try:
-        if os.fstat(fd).st_size != size:
-            os.ftruncate(fd, size)
-        lo, hi = _share(size, ranks.rank, ranks.world)
-        _fill(fd, path, size, [(lo, hi)], threads=threads, block_bytes=block_bytes, direct=direct)
-        _mark(base, "done", ranks.rank)
-        wait = max(READ_WAIT_S, (size / ranks.world) / 20e6)
-        if not _wait_for(base, "done", ranks.world, wait):
-            # A rank that died or stalled: its ranges are read here instead.
-            missing = [
-                _share(size, r, ranks.world)
-                for r in range(ranks.world)
-                if not Path(f"{base}.done.{r}").exists()
-            ]
-            _fill(fd, path, size, missing, threads=threads, block_bytes=block_bytes, direct=direct)
-            if notes is not None:
-                notes["node_share_missing_ranges"] = len(missing)
-        private = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        read, taken = group.fill(path, threads=threads, block_bytes=block_bytes, direct=direct)
+        private = group.map_private()
+    finally:
+        group.close()
+    _mark(data, "mapped", ranks.rank)
+    if _count(data, "mapped") >= ranks.world:
+        shmgroup.remove_group(data, only_inode=group.inode)
+    return Shared(private, read, size, taken, time.monotonic() - started)
+
+
+def settings(
+    path: str, knobs: Mapping[str, Any], hints: Mapping[str, Any]
+) -> tuple[int, int, bool]:
+    """The reads a node-shared load makes: ``auto``'s (threads, bytes per request,
+    O_DIRECT), from the knobs, else the hints, else its defaults, as ``load_file`` alone."""
+    from loadscope.loaders.buffers import o_direct_ok
+    from loadscope.loaders.strategies.auto import Auto
+    from loadscope.loaders.strategy import LoadContext
+
+    ctx = LoadContext(knobs=dict(knobs), hints=dict(hints))
+    threads, block = ctx.knob_values(Auto(), "threads", "block_bytes")
+    want = str(ctx.knob(Auto(), "direct"))
+    return threads, block, want == "yes" or (want == "auto" and o_direct_ok(path))
+
+
+def chunk_bytes(size: int, world: int) -> int:
+    """The chunk ranks claim for a ``size``-byte file: :data:`CHUNK_BYTES`, or less for a
+    small file (4 chunks per rank), on O_DIRECT's bounds."""
+    per = -(-size // (4 * world))
+    per = -(-per // ALIGN) * ALIGN
+    return max(ALIGN, min(CHUNK_BYTES, per))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+class _Group:
+    """One file's shared copy: its data file held open, the control block mapped."""
+
+    def __init__(self, fd: int, data: Path, size: int) -> None:
+        self.fd, self.data, self.size = fd, data, size
+        self.inode = os.fstat(fd).st_ino
+        head = HEAD.unpack(os.pread(fd, HEAD.size, 0))
+        self.chunks, self.chunk = int(head[1]), int(head[3])
+        self.offset = shmgroup.control_bytes(self.chunks)
+        self.ctl = mmap.mmap(fd, self.offset, flags=mmap.MAP_SHARED)
+        self.states = shmgroup.HEAD_BYTES
+        self.owners = self.states + -(-self.chunks // 8) * 8
+        self.claims = self.owners + -(-4 * self.chunks // 8) * 8
+        self.lock = threading.Lock()  # fcntl's locks are a process's: threads need one too
+        self.pid = os.getpid()
+
+    @classmethod
+    def join(cls, data: Path, where: Path, job: str, size: int, chunk: int, world: int) -> _Group:
+        """The group for ``data``, made here when no rank has made it (its room reserved)."""
+        chunks = -(-size // chunk)
+        total = shmgroup.control_bytes(chunks) + size
+        for _ in range(20):
+            try:
+                fd = os.open(data, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise NotShared(f"{where}: {exc.strerror or exc}") from None
+            made = False
+            try:
+                with locked(fd):
+                    st = os.fstat(fd)
+                    if st.st_nlink == 0:  # removed while this rank opened it: anew
+                        os.close(fd)
+                        continue
+                    if st.st_size == 0:
+                        _reserve(fd, data, where, total, size)
+                        os.pwrite(fd, HEAD.pack(MAGIC, chunks, world, chunk, size, 0, 0.0), 0)
+                        made = True
+                    elif os.pread(fd, 8, 0) != MAGIC or st.st_size != total:
+                        raise NotShared(f"{data}: not a shared file of this loadscope")
+                    (joined,) = struct.unpack("<I", os.pread(fd, 4, shmgroup.JOINED_AT))
+                    os.pwrite(fd, struct.pack("<I", joined + 1), shmgroup.JOINED_AT)
+                    _mark(where / f"{PREFIX}{job}", "pid", os.getpid())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                raise
+            if made:
+                _start_watcher(where, job)
+            return cls(fd, data, size)
+        raise NotShared(f"{data}: removed and made again 20 times while joining it")
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError, ValueError):
+            self.ctl.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def _claim(self) -> int | None:
+        """The next chunk for this rank to read: a free one (``i``), else one whose owner
+        died or stalled (``-(i + 1)``); None when every chunk is read or being read."""
+        with self.lock, locked(self.fd):
+            states = self.ctl[self.states : self.states + self.chunks]
+            i, taken = states.find(FREE), False
+            if i < 0:
+                stalled = self._stalled(states)
+                if stalled is None:
+                    return None
+                i, taken = stalled, True
+            self.ctl[self.states + i] = CLAIMED
+            struct.pack_into("<I", self.ctl, self.owners + 4 * i, self.pid)
+            struct.pack_into("<d", self.ctl, self.claims + 8 * i, time.monotonic())
+            return -(i + 1) if taken else i
+
+    def _stalled(self, states: bytes) -> int | None:
+        now = time.monotonic()
+        wait = max(STALL_S, self.chunk / 20e6)
+        for i, state in enumerate(states):
+            if state != CLAIMED:
+                continue
+            (owner,) = struct.unpack_from("<I", self.ctl, self.owners + 4 * i)
+            (since,) = struct.unpack_from("<d", self.ctl, self.claims + 8 * i)
+            if owner == self.pid:
+                continue
+            if now - since > wait or not shmgroup.process_alive(owner):
+                return i
+        return None
+
+    def _set(self, i: int, state: int) -> None:
+        with self.lock, locked(self.fd):
+            if state == DONE and self.ctl[self.states + i] != DONE:
+                _, chunks, world, chunk, size, done, _ = HEAD.unpack_from(self.ctl, 0)
+                done += 1
+                when = time.monotonic() if done >= chunks else 0.0
+                HEAD.pack_into(self.ctl, 0, MAGIC, chunks, world, chunk, size, done, when)
+            self.ctl[self.states + i] = state
+
+    def done(self) -> bool:
+        return self.ctl[self.states : self.states + self.chunks].count(DONE) == self.chunks
+
+    def fill(self, path: str, *, threads: int, block_bytes: int, direct: bool) -> tuple[int, int]:
+        """Read the chunks this rank can claim until every chunk is read; (bytes this
+        rank's reads returned, chunks it took over from another rank)."""
+        from loadscope.loaders.strategies.parallel import read_into
+
+        shared = mmap.mmap(
+            self.fd,
+            self.size,
+            flags=mmap.MAP_SHARED,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            offset=self.offset,
+        )
+        view = memoryview(shared)
+        counted = [0, 0]  # bytes read, chunks taken over
+        errors: list[BaseException] = []
+        align = mmap.PAGESIZE if direct else 1
+
+        def worker(k: int) -> None:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if direct else 0))
+            plain = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if direct else fd
+            try:
+                while not errors and k < self._quota(threads):
+                    got = self._claim()
+                    if got is None:
+                        return
+                    i = got if got >= 0 else -got - 1
+                    a, b = i * self.chunk, min(self.size, (i + 1) * self.chunk)
+                    n = 0
+                    try:
+                        for off in range(a, b, block_bytes):
+                            n += read_into(
+                                fd, plain, view[off : min(b, off + block_bytes)], off, align
+                            )
+                    except BaseException:
+                        self._set(i, FREE)  # for another rank to read
+                        raise
+                    with self.lock:
+                        counted[0] += n
+                        counted[1] += got < 0
+                    self._set(i, DONE)
+            except BaseException as exc:  # noqa: BLE001  (re-raised in the caller below)
+                errors.append(exc)
+            finally:
+                os.close(fd)
+                if plain != fd:
+                    os.close(plain)
+
+        try:
+            while not errors:
+                pool = [
+                    threading.Thread(target=worker, args=(k,), daemon=True)
+                    for k in range(self._quota(threads))
+                ]
+                for t in pool:
+                    t.start()
+                for t in pool:
+                    t.join()
+                # Every chunk claimed: wait for the other ranks' (taking over a dead or
+                # stalled rank's, by the next round of workers).
+                while not errors and not self.done():
+                    if self._peek_claimable():
+                        break
+                    time.sleep(0.005)
+                else:
+                    break
+            if errors:
+                raise errors[0]
+        finally:
+            view.release()
+            shared.close()
+        return counted[0], counted[1]
+
+    def _quota(self, threads: int) -> int:
+        """This rank's reader threads now: its share of ``threads`` among the ranks that
+        joined (4 ranks on 2 cores, each with one process's 12 requests in flight, were
+        slower than 12 in all; a rank alone keeps all 12)."""
+        (joined,) = struct.unpack_from("<I", self.ctl, shmgroup.JOINED_AT)
+        return max(1, -(-max(1, threads) // max(1, joined)))
+
+    def _peek_claimable(self) -> bool:
+        states = self.ctl[self.states : self.states + self.chunks]
+        if states.find(FREE) >= 0:
+            return True
+        # Liveness checks cost syscalls: a claimed chunk is looked at every 50 ms.
+        if time.monotonic() - getattr(self, "_peeked", 0.0) < 0.05:
+            return False
+        self._peeked = time.monotonic()
+        return self._stalled(states) is not None
+
+    def map_private(self) -> mmap.mmap:
+        private = mmap.mmap(
+            self.fd,
+            self.size,
+            flags=mmap.MAP_PRIVATE,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            offset=self.offset,
+        )
         # The page tables filled in one call, read-only (no copy is made until a rank
         # writes): a fault per 4 KiB page in every rank cost more than the reads here.
         with contextlib.suppress(OSError, ValueError):
             private.madvise(MADV_POPULATE_READ)
-    finally:
-        os.close(fd)
-    _mark(base, "mapped", ranks.rank)
-    if _count(base, "mapped") >= ranks.world:
-        _leave(base, data, ranks, everyone=True)
-    if notes is not None:
-        notes["node_share"] = {
-            "rank": ranks.rank,
-            "world": ranks.world,
-            "read_bytes": _share(size, ranks.rank, ranks.world)[1]
-            - _share(size, ranks.rank, ranks.world)[0],
-            "seconds": time.monotonic() - started,
-        }
-    return private
+        return private
 
 
-def _share(size: int, rank: int, world: int) -> tuple[int, int]:
-    """Rank ``rank``'s byte range of a ``size``-byte file: equal parts on ALIGN bounds."""
-    per = -(-size // world)
-    per = -(-per // ALIGN) * ALIGN
-    return min(size, rank * per), min(size, (rank + 1) * per)
-
-
-def _fill(
-    fd: int,
-    path: str,
-    size: int,
-    ranges: list[tuple[int, int]],
-    *,
-    threads: int,
-    block_bytes: int,
-    direct: bool,
-) -> None:
-    """The byte ``ranges`` of ``path`` written into the shared file at the same offsets."""
-    from loadscope.loaders.strategies.parallel import parallel_read
-
-    ranges = [(a, b) for a, b in ranges if b > a]
-    if not ranges:
-        return
-    shared = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+def _reserve(fd: int, data: Path, where: Path, total: int, size: int) -> None:
+    """The shared file's pages allocated now, so that a folder too small says so here
+    (a write through a mapping past a full tmpfs kills the process with SIGBUS)."""
     try:
-        view = memoryview(shared)
-        for a, b in ranges:
-            parallel_read(
-                path,
-                view[a:b],
-                [(a, b)],
-                threads=threads,
-                block_bytes=block_bytes,
-                flags=os.O_DIRECT if direct else 0,
-                align=mmap.PAGESIZE if direct else 1,
-            )
-        view.release()
-    finally:
-        shared.close()
-
-
-def _room(data: Path, size: int) -> str | None:
-    """Why the shared-memory folder cannot hold the file (None: it can)."""
-    try:
-        have = data.stat().st_size if data.exists() else 0
-        fs = os.statvfs(data.parent)
+        fs = os.statvfs(where)
+        free = fs.f_bavail * fs.f_frsize
+        if total > free:
+            raise OSError(28, "No space left on device")
+        os.posix_fallocate(fd, 0, total)
     except OSError as exc:
-        return f"{data.parent}: {exc.strerror or exc}: loaded alone"
-    free = fs.f_bavail * fs.f_frsize
-    if size - have > free:
-        return (
-            f"{data.parent} has {free >> 20} MiB free, the file needs {size >> 20} MiB"
-            " (a container's /dev/shm is often 64 MiB: --shm-size): loaded alone"
+        with contextlib.suppress(OSError):
+            os.unlink(data)
+        free_mib = ""
+        with contextlib.suppress(OSError):
+            fs = os.statvfs(where)
+            free_mib = f" has {(fs.f_bavail * fs.f_frsize) >> 20} MiB free,"
+        if exc.errno == 28:
+            raise NotShared(
+                f"{where}{free_mib} the file needs {size >> 20} MiB"
+                " (a container's /dev/shm is often 64 MiB: --shm-size)"
+            ) from None
+        raise NotShared(f"{where}: {exc.strerror or exc}") from None
+
+
+def _start_watcher(where: Path, job: str) -> None:
+    """The job's watcher (``loaders/shmgroup.py``), unless a live one is there."""
+    watch_file = where / f"{PREFIX}{job}.watch"
+    with contextlib.suppress(OSError, ValueError):
+        if shmgroup.process_alive(int(watch_file.read_text().strip())):
+            return
+    try:
+        subprocess.Popen(
+            [sys.executable, "-I", "-S", shmgroup.__file__, str(where), job, str(LINGER_S)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
         )
-    return None
+    except OSError as exc:
+        log.warning(
+            "loadscope: could not start the watcher of %s's shared files (%s): files of"
+            " ranks killed outright stay until the next loadscope call on this node",
+            where,
+            exc.strerror or exc,
+        )
 
 
 def _mark(base: Path, what: str, who: int) -> None:
     with contextlib.suppress(FileExistsError):
-        os.close(os.open(f"{base}.{what}.{who}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.close(
+            os.open(f"{_stem(base)}.{what}.{who}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        )
+
+
+def _stem(base: Path) -> str:
+    text = str(base)
+    return text[: -len(".data")] if text.endswith(".data") else text
 
 
 def _count(base: Path, what: str) -> int:
-    return len(list(base.parent.glob(f"{base.name}.{what}.*")))
+    stem = Path(_stem(base))
+    return len(list(stem.parent.glob(f"{stem.name}.{what}.*")))
 
 
-def _wait_for(base: Path, what: str, world: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _count(base, what) < world:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
-def _leave(base: Path, data: Path, ranks: LocalRanks, everyone: bool = False) -> None:
-    """This rank's marks removed (all of the file's, and the file, with ``everyone``)."""
-    marks = (
-        base.parent.glob(f"{base.name}.*")
-        if everyone
-        else base.parent.glob(f"{base.name}.*.{ranks.rank}")
-    )
-    for mark in marks:
-        if mark != data or everyone:
-            with contextlib.suppress(OSError):
-                mark.unlink()
-    with contextlib.suppress(OSError):
-        Path(f"{base}.pid.{os.getpid()}").unlink()
-    if everyone:
-        with contextlib.suppress(OSError):
-            data.unlink()
-
-
-def reap_stale() -> list[Path]:
-    """Remove the shared files of loads whose every rank is gone (killed outright)."""
-    removed: list[Path] = []
-    with contextlib.suppress(OSError):
-        for data in Path(SHM_DIR).glob(f"{PREFIX}*.data"):
-            base = Path(str(data)[: -len(".data")])
-            pids = [
-                int(p.suffix[1:])
-                for p in base.parent.glob(f"{base.name}.pid.*")
-                if p.suffix[1:].isdigit()
-            ]
-            if any(process_alive(pid) for pid in pids):
-                continue
-            for mark in base.parent.glob(f"{base.name}.*"):
-                with contextlib.suppress(OSError):
-                    mark.unlink()
-                    removed.append(mark)
-    return removed
+def reap_stale() -> list[tuple[Path, int]]:
+    """Remove the shared files of jobs whose every rank is gone (killed outright); the
+    files removed, with the bytes each held."""
+    return shmgroup.reap(shmgroup.shm_dir())

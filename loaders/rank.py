@@ -313,7 +313,7 @@ def _load(
         for work in handles:
             work.wait()
     elif mode == "node-shared":
-        buffers = [node_shared(f, rank, world, reads, chunk, job) for f in files]
+        buffers = [node_shared(f, rank, world, reads, job) for f in files]
         if device.type != "cpu":  # what a user does with load_file's CPU tensors
             buffers = [b.to(device) for b in buffers]
     else:

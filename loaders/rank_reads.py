@@ -92,25 +92,27 @@ def read_to_device(
     return buf
 
 
-def node_shared(
-    f: dict[str, Any], rank: int, world: int, reads: Reads, chunk: int, job: str
-) -> torch.Tensor:
-    """What ``loadscope.load_file`` does for local ranks (``loaders/nodeshare.py``): this
-    rank reads its range into one shared-memory file, every rank maps it copy-on-write."""
+def node_shared(f: dict[str, Any], rank: int, world: int, reads: Reads, job: str) -> torch.Tensor:
+    """What ``loadscope.load_file`` does for local ranks (``loaders/nodeshare.py``), with
+    its settings (``auto``'s reads): this rank reads the chunks it claims into one
+    shared-memory file, every rank maps it copy-on-write. Its reads are counted as the
+    bytes they returned."""
     import torch
 
     from loadscope.loaders import nodeshare
-    from loadscope.loaders.buffers import o_direct_ok
 
     path, size = str(f["path"]), int(f["size_bytes"])
     ranks = nodeshare.LocalRanks(rank, world, job)
-    notes: dict[str, Any] = {}
-    private = nodeshare.shared_buffer(
-        path, ranks, threads=8, block_bytes=chunk, direct=o_direct_ok(path), notes=notes
-    )
-    share = notes.get("node_share", {})
-    reads.bytes += int(share.get("read_bytes", 0))
+    threads, block, direct = nodeshare.settings(path, {}, {})
+    try:
+        share = nodeshare.shared_buffer(
+            path, ranks, threads=threads, block_bytes=block, direct=direct
+        )
+    except nodeshare.NotShared:
+        # Loaded alone, as load_file would (a file too small to share, no room).
+        return read_file(path, size, reads, block)
+    reads.bytes += share.read_bytes
     reads.calls += 1
     if not size:
         return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(private, dtype=torch.uint8)
+    return torch.frombuffer(share.buffer, dtype=torch.uint8)

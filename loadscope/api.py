@@ -34,6 +34,7 @@ from loadscope.loaders.api import (
     check_options,
     load_file,
     load_torch_file,
+    timed_call,
 )
 from loadscope.loaders.apichecks import check_knobs
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS
@@ -87,9 +88,10 @@ def load_model(
     :func:`from_pretrained` builds the model too (tied weights, no random init).
     """
     # Every argument checked before the first shard is read, not after it.
-    checked = check_options(options, "load_model", device)
-    resolved = _checked_target(target)
-    return _read(resolved, checked.device, options, checked.record)
+    with timed_call(options.get("record")):
+        checked = check_options(options, "load_model", device)
+        resolved = _checked_target(target)
+        return _read(resolved, checked.device, options, checked.record)
 
 
 def from_pretrained(
@@ -116,15 +118,16 @@ def from_pretrained(
     """
     from loadscope.loaders.pretrained import load_pretrained
 
-    checked = check_options(options, "from_pretrained")
-    resolved = _checked_target(target)
-    return load_pretrained(
-        resolved.root,
-        lambda: _read(resolved, "cpu", options, checked.record),
-        model_class=model_class,
-        dtype=dtype,
-        record=checked.record,
-    )
+    with timed_call(options.get("record")):
+        checked = check_options(options, "from_pretrained")
+        resolved = _checked_target(target)
+        return load_pretrained(
+            resolved.root,
+            lambda: _read(resolved, "cpu", options, checked.record),
+            model_class=model_class,
+            dtype=dtype,
+            record=checked.record,
+        )
 
 
 def _read(

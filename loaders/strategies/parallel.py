@@ -62,7 +62,7 @@ def parallel_read(
                 if job is None:
                     return
                 off, length, dst = job
-                _read_into(fd, plain, view[dst : dst + length], off, align)
+                read_into(fd, plain, view[dst : dst + length], off, align)
         except BaseException as exc:  # noqa: BLE001  (handed to the caller, re-raised below)
             errors.append(exc)
         finally:
@@ -79,7 +79,9 @@ def parallel_read(
         raise errors[0]
 
 
-def _read_into(fd: int, plain: int, dst: memoryview, offset: int, align: int) -> None:
+def read_into(fd: int, plain: int, dst: memoryview, offset: int, align: int) -> int:
+    """Fill ``dst`` from ``offset`` (O_DIRECT through ``fd`` for its aligned part, ``plain``
+    for the rest); the bytes the reads returned."""
     done = 0
     length = len(dst)
     if align > 1 and offset % align == 0:
@@ -94,8 +96,9 @@ def _read_into(fd: int, plain: int, dst: memoryview, offset: int, align: int) ->
         if n <= 0:
             # End of file: only the alignment padding of the last range lies past it.
             # (A truncated file is caught by the digests, not hidden.)
-            return
+            return done
         done += n
+    return done
 
 
 class Parallel(strategy.FileByFile):

@@ -256,6 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         for line in restore_stale():
             print(f"{PROG}: host settings: {line}", file=sys.stderr)
+        # Ranks killed outright left a model-sized file in /dev/shm: remove it first.
+        from loadscope.loaders.shmgroup import reap_stale
+
+        if reaped := reap_stale():
+            print(f"{PROG}: shared memory: {reaped}", file=sys.stderr)
         check_outputs(args)
         code = int(run(args, sys.stdout))
         sys.stdout.flush()  # a write that fails fails here, said below, not at exit

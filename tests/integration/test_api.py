@@ -318,7 +318,8 @@ def test_a_block_size_o_direct_would_change_is_refused(every_dtype: Path) -> Non
 @pytest.mark.parametrize("call", ["load_file", "load_model"])
 def test_the_first_calls_torch_import_is_in_its_record(every_dtype: Path, call: str) -> None:
     """A process's first load imports torch (~1.5 s): the record left it out, and its
-    time under-reported what the caller waited. The second call pays nothing."""
+    time under-reported what the caller waited. The second call pays nothing. The wall
+    time is the call's (its checks and any wait), not only its files' loads."""
     code = (
         "import sys, loadscope\n"
         "assert 'torch' not in sys.modules\n"
@@ -328,14 +329,16 @@ def test_the_first_calls_torch_import_is_in_its_record(every_dtype: Path, call: 
         "load(sys.argv[1], record=second)\n"
         "d = first.to_dict()\n"
         "assert d['import_seconds'] == first.import_seconds, d\n"
-        "assert abs(d['wall_seconds'] - first.import_seconds - first.seconds) < 1e-9, d\n"
+        "assert abs(d['wall_seconds'] - first.import_seconds - first.call_seconds) < 1e-9, d\n"
+        "assert first.seconds <= first.call_seconds < first.seconds + 0.5, d\n"
         "assert 'importing torch' in str(first) and 'importing' not in str(second)\n"
         "print(first.import_seconds, second.import_seconds, second.wall_seconds, second.seconds)\n"
     )
     out = run_here([sys.executable, "-c", code, str(every_dtype)], timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     first, second, wall, seconds = (float(x) for x in out.stdout.split())
-    assert first > 0.01 and second == 0.0 and wall == seconds, out.stdout
+    # The second call's wall time is the call's: its file's load and the checks around it.
+    assert first > 0.01 and second == 0.0 and seconds <= wall < seconds + 0.5, out.stdout
 
 
 def test_import_loadscope_stays_light() -> None:

@@ -123,10 +123,10 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
         if t.mode in ("broadcast", "broadcast-async"):
             assert all(by_rank[r].bytes_read == 0 for r in range(1, ranks))
             assert by_rank[0].collectives == SHARDS
-        if t.mode == "node-shared":  # each rank its range of every file: one read in all
+        if t.mode == "node-shared":
+            # Each rank counts what its reads returned, the chunks it claimed (the first
+            # to arrive may claim most): one read of every byte in all.
             assert sum(r.bytes_read for r in t.ranks) == pytest.approx(model, abs=4096)
-            shares = [r.bytes_read for r in t.ranks]
-            assert all(b < 0.75 * model for b in shares), shares
         if t.mode == "sharded":  # file i is read by rank i % ranks, by nobody else
             for r in range(ranks):
                 own = sum(s for i, s in enumerate(sizes) if i % ranks == r)
