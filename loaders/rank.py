@@ -148,6 +148,9 @@ class RankTrial(RankNumbers):
     major_faults: int | None
     rss_before_bytes: int | None
     rss_after_bytes: int | None
+    #: How much of the RSS growth is pages other ranks may map too (page cache, shared
+    #: memory): a node holds them once.
+    rss_shared_delta_bytes: int | None
     digests: dict[str, str]
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -333,6 +336,13 @@ def _vm_kib(field_name: str) -> int | None:
     return None
 
 
+def _shared_kib() -> int | None:
+    """The part of this process's RSS that other processes may map too (the page cache's
+    ``RssFile`` and shared memory's ``RssShmem``), in bytes."""
+    file, shmem = _vm_kib("RssFile"), _vm_kib("RssShmem")
+    return None if file is None or shmem is None else file + shmem
+
+
 def _honest_malloc() -> Any:
     """Make freed buffers leave RSS, so each trial's RSS delta and peak are its own.
 
@@ -397,6 +407,7 @@ def _run_trial(
     gc.collect()
     scope = "trial" if _reset_peak_rss() else "process"
     rss_before = _vm_kib("VmRSS")
+    shared_before = _shared_kib()
     dist.barrier()  # the cache is ready: every clock starts together
     before = sampler.sample()
     t0 = time.perf_counter()
@@ -414,6 +425,7 @@ def _run_trial(
     seconds = time.perf_counter() - t0
     after = sampler.sample()
     rss_after = _vm_kib("VmRSS")
+    shared_after = _shared_kib()
     peak, scope, maxrss = _peak_rss(scope)
     io = delta(before, after)
     emitter.emit(
@@ -431,6 +443,11 @@ def _run_trial(
             ru_maxrss_bytes=maxrss,
             rss_before_bytes=rss_before,
             rss_after_bytes=rss_after,
+            rss_shared_delta_bytes=(
+                None
+                if shared_before is None or shared_after is None
+                else shared_after - shared_before
+            ),
             tensors=len(tensors),
             tensor_bytes=nbytes,
             collectives=loaded.collectives,

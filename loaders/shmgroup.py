@@ -49,6 +49,8 @@ HEAD = struct.Struct("<8sIIQQId")
 #: How many times a rank joined the group (a u32 after the head): the ranks reading at
 #: once split one process's requests in flight between them.
 JOINED_AT = 48
+#: Where the next claim starts looking for a free chunk (a u32).
+NEXT_AT = 52
 HEAD_BYTES = 64
 FREE, CLAIMED, DONE = 0, 1, 2
 

@@ -336,6 +336,7 @@ class Launch:
         result = RankResult(
             **event.numbers(),
             rss_delta_bytes=None if before is None or after is None else after - before,
+            rss_shared_delta_bytes=event.rss_shared_delta_bytes,
             verified=wrong is None,
             mismatch=wrong,
         )
@@ -404,9 +405,20 @@ def _finished(
             storage / model_bytes if storage is not None and model_bytes else None
         ),
         peak_rss_bytes_total=_total([r.peak_rss_bytes for r in ranks]),
-        rss_delta_bytes_total=_total([r.rss_delta_bytes for r in ranks]),
+        rss_delta_bytes_total=_held(ranks),
         verified=verified,
     )
+
+
+def _held(ranks: list[RankResult]) -> int | None:
+    """What the node holds after a trial: each rank's private growth, plus the pages the
+    ranks may share (a node-shared copy, the page cache) once, not once per rank."""
+    grown = _total([r.rss_delta_bytes for r in ranks])
+    shared = [r.rss_shared_delta_bytes for r in ranks]
+    if grown is None or any(s is None for s in shared):
+        return grown
+    counted = [max(0, s or 0) for s in shared]
+    return grown - sum(counted) + max(counted, default=0)
 
 
 def _total(values: list[int | None]) -> int | None:

@@ -80,6 +80,8 @@ class RankResult(RankNumbers):
     the rank reported them), its RSS growth, and whether its tensors were the model's."""
 
     rss_delta_bytes: int | None = None
+    #: Of it, pages other ranks may map too (page cache, shared memory).
+    rss_shared_delta_bytes: int | None = None
     verified: bool | None = None
     mismatch: str | None = None
 

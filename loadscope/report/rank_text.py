@@ -21,7 +21,8 @@ LEGEND = (
     " rate: model bytes / that time; x ind: speed-up over independent reads in the same"
     " cache state; amp: bytes the ranks read / model bytes; stor: bytes that reached"
     " storage (/proc/<pid>/io; '-' where it cannot see them: FUSE, NFS) / model bytes;"
-    " held: RSS the ranks gained (the copies of the model in RAM); RSS: peak RSS summed"
+    " held: RSS the ranks gained (the copies of the model in RAM, pages they share counted"
+    " once); RSS: peak RSS summed"
     " over ranks"
 )
 

@@ -141,10 +141,18 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
             assert all(b < 0.25 * model for b in others.values()), (others, model)
     summary = {(s.mode, s.cache): s for s in report.summary}
     assert summary[("independent", "cold")].speedup_vs_independent == pytest.approx(1.0)
-    # every rank ends up holding the model (and independent is not cheaper in RAM)
+    # every rank ends up holding the model (and independent is not cheaper in RAM); the
+    # ranks of node-shared map one copy, and the node holds it once
     for s in summary.values():
         assert s.rss_delta_bytes_total is not None
-        assert s.rss_delta_bytes_total >= 0.9 * ranks * model, (s.mode, s.cache)
+        if s.mode == "node-shared" and ranks > 1:
+            # A cold trial's ranks also fault back library pages the eviction dropped and
+            # grow a little (~1.3 MiB each): on this 4 MiB model, slack per rank.
+            held = s.rss_delta_bytes_total
+            slack = 0.2 * model if s.cache == "warm" else ranks * (3 << 20)
+            assert 0.9 * model <= held <= model + slack, (s.cache, held / model)
+        else:
+            assert s.rss_delta_bytes_total >= 0.9 * ranks * model, (s.mode, s.cache)
     assert all(s.median_seconds and s.trials == 1 for s in summary.values())
     doc = json.loads(report.to_json())
     from loadscope.report.schema import check

@@ -51,7 +51,7 @@ def _group(blob: Path, shm: Path, world: int) -> nodeshare._Group:
     ranks = nodeshare.LocalRanks(0, world, "job")
     key = nodeshare._digest(f"{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{world}")
     data = shm / f"{PREFIX}{nodeshare._digest(ranks.job)}-{key}.data"
-    chunk = nodeshare.chunk_bytes(st.st_size, world)
+    chunk = nodeshare.chunk_bytes(1 << 20)
     return nodeshare._Group.join(data, shm, nodeshare._digest(ranks.job), st.st_size, chunk, world)
 
 
