@@ -417,7 +417,7 @@ class _Group:
         joined (4 ranks on 2 cores, each with one process's 12 requests in flight, were
         slower than 12 in all; a rank alone keeps all 12)."""
         (joined,) = struct.unpack_from("<I", self.ctl, shmgroup.JOINED_AT)
-        return max(1, -(-max(1, threads) // max(1, joined)))
+        return max(1, -(-max(1, threads) // max(1, int(joined))))
 
     def _peek_claimable(self) -> bool:
         if self._free() >= 0:
