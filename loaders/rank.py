@@ -29,8 +29,18 @@ Modes (every rank ends holding every tensor):
 * ``sharded``: file i is owned by rank ``i % world``; owners read their files
   (in parallel with each other) and broadcast them;
 * ``node-shared``: what ``loadscope.load_file`` does for local ranks: each rank reads
-  its range of every file into one shared-memory file, and every rank maps it
-  copy-on-write (``loaders/nodeshare.py``): one read of storage, one copy in RAM.
+  the chunks it claims of every file into one shared-memory file, and every rank maps
+  it copy-on-write (``loaders/nodeshare.py``): one read of storage, one copy in RAM.
+
+And what the stacks do with N ranks, measured beside loadscope's modes:
+
+* ``mmap``: every rank memory-maps every file (``safetensors.torch.load_file``, the
+  default loader of transformers, diffusers, vLLM and SGLang): the page cache is
+  shared, so the storage serves a page once, but every rank faults;
+* ``direct``: every rank reads every file with many large O_DIRECT requests (what
+  fastsafetensors and Run:ai's streamer do per rank): nothing is shared;
+* ``warm-node``: rank 0 fills the page cache as ``loadscope warm`` does, once for the
+  node, then every rank memory-maps the files (the clock includes the warm).
 
 Each rank counts the bytes of every read it issues (its own accounting) and
 cross-checks with ``/proc/self/io`` (``read_bytes``: what reached storage).
@@ -57,13 +67,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from loadscope.loaders.events import JsonLines, LineWriter
-from loadscope.loaders.rank_reads import Reads, node_shared, read_file, read_to_device
+from loadscope.loaders.rank_reads import (
+    Reads,
+    node_shared,
+    read_direct,
+    read_file,
+    read_mapped,
+    read_to_device,
+    warm_files,
+)
 
 if TYPE_CHECKING:
     import torch
 
 SCHEMA_VERSION = 1
-MODES: Final = ("independent", "broadcast", "broadcast-async", "sharded", "node-shared")
+MODES: Final = (
+    "independent",
+    "broadcast",
+    "broadcast-async",
+    "sharded",
+    "node-shared",
+    "mmap",
+    "direct",
+    "warm-node",
+)
+#: The modes that re-enact what a stack does with N ranks (not a loadscope fix).
+STACK_MODES: Final = ("mmap", "direct", "warm-node")
 #: Reads are issued in pieces of this size (each one counted).
 READ_CHUNK_BYTES = 16 << 20
 #: One collective carries at most this many bytes (larger files are sent in pieces).
@@ -317,10 +346,19 @@ def _load(
             work.wait()
     elif mode == "node-shared":
         buffers = [node_shared(f, rank, world, reads, job) for f in files]
-        if device.type != "cpu":  # what a user does with load_file's CPU tensors
-            buffers = [b.to(device) for b in buffers]
+    elif mode == "mmap":
+        buffers = [read_mapped(str(f["path"]), int(f["size_bytes"]), reads) for f in files]
+    elif mode == "direct":
+        buffers = [read_direct(str(f["path"]), int(f["size_bytes"]), reads) for f in files]
+    elif mode == "warm-node":
+        if rank == 0:
+            warm_files([(str(f["path"]), int(f["size_bytes"])) for f in files], reads)
+        dist.barrier()  # the page cache holds the model: every rank maps it
+        buffers = [read_mapped(str(f["path"]), int(f["size_bytes"]), reads) for f in files]
     else:
         raise ValueError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+    if device.type != "cpu" and mode in ("node-shared", *STACK_MODES):
+        buffers = [b.to(device) for b in buffers]  # what a user does with CPU tensors
     return _Loaded(buffers, collectives)
 
 

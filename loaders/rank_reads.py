@@ -1,8 +1,11 @@
 """A rank's reads, each counted by the rank itself: a whole file into CPU memory, a whole
-file onto the GPU through pinned buffers, or its range of a file shared by the node's
-ranks (``loaders/rank.py``'s modes use them).
+file onto the GPU through pinned buffers, the chunks of a file shared by the node's ranks,
+and the stacks' own patterns: a file memory-mapped (the default loaders), read whole with
+O_DIRECT (the O_DIRECT peers), the page cache filled as ``loadscope warm`` does
+(``loaders/rank.py``'s modes use them).
 
-May import: ``loadscope.loaders.nodeshare``, ``loadscope.loaders.buffers``,
+May import: ``loadscope.loaders.nodeshare``, ``loadscope.loaders.pagefill``,
+``loadscope.loaders.strategies.parallel``, ``loadscope.loaders.buffers``,
 ``loadscope.base``.
 """
 
@@ -116,3 +119,66 @@ def node_shared(f: dict[str, Any], rank: int, world: int, reads: Reads, job: str
     if not size:
         return torch.empty(0, dtype=torch.uint8)
     return torch.frombuffer(share.buffer, dtype=torch.uint8)
+
+
+def read_mapped(path: str, size: int, reads: Reads) -> torch.Tensor:
+    """The file memory-mapped, as ``safetensors.torch.load_file`` maps it (the default of
+    transformers, diffusers, vLLM and SGLang): pages come in as they are touched, from
+    the page cache every rank shares. Counted as the file's bytes (the pages touched)."""
+    import mmap
+
+    import torch
+
+    from loadscope.base.safeio import open_regular
+
+    if not size:
+        return torch.empty(0, dtype=torch.uint8)
+    fd = open_regular(path)
+    try:
+        mapped = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    reads.bytes += size
+    return torch.frombuffer(mapped, dtype=torch.uint8)
+
+
+def read_direct(path: str, size: int, reads: Reads) -> torch.Tensor:
+    """The whole file read by this rank alone with many large O_DIRECT requests in flight
+    (``loadscope.load_file``'s reads with node sharing off): what the O_DIRECT peers,
+    fastsafetensors and Run:ai's streamer, do in every rank. Counted as the bytes the reads
+    returned."""
+    import mmap
+
+    import torch
+
+    from loadscope.base.memory import fresh_memory
+    from loadscope.loaders import nodeshare
+    from loadscope.loaders.strategies.parallel import parallel_read
+
+    if not size:
+        return torch.empty(0, dtype=torch.uint8)
+    threads, block, direct = nodeshare.settings(path, {}, {})
+    padded = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE if direct else size
+    buf = fresh_memory(padded)
+    got = parallel_read(
+        path,
+        memoryview(buf)[:padded],
+        [(0, padded)],
+        threads=threads,
+        block_bytes=block,
+        flags=os.O_DIRECT if direct else 0,
+        align=mmap.PAGESIZE if direct else 1,
+    )
+    reads.bytes += min(got, size)
+    reads.calls += -(-size // block)
+    return torch.frombuffer(buf, dtype=torch.uint8)[:size]
+
+
+def warm_files(files: list[tuple[str, int]], reads: Reads) -> None:
+    """The page cache filled with ``files`` as ``loadscope warm`` fills it (its default
+    threads and block size), each block counted."""
+    from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
+
+    fill = PageFill(whole_files(files), threads=WARM_THREADS, block_bytes=WARM_BLOCK_BYTES)
+    reads.bytes += fill.run()
+    reads.calls += len(fill.jobs)

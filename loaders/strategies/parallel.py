@@ -28,8 +28,9 @@ def parallel_read(
     block_bytes: int,
     flags: int = 0,
     align: int = 1,
-) -> None:
-    """Fill ``view`` with the byte ``ranges`` of ``path``, laid out back to back, by ``threads``.
+) -> int:
+    """Fill ``view`` with the byte ``ranges`` of ``path``, laid out back to back, by ``threads``;
+    the bytes the reads returned.
 
     Each range ``(start, end)`` lands at the running offset in ``view``. With O_DIRECT
     (``flags``), requests are aligned to ``align`` and the tail of each range that
@@ -51,6 +52,7 @@ def parallel_read(
     lock = threading.Lock()
     nxt = iter(jobs)
     errors: list[BaseException] = []
+    got = [0]
 
     def worker() -> None:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
@@ -62,7 +64,9 @@ def parallel_read(
                 if job is None:
                     return
                 off, length, dst = job
-                read_into(fd, plain, view[dst : dst + length], off, align)
+                n = read_into(fd, plain, view[dst : dst + length], off, align)
+                with lock:
+                    got[0] += n
         except BaseException as exc:  # noqa: BLE001  (handed to the caller, re-raised below)
             errors.append(exc)
         finally:
@@ -77,6 +81,7 @@ def parallel_read(
         t.join()
     if errors:
         raise errors[0]
+    return got[0]
 
 
 def read_into(fd: int, plain: int, dst: memoryview, offset: int, align: int) -> int:

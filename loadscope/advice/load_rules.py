@@ -24,6 +24,7 @@ from loadscope.advice.results import (
 )
 from loadscope.advice.snippets import command, load_snippets, offered
 from loadscope.engine.broadcast import BroadcastSummary
+from loadscope.loaders.rank import STACK_MODES
 from loadscope.loaders.strategies import (
     DEFAULT,
     GPU_DEFAULT,
@@ -236,7 +237,10 @@ def rank_comparison(f: Facts) -> tuple[str, BroadcastSummary | None, list[Broadc
     others = [
         s
         for (mode, c), s in f.rank_modes.items()
-        if c == cache and mode != "independent" and s.speedup_vs_independent
+        if c == cache
+        and mode != "independent"
+        and mode not in STACK_MODES  # what a stack does: evidence, not loadscope's fix
+        and s.speedup_vs_independent
     ]
     return cache, indep, others
 

@@ -128,7 +128,10 @@ def memory_need(mode: Mode, files: list[WeightFile], options: BroadcastOptions) 
     if mode == "node-shared":
         # One copy in shared memory that every rank maps (copies only of pages written).
         need, how = model + runtime, f"one shared copy of the {format_bytes(model)} model"
-    elif options.device == "cpu":
+    elif mode in ("mmap", "warm-node"):
+        # Every rank maps the page cache's one copy.
+        need, how = model + runtime, f"the page cache's one copy of the {format_bytes(model)} model"
+    elif options.device == "cpu" or mode == "direct":
         # every mode ends with every rank holding the whole model
         need, how = n * model + runtime, f"{n} ranks x the {format_bytes(model)} model"
     else:

@@ -50,6 +50,7 @@ from loadscope.loaders.rank import (
 )
 from loadscope.model.targets import WeightFile
 from loadscope.probes.system import oom_kills
+from loadscope.tools.emulator import request_log_for
 
 #: Default timeouts allow reading the model at this rate (a slow network disk).
 SLOWEST_EXPECTED_BYTES_PER_S = 10e6
@@ -154,6 +155,10 @@ class Launch:
         self.results: dict[int, dict[int, RankResult]] = {t.id: {} for t in plan}
         self.trial_timeout_s, self.timeout_s = timeouts(options, model_bytes, len(plan))
         self._last_progress = 0.0
+        #: The emulated disk's request log, where the model lies on one that keeps it:
+        #: the bytes the storage served per trial, which no kernel counter sees on FUSE.
+        self.log = request_log_for(files[0].path) if files else None
+        self.log_at: dict[int, int] = {}
 
     def _plan_json(self) -> str:
         o = self.options
@@ -293,6 +298,8 @@ class Launch:
                 cache_note=item.note,
                 cache_seconds=item.seconds,
             )
+            if self.log is not None:  # the cache is set: this trial's requests follow
+                self.log_at[item.trial] = self.log.end()
             self.say(BroadcastTrialStarted(trial, self.index[trial.id], len(self.plan)))
         elif isinstance(item, RankTrial):
             if self._add(item):
@@ -344,7 +351,14 @@ class Launch:
         self.say(RankFinished(trial, result))
         if len(self.results[trial.id]) < self.options.ranks:
             return False
-        trial = self.by_id[trial.id] = _finished(trial, self.results[trial.id], self.model_bytes)
+        served = (
+            self.log.bytes_since(self.log_at[trial.id])
+            if self.log is not None and trial.id in self.log_at
+            else None
+        )
+        trial = self.by_id[trial.id] = _finished(
+            trial, self.results[trial.id], self.model_bytes, served
+        )
         self.say(BroadcastTrialFinished(trial))
         return True
 
@@ -376,18 +390,27 @@ def _list(ranks: list[int]) -> str:
 
 
 def _finished(
-    trial: BroadcastTrial, results: dict[int, RankResult], model_bytes: int
+    trial: BroadcastTrial,
+    results: dict[int, RankResult],
+    model_bytes: int,
+    served: int | None = None,
 ) -> BroadcastTrial:
-    """The trial with every rank's numbers and their aggregate."""
+    """The trial with every rank's numbers and their aggregate (``served``: the bytes the
+    emulated disk's request log saw during it, where it keeps one)."""
     ranks = [results[r] for r in sorted(results)]
     slowest = max(ranks, key=lambda r: r.seconds)
     bytes_read = sum(r.bytes_read for r in ranks)
     storage = _total([r.storage_read_bytes for r in ranks])
+    counter: str | None = "/proc/<pid>/io"
     if storage == 0 and bytes_read and trial.cache == "cold" and trial.cache_verified:
         # A load from a verified-cold cache fetched every byte from storage: a count of 0
         # is a counter that cannot see these reads (read_bytes counts block-layer reads:
         # FUSE, NFS, tmpfs have none), not 0 bytes. Unknown, not 0.0x.
-        storage = None
+        storage, counter = None, None
+    if served is not None:
+        storage, counter = served, "request log"
+    if storage is None:
+        counter = None
     verified = all(r.verified for r in ranks)
     wrong = "; ".join(f"rank {r.rank}: {r.mismatch}" for r in ranks if not r.verified)
     return replace(
@@ -404,6 +427,7 @@ def _finished(
         storage_amplification=(
             storage / model_bytes if storage is not None and model_bytes else None
         ),
+        storage_counter=counter,
         peak_rss_bytes_total=_total([r.peak_rss_bytes for r in ranks]),
         rss_delta_bytes_total=_held(ranks),
         verified=verified,

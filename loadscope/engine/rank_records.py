@@ -25,7 +25,16 @@ from loadscope.engine.trials import CacheMode, Started, TrialStatus
 from loadscope.loaders.rank import RankInfo, RankNumbers
 
 SCHEMA_VERSION = 1
-Mode = Literal["independent", "broadcast", "broadcast-async", "sharded", "node-shared"]
+Mode = Literal[
+    "independent",
+    "broadcast",
+    "broadcast-async",
+    "sharded",
+    "node-shared",
+    "mmap",
+    "direct",
+    "warm-node",
+]
 MODES: tuple[Mode, ...] = get_args(Mode)
 Device = Literal["cpu", "cuda"]
 
@@ -108,6 +117,9 @@ class BroadcastTrial:
     read_amplification: float | None = None
     storage_read_bytes_total: int | None = None
     storage_amplification: float | None = None
+    #: Where the storage's bytes were counted: "request log" (the emulated disk's),
+    #: "/proc/<pid>/io" (the block layer, per rank), None where neither could see them.
+    storage_counter: str | None = None
     peak_rss_bytes_total: int | None = None
     rss_delta_bytes_total: int | None = None
     cache_verified: bool | None = None

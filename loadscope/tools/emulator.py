@@ -131,6 +131,40 @@ class RequestLog:
         with contextlib.suppress(FileNotFoundError), open(self.path, "w"):
             pass
 
+    def end(self) -> int:
+        """Where the log ends now: :meth:`bytes_since` counts the requests after it."""
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
+
+    def bytes_since(self, at: int) -> int:
+        """The bytes of every request logged after position ``at`` (:meth:`end`)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(at)
+                text = fh.read().decode("ascii", errors="replace")
+        except OSError:
+            return 0
+        total = 0
+        for line in text.splitlines():
+            parts = line.split(" ", 3)
+            if len(parts) == 4 and parts[2].isdecimal():
+                total += int(parts[2])
+        return total
+
+
+def request_log_for(path: str | os.PathLike[str]) -> RequestLog | None:
+    """The request log of the emulated disk ``path`` lies on, when that disk keeps one
+    (:func:`emulated_disk` with ``log_requests`` writes it beside its mount point); None
+    elsewhere. What the storage served, counted where no kernel counter sees it (FUSE)."""
+    here = Path(os.path.abspath(path))
+    for folder in (here, *here.parents):
+        if os.path.ismount(folder):
+            log = folder.parent / f".{folder.name}.requests.log"
+            return RequestLog(log) if folder.parent != folder and log.is_file() else None
+    return None
+
 
 @dataclass
 class EmulatedDisk:

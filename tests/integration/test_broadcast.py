@@ -113,12 +113,25 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
         # Every read counted: independent reads the model once per rank, the others once in
         # all (the receivers parse the header from the bytes they were sent; a header read
         # per rank would add well under 1% on this checkpoint).
+        # The stacks' patterns: every rank maps (the pages it touched counted) or reads
+        # every file; warm-node adds rank 0's warm.
         amp = t.read_amplification
         assert amp is not None
-        if t.mode == "independent":
+        if t.mode in ("independent", "mmap", "direct"):
             assert amp == pytest.approx(ranks, abs=0.02 * ranks)
+        elif t.mode == "warm-node":
+            assert amp == pytest.approx(ranks + 1, abs=0.02 * ranks)
         else:
             assert amp == pytest.approx(1.0, abs=0.02)
+        stor = t.storage_read_bytes_total
+        if t.cache == "cold" and stor is not None:
+            # The block layer's count: each rank's O_DIRECT reads reach storage; mapped
+            # pages come from the one page cache.
+            assert t.storage_counter == "/proc/<pid>/io"
+            if t.mode == "direct":
+                assert stor >= 0.9 * ranks * model, (t.mode, stor / model)
+            if t.mode in ("mmap", "warm-node", "node-shared"):
+                assert stor <= 1.5 * model, (t.mode, stor / model)
         by_rank = {r.rank: r for r in t.ranks}
         if t.mode in ("broadcast", "broadcast-async"):
             assert all(by_rank[r].bytes_read == 0 for r in range(1, ranks))
@@ -142,10 +155,11 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
     summary = {(s.mode, s.cache): s for s in report.summary}
     assert summary[("independent", "cold")].speedup_vs_independent == pytest.approx(1.0)
     # every rank ends up holding the model (and independent is not cheaper in RAM); the
-    # ranks of node-shared map one copy, and the node holds it once
+    # ranks of node-shared map one copy (the mapping modes the page cache's one copy), and
+    # the node holds it once
     for s in summary.values():
         assert s.rss_delta_bytes_total is not None
-        if s.mode == "node-shared" and ranks > 1:
+        if s.mode in ("node-shared", "mmap", "warm-node") and ranks > 1:
             # A cold trial's ranks also fault back library pages the eviction dropped and
             # grow a little (~1.3 MiB each): on this 4 MiB model, slack per rank.
             held = s.rss_delta_bytes_total
@@ -340,8 +354,16 @@ def test_the_memory_guard_on_gpus_counts_host_staging_per_reading_rank(target: T
     # room for one staging buffer and the runtime, not for four
     available = 4 * (256 << 20) + 2 * largest
     skipped = memory_guard(list(target.files), options, available)
-    # node-shared holds one copy of the whole model in shared memory: more than a file.
-    assert set(skipped) == {"independent", "sharded", "node-shared"}
+    # node-shared holds one copy of the whole model in shared memory, the mapping modes
+    # the page cache's, direct a whole copy per rank: more than a file.
+    assert set(skipped) == {
+        "independent",
+        "sharded",
+        "node-shared",
+        "mmap",
+        "warm-node",
+        "direct",
+    }
     assert "4 reading rank(s)" in skipped["independent"]
     assert "one shared copy" in skipped["node-shared"]
 
