@@ -228,6 +228,10 @@ class Strategy:
     #: and the code each stack runs for it.
     fixes: frozenset[str] = frozenset()
     routes: tuple[StackRoute, ...] = ()
+    #: The rank round's mode that does with N local ranks what its routes do (every rank
+    #: reading with O_DIRECT, one warm for the node, the node-shared load); its routes
+    #: then say how many times the node reads the model (``loaders/rank.py``).
+    rank_mode: str | None = None
 
     @property
     def builds_model(self) -> bool:

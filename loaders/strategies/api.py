@@ -18,6 +18,7 @@ from loadscope.loaders.strategies.auto import Auto
 
 class PublicLoadFile(strategy.Strategy):
     name = "api"
+    rank_mode = "node-shared"
     summary = "loadscope.load_file(path): the public API (auto's choices, safetensors' output)"
     requires = strategy.Requirements(ram_multiple=1.0)
     doctor_order = 40

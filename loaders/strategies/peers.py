@@ -30,6 +30,7 @@ def _load_format(name: str, **kw: Any) -> tuple[strategy.StackRoute, ...]:
 
 class FastSafetensors(strategy.Strategy):
     name = "fastsafetensors"
+    rank_mode = "direct"
     summary = "fastsafetensors SafeTensorsFileLoader, CPU mode (nogds)"
     requires = strategy.Requirements(ram_multiple=1.0, package="fastsafetensors", extra="peers")
     samples = False  # its loader reads whole files (peak RSS = the file on a sample)
@@ -86,6 +87,7 @@ class FastSafetensors(strategy.Strategy):
 
 class RunAI(strategy.Strategy):
     name = "runai"
+    rank_mode = "direct"
     summary = "runai-model-streamer SafetensorsStreamer"
     requires = strategy.Requirements(
         ram_multiple=1.0, package="runai_model_streamer", extra="peers"
@@ -140,6 +142,7 @@ def _gpu(ctx: strategy.LoadContext) -> str:
 
 class FastSafetensorsCuda(_OnGpu, FastSafetensors):
     name = "fastsafetensors-cuda"
+    rank_mode = "direct"
     summary = "fastsafetensors SafeTensorsFileLoader to cuda:N through host buffers (nogds)"
     requires = strategy.Requirements(
         gpu=True, ram_multiple=0.0, package="fastsafetensors", extra="peers"
@@ -151,6 +154,7 @@ class FastSafetensorsGds(FastSafetensorsCuda):
     Storage where fastsafetensors finds cuFile, else its own fallback (recorded)."""
 
     name = "fastsafetensors-gds"
+    rank_mode = "direct"
     summary = "fastsafetensors to cuda:N with GPUDirect Storage where found (nogds=False)"
     nogds = False
     fixes = frozenset({code.GPU_STAGED})
@@ -159,6 +163,7 @@ class FastSafetensorsGds(FastSafetensorsCuda):
 
 class RunAICuda(_OnGpu, RunAI):
     name = "runai-cuda"
+    rank_mode = "direct"
     summary = "runai-model-streamer SafetensorsStreamer to cuda:N (device='cuda:N')"
     requires = strategy.Requirements(
         gpu=True, ram_multiple=0.0, package="runai_model_streamer", extra="peers"

@@ -69,6 +69,7 @@ def command_target(files: list[strategy.FileRequest]) -> str | None:
 
 class Prewarm(strategy.Strategy):
     name = "prewarm"
+    rank_mode = "warm-node"
     summary = "loadscope warm (8 threads of 16 MiB blocks), then load_file from the page cache"
     requires = strategy.Requirements(ram_multiple=0.0)
     doctor_order = 50

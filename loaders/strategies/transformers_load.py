@@ -85,6 +85,7 @@ class FromPretrained(strategy.Strategy):
 
 class FromPretrainedPrewarmed(FromPretrained):
     name = "hf-prewarm"
+    rank_mode = "warm-node"
     summary = "loadscope warm, then from_pretrained(path): the no-code-change fix, end to end"
     knobs = WARM_KNOBS
     doctor_order = 86
@@ -98,6 +99,7 @@ class FromPretrainedPrewarmed(FromPretrained):
 
 class FromConfigLoadModel(FromPretrained):
     name = "hf-load-model"
+    rank_mode = "node-shared"
     summary = "loadscope.from_pretrained(path): load_model's reads into the model, no random init"
     doctor_order = 87
     own_copy = True

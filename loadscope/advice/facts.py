@@ -197,6 +197,28 @@ class Facts:
         more = f"; ~{need:.0f} s more --budget measures it whole" if need else ""
         return f"not measured reliably here ({fig.unreliable}{more})"
 
+    def ranks_note(self, mode: str | None) -> str:
+        """With the rank round's ``mode`` (cold, else warm): how many times the node read
+        the model from storage, and its slowest rank against every rank mapping every file
+        (the stacks' default with N ranks), when both ran."""
+        if not mode or not self.ranks:
+            return ""
+        cache = "cold" if (mode, "cold") in self.rank_modes else "warm"
+        this, default = self.rank_modes.get((mode, cache)), self.rank_modes.get(("mmap", cache))
+        if this is None or not this.median_seconds:
+            return ""
+        stor = this.storage_amplification
+        served = f"storage serves {stor:.1f}x the model" if stor is not None else ""
+        against = ""
+        if default is not None and default.median_seconds:
+            ratio = default.median_seconds / this.median_seconds
+            shown = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.1f}x slower"
+            against = f"slowest rank {shown} than the default's"
+        said = ", ".join(x for x in (served, against) if x)
+        if not said:
+            return ""
+        return f"with {self.ranks} ranks{' (warm)' if cache == 'warm' else ''}: {said}"
+
     def rate(self, strategy: str, cache: str = "cold") -> float | None:
         """The whole model's bytes per second of ``strategy`` (measured or extrapolated)."""
         secs = self.seconds(strategy, cache)

@@ -56,6 +56,9 @@ class Snippet:
     proxy: str = ""
     #: How the number was obtained: "measured" (whole loads) or "estimated ±E%" (a fit).
     how: str = "measured"
+    #: With N local ranks (the doctor's rank round): how many times the node reads the
+    #: model with this route, and its slowest rank against every rank's default load.
+    ranks: str = ""
 
     def label(self) -> str:
         """The line shown under the stack's name: the number, or why there is none."""
@@ -83,6 +86,11 @@ class Measured(Protocol):
 
     def how_obtained(self, strategy: str, base_name: str = DEFAULT) -> str:
         """ "measured", or "estimated ±E%" when either figure is a fit's."""
+        ...
+
+    def ranks_note(self, mode: str | None) -> str:
+        """What the rank round measured for ``mode`` with N ranks, said in one clause
+        ("" when it did not run)."""
         ...
 
 
@@ -158,7 +166,13 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         how=measured.how_obtained(route.strategy, baseline) if speedup else "measured",
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
+        ranks=measured.ranks_note(_rank_mode(route.strategy)),
     )
+
+
+def _rank_mode(strategy: str) -> str | None:
+    known = STRATEGIES.get(strategy)
+    return known.rank_mode if known else None
 
 
 def code_for(route: Route, model: str) -> str:
@@ -212,7 +226,8 @@ def label_of(snippet: dict[str, Any]) -> str:
         return ""
     speedup = snippet.get("speedup")
     if not isinstance(speedup, int | float):
-        return str(snippet.get("note") or "not measured here")
+        note = str(snippet.get("note") or "not measured here")
+        return note + (f"; {snippet['ranks']}" if snippet.get("ranks") else "")
     ids = ", ".join(f"#{i}" for i in snippet.get("trial_ids") or [])
     what = f"{snippet['strategy']}, trial {ids}" if ids else str(snippet["strategy"])
     base = snippet.get("baseline") or DEFAULT
@@ -221,7 +236,8 @@ def label_of(snippet: dict[str, Any]) -> str:
     later = " (slower than the default here)" if slower else ""
     proxy = f"; {snippet['proxy']}" if snippet.get("proxy") else ""
     how = str(snippet.get("how") or "measured")
-    return f"{how} {shown} vs {against}{later} ({what}{proxy})"
+    ranks = f"; {snippet['ranks']}" if snippet.get("ranks") else ""
+    return f"{how} {shown} vs {against}{later} ({what}{proxy}){ranks}"
 
 
 def snippet_heading(snippet: dict[str, Any]) -> str:

@@ -127,7 +127,16 @@ SERVER_START_S = 3.0
 WARM_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.warm_trial)
 #: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
 #: and the sharded read.
-RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded", "node-shared")
+RANK_MODES: tuple[Mode, ...] = (
+    "independent",
+    "broadcast-async",
+    "sharded",
+    "node-shared",
+    # What the stacks do with N ranks: their routes say how often the node reads the model.
+    "mmap",
+    "direct",
+    "warm-node",
+)
 MIN_SAMPLE_BYTES = 8 << 20
 #: The most rounds of trials a diagnosis runs when the measured ones show they fit.
 MAX_ROUNDS = 3

@@ -19,11 +19,22 @@ from loadscope.report.text import section_lines
 LEGEND = (
     "median: the slowest rank's time (the load ends when the last rank has every tensor);"
     " rate: model bytes / that time; x ind: speed-up over independent reads in the same"
-    " cache state; amp: bytes the ranks read / model bytes; stor: bytes that reached"
-    " storage (/proc/<pid>/io; '-' where it cannot see them: FUSE, NFS) / model bytes;"
-    " held: RSS the ranks gained (the copies of the model in RAM, pages they share counted"
-    " once); RSS: peak RSS summed"
-    " over ranks"
+    " cache state; amp: bytes the ranks read (or mapped and touched) / model bytes;"
+    " stor: {stor} / model bytes; held: RSS the ranks gained (the copies of the model in"
+    " RAM, pages they share counted once); RSS: peak RSS summed over ranks"
+)
+#: What ``stor`` counted, by the trials' counter.
+STORAGE = {
+    "request log": "bytes the storage served (the emulated disk's request log)",
+    None: "bytes that reached storage (/proc/<pid>/io; '-' where it cannot see them: FUSE, NFS)",
+}
+#: Said under the table when the round measured what the stacks do with N ranks.
+STACKS = (
+    "mmap, direct, warm-node: what a stack does with N ranks, beside loadscope's modes:"
+    " every rank memory-maps every file (the default loader of transformers, vLLM,"
+    " SGLang); every rank reads every file with O_DIRECT (fastsafetensors, Run:ai's"
+    " streamer); loadscope warm once for the node, then every rank maps (the warm"
+    " timed)"
 )
 
 
@@ -111,8 +122,12 @@ def ranks_section(ranks: dict[str, Any]) -> Section:
     rows = tuple(_row(s, first) for s in summary)
     width = len(header)
     rows = tuple(r + ("",) * (width - len(r)) for r in rows)
-    legend = LEGEND + ("; first: the warm-up round." if first else ".")
+    counters = {t.get("storage_counter") for t in ranks.get("trials") or []}
+    stor = STORAGE["request log" if "request log" in counters else None]
+    legend = LEGEND.format(stor=stor) + ("; first: the warm-up round." if first else ".")
     blocks: list[Block] = [Table(header, rows), Para(legend)]
+    if any(s.get("mode") in ("mmap", "direct", "warm-node") for s in summary):
+        blocks.append(Para(STACKS + "."))
     failures = [str(f) for f in ranks.get("failures") or []]
     if failed := _failed(ranks):
         blocks.append(Para("failed:"))

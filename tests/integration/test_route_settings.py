@@ -135,6 +135,9 @@ def _printed_api_code(model: str) -> str:
         def why_not_measured(self, _s: str) -> None:
             return None
 
+        def ranks_note(self, _m: str | None) -> str:
+            return ""
+
     snippet = next(
         s for s in load_snippets("parallel-reads", _Nothing(), model) if s.strategy == "api"
     )

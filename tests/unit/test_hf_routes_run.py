@@ -54,6 +54,9 @@ class _Trials:
     def how_obtained(self, strategy: str, base_name: str = "mmap") -> str:
         return "measured"
 
+    def ranks_note(self, mode: str | None) -> str:
+        return ""
+
 
 def _printed(route: Route, model: str | os.PathLike[str], layout: str) -> str:
     """The route's code as the advice prints it for ``model``."""
