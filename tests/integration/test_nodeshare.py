@@ -320,3 +320,53 @@ def test_a_single_process_outside_a_job_is_not_shared(tiny: SyntheticCheckpoint)
     )
     run = run_here([sys.executable, "-c", code, str(tiny.root)], env=env, timeout=60, check=True)
     assert "node-shared" not in run.stdout
+
+
+def test_the_rank_round_counts_what_the_storage_served_per_pattern(disk: EmulatedDisk) -> None:
+    """The rank round re-enacts the stacks' patterns with 4 ranks beside the node-shared
+    load, each counted from the emulated disk's request log: every rank's O_DIRECT reads
+    make the storage serve the model 4 times; mapping (once warm or not) and node sharing,
+    once. The node-shared trial sends the requests the printed ``loadscope.load_model``
+    sends (auto's 1 MiB; the round used 8 x 16 MiB before)."""
+    from collections import Counter
+
+    from loadscope.engine.broadcast import (
+        BroadcastOptions,
+        BroadcastTrialFinished,
+        BroadcastTrialStarted,
+        run_broadcast,
+    )
+    from loadscope.model.targets import resolve
+
+    assert disk.log is not None
+    log = disk.log
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    modes = ("node-shared", "mmap", "direct", "warm-node")
+
+    def listen(event: object) -> None:
+        if isinstance(event, BroadcastTrialStarted):
+            starts[event.trial.id] = log.end()
+        if isinstance(event, BroadcastTrialFinished):
+            ends[event.trial.id] = log.end()
+
+    report = run_broadcast(
+        resolve(str(disk.path)),
+        BroadcastOptions(ranks=WORLD, modes=modes, cache=("cold",), repeats=1, warmup=False),
+        listen,
+    )
+    assert report.failures == [], report.failures
+    by_mode = {t.mode: t for t in report.trials}
+    for mode, t in by_mode.items():
+        assert t.status == "ok" and t.verified, (mode, t.reason)
+        assert t.storage_counter == "request log", mode
+        amp = t.storage_amplification
+        assert amp is not None
+        if mode == "direct":
+            assert 3.9 <= amp <= 4.2, (mode, amp)
+        else:
+            assert amp <= 1.05, (mode, amp)
+    shared = by_mode["node-shared"]
+    text = log.path.read_bytes()[starts[shared.id] : ends[shared.id]].decode()
+    sizes = Counter(int(line.split()[2]) for line in text.splitlines() if line.strip())
+    assert sizes.most_common(1)[0][0] == 1 << 20, sizes.most_common(3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -735,3 +736,27 @@ def test_the_verdict_says_how_a_gain_was_obtained_as_its_fix_says_it() -> None:
     assert (problem_headline(f, [rec]) or "").endswith("10.0x faster (estimated ±12%)")
     rec.how = ""
     assert (problem_headline(f, [rec]) or "").endswith("10.0x faster (measured)")
+
+
+def test_each_stacks_route_says_how_often_the_node_reads_the_model() -> None:
+    """With a rank round that ran the stacks' patterns, every route whose strategy
+    declares one carries its storage figure and slowest rank against every rank's
+    default load; the broadcast fix never picks a stack's pattern."""
+    f = facts(
+        {"mmap": 10.0, "api": 1.0, "prewarm": 5.0, "fastsafetensors": 2.0}, read_ahead_kb=8192
+    )
+    f.ranks, f.rank_backend = 4, "gloo"
+    f.rank_modes = _ranks(
+        independent=12.0, **{"node-shared": 1.0, "mmap": 10.0, "direct": 20.0, "warm-node": 4.0}
+    )
+    direct = f.rank_modes[("direct", "cold")]
+    f.rank_modes[("direct", "cold")] = replace(direct, storage_amplification=4.0)
+    a = advise_facts(f)
+    routes = [s for r in a.recommendations for s in r.snippets if s.strategy]
+    by = {s.strategy: s for s in routes}
+    assert "with 4 ranks: storage serves 1.0x the model" in by["api"].ranks
+    assert "slowest rank 10.0x faster than the default's" in by["api"].ranks
+    assert "storage serves 4.0x the model, slowest rank 2.0x slower" in by["fastsafetensors"].ranks
+    assert "slowest rank 2.5x faster" in by["prewarm"].ranks
+    assert by["fastsafetensors"].ranks in by["fastsafetensors"].label()
+    assert all(r.strategy not in ("mmap", "direct", "warm-node") for r in a.recommendations)
