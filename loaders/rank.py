@@ -592,7 +592,11 @@ def run(plan: dict[str, Any], emitter: _Emitter, rank: int, world: int) -> int:
     )
     trials: list[dict[str, Any]] = plan["trials"]
     libc = _honest_malloc()
+    ran, longest = 0, 0.0
     for trial in trials:
+        if not _time_left(plan.get("deadline"), longest, rank, device):
+            break  # the budget's end: every rank stops here, together
+        t_trial = time.monotonic()
         try:
             _run_trial(
                 trial, plan, rank=rank, world=world, device=device, emitter=emitter, libc=libc
@@ -603,10 +607,27 @@ def run(plan: dict[str, Any], emitter: _Emitter, rank: int, world: int) -> int:
         except Exception as exc:  # noqa: BLE001  (the rank's funnel: a failed event naming it)
             emitter.emit(RankFailed(rank, int(trial["id"]), f"{type(exc).__name__}: {exc}"))
             return 1
+        ran, longest = ran + 1, max(longest, time.monotonic() - t_trial)
     dist.barrier()
-    emitter.emit(RankDone(rank, len(trials)))
+    emitter.emit(RankDone(rank, ran))
     dist.destroy_process_group()
     return 0
+
+
+def _time_left(deadline: float | None, longest: float, rank: int, device: torch.device) -> bool:
+    """Whether the next trial starts: rank 0 decides (the longest trial so far still fits
+    before ``deadline``) and every rank receives its decision, so none waits at a barrier
+    the others have left."""
+    if deadline is None:
+        return True
+    import torch
+    import torch.distributed as dist
+
+    go = torch.tensor([int(time.monotonic() + longest <= deadline)], dtype=torch.int32)
+    if device.type == "cuda":
+        go = go.to(device)  # NCCL moves device tensors only
+    dist.broadcast(go, 0)
+    return bool(int(go.item()))
 
 
 def main(argv: list[str] | None = None) -> int:

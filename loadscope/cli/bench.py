@@ -129,7 +129,6 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         for flag, given in (
             ("--strategies", args.strategies is not None),
             ("--knob", bool(args.knob)),
-            ("--budget", args.budget is not None),
         )
         if given
     ]
@@ -137,8 +136,7 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         raise UsageError(
             f"{' and '.join(ignored)} {'do' if len(ignored) > 1 else 'does'} not apply with"
             " --ranks: it runs the multi-rank modes"
-            " (--modes independent,broadcast,broadcast-async,sharded,node-shared) on the whole"
-            " model"
+            f" (--modes {','.join(MODES)}) on the whole model"
         )
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if cpus and args.device == "cpu" and args.ranks > 4 * cpus:
@@ -160,10 +158,14 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
     )
     with (
         open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target,
-        Progress(mode_for(args, sys.stderr)) as progress,
+        Progress(mode_for(args, sys.stderr), budget_s=args.budget) as progress,
     ):
         check(target, options)  # a refusal stands alone, before any progress line
         progress.step(f"{args.ranks} ranks: {', '.join(modes)}")
+        if args.budget is not None:
+            # As for the single-process trials: no trial starts that the budget has no
+            # time left for (the ranks' start-up counts); the rest are skipped, counted.
+            options = dataclasses.replace(options, deadline=time.monotonic() + args.budget)
         report = run_broadcast(target, options, progress.listener)
     code = emit(out, args.json, report.to_json(), ranks_text(report))
     # A rank that died or hung: the report names it, and the command fails.
@@ -208,13 +210,15 @@ COMMAND = Command(
             type=RANKS,
             metavar="N",
             help="N local ranks through torch.distributed (gloo on CPU, NCCL on GPU): independent"
-            " reads vs rank-0 read + broadcast (sync, async) vs sharded read + broadcast",
+            " reads vs rank-0 read + broadcast (sync, async) vs sharded read + broadcast vs"
+            " node-shared, beside what the stacks do with N ranks (each maps, each reads with"
+            " O_DIRECT, one warm for the node)",
         ),
         opt(
             "--modes",
             metavar="A,B,...",
             help="with --ranks: independent,broadcast,broadcast-async,sharded,node-shared"
-            " (default all)",
+            " (loadscope's) and mmap,direct,warm-node (the stacks' own) (default all)",
         ),
         opt(
             "--knob",

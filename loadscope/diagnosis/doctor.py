@@ -446,6 +446,8 @@ def _rank_trials(
                 device="cuda" if device != "cpu" else "cpu",
                 timeout_s=left,
                 trial_timeout_s=left,
+                # Stop between trials at the budget's end rather than be killed at it.
+                deadline=time.monotonic() + left,
                 cancel=cancel,
             ),
         )

@@ -51,6 +51,7 @@ from loadscope.engine.rank_launch import (
 )
 from loadscope.engine.rank_records import (
     MODES,
+    OUT_OF_TIME,
     SCHEMA_VERSION,
     BroadcastCancelled,
     BroadcastError,
@@ -295,12 +296,14 @@ def _mark_unfinished(
     trials: list[BroadcastTrial], outcome: Outcome, failures: list[str]
 ) -> list[BroadcastTrial]:
     """The trials as the report gives them: the one the launch died in failed with the
-    reasons, the ones after it not run."""
+    reasons, the ones after it not run; those the budget left no time for, skipped."""
     out: list[BroadcastTrial] = []
     stopped_at: BroadcastTrial | None = None
     for trial in trials:
         if trial.id in outcome.complete:
             out.append(trial)
+        elif outcome.out_of_time and not failures:
+            out.append(replace(trial, status="skipped", reason=OUT_OF_TIME))
         elif stopped_at is None:
             stopped_at = trial
             reason = "; ".join(failures) or "the ranks stopped without finishing it"

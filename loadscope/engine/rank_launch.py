@@ -124,6 +124,8 @@ class Outcome:
     trials: dict[int, BroadcastTrial] = field(default_factory=dict)
     #: When the first problem came (the others' reasons are awaited a moment longer).
     failure_at: float | None = None
+    #: The ranks ended the plan early together, at the budget's end (``deadline``).
+    out_of_time: bool = False
 
     def problem(self, priority: int, text: str) -> None:
         self.problems.append((priority, len(self.problems) + 1, text))
@@ -175,6 +177,8 @@ class Launch:
                 "collective_timeout_s": self.trial_timeout_s + 60,
                 "allow_drop_caches": o.allow_drop_caches,
                 "read_chunk_bytes": o.read_chunk_bytes,
+                # CLOCK_MONOTONIC is the host's: the ranks read the parent's deadline.
+                "deadline": o.deadline,
             }
         )
 
@@ -312,6 +316,8 @@ class Launch:
             out.problem(1, f"rank {rank.rank} failed{where}: {reason}"[:400])
         elif isinstance(item, RankDone):
             rank.done = True
+            if item.trials < len(self.plan):
+                out.out_of_time = True
 
     def _hang_reason(self, ranks: list[_Rank], out: Outcome, limit: float) -> str:
         current = next((t for t in self.plan if t.id not in out.complete), None)

@@ -57,6 +57,10 @@ class BroadcastCancelled(LoadscopeError):
     exit_code = ExitCode.INTERRUPTED
 
 
+#: Why a trial the budget left no time for did not run.
+OUT_OF_TIME = "not run: the budget (--budget) left no time for it"
+
+
 @dataclass(frozen=True, slots=True)
 class BroadcastOptions:
     ranks: int = 2
@@ -73,6 +77,10 @@ class BroadcastOptions:
     trial_timeout_s: float | None = None
     #: The whole launch, start-up included. None: every trial's timeout, plus 2 minutes.
     timeout_s: float | None = None
+    #: ``time.monotonic()`` after which no trial starts (``--budget``): rank 0 starts the
+    #: next trial only when the longest so far still fits, and the ranks agree on it; the
+    #: trials left are skipped, said why. None: every trial runs.
+    deadline: float | None = field(default=None, compare=False)
     allow_drop_caches: bool = False
     #: Bytes of memory available to the ranks (tests inject a small one); default:
     #: min(available RAM, cgroup limit - usage).

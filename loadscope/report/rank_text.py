@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
-from loadscope.engine.rank_records import BroadcastReport
+from loadscope.engine.rank_records import OUT_OF_TIME, BroadcastReport
 from loadscope.report.content import Block, Bullets, Para, Section, Table
 from loadscope.report.text import section_lines
 
@@ -89,15 +89,18 @@ def _failed(ranks: dict[str, Any]) -> list[str]:
             None,
         )
         why = (bad or {}).get("reason") or "no trial with a verified cache state"
+        if why == OUT_OF_TIME:
+            continue  # said on its row
         if bad is not None and (why == stopped or why.startswith("not run:")):
             why = "the launch stopped early (see why)"
         lines.append(f"{s.get('mode')} {s.get('cache')}: {why}")
     return lines
 
 
-def _row(s: dict[str, Any], first: bool) -> tuple[str, ...]:
+def _row(s: dict[str, Any], first: bool, out_of_time: set[tuple[str, str]]) -> tuple[str, ...]:
     if s.get("median_seconds") is None:
-        return (str(s.get("mode")), str(s.get("cache")), "failed (below)")
+        at = (str(s.get("mode")), str(s.get("cache")))
+        return (*at, "not run: the budget ran out" if at in out_of_time else "failed (below)")
     row = (
         str(s.get("mode")),
         str(s.get("cache")),
@@ -119,7 +122,12 @@ def ranks_section(ranks: dict[str, Any]) -> Section:
     first = any(s.get("first_run_seconds") is not None for s in summary)
     header: tuple[str, ...] = ("mode", "cache", "median", "rate", "x ind", "amp", "stor")
     header += ("held", "RSS", *(("first",) if first else ()))
-    rows = tuple(_row(s, first) for s in summary)
+    out_of_time = {
+        (str(t.get("mode")), str(t.get("cache")))
+        for t in ranks.get("trials") or []
+        if t.get("reason") == OUT_OF_TIME and not t.get("warmup")
+    }
+    rows = tuple(_row(s, first, out_of_time) for s in summary)
     width = len(header)
     rows = tuple(r + ("",) * (width - len(r)) for r in rows)
     counters = {t.get("storage_counter") for t in ranks.get("trials") or []}

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -449,3 +450,23 @@ def test_the_cli_refusal_of_a_torch_target_is_one_line_before_any_progress(
     err = capsys.readouterr().err.splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("loadscope: multi-rank loading reads"), err
+
+
+def test_the_budget_stops_the_rank_round_between_trials(target: Target) -> None:
+    """``bench --ranks N --budget S``: no trial starts that the budget has no time left
+    for (the ranks' start-up counts); the ranks stop together (none waits at a barrier
+    the others left) and the trials left are skipped, saying why, not failed."""
+    import time as clock
+
+    from loadscope.engine.rank_records import OUT_OF_TIME
+
+    options = BroadcastOptions(
+        ranks=2, modes=("independent", "mmap"), cache=("cold",), repeats=2, warmup=False
+    )
+    spent = run_broadcast(target, replace(options, deadline=clock.monotonic() + 0.1))
+    assert_no_rank_left()
+    assert spent.failures == []
+    assert {(t.status, t.reason) for t in spent.trials} == {("skipped", OUT_OF_TIME)}
+    assert to_text(spent).count("not run: the budget ran out") == 2
+    plenty = run_broadcast(target, replace(options, deadline=clock.monotonic() + 300))
+    assert {t.status for t in plenty.trials} == {"ok"}
