@@ -43,12 +43,29 @@ import hashlib, json, os, sys, time, tempfile
 import torch, torch.distributed as dist, safetensors.torch, loadscope
 from loadscope.loaders.worker import touch
 path, how = sys.argv[1], sys.argv[2]
+# Where a node-shared rank's time goes: joining the file's group, reading the chunks it
+# claims (and waiting for the others'), mapping its copy-on-write view.
+from loadscope.loaders import nodeshare
+phases = {"join": 0.0, "fill": 0.0, "map_private": 0.0}
+def _timed(owner, name, static=False):
+    inner = getattr(owner, name)
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
+            phases[name] += time.perf_counter() - t
+    setattr(owner, name, classmethod(lambda cls, *a, **k: wrapper(*a, **k)) if static else wrapper)
+_timed(nodeshare._Group, "join", static=True)
+_timed(nodeshare._Group, "fill")
+_timed(nodeshare._Group, "map_private")
 dist.init_process_group("gloo")
 # loadscope's own imports before the clock, as a training script's would be.
 _tiny = tempfile.mkdtemp()
 safetensors.torch.save_file({'x': torch.zeros(8)}, os.path.join(_tiny, 'model.safetensors'))
 loadscope.load_model(_tiny, local_ranks=None)
 dist.barrier()
+phases.update(join=0.0, fill=0.0, map_private=0.0)
 cpu0 = time.process_time()
 t0 = time.perf_counter()
 if how == "mmap":
@@ -67,11 +84,11 @@ for name in sorted(state):
     digest.update(name.encode())
     digest.update(state[name].contiguous().view(torch.uint8).numpy().tobytes())
 got = [None] * dist.get_world_size()
-dist.all_gather_object(got, (seconds, digest.hexdigest(), t1 - t0, cpu))
+dist.all_gather_object(got, (seconds, digest.hexdigest(), t1 - t0, cpu, dict(phases)))
 if dist.get_rank() == 0:
-    slow = max(got)
+    slow = max(got, key=lambda g: g[0])
     print(json.dumps({"slowest": slow[0], "digests": len({g[1] for g in got}),
-                      "load": slow[2], "cpu": sum(g[3] for g in got)}))
+                      "load": slow[2], "cpu": sum(g[3] for g in got), "phases": slow[4]}))
 dist.destroy_process_group()
 """
 
@@ -92,13 +109,13 @@ print(json.dumps({"slowest": time.perf_counter() - t0, "digests": 1, "load": t1 
 """
 
 
-Run = tuple[float, float, int, float, float]
+Run = tuple[float, float, int, float, float, dict[str, float]]
 
 
 def run(how: str, model: Path, log: Path, script: Path, ranks: int) -> Run:
     """(slowest rank's seconds, bytes served / model bytes, distinct digests, the slowest
     rank's seconds in the load call (the rest: touching every page), CPU seconds of all
-    ranks together)."""
+    ranks together, the slowest rank's node-sharing phases)."""
     evict_model(model)
     log.write_text("")
     env = {k: v for k, v in os.environ.items() if k != "LOADSCOPE_NODE_SHARE"}
@@ -122,6 +139,7 @@ def run(how: str, model: Path, log: Path, script: Path, ranks: int) -> Run:
         int(got["digests"]),
         float(got["load"]),
         float(got["cpu"]),
+        {k: float(v) for k, v in (got.get("phases") or {}).items()},
     )
 
 
@@ -165,6 +183,18 @@ def main() -> int:
             f"| {how} | {secs:.3g} | {secs / alone:.2f}x | {load:.3g} | {cpu:.3g}"
             f" | {served:.2f}x | {digests} |"
         )
+    phases = [r[5] for r in results["shared"] if r[5]]
+    if phases:
+        load = statistics.median(r[3] for r in results["shared"])
+        print("\nWhere the slowest `shared` rank's load call went (medians, s):\n")
+        print(
+            "| joining the file's group | reading its chunks and waiting for the others'"
+            " | mapping its view (page tables filled) | the rest (checks, tensors) |"
+        )
+        print("|---|---|---|---|")
+        med = {k: statistics.median(p.get(k, 0.0) for p in phases) for k in phases[0]}
+        rest = load - sum(med.values())
+        print(f"| {med['join']:.3g} | {med['fill']:.3g} | {med['map_private']:.3g} | {rest:.3g} |")
     shared = results["shared"]
     missed = []
     if statistics.median(r[1] for r in shared) > 1.05:

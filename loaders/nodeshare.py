@@ -45,6 +45,7 @@ May import: ``loadscope.loaders.shmgroup``, ``loadscope.loaders.strategies``,
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import hashlib
@@ -271,6 +272,7 @@ class _Group:
                 raise
             if made:
                 _start_watcher(where, job)
+            _leave_at_exit(where, job)
             return cls(fd, data, size)
         raise NotShared(f"{data}: removed and made again 20 times while joining it")
 
@@ -496,6 +498,30 @@ def _start_watcher(where: Path, job: str) -> None:
             where,
             exc.strerror or exc,
         )
+
+
+#: The jobs this process has joined (their files are looked at once more as it exits).
+_joined: set[tuple[Path, str]] = set()
+
+
+def _leave_at_exit(where: Path, job: str) -> None:
+    """At this process's normal exit: its mark removed, and every file of the job when no
+    other rank of it is alive (a watcher killed with the job's processes, as a batch
+    system's step end does, leaves nothing behind then either)."""
+    if not _joined:
+        atexit.register(_leave_jobs)
+    _joined.add((where, job))
+
+
+def _leave_jobs() -> None:
+    me = os.getpid()
+    for where, job in _joined:
+        others = [p for p in shmgroup.members(where, job) if p != me]
+        if any(shmgroup.process_alive(p) for p in others):
+            with contextlib.suppress(OSError):
+                (where / f"{PREFIX}{job}.pid.{me}").unlink()
+        else:
+            shmgroup.remove_job(where, job)
 
 
 def _mark(base: Path, what: str, who: int) -> None:

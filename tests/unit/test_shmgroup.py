@@ -218,3 +218,25 @@ def test_the_watcher_removes_a_file_no_late_rank_came_for(shm: Path, blob: Path)
     while list(shm.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not list(shm.iterdir())
+
+
+def test_the_last_rank_to_exit_removes_the_jobs_files(shm: Path, blob: Path) -> None:
+    """No watcher (a batch system's step end kills it with the ranks): a rank that exits
+    normally as the job's last live one removes the job's files itself."""
+    code = (
+        "import sys; from loadscope.loaders import nodeshare;"
+        " nodeshare._start_watcher = lambda where, job: None;"
+        " s = nodeshare.shared_buffer(sys.argv[1], nodeshare.LocalRanks(0, 2, 'x'),"
+        " threads=2, block_bytes=1 << 20, direct=False); print(len(s.buffer))"
+    )
+    env = {**os.environ, "LOADSCOPE_SHM_DIR": str(shm)}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(blob)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
+    )
+    assert int(out.stdout) == blob.stat().st_size
+    assert not list(shm.iterdir()), sorted(p.name for p in shm.iterdir())
