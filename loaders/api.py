@@ -20,16 +20,14 @@ also :class:`~loadscope.base.errors.LoadscopeError`, with loadscope's one-line m
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
 import os
 import pickle
 import sys
-import threading
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from loadscope.base.errors import ExitCode, LoadscopeError
@@ -39,6 +37,7 @@ from loadscope.loaders.apichecks import (
     check_knobs,
     check_local_ranks,
 )
+from loadscope.loaders.loadrecord import FileChoice, LoadRecord, check_record, timed_call
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategy import FileRequest, LoadContext, Strategy
 
@@ -47,73 +46,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 log = logging.getLogger("loadscope")
-
-
-@dataclass(frozen=True, slots=True)
-class FileChoice:
-    """How one file was loaded, and why."""
-
-    path: str
-    #: "mmap" (mapped, as safetensors does), "direct" (O_DIRECT reads), "parallel"
-    #: (buffered pread threads) or "torch.load" (a torch checkpoint, mmap=True).
-    strategy: str
-    reason: str
-    size_bytes: int
-    seconds: float
-    #: Fraction of the file in the page cache before the load (sampled), None if unknown.
-    residency: float | None = None
-    threads: int | None = None
-    block_bytes: int | None = None
-    #: Bytes this process's own reads returned, where counted (a node-shared file: the
-    #: chunks this rank read; the other ranks read the rest).
-    read_bytes: int | None = None
-
-
-@dataclass(slots=True)
-class LoadRecord:
-    """What a ``load_file`` / ``load_model`` / ``prewarm`` call chose, per file."""
-
-    files: list[FileChoice] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    #: Seconds these calls spent importing torch and safetensors: a process's first load
-    #: pays it (about a second for torch), a later one (or one after the caller's own ``import
-    #: torch``) finds them imported and pays 0. Not in any file's ``seconds``.
-    import_seconds: float = 0.0
-    #: The calls' own wall time after their imports: checks, loads, waits and fallbacks.
-    call_seconds: float = 0.0
-
-    @property
-    def seconds(self) -> float:
-        """The loads' time, file by file (the imports excluded: :attr:`wall_seconds`)."""
-        return sum(f.seconds for f in self.files)
-
-    @property
-    def wall_seconds(self) -> float:
-        """What the calls took as their caller waited: the imports they paid, then the
-        calls themselves (every check, load and wait)."""
-        return self.import_seconds + max(self.call_seconds, self.seconds)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(f.size_bytes for f in self.files)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "files": [asdict(f) for f in self.files],
-            "notes": list(self.notes),
-            "import_seconds": self.import_seconds,
-            "call_seconds": self.call_seconds,
-            "wall_seconds": self.wall_seconds,
-        }
-
-    def __str__(self) -> str:
-        lines = [f"{f.path}: {f.strategy} ({f.reason}), {f.seconds:.3g} s" for f in self.files]
-        if self.import_seconds > 0:
-            lines.append(
-                f"importing torch and safetensors (a process's first load): "
-                f"{self.import_seconds:.3g} s; {self.wall_seconds:.3g} s in all"
-            )
-        return "\n".join(lines + self.notes)
 
 
 # -- errors in the caller's exception family ----------------------------------------------------
@@ -213,15 +145,6 @@ def as_api_error(exc: LoadscopeError) -> LoadscopeError:
 # -- load_file --------------------------------------------------------------------------------
 
 
-def check_record(record: object) -> LoadRecord | None:
-    """``record`` as given when it is a :class:`LoadRecord` or None, else a ValueError."""
-    if record is None or isinstance(record, LoadRecord):
-        return record
-    raise ValueError(
-        f"record must be a loadscope.LoadRecord() (or None), not {type(record).__name__}"
-    )
-
-
 #: What a load imports that ``import loadscope`` does not: a process's first load pays it.
 LOAD_IMPORTS = ("torch", "safetensors.torch")
 
@@ -242,27 +165,8 @@ def import_for_load(record: LoadRecord | None) -> float:
     return seconds
 
 
-_calls = threading.local()
 #: Set once this process has removed what killed jobs left in shared memory.
 _reaped: list[str | None] = []
-
-
-@contextlib.contextmanager
-def timed_call(record: object) -> Iterator[None]:
-    """The outermost public call's wall time, less the imports it paid (counted in
-    ``import_seconds``), added to ``record.call_seconds`` when ``record`` is a
-    :class:`LoadRecord` (a ``load_model`` that calls ``load_file`` per file counts once)."""
-    depth = getattr(_calls, "depth", 0)
-    _calls.depth = depth + 1
-    started = time.monotonic()
-    imported = record.import_seconds if isinstance(record, LoadRecord) else 0.0
-    try:
-        yield
-    finally:
-        _calls.depth = depth
-        if depth == 0 and isinstance(record, LoadRecord):
-            spent = time.monotonic() - started - (record.import_seconds - imported)
-            record.call_seconds += max(0.0, spent)
 
 
 def _to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:

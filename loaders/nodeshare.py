@@ -243,33 +243,24 @@ class _Group:
     @classmethod
     def join(cls, data: Path, where: Path, job: str, size: int, chunk: int, world: int) -> _Group:
         """The group for ``data``, made here when no rank has made it (its room reserved)."""
-        chunks = -(-size // chunk)
-        total = shmgroup.control_bytes(chunks) + size
         for _ in range(20):
             try:
                 fd = os.open(data, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError as exc:
                 raise NotShared(f"{where}: {exc.strerror or exc}") from None
-            made = False
+            made = gone = False
             try:
                 with locked(fd):
-                    st = os.fstat(fd)
-                    if st.st_nlink == 0:  # removed while this rank opened it: anew
-                        os.close(fd)
-                        continue
-                    if st.st_size == 0:
-                        _reserve(fd, data, where, total, size)
-                        os.pwrite(fd, HEAD.pack(MAGIC, chunks, world, chunk, size, 0, 0.0), 0)
-                        made = True
-                    elif os.pread(fd, 8, 0) != MAGIC or st.st_size != total:
-                        raise NotShared(f"{data}: not a shared file of this loadscope")
-                    (joined,) = struct.unpack("<I", os.pread(fd, 4, shmgroup.JOINED_AT))
-                    os.pwrite(fd, struct.pack("<I", joined + 1), shmgroup.JOINED_AT)
-                    _mark(where / f"{PREFIX}{job}", "pid", os.getpid())
+                    gone = os.fstat(fd).st_nlink == 0  # removed as this rank opened it
+                    if not gone:
+                        made = _enter(fd, data, where, job, size, chunk, world)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 raise
+            if gone:  # unlocked first: the lock lives on the descriptor
+                os.close(fd)
+                continue
             if made:
                 _start_watcher(where, job)
             _leave_at_exit(where, job)
@@ -332,8 +323,10 @@ class _Group:
                 done += 1
                 when = time.monotonic() if done >= chunks else 0.0
                 HEAD.pack_into(self.ctl, 0, MAGIC, chunks, world, chunk, size, done, when)
-            elif state == FREE:  # given back: the next claim finds it first
-                struct.pack_into("<I", self.ctl, shmgroup.NEXT_AT, i)
+            elif state == FREE:
+                if self.ctl[self.states + i] == DONE:
+                    return  # another rank took it over and read it meanwhile
+                struct.pack_into("<I", self.ctl, shmgroup.NEXT_AT, i)  # found first
             self.ctl[self.states + i] = state
 
     def done(self) -> bool:
@@ -443,6 +436,23 @@ class _Group:
         with contextlib.suppress(OSError, ValueError):
             private.madvise(MADV_POPULATE_READ)
         return private
+
+
+def _enter(fd: int, data: Path, where: Path, job: str, size: int, chunk: int, world: int) -> bool:
+    """Under the group's lock: make the group when the file is new (True), else check it
+    is one; count this rank in and name its process among the job's."""
+    chunks = -(-size // chunk)
+    total = shmgroup.control_bytes(chunks) + size
+    made = os.fstat(fd).st_size == 0
+    if made:
+        _reserve(fd, data, where, total, size)
+        os.pwrite(fd, HEAD.pack(MAGIC, chunks, world, chunk, size, 0, 0.0), 0)
+    elif os.pread(fd, 8, 0) != MAGIC or os.fstat(fd).st_size != total:
+        raise NotShared(f"{data}: not a shared file of this loadscope")
+    (joined,) = struct.unpack("<I", os.pread(fd, 4, shmgroup.JOINED_AT))
+    os.pwrite(fd, struct.pack("<I", joined + 1), shmgroup.JOINED_AT)
+    _mark(where / f"{PREFIX}{job}", "pid", os.getpid())
+    return made
 
 
 def _reserve(fd: int, data: Path, where: Path, total: int, size: int) -> None:

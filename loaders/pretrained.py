@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from loadscope.loaders.api import LoadRecord
+    from loadscope.loaders.loadrecord import LoadRecord
 
 log = logging.getLogger("loadscope")
 

@@ -62,11 +62,22 @@ import os
 import resource
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from loadscope.loaders.events import JsonLines, LineWriter
+from loadscope.loaders.events import LineWriter
+from loadscope.loaders.rank_events import (
+    CODEC,
+    MODES,
+    STACK_MODES,
+    RankCache,
+    RankDone,
+    RankEvent,
+    RankFailed,
+    RankStart,
+    RankTrial,
+)
 from loadscope.loaders.rank_reads import (
     Reads,
     node_shared,
@@ -80,140 +91,10 @@ from loadscope.loaders.rank_reads import (
 if TYPE_CHECKING:
     import torch
 
-SCHEMA_VERSION = 1
-MODES: Final = (
-    "independent",
-    "broadcast",
-    "broadcast-async",
-    "sharded",
-    "node-shared",
-    "mmap",
-    "direct",
-    "warm-node",
-)
-#: The modes that re-enact what a stack does with N ranks (not a loadscope fix).
-STACK_MODES: Final = ("mmap", "direct", "warm-node")
 #: Reads are issued in pieces of this size (each one counted).
 READ_CHUNK_BYTES = 16 << 20
 #: One collective carries at most this many bytes (larger files are sent in pieces).
 MAX_COLLECTIVE_BYTES = 1 << 30
-
-
-class RankProtocolError(ValueError):
-    """A line from a rank that is not a valid event."""
-
-
-# -- events -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RankInfo:
-    """One rank as it started: what the report lists per rank."""
-
-    rank: int
-    pid: int
-    backend: str
-    device: str
-    torch_version: str
-    #: Seconds spent in init_process_group (rendezvous of every rank).
-    init_s: float
-    threads: int
-    rss_bytes: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class RankStart(RankInfo):
-    """A rank joined: its description, the world it joined and when (its first event)."""
-
-    world_size: int
-    t: float  # time.monotonic() (the same clock as the parent's on Linux)
-
-    def info(self) -> RankInfo:
-        """The description alone (what the report keeps)."""
-        return RankInfo(**{f.name: getattr(self, f.name) for f in fields(RankInfo)})
-
-
-@dataclass(frozen=True, slots=True)
-class RankCache:
-    """Rank 0's report on the cache state it set up before one trial."""
-
-    rank: int
-    trial: int
-    verified: bool
-    residency: float | None
-    note: str
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class RankNumbers:
-    """One rank's numbers in one trial: what the rank reports and the report keeps (the
-    runner's per-rank record, ``engine/rank_records.py``, is these and its checks)."""
-
-    rank: int
-    seconds: float
-    #: Bytes of every read this rank issued on the files (its own accounting).
-    bytes_read: int
-    read_calls: int
-    #: /proc/self/io deltas over the timed region: bytes that reached storage, and
-    #: bytes read through read syscalls (page cache hits included).
-    storage_read_bytes: int | None
-    rchar: int | None
-    #: Peak RSS during this trial (VmHWM after a reset) or, where the reset is refused,
-    #: the process's lifetime peak; ``peak_rss_scope`` says which ("trial", "process").
-    peak_rss_bytes: int | None
-    peak_rss_scope: str
-    ru_maxrss_bytes: int
-    tensors: int
-    tensor_bytes: int
-    collectives: int
-
-
-@dataclass(frozen=True, slots=True)
-class RankTrial(RankNumbers):
-    """A rank's trial event: its numbers, and what the runner checks them with."""
-
-    trial: int
-    major_faults: int | None
-    rss_before_bytes: int | None
-    rss_after_bytes: int | None
-    #: How much of the RSS growth is pages other ranks may map too (page cache, shared
-    #: memory): a node holds them once.
-    rss_shared_delta_bytes: int | None
-    digests: dict[str, str]
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def numbers(self) -> dict[str, Any]:
-        """The :class:`RankNumbers` fields, by name."""
-        return {f.name: getattr(self, f.name) for f in fields(RankNumbers)}
-
-
-@dataclass(frozen=True, slots=True)
-class RankFailed:
-    rank: int
-    trial: int | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class RankDone:
-    rank: int
-    trials: int
-
-
-RankEvent = RankStart | RankCache | RankTrial | RankFailed | RankDone
-_TYPES: dict[str, type[Any]] = {
-    "start": RankStart,
-    "cache": RankCache,
-    "trial": RankTrial,
-    "failed": RankFailed,
-    "done": RankDone,
-}
-
-
-_CODEC: JsonLines[RankEvent] = JsonLines(_TYPES, RankProtocolError, SCHEMA_VERSION)
-#: One JSON line for an event; one line parsed (raises :class:`RankProtocolError`).
-encode, decode = _CODEC.encode, _CODEC.decode
 
 
 _Emitter = LineWriter[RankEvent]
@@ -423,23 +304,13 @@ def _run_trial(
 
     # _touched, inside the clock, imports from the worker module: import it now.
     import loadscope.loaders.worker  # noqa: F401
-    from loadscope.loaders.cachestate import prepare_cache
     from loadscope.probes.iosampler import IoSampler, delta
-    from loadscope.probes.pagecache import ColdCache
 
     files: list[dict[str, Any]] = plan["files"]
     trial_id = int(trial["id"])
     dist.barrier()  # nobody is still loading the previous trial
     if rank == 0:
-        t_cache = time.perf_counter()
-        verified, resident, note = prepare_cache(
-            [(str(f["path"]), int(f["size_bytes"])) for f in files],
-            str(trial["cache"]),
-            ColdCache(allow_drop_caches=bool(plan.get("allow_drop_caches", False))),
-        )
-        emitter.emit(
-            RankCache(rank, trial_id, verified, resident, note, time.perf_counter() - t_cache)
-        )
+        emitter.emit(_set_cache(trial, plan))
     sampler = IoSampler()
     reads = Reads()
     gc.collect()
@@ -494,6 +365,21 @@ def _run_trial(
     )
     del tensors, loaded
     _release(libc, device)
+
+
+def _set_cache(trial: dict[str, Any], plan: dict[str, Any]) -> RankCache:
+    """Rank 0 puts the page cache in the trial's state and checks it, as ``bench`` does."""
+    from loadscope.loaders.cachestate import prepare_cache
+    from loadscope.probes.pagecache import ColdCache
+
+    started = time.perf_counter()
+    verified, resident, note = prepare_cache(
+        [(str(f["path"]), int(f["size_bytes"])) for f in plan["files"]],
+        str(trial["cache"]),
+        ColdCache(allow_drop_caches=bool(plan.get("allow_drop_caches", False))),
+    )
+    seconds = time.perf_counter() - started
+    return RankCache(0, int(trial["id"]), verified, resident, note, seconds)
 
 
 def _touched(
@@ -635,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     # Events go to the real stdout; stray prints (from any library) go to stderr.
     events = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)
-    emitter = _Emitter(events, _CODEC)
+    emitter = _Emitter(events, CODEC)
     rank = -1
     try:
         rank = _env_int("RANK")

@@ -198,8 +198,9 @@ def reap(where: Path) -> list[tuple[Path, int]]:
     for entry in entries:
         if not entry.name.endswith(".data") or not entry.exists():
             continue
+        # "loadscope-node-J-F.data" (this layout), "loadscope-node-K.data" (the earlier)
         job = entry.name[len(PREFIX) :].split("-", 1)[0].split(".", 1)[0]
-        if job in jobs or any(job.startswith(j) or j.startswith(job) for j in jobs):
+        if job in jobs:
             continue
         with contextlib.suppress(OSError):
             if now - entry.stat().st_mtime > ORPHAN_S:

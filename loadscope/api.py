@@ -27,16 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from loadscope.base.errors import LoadscopeError
 from loadscope.loaders.api import (
-    FileChoice,
     LoadOptions,
-    LoadRecord,
     as_api_error,
     check_options,
     load_file,
     load_torch_file,
-    timed_call,
 )
 from loadscope.loaders.apichecks import check_knobs
+from loadscope.loaders.loadrecord import FileChoice, LoadRecord, timed_call
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS
 
 if TYPE_CHECKING:

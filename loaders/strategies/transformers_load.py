@@ -28,8 +28,9 @@ from typing import Any
 
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
-from loadscope.loaders.api import LoadRecord, load_file, load_torch_file
+from loadscope.loaders.api import load_file, load_torch_file
 from loadscope.loaders.buffers import torch_dtype
+from loadscope.loaders.loadrecord import LoadRecord
 from loadscope.loaders.pretrained import load_pretrained
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategies.prewarm import WARM_KNOBS, warm

@@ -23,8 +23,7 @@ from loadscope.advice.results import (
     trial_evidence,
 )
 from loadscope.advice.snippets import command, load_snippets, offered
-from loadscope.engine.broadcast import BroadcastSummary
-from loadscope.loaders.rank import STACK_MODES
+from loadscope.engine.broadcast import STACK_MODES, BroadcastSummary
 from loadscope.loaders.strategies import (
     DEFAULT,
     GPU_DEFAULT,

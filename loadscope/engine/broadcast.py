@@ -30,7 +30,7 @@ records :mod:`loadscope.engine.rank_records`', the summaries
 :mod:`loadscope.engine.summaries`'; their public names are importable from here too (the
 text and the tables are :mod:`loadscope.report.rank_text`'s).
 
-May import: those, ``loadscope.engine.trials``, ``loadscope.loaders.rank`` (``RankInfo``),
+May import: those, ``loadscope.engine.trials``, ``loadscope.loaders.rank_events`` (``RankInfo``),
 ``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
 """
 
@@ -77,7 +77,7 @@ from loadscope.engine.trials import (
     reference_digests,
     target_record,
 )
-from loadscope.loaders.rank import RankInfo
+from loadscope.loaders.rank_events import STACK_MODES, RankInfo
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.system import memory_headroom
 
@@ -87,6 +87,7 @@ __all__ = [
     "RANK_OVERHEAD_BYTES",
     "SCHEMA_VERSION",
     "SLOWEST_EXPECTED_BYTES_PER_S",
+    "STACK_MODES",
     "BroadcastCancelled",
     "BroadcastError",
     "BroadcastEvent",

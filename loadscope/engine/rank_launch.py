@@ -8,7 +8,8 @@ rank's group is killed.
 
 May import: ``loadscope.engine.rank_records``, ``loadscope.engine.children``,
 ``loadscope.engine.supervise`` (the loop that watches the ranks), ``loadscope.engine.trials``,
-``loadscope.loaders``, ``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
+``loadscope.loaders``, ``loadscope.model``, ``loadscope.tools`` (the emulated disk's request
+log), ``loadscope.probes``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from loadscope.engine.rank_records import (
 )
 from loadscope.engine.supervise import Events, reap, supervise
 from loadscope.engine.trials import digest_mismatch, exit_reason
-from loadscope.loaders.rank import (
+from loadscope.loaders.rank_events import (
     RankCache,
     RankDone,
     RankEvent,

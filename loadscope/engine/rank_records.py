@@ -6,7 +6,7 @@ trial, :class:`BroadcastTrial`, :class:`BroadcastSummary` per mode and cache sta
 ``loadscope.report.rank_text``'s), the events a live view follows
 and the errors a run raises. The JSON keeps these fields in this order.
 
-May import: ``loadscope.engine.trials``, ``loadscope.base``, ``loadscope.loaders.rank``
+May import: ``loadscope.engine.trials``, ``loadscope.base``, ``loadscope.loaders.rank_events``
 (:class:`RankInfo`, the description each rank sends as it starts). Nothing here runs a
 rank.
 """
@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 from loadscope.base import errors
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.engine.trials import CacheMode, Started, TrialStatus
-from loadscope.loaders.rank import RankInfo, RankNumbers
+from loadscope.loaders.rank_events import RankInfo, RankNumbers
 
 SCHEMA_VERSION = 1
 Mode = Literal[

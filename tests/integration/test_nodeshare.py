@@ -63,7 +63,10 @@ def barrier():
     global step
     step += 1
     open(f"{sync}/{step}.{rank}", "w").close()
+    deadline = time.monotonic() + 60
     while len(glob.glob(f"{sync}/{step}.*")) < world:
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {rank}: another rank never reached step {step} (it failed?)")
         time.sleep(0.002)
 
 def served():

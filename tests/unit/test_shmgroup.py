@@ -240,3 +240,28 @@ def test_the_last_rank_to_exit_removes_the_jobs_files(shm: Path, blob: Path) -> 
     )
     assert int(out.stdout) == blob.stat().st_size
     assert not list(shm.iterdir()), sorted(p.name for p in shm.iterdir())
+
+
+def test_a_group_removed_as_a_rank_joins_it_is_made_anew(
+    shm: Path, blob: Path, no_watcher: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last rank of a job removes the file while another opens it: the joiner sees
+    it unlinked under the lock and starts a new one (it once closed its descriptor
+    inside the lock, then failed to unlock it: EBADF, a failed load)."""
+    real = nodeshare.locked
+    removed: list[bool] = []
+
+    def racing(fd: int):  # type: ignore[no-untyped-def]
+        if not removed:
+            removed.append(True)
+            for p in shm.glob("*.data"):
+                p.unlink()
+        return real(fd)
+
+    _load(blob)  # a group stands (world 2: it waits for rank 1)
+    monkeypatch.setattr(nodeshare, "locked", racing)
+    share = nodeshare.shared_buffer(
+        str(blob), nodeshare.LocalRanks(1, 2, "job"), threads=2, block_bytes=1 << 20, direct=False
+    )
+    assert removed and share.read_bytes == blob.stat().st_size  # read anew, alone
+    assert bytes(share.buffer) == blob.read_bytes()
