@@ -161,6 +161,23 @@ def _launch(
     return procs
 
 
+def _finished(procs: list[subprocess.Popen[str]], timeout: float = 300) -> list[str]:
+    """Each rank's stdout once all have exited 0; every rank killed whatever happens (a
+    rank left polling its barrier slowed every later test)."""
+    try:
+        outs = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            assert p.returncode == 0, stderr[-3000:]
+            outs.append(stdout)
+        return outs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @pytest.fixture(scope="module")
 def runs(
     disk: EmulatedDisk, tiny: SyntheticCheckpoint, tmp_path_factory: pytest.TempPathFactory
@@ -171,11 +188,8 @@ def runs(
     shm, sync = tmp / "shm", tmp / "sync"
     shm.mkdir()
     sync.mkdir()
-    procs = _launch(disk.path, disk.log.path, shm, sync, tiny.root, PATTERNS)
     out: dict[str, list[dict[str, object]]] = {p: [] for p in PATTERNS}
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=300)
-        assert p.returncode == 0, stderr[-3000:]
+    for stdout in _finished(_launch(disk.path, disk.log.path, shm, sync, tiny.root, PATTERNS)):
         for line in stdout.splitlines():
             doc = json.loads(line)
             out[str(doc["pattern"])].append(doc)
@@ -292,9 +306,7 @@ def test_too_little_shared_memory_falls_back_once_at_warning(
         pytest.skip("cannot mount a tmpfs here")
     try:
         procs = _launch(disk.path, disk.log.path, shm, sync, tiny.root, ("all",))
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=120)
-            assert p.returncode == 0, stderr[-3000:]
+        for stdout in _finished(procs, timeout=120):
             doc = json.loads(stdout.strip().splitlines()[-1])
             assert {f[0] for f in doc["files"]} != {"node-shared"}
             assert sum("MiB free" in n for n in doc["notes"]) == 4, doc["notes"]
