@@ -18,6 +18,7 @@ import pytest
 
 from loadscope.engine.broadcast import (
     MODES,
+    STACK_MODES,
     BroadcastCancelled,
     BroadcastError,
     BroadcastEvent,
@@ -79,8 +80,12 @@ def assert_no_rank_left(wait_s: float = 5.0) -> None:
 
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks: int) -> None:
+    # The stacks' patterns with 4 ranks run in tests/integration/test_nodeshare.py (their
+    # storage counted from a request log): here with 2, to keep the suite's time.
+    modes = MODES if ranks == 2 else tuple(m for m in MODES if m not in STACK_MODES)
     report = run_broadcast(
-        target, BroadcastOptions(ranks=ranks, repeats=1, warmup=False, cache=("cold", "warm"))
+        target,
+        BroadcastOptions(ranks=ranks, modes=modes, repeats=1, warmup=False, cache=("cold", "warm")),
     )
     assert_no_rank_left()
     model = target.total_bytes
@@ -95,7 +100,7 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
     assert [r.rank for r in report.ranks] == list(range(ranks))
     assert {r.backend for r in report.ranks} == {"gloo"}
     assert {(t.mode, t.cache) for t in report.trials} == {
-        (m, c) for m in MODES for c in ("cold", "warm")
+        (m, c) for m in modes for c in ("cold", "warm")
     }
     for t in report.trials:
         assert t.status == "ok", (t.id, t.mode, t.cache, t.reason)
