@@ -384,7 +384,7 @@ def _not_shared(path: str, reason: str, record: LoadRecord | None) -> None:
         log.info("%s", line)
     else:
         _warned.add(line)
-        log.warning("loadscope: %s", line)
+        log.warning("%s", line)
 
 
 def staging_device(device: str) -> Any:

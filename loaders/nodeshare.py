@@ -503,7 +503,7 @@ def _start_watcher(where: Path, job: str) -> None:
         )
     except OSError as exc:
         log.warning(
-            "loadscope: could not start the watcher of %s's shared files (%s): files of"
+            "could not start the watcher of %s's shared files (%s): files of"
             " ranks killed outright stay until the next loadscope call on this node",
             where,
             exc.strerror or exc,
