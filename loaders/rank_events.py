@@ -8,13 +8,13 @@ May import: ``loadscope.loaders.events``, the standard library.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any, Literal, get_args
 
 from loadscope.loaders.events import JsonLines
 
 SCHEMA_VERSION = 1
 #: What a plan's trials may ask of the ranks (``loaders/rank.py`` says what each does).
-MODES: Final = (
+Mode = Literal[
     "independent",
     "broadcast",
     "broadcast-async",
@@ -23,9 +23,10 @@ MODES: Final = (
     "mmap",
     "direct",
     "warm-node",
-)
+]
+MODES: tuple[Mode, ...] = get_args(Mode)
 #: The modes that re-enact what a stack does with N ranks (not a loadscope fix).
-STACK_MODES: Final = ("mmap", "direct", "warm-node")
+STACK_MODES: tuple[Mode, ...] = ("mmap", "direct", "warm-node")
 
 
 class RankProtocolError(ValueError):

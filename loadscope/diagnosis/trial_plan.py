@@ -23,7 +23,7 @@ from typing import Any
 
 from loadscope.base.errors import LoadscopeError
 from loadscope.engine.bench import GPU_STRATEGIES, BenchError, describe_strategies
-from loadscope.engine.broadcast import Mode
+from loadscope.engine.broadcast import MODES, Mode
 from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.probing import ProbeReport
 from loadscope.loaders.strategies import (
@@ -125,18 +125,10 @@ HF_TRIAL_OVERHEAD_S = 2.0
 SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
 WARM_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.warm_trial)
-#: Broadcast modes worth a doctor's time: the baseline, the best single-reader variant,
-#: and the sharded read.
-RANK_MODES: tuple[Mode, ...] = (
-    "independent",
-    "broadcast-async",
-    "sharded",
-    "node-shared",
-    # What the stacks do with N ranks: their routes say how often the node reads the model.
-    "mmap",
-    "direct",
-    "warm-node",
-)
+#: The rank modes worth a doctor's time: all but the synchronous broadcast (its async
+#: twin reads the same and overlaps): loadscope's, and what the stacks do with N ranks
+#: (their routes say how often the node reads the model).
+RANK_MODES: tuple[Mode, ...] = tuple(m for m in MODES if m != "broadcast")
 MIN_SAMPLE_BYTES = 8 << 20
 #: The most rounds of trials a diagnosis runs when the measured ones show they fit.
 MAX_ROUNDS = 3

@@ -50,7 +50,6 @@ from loadscope.engine.rank_launch import (
     timeouts,
 )
 from loadscope.engine.rank_records import (
-    MODES,
     OUT_OF_TIME,
     SCHEMA_VERSION,
     BroadcastCancelled,
@@ -64,7 +63,6 @@ from loadscope.engine.rank_records import (
     BroadcastTrialFinished,
     BroadcastTrialStarted,
     Device,
-    Mode,
     NotEnoughMemory,
     RankFinished,
     RankResult,
@@ -77,7 +75,7 @@ from loadscope.engine.trials import (
     reference_digests,
     target_record,
 )
-from loadscope.loaders.rank_events import STACK_MODES, RankInfo
+from loadscope.loaders.rank_events import MODES, STACK_MODES, Mode, RankInfo
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.system import memory_headroom
 

@@ -17,25 +17,14 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from loadscope.base import errors
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.engine.trials import CacheMode, Started, TrialStatus
-from loadscope.loaders.rank_events import RankInfo, RankNumbers
+from loadscope.loaders.rank_events import MODES, Mode, RankInfo, RankNumbers
 
 SCHEMA_VERSION = 1
-Mode = Literal[
-    "independent",
-    "broadcast",
-    "broadcast-async",
-    "sharded",
-    "node-shared",
-    "mmap",
-    "direct",
-    "warm-node",
-]
-MODES: tuple[Mode, ...] = get_args(Mode)
 Device = Literal["cpu", "cuda"]
 
 

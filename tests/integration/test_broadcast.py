@@ -137,7 +137,10 @@ def test_every_mode_gives_every_rank_the_reference_tensors(target: Target, ranks
             if t.mode == "direct":
                 assert stor >= 0.9 * ranks * model, (t.mode, stor / model)
             if t.mode in ("mmap", "warm-node", "node-shared"):
-                assert stor <= 1.5 * model, (t.mode, stor / model)
+                # Also counted: library pages each rank faults back in after the eviction
+                # (up to a few MiB on this 4 MiB model); the request log's exact count is
+                # tests/integration/test_nodeshare.py's.
+                assert stor <= 1.5 * model + ranks * (2 << 20), (t.mode, stor / model)
         by_rank = {r.rank: r for r in t.ranks}
         if t.mode in ("broadcast", "broadcast-async"):
             assert all(by_rank[r].bytes_read == 0 for r in range(1, ranks))
