@@ -338,13 +338,7 @@ class _Group:
         rank's reads returned, chunks it took over from another rank)."""
         from loadscope.loaders.strategies.parallel import read_into
 
-        shared = mmap.mmap(
-            self.fd,
-            self.size,
-            flags=mmap.MAP_SHARED,
-            prot=mmap.PROT_READ | mmap.PROT_WRITE,
-            offset=self.offset,
-        )
+        shared = self._map(mmap.MAP_SHARED)
         view = memoryview(shared)
         counted = [0, 0]  # bytes read, chunks taken over
         errors: list[BaseException] = []
@@ -423,14 +417,13 @@ class _Group:
         self._peeked = time.monotonic()
         return self._stalled() is not None
 
+    def _map(self, flags: int) -> mmap.mmap:
+        """The file's bytes (after the control block), shared to fill or private to use."""
+        prot = mmap.PROT_READ | mmap.PROT_WRITE
+        return mmap.mmap(self.fd, self.size, flags=flags, prot=prot, offset=self.offset)
+
     def map_private(self) -> mmap.mmap:
-        private = mmap.mmap(
-            self.fd,
-            self.size,
-            flags=mmap.MAP_PRIVATE,
-            prot=mmap.PROT_READ | mmap.PROT_WRITE,
-            offset=self.offset,
-        )
+        private = self._map(mmap.MAP_PRIVATE)
         # The page tables filled in one call, read-only (no copy is made until a rank
         # writes): a fault per 4 KiB page in every rank cost more than the reads here.
         with contextlib.suppress(OSError, ValueError):

@@ -40,6 +40,14 @@ def no_watcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+def _emptied(folder: Path, seconds: float = 5) -> bool:
+    """Whether ``folder`` is empty within ``seconds`` (the watcher polls every 0.2 s)."""
+    deadline = time.monotonic() + seconds
+    while list(folder.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not list(folder.iterdir())
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -183,10 +191,7 @@ def test_the_watcher_removes_a_jobs_files_once_its_ranks_are_gone(shm: Path, blo
         env={**os.environ, "LOADSCOPE_SHM_DIR": str(shm)},
     )
     assert int(out.stdout) == blob.stat().st_size
-    deadline = time.monotonic() + 5
-    while list(shm.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not list(shm.iterdir())
+    assert _emptied(shm)
 
 
 def test_the_watcher_removes_a_file_no_late_rank_came_for(shm: Path, blob: Path) -> None:
@@ -214,10 +219,7 @@ def test_the_watcher_removes_a_file_no_late_rank_came_for(shm: Path, blob: Path)
     finally:
         proc.kill()
         proc.wait()
-    deadline = time.monotonic() + 5
-    while list(shm.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not list(shm.iterdir())
+    assert _emptied(shm)
 
 
 def test_the_last_rank_to_exit_removes_the_jobs_files(shm: Path, blob: Path) -> None:
