@@ -91,7 +91,19 @@ def _supervise() -> tuple[int | None, int | None]:
             code = os.waitstatus_to_exitcode(status)
             if code < 0:
                 _say_killed(-code)
-            return (128 - code if code < 0 else code), None
+            return _exit_code_of(code), None
+
+
+def _exit_code_of(code: int) -> int:
+    """The command's exit code from its child's (negative: the signal that ended it).
+    A hang-up passed on while the child was already exiting (its handlers gone) ends it by
+    the signal's default action: the command was stopped as by SIGTERM, and says so with
+    SIGTERM's code, as it does when its handler catches the hang-up."""
+    if code >= 0:
+        return code
+    if -code == signal.SIGHUP:
+        return int(ExitCode.TERMINATED)
+    return 128 - code
 
 
 def _pass_on(info: signal.struct_siginfo) -> bool:
