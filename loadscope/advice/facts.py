@@ -32,9 +32,63 @@ DISAGREEING_REPEATS = 1.5
 BOUND_SLACK = 1.15
 
 
+#: A speed-up whose trials give a range wider than this (its highest over its lowest) is
+#: "unsteady": printed with its range where its number is, never as one figure to act on.
+UNSTEADY_SPREAD = 1.25
+#: Trials a figure's spread is read from; with fewer the figure says how many it has.
+MIN_TRIALS = 3
+
+
 def error_shown(error: float) -> str:
-    """A fit's relative error as the tables print it: "±12%", "±<1%"."""
+    """A relative error as the tables print it: "±12%", "±<1%"."""
     return f"±{error:.0%}" if error >= 0.005 else "±<1%"
+
+
+@dataclass(frozen=True, slots=True)
+class RatioTerms:
+    """How far a speed-up can be trusted: the range its trials give, its error (the larger
+    of that range's half-width and the fits' errors) and the words that say it."""
+
+    #: "measured ±8%", "estimated ±15% over 2 trials", "measured once",
+    #: "unsteady: 3.0x to 6.8x over 3 trials".
+    how: str
+    low: float
+    high: float
+    error: float
+    trials: int
+
+    @property
+    def unsteady(self) -> bool:
+        return self.how.startswith("unsteady")
+
+
+def _relative_range(s: Summary) -> tuple[float, float]:
+    """A summary's fastest and slowest trial over its median (1, 1 with one trial)."""
+    if s.trials >= 2 and s.median_seconds and s.min_seconds and s.max_seconds:
+        return s.min_seconds / s.median_seconds, s.max_seconds / s.median_seconds
+    return 1.0, 1.0
+
+
+def ratio_terms(ratio: float, base: Summary, other: Summary) -> RatioTerms:
+    """The terms of ``ratio`` = ``base``'s time over ``other``'s: its range pairs the
+    base's slowest trial with the other's fastest and the other way round (an estimate's
+    sample trials stand for its whole-model time, scaled alike), its error is the larger
+    of that range and the fits' errors, and past :data:`UNSTEADY_SPREAD` it is unsteady."""
+    b_lo, b_hi = _relative_range(base)
+    o_lo, o_hi = _relative_range(other)
+    low, high = ratio * b_lo / o_hi, ratio * b_hi / o_lo
+    fits = [s.error_estimate for s in (base, other) if is_estimate(s) and s.error_estimate]
+    error = max([high / ratio - 1.0, 1.0 - low / ratio, *fits])
+    trials = min(base.trials, other.trials)
+    kind = "estimated" if any(is_estimate(s) for s in (base, other)) else "measured"
+    over = f" over {trials} trials" if trials < MIN_TRIALS else ""
+    if trials >= 2 and high > UNSTEADY_SPREAD * low:
+        how = f"unsteady: {low:.1f}x to {high:.1f}x over {trials} trials"
+    elif trials <= 1 and not fits:
+        how = f"{kind} once (one trial: no spread to show)"
+    else:
+        how = f"{kind} {error_shown(error)}{over if trials >= 2 else ' from one trial'}"
+    return RatioTerms(how, low, high, error, trials)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,24 +215,27 @@ class Facts:
         return Figure(seconds, "estimated" if estimated else "measured", s.error_estimate, why)
 
     def how_obtained(self, strategy: str, base_name: str = "mmap") -> str:
-        """ "measured" when both figures of a speed-up are whole loads, else "estimated
-        ±E%" with the larger of their fit errors."""
+        """How ``strategy``'s speed-up over ``base_name`` was obtained and how far it holds
+        (:func:`ratio_terms`): "measured ±8%", "estimated ±15% over 2 trials",
+        "unsteady: 3.0x to 6.8x over 3 trials"."""
+        terms = self.ratio_terms(strategy, base_name)
+        if terms is not None:
+            return terms.how
         figs = [f for f in (self.figure(base_name), self.figure(strategy)) if f is not None]
-        if all(f.how == "measured" for f in figs):
-            # Said where the number is, not only in the note on disagreeing repeats (which
-            # gives the ranges): a median of runs this far apart is one of their modes
-            # (Run:ai's cold load here: 0.28-0.30 s or 0.51-0.66 s at 256 MiB).
-            unsteady = any(
-                s.trials >= 2
-                and s.min_seconds
-                and s.max_seconds
-                and s.max_seconds > DISAGREEING_REPEATS * s.min_seconds
-                for s in (self.cold.get(base_name), self.cold.get(strategy))
-                if s is not None
-            )
-            return "measured in unsteady runs" if unsteady else "measured"
-        errors = [f.error for f in figs if f.how == "estimated" and f.error is not None]
-        return f"estimated {error_shown(max(errors))}" if errors else "estimated"
+        return "measured" if all(f.how == "measured" for f in figs) else "estimated"
+
+    def ratio_terms(self, strategy: str, base_name: str = "mmap") -> RatioTerms | None:
+        """The cold speed-up's :class:`RatioTerms`; None when it has no figure."""
+        ratio = self.speedup(strategy, base_name=base_name)
+        base, other = self.cold.get(base_name), self.cold.get(strategy)
+        if ratio is None or base is None or other is None:
+            return None
+        return ratio_terms(ratio, base, other)
+
+    def speedup_range(self, strategy: str, base_name: str = "mmap") -> tuple[float, float] | None:
+        """The cold speed-up's range over its trials (None: no figure)."""
+        terms = self.ratio_terms(strategy, base_name)
+        return (terms.low, terms.high) if terms is not None else None
 
     def needs_budget_s(self, strategy: str) -> float | None:
         """About how much more ``--budget`` would measure ``strategy`` whole: three whole

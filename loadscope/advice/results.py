@@ -73,6 +73,9 @@ class Verdict:
     #: no evidence to call the storage healthy or to rank a fix on.
     status: Literal["healthy", "problem", "unmeasured"]
     headline: str
+    #: The headline without the top fix's number and route ("FUSE storage, latency-bound:
+    #: read with ..."): what an answer that shows other routes leads with.
+    problem: str = ""
 
 
 @dataclass(slots=True)
@@ -105,11 +108,15 @@ def reader_evidence(f: Facts, reader: str) -> Evidence:
 def gain_terms(
     f: Facts, route: str, gain: float, baseline: str = "mmap"
 ) -> tuple[str, Confidence, str]:
-    """How a route's gain over ``baseline`` was obtained ("measured", "estimated ±E%"), and
-    the recommendation's ``confidence`` and ``how`` ("" for measured) that follow."""
-    how = f.how_obtained(route, baseline)
-    confidence: Confidence = "high" if gain >= 2 and how == "measured" else "medium"
-    return how, confidence, "" if how == "measured" else how
+    """How a route's gain over ``baseline`` was obtained and how far it holds ("measured
+    ±8%", "estimated ±15%", "unsteady: ..."), the recommendation's ``confidence`` that
+    follows (high: measured, steady within 10%, 2x or more) and its ``how`` (the same)."""
+    terms = f.ratio_terms(route, baseline)
+    how = terms.how if terms is not None else f.how_obtained(route, baseline)
+    steady = terms is not None and not terms.unsteady and terms.error <= 0.1
+    high = gain >= 2 and how.startswith("measured") and steady
+    confidence: Confidence = "high" if high else "medium"
+    return how, confidence, how
 
 
 def remeasure(f: Facts, options: str) -> Snippet:

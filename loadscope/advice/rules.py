@@ -76,6 +76,7 @@ __all__ = [
     "facts_from",
     "network_like",
     "problem_headline",
+    "problem_words",
     "rank_key",
     "rule_copy_local",
     "unmeasured_reason",
@@ -255,7 +256,7 @@ def advise_facts(f: Facts) -> Advice:
         return Advice(Verdict("healthy", headline), recs, contradictions(f))
     once_per_answer(recs)
     if (problem := problem_headline(f, recs)) is not None:
-        return Advice(Verdict("problem", problem), recs, contradictions(f))
+        return Advice(Verdict("problem", problem, problem_words(f, recs)), recs, contradictions(f))
     # No fix fired: that says "healthy" only when the fixes' own figures could be trusted.
     shaky = unreliable_reason(f, tuple(f.cold))
     if shaky is not None:
@@ -283,7 +284,13 @@ def problem_headline(f: Facts, recs: Sequence[Recommendation]) -> str | None:
     problems = [r for r in recs if not r.optional]
     if not problems:
         return None
-    return f"{_kind(f)}: {problems[0].title.lower()}{_gain_words(f, problems[0])}"
+    return f"{problem_words(f, recs)}{_gain_words(f, problems[0])}"
+
+
+def problem_words(f: Facts, recs: Sequence[Recommendation]) -> str:
+    """The verdict's problem without its number: the storage's kind and the top fix."""
+    problems = [r for r in recs if not r.optional]
+    return f"{_kind(f)}: {problems[0].title.lower()}" if problems else ""
 
 
 def _gain_words(f: Facts, top: Recommendation) -> str:

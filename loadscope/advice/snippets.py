@@ -54,8 +54,12 @@ class Snippet:
     note: str = ""
     #: Set when the number is a stand-in's: what was timed instead of the snippet's call.
     proxy: str = ""
-    #: How the number was obtained: "measured" (whole loads) or "estimated ±E%" (a fit).
+    #: How the number was obtained and how far it holds (``advice/facts.py``'s
+    #: ``ratio_terms``): "measured ±8%", "estimated ±15%", "unsteady: 3.0x to 6.8x ...".
     how: str = "measured"
+    #: The speed-up's range over its trials (None: not measured).
+    low: float | None = None
+    high: float | None = None
     #: With N local ranks (the doctor's rank round): how many times the node reads the
     #: model with this route, and its slowest rank against every rank's default load.
     ranks: str = ""
@@ -85,7 +89,11 @@ class Measured(Protocol):
     layout: str
 
     def how_obtained(self, strategy: str, base_name: str = DEFAULT) -> str:
-        """ "measured", or "estimated ±E%" when either figure is a fit's."""
+        """ "measured ±E%", "estimated ±E%" (a fit's), or "unsteady: L to H"."""
+        ...
+
+    def speedup_range(self, strategy: str, base_name: str = DEFAULT) -> tuple[float, float] | None:
+        """The speed-up's range over its trials (None: not measured)."""
         ...
 
     def ranks_note(self, mode: str | None) -> str:
@@ -126,17 +134,13 @@ def offered(snippets: list[Snippet]) -> tuple[list[Snippet], list[Snippet]]:
 
 
 def _applies(route: Route, measured: Measured) -> bool:
-    """A generic stand-in only without the stack's own baseline trial; a route measured
-    against the stack's own baseline only when that baseline ran (else the stand-in,
-    measured against the default load, says it for the stack); a library's route only for
-    the folders its code runs on (a diffusers line never for a language model's folder)."""
+    """A generic stand-in only without the stack's own baseline trial (a route measured
+    against that baseline, when it did not run, is listed as not measured, with why, beside
+    the stand-in); a library's route only for the folders its code runs on (a diffusers
+    line never for a language model's folder)."""
     if route.layouts and getattr(measured, "layout", UNKNOWN) not in route.layouts:
         return False
-    if route.unless and measured.speedup(route.unless, base_name=route.unless):
-        return False
-    if route.baseline and route.baseline != DEFAULT:
-        return measured.speedup(route.baseline, base_name=route.baseline) is not None
-    return True
+    return not (route.unless and measured.speedup(route.unless, base_name=route.unless))
 
 
 def _filled(route: Route, measured: Measured, model: str) -> Snippet:
@@ -144,8 +148,15 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
     speedup = measured.speedup(route.strategy, base_name=baseline)
     note = ""
     if speedup is None:
-        why = measured.why_not_measured(route.strategy) or (
-            f"run {route.measure_with}" if route.measure_with else None
+        base_why = (
+            measured.why_not_measured(baseline)
+            if baseline != DEFAULT and measured.speedup(baseline, base_name=baseline) is None
+            else None
+        )
+        why = (
+            measured.why_not_measured(route.strategy)
+            or (f"its baseline {baseline}: {base_why}" if base_why else None)
+            or (f"run {route.measure_with}" if route.measure_with else None)
         )
         note = (
             why
@@ -164,6 +175,8 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         baseline=baseline,
         proxy=route.proxy,
         how=measured.how_obtained(route.strategy, baseline) if speedup else "measured",
+        low=span[0] if (span := measured.speedup_range(route.strategy, baseline)) else None,
+        high=span[1] if span else None,
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
         ranks=measured.ranks_note(_rank_mode(route.strategy)),
@@ -237,11 +250,11 @@ def label_of(snippet: dict[str, Any]) -> str:
     proxy = f"; {snippet['proxy']}" if snippet.get("proxy") else ""
     how = str(snippet.get("how") or "measured")
     ranks = f"; {snippet['ranks']}" if snippet.get("ranks") else ""
-    return f"{how} {shown} vs {against}{later} ({what}{proxy}){ranks}"
+    return f"{shown} vs {against}{later}, {how} ({what}{proxy}){ranks}"
 
 
 def snippet_heading(snippet: dict[str, Any]) -> str:
-    """ "vllm (a flag) - measured 3.1x vs the default load (vllm-prefetch, trial #7)"."""
+    """ "vllm (a flag) - 3.1x vs the default load, measured ±8% (vllm-prefetch, trial #7)"."""
     route = f" ({snippet['route']})" if snippet.get("route") else ""
     label = label_of(snippet)
     return f"{snippet['stack']}{route}" + (f" - {label}" if label else "")

@@ -79,7 +79,17 @@ def rule_readahead(f: Facts) -> list[Recommendation]:
             risk="host-wide for this mount; root; resets at remount",
             confidence="medium",
             measured=False,
-            snippets=[command("shell", cmd + "\n" + _LASTING.format()), *_stack_lines(f, cmd)],
+            snippets=[
+                Snippet(
+                    stack="shell",
+                    code=cmd + "\n" + _LASTING.format(),
+                    strategy=READAHEAD_ROUTE,
+                    route="no code change",
+                    what="the mount's readahead raised",
+                    note="not measured yet",
+                ),
+                *_stack_lines(f, cmd),
+            ],
         )
     ]
 

@@ -29,7 +29,7 @@ from loadscope.actions.convert import (
     convert,
 )
 from loadscope.actions.hostsettings import MountLock, changed, mount_key, restore_stale
-from loadscope.advice.facts import error_shown
+from loadscope.advice.facts import ratio_terms
 from loadscope.advice.rules import (
     Advice,
     Evidence,
@@ -37,6 +37,7 @@ from loadscope.advice.rules import (
     advise_facts,
     facts_from,
     problem_headline,
+    problem_words,
     rank_key,
 )
 from loadscope.advice.storage_rules import READAHEAD_ROUTE
@@ -67,6 +68,7 @@ from loadscope.engine.bench import (
     BenchOptions,
     BenchReport,
     Listener,
+    Summary,
     run_bench,
 )
 from loadscope.engine.broadcast import (
@@ -76,7 +78,7 @@ from loadscope.engine.broadcast import (
     run_broadcast,
 )
 from loadscope.engine.probing import ProbeReport, run_probes
-from loadscope.engine.summaries import is_estimate, shaky
+from loadscope.engine.summaries import shaky
 from loadscope.loaders.strategies import DEFAULT, TORCH_DEFAULT
 from loadscope.model.targets import Target
 from loadscope.probes.system import memory_headroom
@@ -209,6 +211,7 @@ def _run_doctor(
         advice.verdict.headline = problem_headline(facts, advice.recommendations) or (
             advice.verdict.headline
         )
+        advice.verdict.problem = problem_words(facts, advice.recommendations)
     user = None
     if command is not None:
         step("your command")
@@ -525,8 +528,6 @@ def verify_readahead(
     if summary is None or not summary.median_seconds:
         failures.append("readahead check: the mmap trial with raised readahead failed")
         return
-    old_s = before.extrapolated_median_seconds or before.median_seconds
-    new_s = summary.extrapolated_median_seconds or summary.median_seconds
     total = target.total_bytes
     if why := shaky(summary, {}, total) or shaky(before, {}, total):
         note = f"not measured reliably here ({why})"
@@ -535,21 +536,35 @@ def verify_readahead(
             if snip.strategy == READAHEAD_ROUTE:
                 snip.note = note
         return
+    _credit_readahead(rec, before, summary, [t.id for t in after.trials if t.status == "ok"])
+
+
+def _credit_readahead(rec: Recommendation, before: Summary, after: Summary, ok: list[int]) -> None:
+    """The readahead fix's number from mmap cold ``before`` and ``after`` (this run's, and
+    the rerun's with the readahead raised), with its range and how far it holds."""
+    old_s = before.extrapolated_median_seconds or before.median_seconds or 0.0
+    new_s = after.extrapolated_median_seconds or after.median_seconds or 1.0
     rec.expected_speedup = old_s / new_s
-    rec.confidence = "high"
+    terms = ratio_terms(rec.expected_speedup, before, after)
+    rec.confidence = "high" if not terms.unsteady and terms.error <= 0.1 else "medium"
     rec.measured = True
+    rec.how = terms.how
+    # Its trials are numbered in a run of their own: cited as that run's, never as
+    # this run's trials of the same numbers.
+    own_run = (
+        f"mmap rerun with read_ahead_kb={TRY_READAHEAD_KB} in a run of its own"
+        f" (its trials #{', #'.join(map(str, ok))}), against this run's mmap cold"
+    )
     rec.evidence.append(
         Evidence(
-            f"mmap cold with read_ahead_kb={TRY_READAHEAD_KB} (restored afterwards)",
+            f"mmap cold with read_ahead_kb={TRY_READAHEAD_KB} (restored afterwards;"
+            f" a run of its own, trials {', '.join(map(str, ok))})",
             new_s,
             "s",
-            [t.id for t in after.trials],
         )
     )
     rec.action += f"; measured here: mmap {old_s:.3g} s -> {new_s:.3g} s ({old_s / new_s:.1f}x)"
-    ids = [t.id for t in after.trials if t.status == "ok"]
-    errors = [x.error_estimate or 0.0 for x in (summary, before) if is_estimate(x)]
-    how = f"estimated {error_shown(max(errors))}" if errors else "measured"
     for snip in rec.snippets:
         if snip.strategy == READAHEAD_ROUTE:
-            snip.speedup, snip.trial_ids, snip.how = rec.expected_speedup, ids, how
+            snip.speedup, snip.how, snip.proxy = rec.expected_speedup, terms.how, own_run
+            snip.low, snip.high = terms.low, terms.high

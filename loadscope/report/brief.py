@@ -1,13 +1,16 @@
 """The answer on one screen: what ``doctor`` and ``demo`` print by default.
 
-Within :data:`LINES` lines after wrapping at :data:`WIDTH` columns: the verdict with its
-number; the top fix with its number and, for the stacks the user runs (detected from
-what is installed, or ``--stack``; at most two, the others named with the ``--stack``
-that shows them), that stack's route under its own measured number and its code;
-where the top fix has no route of that stack, the best fix that needs no code change
-(readahead, ``loadscope warm``, a copy) with its number; at most two other fixes, one
-line each; one line of evidence (storage class, cold latency, best read); and where
-the full report is. ``--details`` prints everything (``diagnosis/doctor_report.py``).
+Within :data:`LINES` lines after wrapping at :data:`WIDTH` columns: the verdict; for the
+stacks the user runs (detected from what is installed, or ``--stack``; at most two, the
+others named with the ``--stack`` that shows them), the stack's best measured route that
+changes code and its best that changes nothing, across every fix, the higher number
+first, each under its own number with its code (a tie said as one where their trials'
+ranges overlap; the top fix's route that has no number here named with why); without a
+measured route, the top fix's route, else the best fix that needs no code change
+(readahead, ``loadscope warm``, a copy). The verdict carries the top fix's number only
+where its route is printed below. Then at most two other fixes, one line each; one line
+of evidence (storage class, cold latency, best read); and where the full report is.
+``--details`` prints everything (``diagnosis/doctor_report.py``).
 Built from the report's JSON and the content model (:mod:`content`), so it says what
 the full report says, shorter.
 """
@@ -20,7 +23,7 @@ import shutil
 import textwrap
 from typing import Any
 
-from loadscope.base.units import format_rate, format_us
+from loadscope.base.units import format_rate, format_us, speedup_shown
 from loadscope.report.content import Fix, Route, fixes
 from loadscope.report.sections import probe_best_read
 
@@ -88,28 +91,96 @@ def _no_code_fix(found: list[Fix], stack: str) -> tuple[Fix, Route] | None:
     return None
 
 
+def best_routes(found: list[Fix], stack: str) -> list[tuple[Fix, Route]]:
+    """``stack``'s best measured route that changes code (or a flag) and its best that
+    changes nothing the user wrote, across every fix that is not optional, the higher
+    number first: each with its own number, never another route's."""
+    measured = sorted(
+        (
+            (fix, r)
+            for fix in found
+            if not fix.optional
+            for r in fix.routes
+            if r.stack == stack and r.speedup is not None and r.speedup > 1.0
+        ),
+        key=lambda fr: -(fr[1].speedup or 0.0),
+    )
+    code = next((fr for fr in measured if fr[1].changes_code), None)
+    none = next((fr for fr in measured if not fr[1].changes_code), None)
+    return [fr for fr in measured if fr is code or fr is none]
+
+
+def _tie(chosen: list[tuple[Fix, Route]]) -> bool:
+    """Whether the two routes' ranges over their trials overlap: no winner between them."""
+    if len(chosen) < 2:
+        return False
+    (_, a), (_, b) = chosen
+    lo_a, hi_a = a.low or a.speedup or 0.0, a.high or a.speedup or 0.0
+    lo_b, hi_b = b.low or b.speedup or 0.0, b.high or b.speedup or 0.0
+    return lo_a <= hi_b and lo_b <= hi_a
+
+
+def _unmeasured_line(top: Fix, stack: str, shown: list[Route]) -> list[str]:
+    """The top fix's route for ``stack`` that has no number here (skipped at this budget,
+    failed), in one line with why: named, not dropped."""
+    route = next(
+        (r for r in top.routes if r.stack == stack and r.kind and r.speedup is None), None
+    )
+    if route is None or route in shown:
+        return []
+    return _wrap(f"not measured: {route.heading}", "    ", "  ")
+
+
 def _stack_blocks(
     found: list[Fix], top: Fix, stacks: tuple[str, ...]
-) -> tuple[list[tuple[str, list[str]]], set[str]]:
-    """Per stack: its route in the top fix, else the best no-code fix's (whose id joins
-    the second value: it is not listed again)."""
+) -> tuple[list[tuple[str, list[str]]], set[str], list[Route]]:
+    """Per stack: its best measured routes (:func:`best_routes`); without any, its route
+    in the top fix, else the best no-code fix's. Also the ids of the fixes shown (not
+    listed again) and the routes shown."""
     blocks = []
     used: set[str] = set()
+    shown: list[Route] = []
     for stack in stacks:
+        chosen = best_routes(found, stack)
+        if chosen:
+            lines = []
+            if _tie(chosen):
+                lines += _wrap(
+                    f"{stack}: a tie (their trials' ranges overlap); either helps:", "    ", "  "
+                )
+            for fix, route in chosen:
+                used.add(fix.id)
+                shown.append(route)
+                lines += _route_block(route)
+            blocks.append((stack, lines + _unmeasured_line(top, stack, shown)))
+            continue
         route = _for_stack(top, stack)
         if route is not None:
+            shown.append(route)
             blocks.append((stack, _route_block(route)))
             continue
         other = _no_code_fix(found, stack)
         if other is not None:
             fix, r = other
             used.add(fix.id)
+            shown.append(r)
             gain = f" ({fix.gain})" if fix.gain else ""
             head = _wrap(
                 f"{stack}: no route of this fix; instead, {fix.title}{gain}:", "    ", "  "
             )
             blocks.append((stack, [*head, *(f"    {c}" for c in r.code.splitlines())]))
-    return blocks, used
+    return blocks, used, shown
+
+
+def _top_route_shown(top: Fix, shown: list[Route]) -> bool:
+    """Whether a route printed carries the top fix's own number (its best route's)."""
+    if top.speedup is None:
+        return False
+    said = speedup_shown(top.speedup)[0]
+    return any(
+        r in top.routes and r.speedup is not None and speedup_shown(r.speedup)[0] == said
+        for r in shown
+    )
 
 
 def _clipped(block: list[str], rows: int) -> list[str]:
@@ -159,12 +230,19 @@ def brief_lines(
         tips = [_one_line(f"optional: {f.heading.split('. ', 1)[-1]}") for f in found][:2]
         return head + ([""] if tips else []) + tips + tail
     chosen = stacks or FALLBACK
-    fix_head = ["", *_wrap(f"fix: {top.heading.split('. ', 1)[-1]}", "  ")]
-    blocks, used = _stack_blocks(found, top, chosen[:SHOWN_STACKS])
+    blocks, used, shown = _stack_blocks(found, top, chosen[:SHOWN_STACKS])
+    # The verdict's number is the top route's: said only where that route is printed
+    # below; else the problem alone, and each stack's routes carry their own numbers.
+    if not _top_route_shown(top, shown) and verdict.get("problem"):
+        head = _wrap(f"verdict: {verdict['problem']}", "  ")
+        fix_head = [""]
+    else:
+        fix_head = ["", *_wrap(f"fix: {top.heading.split('. ', 1)[-1]}", "  ")]
+        used.add(top.id)
     named = list(chosen[SHOWN_STACKS:])
     # The stacks not shown, as the user knows them: named with --stack, or found here.
     which = "asked for" if asked else "installed"
-    also = [_one_line(f"also: {f.heading}") for f in found if f is not top and f.id not in used]
+    also = [_one_line(f"also: {f.heading}") for f in found if f.id not in used]
     also = also[:2]
     # Within the screen, the tail always kept: drop the other fixes, then the second
     # stack's block (named with the others), then cut the first block's code.

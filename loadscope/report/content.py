@@ -71,6 +71,18 @@ class Route:
     heading: str
     code: str
     lang: str
+    #: How it applies ("code change", "a flag", "no code change"; "" for a command).
+    kind: str = ""
+    #: Its own measured speed-up over its stack's default (None: not measured here).
+    speedup: float | None = None
+    #: The range its trials give that speed-up (None: one figure, or not measured).
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def changes_code(self) -> bool:
+        """A route the user edits code or a flag for (else it changes nothing they wrote)."""
+        return self.kind != "no code change"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +102,8 @@ class Fix:
     routes: tuple[Route, ...]
     #: The fix the report leads with (the first that is not optional).
     top: bool
+    #: The number in ``gain`` (None without one).
+    speedup: float | None = None
 
     @property
     def heading(self) -> str:
@@ -132,6 +146,7 @@ def _fix(number: int, rec: dict[str, Any], top: bool) -> Fix:
         evidence=tuple(evidence_text(e) for e in rec.get("evidence") or [] if isinstance(e, dict)),
         routes=routes(snippets_of(rec)),
         top=top,
+        speedup=float(speedup) if isinstance(speedup, int | float) and speedup else None,
     )
 
 
@@ -144,9 +159,17 @@ def routes(snippets: list[dict[str, Any]]) -> tuple[Route, ...]:
             snippet_heading(snip),
             str(snip.get("code", "")),
             lang_of(str(snip.get("stack", ""))),
+            kind=str(snip.get("route") or ""),
+            speedup=_number(snip.get("speedup")) if snip.get("strategy") else None,
+            low=_number(snip.get("low")),
+            high=_number(snip.get("high")),
         )
         for snip in snippets
     )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def evidence_text(e: dict[str, Any]) -> str:

@@ -165,6 +165,8 @@ class Trials:
         return None
     def how_obtained(self, strategy, base_name="mmap"):
         return "measured"
+    def speedup_range(self, strategy, base_name="mmap"):
+        return None
     def ranks_note(self, mode):
         return ""
 

@@ -79,7 +79,9 @@ def test_parallel_reads_when_measured_faster_with_the_gain() -> None:
     assert "0.84 s vs 15.5 s cold" in top.action
     assert top.evidence[0].trial_ids == [5]
     assert any("'auto' reader" in e.what and e.value == 0.81 for e in top.evidence)
-    assert "18.5x faster with loadscope.load_file (safetensors) (measured)" in (a.verdict.headline)
+    assert "18.5x faster with loadscope.load_file (safetensors) (measured ±<1% over 2 trials)" in (
+        a.verdict.headline
+    )
     assert "auto" not in a.verdict.headline
 
 
@@ -530,22 +532,30 @@ def test_transformers_routes_are_measured_against_from_pretrained() -> None:
     hf = [s for s in top.snippets if s.stack == "transformers"]
     assert [s.strategy for s in hf] == ["hf-load-model", "hf-prewarm"]  # generic ones hidden
     assert hf[0].speedup == 3.0 and hf[1].speedup == 2.0
-    assert hf[1].label() == "measured 2.0x vs hf-pretrained cold (hf-prewarm, trial #6)"
+    assert hf[1].label() == (
+        "2.0x vs hf-pretrained cold, measured ±<1% over 2 trials (hf-prewarm, trial #6)"
+    )
     without = advise_facts(facts({"mmap": 10.0, "auto": 1.0, "api": 1.0, "prewarm": 4.0}))
     generic = [s for s in without.recommendations[0].snippets if s.stack == "transformers"]
-    # Only the stand-in whose reads are the snippet's (warm, then the same mmap load), and
-    # it says it is one; no number for a from_config code route that no trial ran.
-    assert [s.strategy for s in generic] == ["prewarm"]
+    # The stand-in whose reads are the snippet's (warm, then the same mmap load), saying it
+    # is one; the code route whose baseline no trial ran is named, with no number and why.
+    assert [s.strategy for s in generic] == ["prewarm", "hf-load-model"]
     assert "vs the default load" in generic[0].label()
     assert "from_pretrained itself not timed here" in generic[0].label()
+    assert generic[1].speedup is None
+    assert generic[1].label().startswith("not measured here:"), generic[1].label()
+    assert "hf-pretrained" in generic[1].label(), generic[1].label()
 
 
 @pytest.mark.parametrize(
     ("speedup", "said"),
     [
-        (0.998, "measured 1.00x vs the default load (api, trial #3)"),
-        (0.97, "measured 0.97x vs the default load (slower than the default here) (api, trial #3)"),
-        (3.14, "measured 3.1x vs the default load (api, trial #3)"),
+        (0.998, "1.00x vs the default load, measured (api, trial #3)"),
+        (
+            0.97,
+            "0.97x vs the default load (slower than the default here), measured (api, trial #3)",
+        ),
+        (3.14, "3.1x vs the default load, measured (api, trial #3)"),
     ],
 )
 def test_a_snippet_is_called_slower_only_when_its_shown_figure_is(
@@ -728,14 +738,14 @@ def test_the_verdict_says_how_a_gain_was_obtained_as_its_fix_says_it() -> None:
     from loadscope.advice.rules import problem_headline
 
     f = facts({"mmap": 10.0, "direct": 1.0})
-    assert f.how_obtained("direct") == "measured"
+    assert f.how_obtained("direct") == "measured ±<1% over 2 trials"
     rec = Recommendation(
         id="gpu-staged", title="Stage reads", action="", evidence=[], risk="",
         confidence="high", strategy="direct", expected_speedup=10.0, how="estimated ±12%",
     )  # fmt: skip
     assert (problem_headline(f, [rec]) or "").endswith("10.0x faster (estimated ±12%)")
     rec.how = ""
-    assert (problem_headline(f, [rec]) or "").endswith("10.0x faster (measured)")
+    assert (problem_headline(f, [rec]) or "").endswith("10.0x faster (measured ±<1% over 2 trials)")
 
 
 def test_each_stacks_route_says_how_often_the_node_reads_the_model() -> None:

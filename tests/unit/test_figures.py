@@ -42,8 +42,8 @@ def test_an_estimate_says_so_with_its_error() -> None:
     assert f.figure("mmap").label() == "measured"  # type: ignore[union-attr]
     top = advise_facts(f).recommendations[0]
     api = next(s for s in top.snippets if s.strategy == "api")
-    assert api.label().startswith("estimated ±12% 10.0x vs the default load")
-    assert "(estimated ±12%)" in top.action
+    assert api.label().startswith("10.0x vs the default load, estimated ±12%")
+    assert "(estimated ±12% over 2 trials)" in top.action
 
 
 def test_a_loose_fit_is_not_a_figure() -> None:
@@ -160,11 +160,16 @@ def test_a_route_whose_trials_spread_says_so_where_its_number_is() -> None:
     256 MiB): a median of its trials is one of the modes, and the label says so."""
     f = facts({"mmap": 3.3, "runai": 0.31, "api": 0.2}, model=256 << 20)
     f.cold["runai"] = replace(f.cold["runai"], trials=3, min_seconds=0.29, max_seconds=0.61)
-    assert f.how_obtained("runai") == "measured in unsteady runs"
+    assert f.how_obtained("runai") == "unsteady: 5.4x to 11.4x over 2 trials"
     from loadscope.advice.rules import disagreeing_repeats
 
     (note,) = disagreeing_repeats(f)
     assert "runai cold (0.29-0.61 s)" in note
-    assert f.how_obtained("api") == "measured"
-    f.cold["runai"] = replace(f.cold["runai"], max_seconds=0.4)  # within the usual scatter
-    assert f.how_obtained("runai") == "measured"
+    assert f.how_obtained("api") == "measured ±<1% over 2 trials"
+    # Within 25% over its trials: one figure, its ± the larger deviation from the median.
+    f.cold["runai"] = replace(f.cold["runai"], max_seconds=0.34)
+    assert f.how_obtained("runai") == "measured ±9% over 2 trials"
+    # Three trials or more: no count said.
+    for name in ("mmap", "runai"):
+        f.cold[name] = replace(f.cold[name], trials=3)
+    assert f.how_obtained("runai") == "measured ±9%"

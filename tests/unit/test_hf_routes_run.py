@@ -54,6 +54,9 @@ class _Trials:
     def how_obtained(self, strategy: str, base_name: str = "mmap") -> str:
         return "measured"
 
+    def speedup_range(self, strategy: str, base_name: str = "mmap") -> tuple[float, float] | None:
+        return None
+
     def ranks_note(self, mode: str | None) -> str:
         return ""
 
