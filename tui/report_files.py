@@ -70,6 +70,6 @@ def save_screenshot(app: App[Any], filename: str | None, path: str | None) -> st
 def tell_kept(app: App[Any], kept: str | None, why: str) -> None:
     """Say where a finished run's report was kept (the reports folder), or why it was not."""
     if kept:
-        app.notify(f"kept as {kept} (loadscope report --last; o opens it)", title="report")
+        app.notify(f"kept as {kept} (loadscope report FILE renders it; o opens it)", title="report")
     elif why:
         app.notify(f"not kept ({why}); e exports it", severity="warning")

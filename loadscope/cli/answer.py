@@ -13,9 +13,11 @@ from typing import Any, TextIO
 from loadscope.advice.snippets import STACKS
 from loadscope.cli.common import opt
 
-#: Where a saved report is opened again.
+#: Where a saved report is opened again: by its own path (``--last`` may find another
+#: process's report, kept after this one).
 OPEN_WITH = (
-    "(loadscope report --last --text shows it in full; loadscope tui --report FILE opens it)"
+    "(loadscope report FILE --text shows it in full, loadscope tui --report FILE opens it;"
+    " FILE: the path above)"
 )
 
 ANSWER_OPTIONS = (

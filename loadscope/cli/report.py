@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TextIO
+from typing import Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import Command, UsageError, opt
@@ -33,16 +33,39 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 f"--last: no report kept in {reports_dir()} yet (run loadscope doctor)"
             )
         path = str(found)
-    doc = load_report(path)
+    doc = load_report(path, "any")
+    if doc.get("kind") == "time":
+        out.write(_time_text(doc, args) + "\n")
+        return ExitCode.OK
     render = to_html if args.html else report_text if args.text else to_markdown
     out.write(render(doc) + "\n")
     return ExitCode.OK
 
 
+def _time_text(doc: dict[str, Any], args: argparse.Namespace) -> str:
+    """A ``time --json`` report as ``time`` printed it: the same medians and ratios (in a
+    code block for Markdown, a preformatted page for HTML)."""
+    import html
+
+    from loadscope.diagnosis.timing import TimeReport
+    from loadscope.diagnosis.timing_text import to_text
+
+    text = to_text(TimeReport.from_dict(doc))
+    if args.text:
+        return text
+    if args.html:
+        return (
+            '<!doctype html><html><head><meta charset="utf-8"><title>loadscope time</title>'
+            f"</head><body><pre>{html.escape(text)}</pre></body></html>"
+        )
+    return f"```text\n{text}\n```"
+
+
 COMMAND = Command(
     name="report",
-    help="render a saved doctor report (JSON) again: Markdown, HTML or text",
-    description="Render FILE.json written by 'doctor --json' (or, with --last, the newest"
+    help="render a saved doctor or time report (JSON) again: Markdown, HTML or text",
+    description="Render FILE.json written by 'doctor --json' or 'time --json' (or, with"
+    " --last, the newest"
     " report doctor, demo and the app kept in the reports folder) as Markdown for an issue,"
     " as HTML, or as text for the terminal.",
     arguments=(

@@ -52,7 +52,8 @@ MAX_REPORT_BYTES = 256 << 20
 def load_report(path: str, kind: str = "doctor") -> dict[str, Any]:
     """A saved report (JSON), checked against the published schema
     (:mod:`loadscope.report.schema`) before anything reads it: a bad file is one line
-    naming it and the first offending path."""
+    naming it and the first offending path. ``kind`` "any": a doctor report, or a
+    ``time --json`` one (its ``kind`` field says so)."""
     from loadscope.base.safeio import open_regular, pread_exact
 
     fd = open_regular(path)
@@ -73,6 +74,8 @@ def load_report(path: str, kind: str = "doctor") -> dict[str, Any]:
         raise ReportError("not a loadscope report: JSON nested too deeply", path=path) from None
     except ValueError as exc:
         raise ReportError(f"not a JSON report ({exc})", path=path) from None
+    if kind == "any":  # a doctor report, or the time command's (it says so)
+        kind = "time" if isinstance(doc, dict) and doc.get("kind") == "time" else "doctor"
     try:
         check_schema(doc, kind)
     except SchemaError as exc:

@@ -71,6 +71,12 @@ class TimeCancelled(LoadscopeError):
     exit_code = ExitCode.INTERRUPTED
 
 
+#: A command that read less of the model than this did not load it (transformers 5 maps
+#: the weights and reads them at first use; ``sleep 1`` reads nothing): its times are
+#: shown, but no ratio is printed as a fix's gain.
+READ_AT_LEAST = 0.5
+
+
 @dataclass(slots=True)
 class Variant:
     name: str
@@ -115,9 +121,25 @@ class TimeReport:
             return ExitCode.FAILURE
         return ExitCode.OK
 
+    def read_share(self) -> float | None:
+        """The share of the model the command as it is read in its median run (the page
+        cache's residency of the weight files as it ended, having started evicted);
+        None where that could not be read."""
+        base = self.baseline()
+        runs = sorted((r for r in base.runs if r.seconds is not None), key=lambda r: r.seconds or 0)
+        return runs[len(runs) // 2].resident_after if runs else None
+
+    def lazy(self) -> bool:
+        """Whether the command read under :data:`READ_AT_LEAST` of the model: its time is
+        not the load's, and no fix's gain is taken from it."""
+        share = self.read_share()
+        return share is not None and share < READ_AT_LEAST
+
     def to_dict(self) -> dict[str, Any]:
         base = self.baseline().median()
         return {
+            "schema_version": 1,
+            "kind": "time",
             "argv": self.argv,
             "files": self.files,
             "total_bytes": self.total_bytes,
@@ -130,7 +152,9 @@ class TimeReport:
                     "changes": v.changes,
                     "skipped": v.skipped,
                     "median_seconds": v.median(),
-                    "speedup": (base / m) if base and (m := v.median()) else None,
+                    "speedup": (base / m)
+                    if base and (m := v.median()) and not self.lazy()
+                    else None,
                     "cold": v.cold,
                     "before_seconds": v.before_s,
                     "runs": [r.to_dict() for r in v.runs],
@@ -138,6 +162,30 @@ class TimeReport:
                 for v in self.variants
             ],
         }
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> TimeReport:
+        """A report read back from ``time --json`` (checked against its schema first)."""
+        variants = [
+            Variant(
+                name=str(v["name"]),
+                changes=str(v.get("changes") or ""),
+                skipped=str(v.get("skipped") or ""),
+                runs=[RunResult.from_dict(r) for r in v.get("runs") or []],
+                cold=[bool(c) for c in v.get("cold") or []],
+                before_s=[float(b) for b in v.get("before_seconds") or []],
+            )
+            for v in doc["variants"]
+        ]
+        return cls(
+            argv=[str(a) for a in doc["argv"]],
+            files=[str(f) for f in doc["files"]],
+            total_bytes=int(doc["total_bytes"]),
+            rounds=int(doc.get("rounds") or 0),
+            variants=variants,
+            notes=[str(n) for n in doc.get("notes") or []],
+            discovered=[str(f) for f in doc.get("discovered") or []],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,8 +502,8 @@ def quote_in_advice(recommendations: Sequence[Any], report: TimeReport) -> None:
     from loadscope.advice.results import Evidence
 
     base = report.baseline().median()
-    if base is None:
-        return
+    if base is None or report.lazy():
+        return  # no gain is claimed for weights the command did not read
     by_name = {v.name: v for v in report.variants}
     for rec in recommendations:
         v = by_name.get(FIX_OF_RECOMMENDATION.get(rec.id, ""))

@@ -22,7 +22,7 @@ def to_text(report: TimeReport) -> str:
     lines = _wrapped(f"loadscope time: {head}", "")
     lines += _wrapped(
         f"model: {len(report.files)} file(s), {format_bytes(report.total_bytes)};"
-        f" {report.rounds} round(s), interleaved, each run cold (evicted, verified)",
+        f" {report.rounds} round(s), interleaved, {_cold_words(report)}",
         "  ",
     )
     if report.discovered:
@@ -36,6 +36,18 @@ def to_text(report: TimeReport) -> str:
             lines += [f"    {line}" for line in failed.tail[-5:]]
         return "\n".join(lines)
     base_s = base.median()
+    lazy = report.lazy()
+    if lazy:
+        share = report.read_share() or 0.0
+        lines.append("")
+        lines += _wrapped(
+            f"your command read {format_bytes(int(share * report.total_bytes))} of the"
+            f" model's {format_bytes(report.total_bytes)} ({share:.0%}): the rest of the"
+            " weights were not read (a lazy load reads them at first use). Time a command"
+            " that uses them (a forward pass), or end the timing at a line it prints with"
+            " --until. No fix's gain is claimed from these runs.",
+            "  ",
+        )
     lines.append("")
     lines.append(f"  {'':<22} {'median':>9} {'vs as is':>9}  runs (s)")
     for v in report.variants:
@@ -47,7 +59,7 @@ def to_text(report: TimeReport) -> str:
             row = f"  {label:<22} {'-':>9} {'':>9}  {why}"
             lines += [row] if len(row) <= 80 else [row[:46].rstrip(), *_wrapped(why, "      ")]
             continue
-        ratio = f"{base_s / m:.2f}x" if base_s else "-"
+        ratio = f"{base_s / m:.2f}x" if base_s and not lazy else "-"
         runs = " ".join(f"{t:.3g}" for t in v.times())
         extra = ""
         if v.before_s:
@@ -66,6 +78,17 @@ def to_text(report: TimeReport) -> str:
     for n in report.notes:
         lines += _wrapped(f"note: {n}", "  ")
     return "\n".join(lines)
+
+
+def _cold_words(report: TimeReport) -> str:
+    """How cold the runs were: every one verified, or how many of them."""
+    marks = [c for v in report.variants for c in v.cold]
+    if all(marks):
+        return "each run cold (evicted, verified)"
+    return (
+        f"each run evicted first, {sum(marks)} of {len(marks)} verified cold"
+        " (the rows say which were not)"
+    )
 
 
 def _wrapped(text: str, indent: str) -> list[str]:
@@ -98,6 +121,8 @@ def _read_line(report: TimeReport, v: Variant) -> str:
         parts.append(f"{format_bytes(r.read_call_bytes)} by read calls")
     if r.major_faults is not None:
         parts.append(f"{r.major_faults:,} major faults")
+    if r.resident_after is not None:
+        parts.append(f"{r.resident_after:.0%} of the model in the page cache as it ended")
     if r.peak_rss_bytes:
         parts.append(f"peak RSS {format_bytes(r.peak_rss_bytes)} (largest process)")
     if r.device_requests:

@@ -99,6 +99,9 @@ class RunResult:
     device_request_bytes: float | None = None
     device: str = ""
     samples: list[Sample] = field(default_factory=list)
+    #: The share of the watched files in the page cache as the run ended: what it read,
+    #: for a run that started evicted (None: not watched, or mincore not allowed).
+    resident_after: float | None = None
     #: Weight files the tree opened or mapped (absolute paths).
     opened: list[str] = field(default_factory=list)
     #: The last lines the command wrote (stderr's when it wrote any, else stdout's).
@@ -108,6 +111,15 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> RunResult:
+        """A run read back from ``time --json`` (fields it does not know are left out)."""
+        known = set(cls.__dataclass_fields__)
+        fields = {k: v for k, v in doc.items() if k in known and k != "samples"}
+        run = cls(**fields)
+        run.samples = [Sample(*s.values()) for s in doc.get("samples") or [] if isinstance(s, dict)]
+        return run
 
 
 class _Output:
@@ -370,6 +382,9 @@ def run_once(spec: RunSpec) -> RunResult:
         result.device_requests = after[0] - before[0]
         if result.device_requests > 0:
             result.device_request_bytes = (after[1] - before[1]) * 512 / result.device_requests
+    if spec.watch:
+        clock.next_at = 0.0  # read now, whenever it was last read
+        result.resident_after = clock.resident(time.perf_counter())
     result.opened = sorted(tree.opened)
     result.tail = list(streams[1].tail or streams[0].tail)
     result.output_error = next((s.error for s in streams if s.error), None)

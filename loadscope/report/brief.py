@@ -123,9 +123,7 @@ def _tie(chosen: list[tuple[Fix, Route]]) -> bool:
 def _unmeasured_line(top: Fix, stack: str, shown: list[Route]) -> list[str]:
     """The top fix's route for ``stack`` that has no number here (skipped at this budget,
     failed), in one line with why: named, not dropped."""
-    route = next(
-        (r for r in top.routes if r.stack == stack and r.kind and r.speedup is None), None
-    )
+    route = next((r for r in top.routes if r.stack == stack and r.kind and r.speedup is None), None)
     if route is None or route in shown:
         return []
     return _wrap(f"not measured: {route.heading}", "    ", "  ")
@@ -188,7 +186,7 @@ def _clipped(block: list[str], rows: int) -> list[str]:
     out: list[str] = []
     for line in block:
         if height([*out, line]) > rows - 1:
-            return [*out, "    ... (the rest: loadscope report --last)"]
+            return [*out, "    ... (the rest: in the full report below)"]
         out.append(line)
     return out
 

@@ -27,7 +27,7 @@ from typing import Any
 
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 #: The report kinds the schema holds, by the name a reader asks for.
-KINDS = ("doctor", "probe", "bench", "ranks", "node", "fleet")
+KINDS = ("doctor", "probe", "bench", "ranks", "node", "fleet", "time")
 #: Deeper than any report loadscope writes (about 8 levels) by far; bounded before the
 #: validator and the renderers recurse into it.
 MAX_DEPTH = 64
@@ -172,14 +172,16 @@ def generate() -> dict[str, Any]:
     defs["doctor_report"] = _doctor_report()
     defs["node_report"] = _node_report()
     defs["fleet_report"] = _fleet_report()
+    defs["time_report"] = _time_report()
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://github.com/loadscope/loadscope/report.schema.json",
         "title": "loadscope report",
         "description": (
-            "The JSON reports of loadscope doctor, probe, bench and bench --ranks, a"
-            " fleet node's result and the fleet's summary ($defs: doctor_report,"
-            " probe_report, bench_report, ranks_report, node_report, fleet_report)."
+            "The JSON reports of loadscope doctor, probe, bench, bench --ranks and time,"
+            " a fleet node's result and the fleet's summary ($defs: doctor_report,"
+            " probe_report, bench_report, ranks_report, time_report, node_report,"
+            " fleet_report)."
             " Generated from loadscope's report types."
         ),
         "$ref": "#/$defs/doctor_report",
@@ -366,6 +368,15 @@ def _user_command() -> dict[str, Any]:
         },
         "required": ["argv", "variants"],
     }
+
+
+def _time_report() -> dict[str, Any]:
+    """``loadscope time --json``: the user's command section with its own version."""
+    schema = _user_command()
+    schema["properties"] = {"schema_version": {"const": 1}, **schema["properties"]}
+    schema["properties"]["kind"] = {"const": "time"}
+    schema["required"] = ["schema_version", "kind", "argv", "files", "total_bytes", "variants"]
+    return schema
 
 
 def _doctor_report() -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from loadscope.base.units import format_bytes
 from loadscope.tools.synth import synthesize
 from tests.conftest import REPO_ROOT, run_loadscope, slow_synthetic
 
@@ -404,3 +406,57 @@ def test_output_to_a_full_disk_is_said_not_a_crash(model: Path) -> None:
     )  # fmt: skip
     assert result.code == 0, result.err
     assert "output could not all be written: No space left on device" in result.out
+
+
+_PART = """
+import glob, os, sys
+files = sorted(glob.glob(sys.argv[1] + "/*.safetensors"))
+for f in files:
+    fd = os.open(f, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead: what it asks for
+    size = os.fstat(fd).st_size
+    left = int(size * float(sys.argv[2]))
+    at = 0
+    while left > 0 and (chunk := os.pread(fd, min(left, 1 << 20), at)):
+        at += len(chunk)
+        left -= len(chunk)
+    os.close(fd)
+"""
+
+
+@pytest.mark.parametrize(("share", "lazy"), [(0.0, True), (0.3, True), (1.0, False)])
+def test_a_command_that_did_not_read_the_model_claims_no_gain(
+    model: Path, tmp_path: Path, share: float, lazy: bool
+) -> None:
+    """``sleep 1`` (nothing read) and a command that reads 30% of the model say so above
+    the table and print no fix's ratio (a lazy from_pretrained read 7 KiB and was given
+    "warm first 0.40x"); one that reads all of it prints the table with its ratios. The
+    saved JSON renders again with ``loadscope report`` as ``time`` printed it."""
+    script = _script(tmp_path, "part.py", _PART)
+    argv = ["sleep", "1"] if share == 0.0 else [PY, str(script), "{model}", str(share)]
+    saved = tmp_path / "time result.json"
+    result = run_loadscope(
+        "time", "--model", str(model), "--fixes", "warm", "--rounds", "1", "--quiet",
+        "--json", str(saved), "--", *argv, timeout=120,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    text = result.out
+    doc = json.loads(saved.read_text())
+    assert doc["schema_version"] == 1 and doc["kind"] == "time"
+    read = doc["variants"][0]["runs"][0]["resident_after"]
+    rows = [line for line in text.splitlines() if line.startswith(("  as is", "  loadscope warm"))]
+    if lazy:
+        assert read < 0.5, read
+        assert f"your command read {format_bytes(int(read * doc['total_bytes']))} of the" in text
+        assert "No fix's gain is claimed" in " ".join(text.split())
+        assert not any(re.search(r"\d\.\d\dx", row) for row in rows), rows
+        assert all(v["speedup"] is None for v in doc["variants"])
+        if share:
+            assert 0.2 <= read <= 0.45, read
+    else:
+        assert read > 0.95 and "your command read" not in text
+        assert re.search(r"loadscope warm first .* \d+\.\d\dx", text), text
+    again = run_loadscope("report", str(saved), "--text")
+    assert again.code == 0, again.err
+    printed = text.split("\nfull result:")[0].rstrip()
+    assert again.out.rstrip() == printed
