@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from typing import IO, Any
 
@@ -185,6 +186,12 @@ def cuda_initialized() -> bool:
     return bool(cuda is not None and cuda.is_initialized())
 
 
+#: What importing each preloaded module took in the server (first import only): what a
+#: fresh process pays for it, which a forked trial inherits already paid (a strategy adds
+#: it to its figure where its call pays it in a user's process).
+PRELOAD_SECONDS: dict[str, float] = {}
+
+
 def _preload(modules: list[Any], done: set[str]) -> None:
     """Import what a request asks to have imported before its fork, once per server.
 
@@ -196,8 +203,12 @@ def _preload(modules: list[Any], done: set[str]) -> None:
     for name in modules:
         if isinstance(name, str) and name not in done:
             done.add(name)
+            fresh = name not in sys.modules
+            t0 = time.perf_counter()
             with contextlib.suppress(Exception):
                 importlib.import_module(name)
+                if fresh:
+                    PRELOAD_SECONDS[name] = time.perf_counter() - t0
 
 
 def _reap(sock: socket.socket, children: set[int]) -> None:
@@ -431,4 +442,7 @@ def enabled() -> bool:
 
 
 if __name__ == "__main__":
+    # Run as a program, this module is __main__: its children import it by its name
+    # (PRELOAD_SECONDS) and must find this one, not a fresh copy.
+    sys.modules.setdefault("loadscope.loaders.forkserver", sys.modules[__name__])
     sys.exit(main())

@@ -197,8 +197,12 @@ class Strategy:
     #: Whether it loads only the files it is given (False: it loads the model's folder).
     sample_files: bool = True
     #: Libraries its :meth:`prepare` imports (the fork server imports them once for all
-    #: trials); ``"transformers-model"`` also names the model's modeling module.
+    #: trials), as a user's script imports them at its top; ``"transformers-model"`` also
+    #: names the model's modeling module (a strategy that counts that import as part of
+    #: its call, as ``from_pretrained`` pays it in a fresh process, does not name it).
     preload: tuple[str, ...] = ()
+    #: It builds the model with transformers (needs the model's config.json).
+    builds_model: bool = False
     #: False for a strategy whose parallelism is across files (one reader per file): a
     #: subset of whole files would read with fewer readers than the model, so its
     #: sample is always spans of every file; with ``samples`` False too (a peer that
@@ -232,11 +236,6 @@ class Strategy:
     #: reading with O_DIRECT, one warm for the node, the node-shared load); its routes
     #: then say how many times the node reads the model (``loaders/rank.py``).
     rank_mode: str | None = None
-
-    @property
-    def builds_model(self) -> bool:
-        """It builds the model with transformers (needs the model's config.json)."""
-        return "transformers-model" in self.preload
 
     def unavailable(self) -> str | None:
         """Why this strategy cannot run in this environment, or None.

@@ -410,7 +410,8 @@ def _budget_of(bench: BenchReport | None) -> float | None:
 def _timed(
     bench: BenchReport | None,
 ) -> tuple[dict[str, Summary], dict[str, Summary], dict[tuple[str, str], list[int]]]:
-    """The bench's timed summaries per strategy, cold and warm, and the ok trials' ids."""
+    """The bench's timed summaries per strategy, cold and warm, and the ids of the trials
+    their medians are of."""
     cold: dict[str, Summary] = {}
     warm: dict[str, Summary] = {}
     ids: dict[tuple[str, str], list[int]] = {}
@@ -419,6 +420,8 @@ def _timed(
             if s.median_seconds is not None:
                 (cold if s.cache == "cold" else warm)[s.strategy] = s
         for t in bench.trials:
-            if t.status == "ok" and not t.warmup:
+            # The trials a summary's median is of (its "trials" count): not the fit's
+            # smaller samples, not a run whose cache state was not verified.
+            if t.status == "ok" and not t.warmup and not t.fit and t.cache_verified:
                 ids.setdefault((t.strategy, t.cache), []).append(t.id)
     return cold, warm, ids

@@ -118,8 +118,9 @@ def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
 #: trial on this project's 2-core VM (a doctor of an 8 MiB model without a config.json:
 #: 14 trials and the probes in 3.0 s of wall time).
 TRIAL_OVERHEAD_S = 0.4
-#: More for the trials that build a transformers model before their clock (the model's
-#: code, on the meta device; the fork server imports transformers once, ~3.3 s here).
+#: More for the trials that build a transformers model (the fork server imports
+#: transformers and the model's code once, ~3.3 s here; each trial's time includes that
+#: import of the model's code as measured there, as a user's fresh process pays it).
 HF_TRIAL_OVERHEAD_S = 2.0
 #: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
 SERVER_START_S = 3.0

@@ -146,10 +146,10 @@ def _stack_blocks(
                 lines += _wrap(
                     f"{stack}: a tie (their trials' ranges overlap); either helps:", "    ", "  "
                 )
-            for fix, route in chosen:
+            for fix, best in chosen:
                 used.add(fix.id)
-                shown.append(route)
-                lines += _route_block(route)
+                shown.append(best)
+                lines += _route_block(best)
             blocks.append((stack, lines + _unmeasured_line(top, stack, shown)))
             continue
         route = _for_stack(top, stack)

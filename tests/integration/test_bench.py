@@ -90,6 +90,11 @@ def test_every_cpu_strategy_cold_and_warm_returns_the_same_tensors(st_dir: Path)
         # A usable model from from_pretrained, every parameter the checkpoint's value.
         assert by[(name, "cold")].status == "ok", by[(name, "cold")].reason
         assert by[(name, "cold")].verified is True
+        # Its time counts the import of the model's code, as from_pretrained pays it in a
+        # user's fresh process (the fork server imported it once, before the fork).
+        setup = by[(name, "cold")].detail.get("setup_s")
+        assert setup is not None and setup > 0.05, by[(name, "cold")].detail
+        assert (by[(name, "cold")].seconds or 0) > setup
     assert by[("auto", "warm")].detail["choices"][0]["choice"] == "mmap"
     assert by[("auto", "cold")].detail["choices"][0]["choice"] in ("direct", "parallel")
     assert {"pickle", "pickle-mmap"} <= set(report.skipped)

@@ -41,8 +41,8 @@ def test_markdown_of_per_stack_fixes_matches_golden() -> None:
         assert f"<summary>{stack} (" in md, stack
     # Each number is its own route's: vLLM's prefetch flag lost to mmap here, and the
     # transformers line is measured against from_pretrained cold, not against mmap.
-    assert re.search(r"vllm \(a flag\) - measured 0\.\d+x vs the default load \(slower", md)
-    assert "transformers (no code change) - measured 2.7x vs hf-pretrained cold" in md
+    assert re.search(r"vllm \(a flag\) - 0\.\d+x vs the default load \(slower", md)
+    assert "transformers (no code change) - 2.7x vs hf-pretrained cold, measured" in md
 
 
 def test_report_command_renders_a_saved_report() -> None:
@@ -97,7 +97,9 @@ def test_try_readahead_measures_the_gain_and_restores_the_setting(slow_model: Pa
     report = run_doctor(resolve(str(slow_model)), DoctorOptions(budget_s=20, try_readahead=True))
     rec = next(r for r in report.advice.recommendations if r.id == "raise-readahead")
     assert rec.expected_speedup is not None and rec.expected_speedup > 1.5, report.failures
-    assert rec.confidence == "high" and "measured here" in rec.action
+    # High only where its trials agree within 10% (a one-trial estimate's fit is ±20%).
+    assert rec.confidence in ("high", "medium") and "measured here" in rec.action
+    assert rec.how.startswith(("measured", "estimated", "unsteady")), rec.how
     assert any("read_ahead_kb=8192" in e.what for e in rec.evidence)
     assert fuse_connection_settings(*device)["read_ahead_kb"] == 128  # put back
 

@@ -47,8 +47,24 @@ def test_the_default_doctor_measures_readahead_under_every_mmap_stack(
     routes = {s.stack: s for s in rec.snippets if s.strategy == "readahead"}
     assert {"vllm", "sglang", "transformers"} <= set(routes)
     for s in routes.values():
-        assert s.speedup == rec.expected_speedup and s.trial_ids
+        # Its trials are its own run's, cited as that run's (never as this run's trial
+        # ids, which number other trials), with the figure's range and spread.
+        assert s.speedup == rec.expected_speedup and not s.trial_ids
+        assert "in a run of its own (its trials #1" in s.proxy, s.proxy
+        assert s.low is not None and s.high is not None and s.low <= s.speedup <= s.high
+        assert s.how == rec.how and s.how.startswith(("measured", "estimated", "unsteady"))
         assert "read_ahead_kb" in s.code
+    # The trials cited for a figure are the ones its median is of: as many as the table's
+    # "trials" column says (the fit's smaller samples were cited too: "trials 2" beside
+    # "trials 1, 15, 19").
+    from loadscope.advice.facts import facts_from
+
+    assert report.probe is not None and report.bench is not None
+    facts = facts_from(report.probe, report.bench)
+    for summary in report.bench.summary:
+        if summary.median_seconds and summary.trials:
+            cited = facts.trial_ids.get((summary.strategy, summary.cache), [])
+            assert len(cited) == summary.trials, (summary.strategy, summary.cache, cited)
     shell = next(s for s in rec.snippets if s.stack == "shell")
     assert "udev" in shell.code and "DaemonSet" in shell.code
     # Measured, it ranks above every estimated fix.
