@@ -235,17 +235,41 @@ def _copy_evidence(f: Facts, e: CopyEstimate) -> list[Evidence]:
     ]
 
 
+#: The route name the copy fix's snippets carry: its trial (``diagnosis/copy_trial.py``)
+#: copies a sample to the local disk and loads it there against in place.
+COPY_ROUTE = "copy"
+
+
 def _copy_snippets(source: str, dest: str) -> list[Snippet]:
-    return commands(
-        [
-            (
-                "shell",
-                f"loadscope copy {shlex.quote(source)} {shlex.quote(dest)}"
-                "   # verified, resumable; or: rsync -a"
-                f" {shlex.quote(source + '/')} {shlex.quote(dest + '/')}",
-            ),
-            ("transformers", f"model = AutoModelForCausalLM.from_pretrained({dest!r})"),
-            ("vllm", f"vllm serve {shlex.quote(dest)}"),
-            ("sglang", f"python -m sglang.launch_server --model-path {shlex.quote(dest)}"),
-        ]
-    )
+    copy = f"loadscope copy {shlex.quote(source)} {shlex.quote(dest)}"
+    first = f"# run first: {copy}\n"
+    lines = [
+        (
+            "shell",
+            f"{copy}   # verified, resumable; or: rsync -a"
+            f" {shlex.quote(source + '/')} {shlex.quote(dest + '/')}",
+        ),
+        (
+            "transformers",
+            f"{first}from transformers import AutoModelForCausalLM\n"
+            f"model = AutoModelForCausalLM.from_pretrained({dest!r})",
+        ),
+        ("vllm", f"{copy} && vllm serve {shlex.quote(dest)}"),
+        (
+            "sglang",
+            f"{copy} && python -m sglang.launch_server --model-path {shlex.quote(dest)}",
+        ),
+    ]
+    # Each a path change (the stack's code is pointed at the copy); their number is the
+    # copy trial's, set when it runs, else the fix's estimate stands alone.
+    return [
+        Snippet(
+            stack=stack,
+            code=code,
+            strategy=COPY_ROUTE,
+            route="a path change",
+            what="the model copied to a local disk",
+            note="estimated, not measured: the copy trial did not run",
+        )
+        for stack, code in lines
+    ]

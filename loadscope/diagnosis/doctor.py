@@ -2,7 +2,8 @@
 
 Owns the run itself (:func:`run_doctor`) and the trials it adds after the first round:
 a pickle-only model's sample converted to safetensors and both timed, the multi-rank
-round, and the readahead fix tried on the mount. The plan within the budget is
+round, the readahead fix tried on the mount, and the copy to a local disk tried
+(:mod:`~loadscope.diagnosis.copy_trial`). The plan within the budget is
 :mod:`~loadscope.diagnosis.trial_plan`'s, the report and its text
 :mod:`~loadscope.diagnosis.doctor_report`'s, its redaction
 :mod:`~loadscope.diagnosis.redaction`'s (their public names are importable from here too).
@@ -43,6 +44,7 @@ from loadscope.advice.rules import (
 from loadscope.advice.storage_rules import READAHEAD_ROUTE
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
+from loadscope.diagnosis.copy_trial import measure_copy
 from loadscope.diagnosis.doctor_report import (
     MAX_REPORT_BYTES,
     DoctorReport,
@@ -205,9 +207,20 @@ def _run_doctor(
     facts = facts_from(probe, bench, rank_report, failures, conversion)
     advice = advise_facts(facts)
     _readahead_evidence(target, probe, bench, advice, plan.sample, options.try_readahead, failures)
-    measured_since = any(r.id == "raise-readahead" and r.measured for r in advice.recommendations)
+    copy = next((r for r in advice.recommendations if r.id == "copy-to-local-disk"), None)
+    if copy is not None and bench is not None and not facts.stalled:
+        step("copy")
+        left = max(0.0, budget_s - (time.monotonic() - started))
+        tried = measure_copy(target, facts, copy, time.monotonic() + left, cancel)
+        if tried.reason:
+            failures.append(f"copy trial: not run: {tried.reason}")
+        advice.recommendations.sort(key=rank_key)
+    measured_since = any(
+        r.id in ("raise-readahead", "copy-to-local-disk") and r.measured
+        for r in advice.recommendations
+    )
     if advice.verdict.status == "problem" and measured_since and not facts.stalled:
-        # A fix measured since (the readahead) may now lead, with its number.
+        # A fix measured since (the readahead, the copy) may now lead, with its number.
         advice.verdict.headline = problem_headline(facts, advice.recommendations) or (
             advice.verdict.headline
         )
