@@ -236,7 +236,41 @@ def routes_page() -> str:
                 facts.append(f"- Where the diagnosis does not run it: run {r.measure_with}.")
             code, lang = code_for(r, model), lang_of(stack)
             out.append("\n".join(facts) + f"\n\n```{lang}\n{code.rstrip()}\n```\n")
-    return "".join(out)
+    return "".join(out) + _host_routes()
+
+
+def _host_routes() -> str:
+    """The routes that change the host, not the loader: their trials are the doctor's own."""
+    from loadscope.advice.placement_rules import COPY_ROUTE
+    from loadscope.advice.storage_rules import MMAP_STACKS, READAHEAD_ROUTE
+
+    stacks = ", ".join(f"`{stack}`" for stack, _ in MMAP_STACKS)
+    return (
+        "\n## Every stack: the host's routes\n\n"
+        f"### The mount's readahead raised (`{READAHEAD_ROUTE}`)\n\n"
+        "- **How it applies:** no code change (root; host-wide for the mount; it lasts"
+        " until the next mount, and the shell route says how to keep it).\n"
+        "- **Measured by:** the default load (`mmap`) rerun cold with `read_ahead_kb`"
+        " 8192 (and FUSE's `max_background` 64), in a run of its own whose trials the"
+        " figure cites as that run's, then put back.\n"
+        "- **Against:** this run's `mmap` trial, cold.\n"
+        f"- Shown for the shell and for every stack that loads through mmap ({stacks}),"
+        " each with the commands to run first; estimated, not measured, where the"
+        " doctor may not write the setting (not root, `--no-try-readahead`).\n\n"
+        "```bash\necho 8192 | sudo tee /sys/class/bdi/MAJ:MIN/read_ahead_kb\n```\n"
+        f"\n### The model copied to a local disk (`{COPY_ROUTE}`)\n\n"
+        "- **How it applies:** a path change (the stack's code pointed at the copy, made"
+        " first with `loadscope copy`).\n"
+        "- **Measured by:** the copy trial: whole files of the model (up to 256 MiB, the"
+        " whole model when smaller) copied to the local disk and loaded cold there with"
+        " `load_file`, against the same files in place, in turn over 3 rounds; the copy's"
+        " own time and its break-even in loads beside it.\n"
+        "- **Against:** the same files loaded in place, cold.\n"
+        "- Where the copy trial does not fit the budget: the probe's estimate, said as"
+        " estimated, with the budget that measures it.\n\n"
+        f"```bash\nloadscope copy {EXAMPLE_MODEL} /local/models/llama"
+        " && vllm serve /local/models/llama\n```\n"
+    )
 
 
 PAGES = {"cli.md": cli_page, "schema.md": schema_page, "routes.md": routes_page}

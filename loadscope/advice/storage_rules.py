@@ -23,7 +23,7 @@ READAHEAD_ROUTE = "readahead"
 
 #: The stacks that read through mmap by default, so raising the readahead speeds them up
 #: with no change to their code, and how each starts after it.
-_MMAP_STACKS = (
+MMAP_STACKS = (
     ("transformers", "model = AutoModelForCausalLM.from_pretrained({dir_py})"),
     ("diffusers", "pipe = DiffusionPipeline.from_pretrained({dir_py})"),
     ("vllm", "vllm serve {dir_sh}"),
@@ -99,7 +99,7 @@ def _stack_lines(f: Facts, cmd: str) -> list[Snippet]:
     same command first; the number is the readahead trial's, set when it runs."""
     folder = folder_of(f.model_path)
     out = []
-    for stack, start in _MMAP_STACKS:
+    for stack, start in MMAP_STACKS:
         if (stack == "transformers") == (f.layout == "diffusers") and stack in (
             "transformers",
             "diffusers",

@@ -55,6 +55,7 @@ from loadscope.diagnosis.doctor_report import (
 from loadscope.diagnosis.redaction import redact
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
 from loadscope.diagnosis.trial_plan import (
+    FAVOURED,
     MAX_ROUNDS,
     RANK_MODES,
     TRIAL_OVERHEAD_S,
@@ -286,6 +287,7 @@ def _run_trials(
                 # The plan is drawn before any trial, from the probe's rates; rounds
                 # that the measured ones show still fit are run too (up to 3).
                 more_rounds=max(0, MAX_ROUNDS - plan.repeats),
+                favoured=FAVOURED,
                 warmup=False,
                 sample_bytes=plan.sample,
                 sample_bytes_for=plan.sample_sizes,

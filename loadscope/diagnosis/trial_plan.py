@@ -133,6 +133,12 @@ RANK_MODES: tuple[Mode, ...] = tuple(m for m in MODES if m != "broadcast")
 MIN_SAMPLE_BYTES = 8 << 20
 #: The most rounds of trials a diagnosis runs when the measured ones show they fit.
 MAX_ROUNDS = 3
+#: What an extra round that does not fit whole runs first: the strategies whose figures
+#: are printed under a fix (a stack's route) and the defaults they are against, so that
+#: each printed figure has its trials' spread (loadscope's own readers are evidence).
+FAVOURED = tuple(
+    n for n, s in STRATEGIES.items() if s.routes or n in DEFAULT_LOADS or n == "hf-pretrained"
+)
 
 
 #: Strategies that read through the page cache in the mount's readahead windows.

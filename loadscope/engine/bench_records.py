@@ -72,6 +72,9 @@ class BenchOptions:
     #: Up to this many rounds beyond ``repeats`` while ``deadline`` leaves time for one
     #: more, as long as the last round took.
     more_rounds: int = 0
+    #: Where a whole extra round does not fit: these strategies' trials of it, when they
+    #: do (the figures printed under a fix, and their baselines, before the evidence).
+    favoured: tuple[str, ...] = ()
     #: Strategies to run warm as well (None: all of them, when "warm" is asked for).
     warm_strategies: tuple[str, ...] | None = None
     #: The worker command (tests inject misbehaving workers); default: the real worker.
