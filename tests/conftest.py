@@ -33,6 +33,27 @@ def _reports_kept_in_a_temp_folder(tmp_path_factory: pytest.TempPathFactory) -> 
         os.environ["LOADSCOPE_REPORTS"] = before
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _shared_memory_in_a_private_folder() -> Iterator[None]:
+    """Node-shared loads keep their files in /dev/shm, and every command removes what dead
+    ranks left there (saying so on stderr): each test worker's go to a private folder
+    of /dev/shm (inherited by what it runs), so that a rank test killed in one worker never
+    adds a line to another worker's command. A test of the real folder pops it."""
+    import shutil
+    import tempfile
+
+    before = os.environ.get("LOADSCOPE_SHM_DIR")
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    folder = tempfile.mkdtemp(prefix="loadscope-tests-", dir=base)
+    os.environ["LOADSCOPE_SHM_DIR"] = folder
+    yield
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop("LOADSCOPE_SHM_DIR", None)
+    else:
+        os.environ["LOADSCOPE_SHM_DIR"] = before
+
+
 @dataclass
 class CliResult:
     code: int

@@ -175,12 +175,19 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         baseline=baseline,
         proxy=route.proxy,
         how=measured.how_obtained(route.strategy, baseline) if speedup else "measured",
-        low=span[0] if (span := measured.speedup_range(route.strategy, baseline)) else None,
+        low=span[0] if (span := _span(measured, route.strategy, baseline, speedup)) else None,
         high=span[1] if span else None,
         trial_ids=measured.cold_trial_ids(route.strategy) if speedup is not None else [],
         note=note,
         ranks=measured.ranks_note(_rank_mode(route.strategy)),
     )
+
+
+def _span(
+    measured: Measured, strategy: str, baseline: str, speedup: float | None
+) -> tuple[float, float] | None:
+    """The speed-up's range over its trials, when it has a number."""
+    return measured.speedup_range(strategy, baseline) if speedup is not None else None
 
 
 def _rank_mode(strategy: str) -> str | None:
