@@ -208,4 +208,5 @@ def _say(rec: Recommendation, trial: CopyTrial) -> CopyTrial:
         snip.speedup, snip.how, snip.low, snip.high = gain, terms.how, terms.low, terms.high
         snip.strategy, snip.what = COPY_ROUTE, "the model copied to a local disk"
         snip.proxy = f"load_file from a copy of {what} on {trial.where}, against in place"
+        snip.note = ""
     return trial

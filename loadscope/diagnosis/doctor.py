@@ -2,7 +2,8 @@
 
 Owns the run itself (:func:`run_doctor`) and the trials it adds after the first round:
 a pickle-only model's sample converted to safetensors and both timed, the multi-rank
-round, the readahead fix tried on the mount, and the copy to a local disk tried
+round, the readahead fix tried on the mount
+(:mod:`~loadscope.diagnosis.readahead_trial`) and the copy to a local disk tried
 (:mod:`~loadscope.diagnosis.copy_trial`). The plan within the budget is
 :mod:`~loadscope.diagnosis.trial_plan`'s, the report and its text
 :mod:`~loadscope.diagnosis.doctor_report`'s, its redaction
@@ -15,7 +16,6 @@ May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import shutil
 import threading
 import time
@@ -29,19 +29,15 @@ from loadscope.actions.convert import (
     conversion_folder,
     convert,
 )
-from loadscope.actions.hostsettings import MountLock, changed, mount_key, restore_stale
-from loadscope.advice.facts import ratio_terms
+from loadscope.actions.hostsettings import MountLock, restore_stale
 from loadscope.advice.rules import (
     Advice,
-    Evidence,
-    Recommendation,
     advise_facts,
     facts_from,
     problem_headline,
     problem_words,
     rank_key,
 )
-from loadscope.advice.storage_rules import READAHEAD_ROUTE
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.copy_trial import measure_copy
@@ -52,6 +48,7 @@ from loadscope.diagnosis.doctor_report import (
     load_report,
     to_text,
 )
+from loadscope.diagnosis.readahead_trial import device_of, readahead_evidence, verify_readahead
 from loadscope.diagnosis.redaction import redact
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
 from loadscope.diagnosis.trial_plan import (
@@ -71,7 +68,6 @@ from loadscope.engine.bench import (
     BenchOptions,
     BenchReport,
     Listener,
-    Summary,
     run_bench,
 )
 from loadscope.engine.broadcast import (
@@ -81,7 +77,6 @@ from loadscope.engine.broadcast import (
     run_broadcast,
 )
 from loadscope.engine.probing import ProbeReport, run_probes
-from loadscope.engine.summaries import shaky
 from loadscope.loaders.strategies import DEFAULT, TORCH_DEFAULT
 from loadscope.model.targets import Target
 from loadscope.probes.system import memory_headroom
@@ -145,19 +140,12 @@ def run_doctor(
     options = options or DoctorOptions()
     failures: list[str] = []
     failures += [f"host settings: {line}" for line in restore_stale()]
-    with MountLock(_device_of(target), on_wait=progress) as lock:
+    with MountLock(device_of(target), on_wait=progress) as lock:
         if lock.waited_s:
             failures.append(
                 f"waited {lock.waited_s:.0f} s for another loadscope measuring this mount"
             )
         return _run_doctor(target, options, listener, on_probes, progress, failures)
-
-
-def _device_of(target: Target) -> tuple[int, int]:
-    """The device number of the mount holding the model's first file."""
-    where = target.files[0].path if target.files else target.root
-    dev = os.stat(where).st_dev
-    return os.major(dev), os.minor(dev)
 
 
 def _run_doctor(
@@ -207,7 +195,7 @@ def _run_doctor(
     step("advice")
     facts = facts_from(probe, bench, rank_report, failures, conversion)
     advice = advise_facts(facts)
-    _readahead_evidence(target, probe, bench, advice, plan.sample, options.try_readahead, failures)
+    readahead_evidence(target, probe, bench, advice, plan.sample, options.try_readahead, failures)
     copy = next((r for r in advice.recommendations if r.id == "copy-to-local-disk"), None)
     if copy is not None and bench is not None and not facts.stalled:
         step("copy")
@@ -310,38 +298,6 @@ def _run_trials(
         if t.status == "failed"
     ]
     return bench
-
-
-def _readahead_evidence(
-    target: Target,
-    probe: ProbeReport,
-    bench: BenchReport | None,
-    advice: Advice,
-    sample: int | None,
-    try_readahead: bool | None,
-    failures: list[str],
-) -> None:
-    """The readahead recommendation measured here (by default where this process may write
-    the mount's setting), or marked "estimated, not measured" with why."""
-    rec = next((r for r in advice.recommendations if r.id == "raise-readahead"), None)
-    if rec is None or bench is None:
-        return
-    bdi = probe.primary.storage.bdi.data
-    knob = Path(bdi.path) / "read_ahead_kb" if bdi else None
-    allowed = knob is not None and os.access(knob, os.W_OK)
-    if try_readahead or (try_readahead is None and allowed):
-        verify_readahead(target, probe, bench, rec, sample, failures)
-    else:
-        why = (
-            "--no-try-readahead"
-            if try_readahead is False
-            else "needs root to write the mount's read_ahead_kb"
-        )
-        rec.evidence.append(Evidence("estimated, not measured", why))
-        for snip in rec.snippets:
-            if snip.strategy == READAHEAD_ROUTE:
-                snip.note = f"estimated, not measured: {why}"
-    advice.recommendations.sort(key=rank_key)
 
 
 def measure_conversion(
@@ -486,100 +442,3 @@ def _rank_trials(
 
 #: The least budget left for the multi-rank round (start-up of N ranks and three loads).
 RANKS_MIN_S = 10.0
-
-TRY_READAHEAD_KB = 8192
-TRY_MAX_BACKGROUND = 64
-#: The readahead trial loads whole when two whole loads take at most this (its estimate).
-WHOLE_READAHEAD_S = 20.0
-
-
-def verify_readahead(
-    target: Target,
-    probe: ProbeReport,
-    bench: BenchReport,
-    rec: Recommendation,
-    sample: int | None,
-    failures: list[str],
-) -> None:
-    """Re-run the mmap trial with the mount's readahead raised, then put it back.
-
-    The recommendation then carries the measured gain instead of the FUSE figure
-    from elsewhere. Writes sysfs (root), for this mount only, and always restores.
-    """
-    from loadscope.probes.blockdev import fuse_connection_id
-
-    storage = probe.primary.storage
-    bdi = storage.bdi.data
-    before = next((s for s in bench.summary if s.strategy == DEFAULT and s.cache == "cold"), None)
-    if bdi is None or before is None or not before.median_seconds:
-        failures.append("readahead check: no bdi or no cold mmap trial to compare with")
-        return
-    knobs = [(Path(bdi.path) / "read_ahead_kb", TRY_READAHEAD_KB)]
-    mount = storage.mount.data
-    if mount is not None and mount.fstype.startswith("fuse") and mount.device:
-        major, minor = (int(x) for x in mount.device.split(":"))
-        conn = Path("/sys/fs/fuse/connections") / str(fuse_connection_id(major, minor))
-        knobs.append((conn / "max_background", TRY_MAX_BACKGROUND))
-    try:
-        with changed(mount_key(_device_of(target)), [(p, str(v)) for p, v in knobs]):
-            after = run_bench(
-                target,
-                BenchOptions(strategies=(DEFAULT,), repeats=2, warmup=False, sample_bytes=sample),
-            )
-            # A large readahead streams whole files: a sample of small ranges does not let
-            # it (at 1 GiB a sampled estimate said 5.4x where whole loads gave 10.1x).
-            # Where the estimate says two whole loads are cheap, they are measured.
-            est = next((s for s in after.summary if s.cache == "cold"), None)
-            whole_s = est.extrapolated_median_seconds if est is not None else None
-            if sample is not None and whole_s is not None and 2 * whole_s <= WHOLE_READAHEAD_S:
-                after = run_bench(
-                    target, BenchOptions(strategies=(DEFAULT,), repeats=2, warmup=False)
-                )
-    except (OSError, BenchError) as exc:
-        failures.append(f"readahead check: {exc}")
-        rec.evidence.append(Evidence("not verified", f"could not set readahead: {exc}"))
-        return
-    summary = next((s for s in after.summary if s.cache == "cold"), None)
-    if summary is None or not summary.median_seconds:
-        failures.append("readahead check: the mmap trial with raised readahead failed")
-        return
-    total = target.total_bytes
-    if why := shaky(summary, {}, total) or shaky(before, {}, total):
-        note = f"not measured reliably here ({why})"
-        rec.evidence.append(Evidence("readahead check", note))
-        for snip in rec.snippets:
-            if snip.strategy == READAHEAD_ROUTE:
-                snip.note = note
-        return
-    _credit_readahead(rec, before, summary, [t.id for t in after.trials if t.status == "ok"])
-
-
-def _credit_readahead(rec: Recommendation, before: Summary, after: Summary, ok: list[int]) -> None:
-    """The readahead fix's number from mmap cold ``before`` and ``after`` (this run's, and
-    the rerun's with the readahead raised), with its range and how far it holds."""
-    old_s = before.extrapolated_median_seconds or before.median_seconds or 0.0
-    new_s = after.extrapolated_median_seconds or after.median_seconds or 1.0
-    rec.expected_speedup = old_s / new_s
-    terms = ratio_terms(rec.expected_speedup, before, after)
-    rec.confidence = "high" if not terms.unsteady and terms.error <= 0.1 else "medium"
-    rec.measured = True
-    rec.how = terms.how
-    # Its trials are numbered in a run of their own: cited as that run's, never as
-    # this run's trials of the same numbers.
-    own_run = (
-        f"mmap rerun with read_ahead_kb={TRY_READAHEAD_KB} in a run of its own"
-        f" (its trials #{', #'.join(map(str, ok))}), against this run's mmap cold"
-    )
-    rec.evidence.append(
-        Evidence(
-            f"mmap cold with read_ahead_kb={TRY_READAHEAD_KB} (restored afterwards;"
-            f" a run of its own, trials {', '.join(map(str, ok))})",
-            new_s,
-            "s",
-        )
-    )
-    rec.action += f"; measured here: mmap {old_s:.3g} s -> {new_s:.3g} s ({old_s / new_s:.1f}x)"
-    for snip in rec.snippets:
-        if snip.strategy == READAHEAD_ROUTE:
-            snip.speedup, snip.how, snip.proxy = rec.expected_speedup, terms.how, own_run
-            snip.low, snip.high = terms.low, terms.high

@@ -186,7 +186,7 @@ def _clipped(block: list[str], rows: int) -> list[str]:
     out: list[str] = []
     for line in block:
         if height([*out, line]) > rows - 1:
-            return [*out, "    ... (the rest: in the full report below)"]
+            return [*out, "    ... (the rest: in the full report)"]
         out.append(line)
     return out
 

@@ -73,6 +73,8 @@ class Route:
     lang: str
     #: How it applies ("code change", "a flag", "no code change"; "" for a command).
     kind: str = ""
+    #: The trial that ran its code ("" for a command that is not a load).
+    strategy: str = ""
     #: Its own measured speed-up over its stack's default (None: not measured here).
     speedup: float | None = None
     #: The range its trials give that speed-up (None: one figure, or not measured).
@@ -160,6 +162,7 @@ def routes(snippets: list[dict[str, Any]]) -> tuple[Route, ...]:
             str(snip.get("code", "")),
             lang_of(str(snip.get("stack", ""))),
             kind=str(snip.get("route") or ""),
+            strategy=str(snip.get("strategy") or ""),
             speedup=_number(snip.get("speedup")) if snip.get("strategy") else None,
             low=_number(snip.get("low")),
             high=_number(snip.get("high")),

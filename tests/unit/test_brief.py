@@ -175,7 +175,7 @@ def test_a_long_route_is_cut_and_the_evidence_and_the_reports_path_stay() -> Non
     lines = brief_lines(doc, THREE, SAVED)
     _fits(lines)
     text = "\n".join(lines)
-    assert "evidence: " in text and "(the rest: in the full report below)" in text
+    assert "evidence: " in text and "(the rest: in the full report)" in text
     # The stack whose block did not fit is named with the option that shows it.
     assert "also installed: transformers, diffusers; --stack NAME" in text
 
