@@ -137,6 +137,10 @@ class StackRoute:
     unless: str | None = None
     #: What a stand-in's number is, said beside it (it is not the snippet's own call).
     proxy: str = ""
+    #: False for a stand-in whose number is no user's of this stack (``load_file``'s for a
+    #: transformers line, whose call also builds the model): shown as not measured, why,
+    #: and that number as context, never as the route's own.
+    proxy_number: bool = True
     #: How to measure a route the diagnosis does not run.
     measure_with: str = ""
     #: The folder layouts the code runs on (``base/hf_layout.py``); empty: any.

@@ -76,7 +76,9 @@ class Prewarm(strategy.Strategy):
     on_gpu_box = True
     fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
     routes = (
-        code.warm_first_transformers(unless="hf-pretrained", proxy=code.TIMED_AS_LOAD_FILE),
+        code.warm_first_transformers(
+            unless="hf-pretrained", proxy=code.TIMED_AS_LOAD_FILE, proxy_number=False
+        ),
         *code.diffusers(
             "no code change", "loadscope warm first", code.WARM_FIRST, "", code.TIMED_AS_LOAD_FILE
         ),

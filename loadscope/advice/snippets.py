@@ -147,6 +147,24 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
     baseline = route.baseline or DEFAULT
     speedup = measured.speedup(route.strategy, base_name=baseline)
     note = ""
+    if speedup is not None and not route.proxy_number:
+        # A stand-in that is no user's of this stack: its number as context, not its own.
+        why = measured.why_not_measured(route.unless or "")
+        why = f" ({why.removeprefix('skipped: ')})" if why else ""
+        shown, _ = speedup_shown(speedup)
+        note = (
+            f"not measured here: its own trial ({route.unless}) did not run{why};"
+            f" {route.proxy.split(';')[0]}: {shown}"
+        )
+        return Snippet(
+            stack=route.stack,
+            code=code_for(route, model),
+            strategy=route.strategy,
+            route=route.route,
+            what=route.what,
+            note=note,
+            ranks=measured.ranks_note(_rank_mode(route.strategy)),
+        )
     if speedup is None:
         base_why = (
             measured.why_not_measured(baseline)
