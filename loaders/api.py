@@ -488,8 +488,9 @@ def load_torch_file(
     anything a weights-only load refuses is refused without being unpickled, and torch
     older than 2.6 is refused (its weights-only loader could run code).
     """
-    from loadscope.loaders.strategies.pickle_load import PickleMmap, refuse_unsafe_torch
+    from loadscope.loaders.strategies.pickle_load import PickleMmap
     from loadscope.loaders.torch_format import read_torch_info
+    from loadscope.loaders.torch_safety import refuse_unsafe_torch
 
     spath = os.fspath(path)
     record = check_record(record)

@@ -27,8 +27,8 @@ from loadscope.base.safeio import bounded, stall_timeout_s
 from loadscope.base.units import format_bytes
 from loadscope.loaders.errors import DuplicateTensor, UnsafePickle
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.loaders.strategies.pickle_load import refuse_unsafe_torch
 from loadscope.loaders.torch_format import read_torch_info
+from loadscope.loaders.torch_safety import refuse_unsafe_torch
 from loadscope.model.targets import InvalidIndex, Target, open_target
 
 SCHEMA_VERSION = 1

@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from loadscope.base.errors import (
     LoadscopeError,
@@ -64,8 +64,9 @@ from loadscope.model.weightfiles import (
     shard_file,
     weight_file,
 )
-from loadscope.probes.hfcache import hub_cache_location
-from loadscope.tools.synth import SynthFormat, synthesize
+
+if TYPE_CHECKING:
+    from loadscope.tools.synth import SynthFormat
 
 #: What this module gives (the weight-file names and errors are re-exported from
 #: :mod:`weightfiles`, the other format's files from :mod:`twins`).
@@ -310,6 +311,8 @@ def looks_like_repo_id(spec: str) -> bool:
 
 def hub_cache_dir() -> Path:
     """The cache ``huggingface_hub`` reads (``HF_HUB_CACHE``, ``HF_HOME``, ... at call time)."""
+    from loadscope.probes.hfcache import hub_cache_location  # only for org/name specs
+
     return Path(hub_cache_location().path)
 
 
@@ -392,6 +395,8 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
             "use a smaller size or --synth-dir",
         )
         try:
+            from loadscope.tools.synth import synthesize  # only for synthetic: specs
+
             synthesize(tmp, syn.size_bytes, shards=syn.shards, fmt=syn.format, seed=syn.seed)
             target = resolve_path(tmp, spec=spec)
             yield dataclasses.replace(

@@ -205,9 +205,9 @@ def test_old_torch_refuses_pickles_up_front(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The parent reads the installed torch's version (no import) before it plans a load."""
-    from loadscope.loaders.strategies import pickle_load
+    from loadscope.loaders import torch_safety
 
-    monkeypatch.setattr(pickle_load, "installed_torch_version", lambda: "2.5.1+cpu")
+    monkeypatch.setattr(torch_safety, "installed_torch_version", lambda: "2.5.1+cpu")
     children = _children()
     result = cli(*ENTRY_POINTS[entry](str(torch_model), tmp_path / "dest"))
     assert result.code == 4, result.err
