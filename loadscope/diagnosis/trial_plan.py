@@ -133,6 +133,8 @@ RANK_MODES: tuple[Mode, ...] = tuple(m for m in MODES if m != "broadcast")
 MIN_SAMPLE_BYTES = 8 << 20
 #: The most rounds of trials a diagnosis runs when the measured ones show they fit.
 MAX_ROUNDS = 3
+#: The rounds a plan tries, most first (more are added while the measured ones fit).
+PLANNED_REPEATS = (2, 1)
 #: What an extra round that does not fit whole runs first: the strategies whose figures
 #: are printed under a fix (a stack's route) and the defaults they are against, so that
 #: each printed figure has its trials' spread (loadscope's own readers are evidence).
@@ -237,7 +239,7 @@ def plan_trials(
         trials,
         probe.target["total_bytes"],
         budget_s,
-        repeats=(2, 1),
+        repeats=PLANNED_REPEATS,
         floor_bytes=MIN_SAMPLE_BYTES,
         whole_only=_whole_only(probe, {s for s, _ in trials}),
     )
@@ -418,6 +420,9 @@ def plan_doctor(
         # "convert to safetensors" a measured number.
         remaining *= 0.5
     repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
+    if formats == {"safetensors"} and (sample is not None or repeats < max(PLANNED_REPEATS)):
+        strategies, trials, planned = _focused(probe, strategies, trials, remaining, failures)
+        repeats, sample, sample_sizes = planned or (repeats, sample, sample_sizes)
     if formats != {"safetensors"}:
         sample, sample_sizes = None, {}  # torch checkpoints load whole
     plan = TrialPlan(
@@ -426,6 +431,35 @@ def plan_doctor(
     if formats == {"safetensors"} and target.alternates:
         plan = _with_torch_files(plan, target, probe, trials, budget_s, failures)
     return plan
+
+
+def _focused(
+    probe: ProbeReport,
+    strategies: tuple[str, ...],
+    trials: list[tuple[str, str]],
+    remaining: float,
+    failures: list[str],
+) -> tuple[tuple[str, ...], list[tuple[str, str]], tuple[int, int | None, dict[Any, int]] | None]:
+    """Where every strategy cannot run whole twice: the routes' strategies and their
+    defaults alone (:data:`FAVOURED`), when that buys them more rounds or bigger samples;
+    loadscope's own readers and the other evidence are then left out, said with the
+    budget that runs them. The figures printed under a fix come first: a figure from one
+    sampled trial swung 2x between runs."""
+    kept = tuple(s for s in strategies if s in FAVOURED)
+    left_out = [s for s in strategies if s not in kept]
+    if not left_out or not kept:
+        return strategies, trials, None
+    fewer = [t for t in trials if t[0] in kept]
+    before = plan_trials(probe, trials, remaining)
+    after = plan_trials(probe, fewer, remaining)
+    better = after[0] > before[0] or (after[1] or 1 << 62) > (before[1] or 1 << 62)
+    if not better:
+        return strategies, trials, None
+    failures.append(
+        f"evidence trials not run ({', '.join(left_out)}): the budget went to the figures"
+        " the answer prints (a larger --budget runs them too)"
+    )
+    return kept, fewer, after
 
 
 def _with_torch_files(

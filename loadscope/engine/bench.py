@@ -554,8 +554,8 @@ class _Plan:
 
     def another_round(self) -> bool:
         """One more round at the same sizes when the last one, as timed, fits what is
-        left of the deadline (its spread is then measured, not "±?"), else the favoured
-        strategies' part of it when that fits; True when added."""
+        left of the deadline (its spread is then measured, not "±?"), else the trials of
+        the favoured strategies that fit, the quickest first; True when added."""
         deadline = self.run.options.deadline
         if deadline is None:
             return False
@@ -566,11 +566,16 @@ class _Plan:
         if last >= 1 and took > 0 and left > 1.2 * took:
             self.trials += self.round_of(last + 1)
             return True
-        # Else the favoured strategies' trials of it, where they fit: a figure printed
-        # under a fix gets its spread before a reader that is only evidence.
+        # Else the favoured strategies' trials of it that fit, the quickest first: a figure
+        # printed under a fix gets its spread before a reader that is only evidence.
         favoured = set(self.run.options.favoured)
-        some = sum(t.wall_s or 0.0 for t in ran if t.strategy in favoured)
-        if last >= 1 and some > 0 and left > 1.2 * some:
-            self.trials += [t for t in self.round_of(last + 1) if t.strategy in favoured]
+        room = left / 1.2
+        chosen: set[tuple[str, str]] = set()
+        for t in sorted((t for t in ran if t.strategy in favoured), key=lambda t: t.wall_s or 0):
+            if last >= 1 and t.wall_s and t.wall_s <= room:
+                chosen.add((t.strategy, t.cache))
+                room -= t.wall_s
+        if chosen:
+            self.trials += [t for t in self.round_of(last + 1) if (t.strategy, t.cache) in chosen]
             return True
         return False

@@ -34,8 +34,14 @@ def test_a_round_that_does_not_fit_runs_the_favoured_part() -> None:
     assert all(isinstance(t, Trial) and not t.warmup for t in plan.trials)
 
 
-def test_nothing_is_added_when_not_even_the_favoured_part_fits() -> None:
+def test_the_favoured_trials_that_fit_run_the_quickest_first() -> None:
     plan = _plan(3.0, {"mmap": 2.0, "direct": 20.0, "api": 3.0}, ("mmap", "api"))
+    assert plan.another_round()
+    assert [t.strategy for t in plan.trials if t.repeat == 2] == ["mmap"]
+
+
+def test_nothing_is_added_when_no_favoured_trial_fits() -> None:
+    plan = _plan(1.0, {"mmap": 2.0, "direct": 20.0, "api": 3.0}, ("mmap", "api"))
     assert not plan.another_round()
     assert not [t for t in plan.trials if t.repeat == 2]
     assert not _plan(10.0, {"mmap": 20.0, "direct": 20.0}, ()).another_round()

@@ -1,0 +1,43 @@
+"""Where the budget cannot run every strategy whole twice, the doctor runs the
+routes' strategies and their defaults (what the answer prints) and leaves loadscope's
+own readers out, saying so: at 256 MiB and --budget 30 one sampled trial of each swung
+the printed figures 2x between runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadscope.diagnosis.trial_plan import (
+    FAVOURED,
+    INTERNAL_READERS,
+    choose_strategies,
+    plan_doctor,
+)
+from loadscope.engine.probing import run_probes
+from loadscope.model.targets import resolve
+from tests.conftest import slow_synthetic
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_tight_budget_goes_to_the_printed_figures_and_a_large_one_to_every_trial(
+    tmp_path: Path,
+) -> None:
+    with slow_synthetic(tmp_path, 64 << 20, seed=43, latency_s=0.005) as model:
+        target = resolve(str(model))
+        probe = run_probes(target, budget_s=6, local_disks=False)
+    every = choose_strategies(probe)
+    assert set(every) - set(FAVOURED), every  # there is evidence to leave out
+    failures: list[str] = []
+    tight = plan_doctor(target, probe, probe.elapsed_s + 12.0, "cpu", None, failures)
+    assert set(tight.strategies) <= set(FAVOURED), tight.strategies
+    assert not set(tight.strategies) & set(INTERNAL_READERS)
+    assert "mmap" in tight.strategies and "api" in tight.strategies
+    (said,) = [f for f in failures if f.startswith("evidence trials not run")]
+    assert all(n in said for n in set(every) - set(tight.strategies)), said
+    roomy: list[str] = []
+    large = plan_doctor(target, probe, probe.elapsed_s + 3600.0, "cpu", None, roomy)
+    assert large.strategies == every and large.sample is None and large.repeats >= 2
+    assert not [f for f in roomy if f.startswith("evidence trials not run")]
