@@ -9,7 +9,9 @@ May import: ``loadscope.engine`` and ``loadscope.actions`` (their report types).
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +39,10 @@ BOUND_SLACK = 1.15
 UNSTEADY_SPREAD = 1.25
 #: Trials a figure's spread is read from; with fewer the figure says how many it has.
 MIN_TRIALS = 3
+
+
+#: "a whole load (1 GiB) is 3x the 98 MiB sample the budget allows" (engine/sampled.py).
+_SAMPLE_FACTOR = re.compile(r"is (\d+(?:\.\d+)?)x the [^,]* sample the budget allows")
 
 
 def error_shown(error: float) -> str:
@@ -285,7 +291,12 @@ class Facts:
         return list(self.trial_ids.get((strategy, "cold"), []))
 
     def why_not_measured(self, strategy: str) -> str | None:
-        return self.not_run.get(strategy) or self.unreliable_note(strategy)
+        why = self.not_run.get(strategy)
+        if why and self.budget_s and (m := _SAMPLE_FACTOR.search(why)):
+            # The budget's sample grows with it: this factor more runs the load whole.
+            why += f" (about --budget {math.ceil(self.budget_s * float(m[1]) / 10) * 10:.0f}"
+            why += " measures it)"
+        return why or self.unreliable_note(strategy)
 
     def seconds(self, strategy: str, cache: str = "cold") -> float | None:
         table = self.cold if cache == "cold" else self.warm

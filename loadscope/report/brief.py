@@ -122,9 +122,18 @@ def _tie(chosen: list[tuple[Fix, Route]]) -> bool:
 
 def _unmeasured_line(top: Fix, stack: str, shown: list[Route]) -> list[str]:
     """The top fix's route for ``stack`` that has no number here (skipped at this budget,
-    failed), in one line with why: named, not dropped."""
-    route = next((r for r in top.routes if r.stack == stack and r.kind and r.speedup is None), None)
-    if route is None or route in shown:
+    failed), of the kind no route shown is (a code change, or none), with why: named,
+    not dropped."""
+    kinds = {r.changes_code for r in shown if r.stack == stack}
+    route = next(
+        (
+            r
+            for r in top.routes
+            if r.stack == stack and r.kind and r.speedup is None and r.changes_code not in kinds
+        ),
+        None,
+    )
+    if route is None:
         return []
     return _wrap(f"not measured: {route.heading}", "    ", "  ")
 

@@ -173,3 +173,16 @@ def test_a_route_whose_trials_spread_says_so_where_its_number_is() -> None:
     for name in ("mmap", "runai"):
         f.cold[name] = replace(f.cold[name], trials=3)
     assert f.how_obtained("runai") == "measured ±9%"
+
+
+def test_a_route_skipped_at_this_budget_says_the_budget_that_measures_it() -> None:
+    f = facts({"mmap": 15.0})
+    f.budget_s = 40.0
+    f.not_run = {
+        "hf-load-model": "skipped: cannot be sampled: it loads the whole model folder, and a"
+        " whole load (512 MiB) is 3x the 148 MiB sample the budget allows"
+    }
+    why = f.why_not_measured("hf-load-model") or ""
+    assert why.endswith("(about --budget 120 measures it)"), why
+    f.budget_s = None  # a bench run with no budget: nothing to scale
+    assert "--budget" not in (f.why_not_measured("hf-load-model") or "")
