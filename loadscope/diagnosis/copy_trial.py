@@ -32,7 +32,7 @@ from pathlib import Path
 from loadscope.actions.localcopy import copy_model
 from loadscope.advice.facts import Facts, ratio_terms
 from loadscope.advice.placement_rules import COPY_ROUTE
-from loadscope.advice.results import Evidence, Recommendation
+from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.engine.bench import BenchError, BenchOptions, Summary, run_bench
@@ -164,7 +164,15 @@ def measure_copy(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         trial.removed = not folder.exists()
-    return _say(rec, trial)
+    _say(rec, trial)
+    if trial.speedup is not None:
+        # Optional unless a load from the copy beats the fastest load in place by WORTH_IT
+        # (as the estimate was ranked): a copy is a heavier change than a route in place.
+        scale = trial.model_bytes / max(1, trial.sample_bytes)
+        from_copy = statistics.median(trial.local_s) * scale
+        in_place = [t for name in facts.cold if (t := facts.seconds(name))]
+        rec.optional = bool(in_place) and from_copy * WORTH_IT > min(in_place)
+    return trial
 
 
 def _say(rec: Recommendation, trial: CopyTrial) -> CopyTrial:

@@ -52,6 +52,7 @@ from loadscope.diagnosis.readahead_trial import device_of, readahead_evidence, v
 from loadscope.diagnosis.redaction import redact
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
 from loadscope.diagnosis.trial_plan import (
+    BASELINE_STRATEGIES,
     FAVOURED,
     MAX_ROUNDS,
     RANK_MODES,
@@ -276,6 +277,7 @@ def _run_trials(
                 # that the measured ones show still fit are run too (up to 3).
                 more_rounds=max(0, MAX_ROUNDS - plan.repeats),
                 favoured=FAVOURED,
+                denominators=BASELINE_STRATEGIES,
                 warmup=False,
                 sample_bytes=plan.sample,
                 sample_bytes_for=plan.sample_sizes,

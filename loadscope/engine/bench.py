@@ -429,7 +429,8 @@ class _Run:
             i += 1
             if options.cancel is not None and options.cancel.is_set():
                 raise BenchCancelled("stopped before the next trial")
-            if options.deadline is not None and time.monotonic() >= options.deadline:
+            late = options.deadline is not None and time.monotonic() >= options.deadline
+            if late and not (trial.fit and trial.strategy in options.denominators):
                 plan.trials[i - 1] = replace(
                     trial, status="skipped", reason="the time budget was spent"
                 )

@@ -75,6 +75,10 @@ class BenchOptions:
     #: Where a whole extra round does not fit: these strategies' trials of it, when they
     #: do (the figures printed under a fix, and their baselines, before the evidence).
     favoured: tuple[str, ...] = ()
+    #: The default loads every ratio is against: their fit trials (small samples) run even
+    #: past ``deadline``, since without them the default's figure, the denominator of
+    #: every speed-up, is refused and the run measures nothing.
+    denominators: tuple[str, ...] = ()
     #: Strategies to run warm as well (None: all of them, when "warm" is asked for).
     warm_strategies: tuple[str, ...] | None = None
     #: The worker command (tests inject misbehaving workers); default: the real worker.
