@@ -55,7 +55,7 @@ class RatioTerms:
     """How far a speed-up can be trusted: the range its trials give, its error (the larger
     of that range's half-width and the fits' errors) and the words that say it."""
 
-    #: "measured ±8%", "estimated ±15% over 2 trials", "measured from 1 trial (no spread)",
+    #: "measured ±8%", "estimated ±15% over 2 trials", "measured from 1 trial, no spread",
     #: "unsteady: 3.0x to 6.8x over 3 trials".
     how: str
     low: float
@@ -91,9 +91,9 @@ def ratio_terms(ratio: float, base: Summary, other: Summary) -> RatioTerms:
     if trials >= 2 and high > UNSTEADY_SPREAD * low:
         how = f"unsteady: {low:.1f}x to {high:.1f}x over {trials} trials"
     elif trials <= 1 and not fits:
-        how = f"{kind} from 1 trial (no spread)"
+        how = f"{kind} from 1 trial, no spread"
     else:
-        how = f"{kind} {error_shown(error)}{over if trials >= 2 else ' from one trial'}"
+        how = f"{kind} {error_shown(error)}{over if trials >= 2 else ' from 1 trial'}"
     return RatioTerms(how, low, high, error, trials)
 
 

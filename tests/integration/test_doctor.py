@@ -69,8 +69,11 @@ def test_doctor_on_the_emulated_disk_recommends_what_the_trials_show(slow_model:
     assert advice.verdict.status == "problem"
     top = advice.recommendations[0]
     # Measured fixes lead: the public API's deep reads, or (as root, measured by default)
-    # the mount's readahead raised; both far ahead of the default load here.
-    assert top.id in ("parallel-reads", "raise-readahead") and top.measured
+    # the mount's readahead raised, or the copy to a local disk (measured by its trial,
+    # leading only where a load from the copy beats the fastest in place by 1.5x); all
+    # far ahead of the default load here.
+    assert top.id in ("parallel-reads", "raise-readahead", "copy-to-local-disk"), top.id
+    assert top.measured
     assert report.bench is not None
     fastest = min(
         (s for s in report.bench.summary if s.cache == "cold" and s.median_seconds),

@@ -130,9 +130,16 @@ def test_a_transformers_script_on_a_tied_model(tmp_path: Path) -> None:
     assert run["ready_by"] == "until" and "Loading weights took" in run["matched"]
 
 
-def _marker_alive(marker: str) -> bool:
-    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True, check=False)
-    return bool(out.stdout.strip())
+def _marker_alive(marker: str, within_s: float = 3.0) -> bool:
+    """Whether a process carrying ``marker`` is still alive ``within_s`` after the command
+    returned (a process SIGKILLed a moment before may still be leaving the table on a
+    loaded machine)."""
+    end = time.monotonic() + within_s
+    while True:
+        out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True, check=False)
+        if not out.stdout.strip() or time.monotonic() >= end:
+            return bool(out.stdout.strip())
+        time.sleep(0.1)
 
 
 def test_ready_by_a_regex_stops_the_command_at_its_line(model: Path, tmp_path: Path) -> None:
