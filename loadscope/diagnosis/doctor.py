@@ -195,6 +195,7 @@ def _run_doctor(
         )
     step("advice")
     facts = facts_from(probe, bench, rank_report, failures, conversion)
+    facts.budget_s = facts.budget_s or budget_s  # what "the budget that measures it" scales
     advice = advise_facts(facts)
     readahead_evidence(target, probe, bench, advice, plan.sample, options.try_readahead, failures)
     copy = next((r for r in advice.recommendations if r.id == "copy-to-local-disk"), None)
