@@ -62,6 +62,11 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], ready: 
     code = 1
     try:
         _as_worker()
+        # The default dispositions before anyone is told this pid: a SIGTERM that came
+        # between the two ran the server's own handler here and exited 1, not by signal.
+        for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
         os.setsid()
         os.close(ready)  # its own session exists: the server may now hand out its pid
         os.dup2(fds[0], 1)
@@ -69,9 +74,6 @@ def _child(sock: socket.socket, request: dict[str, Any], fds: list[int], ready: 
         for fd in fds:
             os.close(fd)
         sock.close()
-        for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
         os.environ.clear()
         os.environ.update(request["env"])
         with contextlib.suppress(OSError):

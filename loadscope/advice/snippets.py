@@ -147,42 +147,13 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
     baseline = route.baseline or DEFAULT
     speedup = measured.speedup(route.strategy, base_name=baseline)
     note = ""
+    proxy = route.proxy
     if speedup is not None and not route.proxy_number:
         # A stand-in that is no user's of this stack: its number as context, not its own.
-        why = measured.why_not_measured(route.unless or "")
-        why = f" ({why.removeprefix('skipped: ')})" if why else ""
-        shown, _ = speedup_shown(speedup)
-        note = (
-            f"not measured here: its own trial ({route.unless}) did not run{why};"
-            f" {route.proxy.split(';')[0]}: {shown}"
-        )
-        return Snippet(
-            stack=route.stack,
-            code=code_for(route, model),
-            strategy=route.strategy,
-            route=route.route,
-            what=route.what,
-            note=note,
-            ranks=measured.ranks_note(_rank_mode(route.strategy)),
-        )
-    if speedup is None:
-        base_why = (
-            measured.why_not_measured(baseline)
-            if baseline != DEFAULT and measured.speedup(baseline, base_name=baseline) is None
-            else None
-        )
-        why = (
-            measured.why_not_measured(route.strategy)
-            or (f"its baseline {baseline}: {base_why}" if base_why else None)
-            or (f"run {route.measure_with}" if route.measure_with else None)
-        )
-        note = (
-            why
-            if why and why.startswith("not measured")
-            else f"not measured here: {why}"
-            if why
-            else "not measured here"
-        )
+        note, proxy = _stand_in_note(route, measured, speedup), ""
+        speedup = None
+    elif speedup is None:
+        note = _not_measured_note(route, measured, baseline)
     return Snippet(
         stack=route.stack,
         code=code_for(route, model),
@@ -191,7 +162,7 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         what=route.what,
         speedup=speedup,
         baseline=baseline,
-        proxy=route.proxy,
+        proxy=proxy,
         how=measured.how_obtained(route.strategy, baseline) if speedup else "measured",
         low=span[0] if (span := _span(measured, route.strategy, baseline, speedup)) else None,
         high=span[1] if span else None,
@@ -199,6 +170,35 @@ def _filled(route: Route, measured: Measured, model: str) -> Snippet:
         note=note,
         ranks=measured.ranks_note(_rank_mode(route.strategy)),
     )
+
+
+def _stand_in_note(route: Route, measured: Measured, speedup: float) -> str:
+    """ "not measured here: its own trial (hf-pretrained) did not run (why); the same
+    reads timed with load_file: 2.5x"."""
+    why = measured.why_not_measured(route.unless or "")
+    why = f" ({why.removeprefix('skipped: ')})" if why else ""
+    shown, _ = speedup_shown(speedup)
+    return (
+        f"not measured here: its own trial ({route.unless}) did not run{why};"
+        f" {route.proxy.split(';')[0]}: {shown}"
+    )
+
+
+def _not_measured_note(route: Route, measured: Measured, baseline: str) -> str:
+    """Why ``route`` has no number: its trial's reason, its baseline's, or how to run it."""
+    base_why = (
+        measured.why_not_measured(baseline)
+        if baseline != DEFAULT and measured.speedup(baseline, base_name=baseline) is None
+        else None
+    )
+    why = (
+        measured.why_not_measured(route.strategy)
+        or (f"its baseline {baseline}: {base_why}" if base_why else None)
+        or (f"run {route.measure_with}" if route.measure_with else None)
+    )
+    if why and why.startswith("not measured"):
+        return why
+    return f"not measured here: {why}" if why else "not measured here"
 
 
 def _span(
