@@ -73,7 +73,9 @@ class RunSpec:
 
 
 @dataclass(slots=True)
-class Sample:
+class TreeSample:
+    """The command's process tree at one moment: its reads, RSS and the model's residency."""
+
     t: float
     read_bytes: int
     rchar: int
@@ -98,7 +100,7 @@ class RunResult:
     device_requests: int | None = None
     device_request_bytes: float | None = None
     device: str = ""
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[TreeSample] = field(default_factory=list)
     #: The share of the watched files in the page cache as the run ended: what it read,
     #: for a run that started evicted (None: not watched, or mincore not allowed).
     resident_after: float | None = None
@@ -118,7 +120,8 @@ class RunResult:
         known = set(cls.__dataclass_fields__)
         fields = {k: v for k, v in doc.items() if k in known and k != "samples"}
         run = cls(**fields)
-        run.samples = [Sample(*s.values()) for s in doc.get("samples") or [] if isinstance(s, dict)]
+        names = TreeSample.__dataclass_fields__
+        run.samples = [TreeSample(**{k: s[k] for k in names}) for s in doc.get("samples") or []]
         return run
 
 
@@ -412,7 +415,7 @@ def _watch(
         now = time.perf_counter()
         if now >= next_sample:
             read, rchar, rss = tree.sample(opened=discover)
-            result.samples.append(Sample(now - t0, read, rchar, rss, clock.resident(now)))
+            result.samples.append(TreeSample(now - t0, read, rchar, rss, clock.resident(now)))
             # The watcher shares the CPU with the command: at most a tenth of one core. A
             # run that finds the model's files (not timed) looks every DISCOVER_S.
             every = DISCOVER_S if discover else SAMPLE_S

@@ -257,6 +257,7 @@ def _report_types() -> dict[str, Any]:
     from loadscope.engine.bench import Sample, Summary, Trial
     from loadscope.engine.broadcast import BroadcastSummary, BroadcastTrial, RankInfo
     from loadscope.engine.probing import ProbeReport
+    from loadscope.engine.usercmd import RunResult
     from loadscope.report.compare import FleetNode
 
     types: dict[str, Any] = {
@@ -270,6 +271,7 @@ def _report_types() -> dict[str, Any]:
         "RankInfo": RankInfo,
         "ConversionTrial": ConversionTrial,
         "FleetNode": FleetNode,
+        "RunResult": RunResult,
     }
     from loadscope.probes.registry import PROBES
 
@@ -360,7 +362,7 @@ def _user_command() -> dict[str, Any]:
                         "skipped": {"type": "string"},
                         "median_seconds": number_or_null,
                         "speedup": number_or_null,
-                        "runs": {"type": "array", "items": {"type": "object"}},
+                        "runs": _list_of("RunResult"),
                     },
                     "required": ["name"],
                 },
@@ -376,6 +378,8 @@ def _time_report() -> dict[str, Any]:
     schema["properties"] = {"schema_version": {"const": 1}, **schema["properties"]}
     schema["properties"]["kind"] = {"const": "time"}
     schema["required"] = ["schema_version", "kind", "argv", "files", "total_bytes", "variants"]
+    # The first variant is the command as it is: every ratio is against it.
+    schema["properties"]["variants"] = {**schema["properties"]["variants"], "minItems": 1}
     return schema
 
 
@@ -443,6 +447,8 @@ _READ: dict[str, tuple[str, ...]] = {
     "BroadcastTrial": ("id", "mode", "cache", "status"),
     "BroadcastSummary": ("mode", "cache", "median_seconds"),
     "FleetNode": ("rank", "name", "status"),
+    "RunResult": ("status", "seconds", "ready_by", "exit_code"),
+    "TreeSample": ("t", "read_bytes", "rchar", "rss_bytes", "resident"),
 }
 _STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
 #: What was skipped and why: {name: reason}.
