@@ -46,11 +46,18 @@ def signals_held() -> Iterator[None]:
                 signal.raise_signal(signum)
 
 
-def start_session(command: list[str], **options: Any) -> subprocess.Popen[Any]:
+def start_session(
+    command: list[str], spawned: list[subprocess.Popen[Any]] | None = None, **options: Any
+) -> subprocess.Popen[Any]:
     """``command`` in a session of its own (``Popen``'s other ``options`` as given),
-    started with the stop signals held (:func:`signals_held`)."""
+    started with the stop signals held (:func:`signals_held`). A held signal is handled
+    as the spawn returns, raising there: the child is put in ``spawned`` first, so that
+    the caller that catches it can still stop the child (it was left running)."""
     with signals_held():
-        return subprocess.Popen(command, start_new_session=True, **options)
+        proc = subprocess.Popen(command, start_new_session=True, **options)
+        if spawned is not None:
+            spawned.append(proc)
+        return proc
 
 
 def popen(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -23,19 +23,18 @@ from __future__ import annotations
 import math
 import shutil
 import statistics
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from loadscope.actions.localcopy import copy_model
 from loadscope.advice.facts import Facts, ratio_terms
 from loadscope.advice.placement_rules import COPY_ROUTE
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.base.errors import LoadscopeError
+from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
-from loadscope.engine.bench import BenchError, BenchOptions, Summary, run_bench
+from loadscope.engine.bench import BenchCancelled, BenchError, BenchOptions, Summary, run_bench
 from loadscope.loaders.strategies import DEFAULT
 from loadscope.model.targets import Target, resolve
 
@@ -149,7 +148,8 @@ def measure_copy(
         target.root if target.root.is_dir() else target.root.parent,
         tuple(target.files[i] for i in picked),
     )
-    folder = Path(tempfile.mkdtemp(prefix="loadscope-copy-trial-", dir=disk.directory))
+    # Named after this process: a run killed outright leaves it to the next one to remove.
+    folder = owned_tempdir("loadscope-copy-trial-", disk.directory)
     try:
         t0 = time.perf_counter()
         copy_model(sample, folder / "model", cancel=cancel)
@@ -159,13 +159,15 @@ def measure_copy(
             pair = [(sample, trial.in_place_s), (local, trial.local_s)]
             for where, times in pair if i % 2 == 0 else reversed(pair):
                 times.append(_cold_load(where, deadline, cancel))
+    except BenchCancelled:
+        raise  # the user's Stop stops the run, not the trial alone
     except (LoadscopeError, OSError) as exc:
         trial.reason = f"the copy trial failed: {exc}"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         trial.removed = not folder.exists()
     _say(rec, trial)
-    if trial.speedup is not None:
+    if trial.speedup is not None and not trial.reason:
         # Optional unless a load from the copy beats the fastest load in place by WORTH_IT
         # (as the estimate was ranked): a copy is a heavier change than a route in place.
         scale = trial.model_bytes / max(1, trial.sample_bytes)
@@ -178,7 +180,7 @@ def measure_copy(
 def _say(rec: Recommendation, trial: CopyTrial) -> CopyTrial:
     """The copy fix with the trial's figure (measured), or why it stays estimated."""
     gain = trial.speedup
-    if gain is None or trial.copy_seconds is None:
+    if gain is None or trial.copy_seconds is None or trial.reason:
         if trial.reason:
             rec.evidence.append(Evidence("copy trial: not run", trial.reason))
         return trial

@@ -346,10 +346,12 @@ def run_once(spec: RunSpec) -> RunResult:
     # Everything from the spawn on inside the try: a Ctrl-C or SIGTERM that lands between
     # the spawn and the watch must still stop the command (its group is its own session,
     # so the terminal's signal never reaches it).
+    spawned: list[subprocess.Popen[bytes]] = []
     try:
         try:
             proc = start_session(
                 list(spec.argv),
+                spawned,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -364,6 +366,9 @@ def run_once(spec: RunSpec) -> RunResult:
         tree = _Tree(proc.pid)
         _watch(spec, waiter, streams, tree, clock, t0, result)
     finally:
+        # A stop signal held during the spawn raised as it returned: the child is in
+        # ``spawned``, never in ``proc``; it is stopped all the same.
+        proc = proc or (spawned[0] if spawned else None)
         if proc is not None:
             waiter = waiter or _Waiter(proc)
             if not waiter.done.is_set() or _group_alive(proc.pid):
