@@ -385,3 +385,19 @@ def test_the_rank_round_counts_what_the_storage_served_per_pattern(disk: Emulate
     text = log.path.read_bytes()[starts[shared.id] : ends[shared.id]].decode()
     sizes = Counter(int(line.split()[2]) for line in text.splitlines() if line.strip())
     assert sizes.most_common(1)[0][0] == 1 << 20, sizes.most_common(3)
+    # The stacks' routes take their rank lines from this round's own figures (the facts
+    # the doctor builds): every rank's O_DIRECT flag says the node reads the model about
+    # 4 times, loadscope's node-shared load once.
+    from loadscope.advice.facts import Facts
+
+    f = Facts(
+        storage_class="fuse", model_bytes=24 << 20, headroom_bytes=None,
+        cgroup_limit_bytes=None, limit_bytes_per_s=None, sequential_limit_bytes_per_s=None,
+        parallel_scaling=None, read_ahead_kb=128, bdi_path=None, fuse=True,
+        formats={"safetensors"}, cold={}, warm={}, trial_ids={}, ranks=WORLD,
+        rank_modes={(m.mode, m.cache): m for m in report.summary},
+    )  # fmt: skip
+    direct, once = f.ranks_note("direct"), f.ranks_note("node-shared")
+    assert direct.startswith(f"with {WORLD} ranks: storage serves "), direct
+    assert float(direct.split("serves ")[1].split("x")[0]) >= 3.9, direct
+    assert once.startswith(f"with {WORLD} ranks: storage serves 1.0x the model"), once
