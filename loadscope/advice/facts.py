@@ -75,6 +75,13 @@ def _relative_range(s: Summary) -> tuple[float, float]:
     return 1.0, 1.0
 
 
+def _trial_count(route: int, default: int) -> str:
+    """ "3 trials", "1 trial", or both sides' counts where they differ ("3 trials and its
+    default's 2"): the ids a figure cites are its route's own."""
+    said = f"{route} trial{'s' if route != 1 else ''}"
+    return said if route == default else f"{said} and its default's {default}"
+
+
 def ratio_terms(ratio: float, base: Summary, other: Summary) -> RatioTerms:
     """The terms of ``ratio`` = ``base``'s time over ``other``'s: its range pairs the
     base's slowest trial with the other's fastest and the other way round (an estimate's
@@ -87,13 +94,15 @@ def ratio_terms(ratio: float, base: Summary, other: Summary) -> RatioTerms:
     error = max([high / ratio - 1.0, 1.0 - low / ratio, *fits])
     trials = min(base.trials, other.trials)
     kind = "estimated" if any(is_estimate(s) for s in (base, other)) else "measured"
-    over = f" over {trials} trials" if trials < MIN_TRIALS else ""
+    count = _trial_count(other.trials, base.trials)
     if trials >= 2 and high > UNSTEADY_SPREAD * low:
-        how = f"unsteady: {low:.1f}x to {high:.1f}x over {trials} trials"
+        how = f"unsteady: {low:.1f}x to {high:.1f}x over {count}"
     elif trials <= 1 and not fits:
-        how = f"{kind} from 1 trial, no spread"
+        how = f"{kind} from {count}, no spread"
+    elif trials >= MIN_TRIALS:
+        how = f"{kind} {error_shown(error)}"
     else:
-        how = f"{kind} {error_shown(error)}{over if trials >= 2 else ' from 1 trial'}"
+        how = f"{kind} {error_shown(error)} {'over' if trials >= 2 else 'from'} {count}"
     return RatioTerms(how, low, high, error, trials)
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ from loadscope.engine.sampled import (
 )
 from loadscope.engine.sampling import SampleSet, Scope, sample_size
 from loadscope.engine.summaries import bench_summaries
-from loadscope.engine.trial_run import bounded_reference, describe_strategies, run_trial
+from loadscope.engine.trial_run import bounded_references, describe_strategies, run_trial
 from loadscope.engine.trials import (
     CacheMode,
     interleaved,
@@ -389,19 +390,15 @@ class _Run:
         return names
 
     def references(self, names: list[str]) -> dict[int, dict[str, str]]:
-        """One reference read per distinct set of tensors a trial loads (key 0: every
-        tensor); none for torch checkpoints (their first trial's digests are)."""
+        """The reference of each distinct set of tensors a trial loads (key 0: every
+        tensor), from one read of them all; none for torch checkpoints (their first
+        trial's digests are)."""
         sets, scopes = self.sampled.sets, self.sampled.scopes
         distinct = {id(s): s for trio in sets.values() for s in trio if s is not None}
-        references: dict[int, dict[str, str]] = {}
-        if self.sampleable:
-            timeout_s = self.options.trial_timeout_s
-            if self.sampling is None or "whole" in scopes.values():
-                references[0] = bounded_reference(self.files, {}, timeout_s)
-            for key, subset in distinct.items():
-                inside = [f for f in self.files if f.path in subset]
-                references[key] = bounded_reference(inside, subset, timeout_s)
-        return references
+        if not self.sampleable:
+            return {}
+        every = self.sampling is None or "whole" in scopes.values()
+        return bounded_references(self.files, distinct, every, self.options.trial_timeout_s)
 
     def caches(self) -> list[CacheMode]:
         """The cache states asked for that can run: warm only where the files fit."""
@@ -556,7 +553,8 @@ class _Plan:
     def another_round(self) -> bool:
         """One more round at the same sizes when the last one, as timed, fits what is
         left of the deadline (its spread is then measured, not "±?"), else the trials of
-        the favoured strategies that fit, the quickest first; True when added."""
+        the favoured strategies that fit, the quickest first; the favoured trials run
+        whole once (in round 1) join it while they fit too. True when added."""
         deadline = self.run.options.deadline
         if deadline is None:
             return False
@@ -564,19 +562,39 @@ class _Plan:
         ran = [t for t in self.trials if t.repeat == last and not t.fit]
         took = sum(t.wall_s or 0.0 for t in ran)
         left = deadline - time.monotonic()
-        if last >= 1 and took > 0 and left > 1.2 * took:
-            self.trials += self.round_of(last + 1)
-            return True
-        # Else the favoured strategies' trials of it that fit, the quickest first: a figure
-        # printed under a fix gets its spread before a reader that is only evidence.
-        favoured = set(self.run.options.favoured)
         room = left / 1.2
-        chosen: set[tuple[str, str]] = set()
-        for t in sorted((t for t in ran if t.strategy in favoured), key=lambda t: t.wall_s or 0):
-            if last >= 1 and t.wall_s and t.wall_s <= room:
+        favoured = set(self.run.options.favoured)
+        added: list[Trial] = []
+        if last >= 1 and took > 0 and left > 1.2 * took:
+            added, room = self.round_of(last + 1), room - took
+        elif last >= 1:
+            # Else the favoured strategies' trials of it that fit, the quickest first: a
+            # figure printed under a fix gets its spread before a reader that is evidence.
+            chosen = self._quickest((t for t in ran if t.strategy in favoured), room)
+            added = [t for t in self.round_of(last + 1) if (t.strategy, t.cache) in chosen]
+            room -= sum(t.wall_s or 0.0 for t in ran if (t.strategy, t.cache) in chosen)
+        once = self.run.sampled.once
+        whole = [
+            t
+            for t in self.trials
+            if t.repeat == 1 and not t.fit and (t.strategy, t.cache) in once
+            if t.strategy in favoured and t.status == "ok"
+        ]
+        again = self._quickest(whole, room)
+        added += [
+            Trial(0, t.strategy, t.cache, last + 1, False, scope=t.scope)
+            for t in whole
+            if (t.strategy, t.cache) in again
+        ]
+        self.trials += added
+        return bool(added)
+
+    @staticmethod
+    def _quickest(trials: Iterable[Trial], room: float) -> set[TrialKey]:
+        """The (strategy, cache) of ``trials`` that fit ``room`` seconds, quickest first."""
+        chosen: set[TrialKey] = set()
+        for t in sorted(trials, key=lambda t: t.wall_s or 0):
+            if t.wall_s and t.wall_s <= room:
                 chosen.add((t.strategy, t.cache))
                 room -= t.wall_s
-        if chosen:
-            self.trials += [t for t in self.round_of(last + 1) if (t.strategy, t.cache) in chosen]
-            return True
-        return False
+        return chosen

@@ -11,7 +11,9 @@ When whole loads do not fit, every trial's load (a strategy in one cache state) 
 given the same share of what the fixed costs leave, so a strategy that loads fast gets
 a bigger sample than a slow one, and a warm trial a bigger one than its cold one; a
 trial whose whole load costs less than its share runs whole, and what it leaves goes
-to the others. The first sampled round is followed by one at a quarter of the size
+to the others; a trial a sample cannot measure runs whole, in every round where that
+fits, else once (its share then adds up to one whole load, which the bench reads as
+"whole, once"). The first sampled round is followed by one at a quarter of the size
 and the second by one at half of it (the extrapolation's other points,
 :func:`~loadscope.engine.sampling.fit_fractions`).
 
@@ -20,6 +22,7 @@ May import: ``loadscope.engine.sampling``. Nothing here runs a trial.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -75,15 +78,18 @@ def _whole_first(
     fill: float,
     floor_bytes: int,
     whole_only: frozenset[str] = frozenset(),
-) -> set[tuple[str, str]]:
-    """The trials that run whole: every one whose whole loads cost no more than its
-    sampled rounds at the floor would; then ``whole_only`` ones and the cheapest whole
-    loads first, each taken
-    while the time left still gives every other trial its fixed costs (fit rounds
-    included) and its floor sample in every round. The fast routes are the ones a fit on
-    a small sample gets wrong (their fixed cost swamps the rate), and the ones whole
-    loads cost least: measured, not estimated, whenever the budget allows."""
+) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """The trials that run whole, in every round and (``whole_only`` ones whose every
+    round does not fit) once: every one whose whole loads cost no more than its sampled
+    rounds at the floor would; then ``whole_only`` ones and the cheapest whole loads
+    first, each taken while the time left still gives every other trial its fixed costs
+    (fit rounds included) and its floor sample in every round. The fast routes are the
+    ones a fit on a small sample gets wrong (their fixed cost swamps the rate), and the
+    ones whole loads cost least: measured, not estimated, whenever the budget allows. A
+    whole-only trial that fits once runs once (a figure from one trial, more rounds
+    added while the deadline allows) rather than not at all."""
     capped: set[tuple[str, str]] = set()
+    once: set[tuple[str, str]] = set()
     loads = rounds + fit_rounds
 
     def at_floor(s: str, c: str) -> float:
@@ -91,21 +97,27 @@ def _whole_first(
             return 0.0  # not given whole loads, it is skipped: it costs nothing
         return loads * (costs.fixed(s) + floor_bytes * costs.seconds_per_byte[(s, c)])
 
+    def whole(s: str, c: str, n: int) -> float:
+        return n * (costs.fixed(s) + whole_load[(s, c)])
+
+    def spent(every: set[tuple[str, str]], one: set[tuple[str, str]]) -> float:
+        total = sum(whole(s, c, rounds) for s, c in every) + sum(whole(s, c, 1) for s, c in one)
+        total += sum(at_floor(s, c) for s, c in trials if (s, c) not in every | one)
+        return total + loads * fill
+
     # Cheapest first, what a sample cannot measure (else not measured at all) counted at
     # half its cost: the fast routes, whose small samples fit worst, still come first.
     def weight(x: tuple[str, str]) -> float:
         return whole_load[x] * (WHOLE_ONLY_WEIGHT if x[0] in whole_only else 1.0)
 
     for t in sorted(trials, key=weight):
-        if t[0] not in whole_only and rounds * (costs.fixed(t[0]) + whole_load[t]) <= at_floor(*t):
+        if t[0] not in whole_only and whole(*t, rounds) <= at_floor(*t):
             capped.add(t)  # whole costs less than its fit's rounds would: always taken
-            continue
-        trying = capped | {t}
-        spent = sum(rounds * (costs.fixed(s) + whole_load[(s, c)]) for s, c in trying)
-        spent += sum(at_floor(s, c) for s, c in trials if (s, c) not in trying)
-        if spent + loads * fill <= usable:
-            capped = trying  # else a dearer one may not fit, a later cheaper one may
-    return capped
+        elif spent(capped | {t}, once) <= usable:
+            capped.add(t)  # else a dearer one may not fit, a later cheaper one may
+        elif t[0] in whole_only and rounds > 1 and spent(capped, once | {t}) <= usable:
+            once.add(t)
+    return capped, once
 
 
 def plan_budget(
@@ -146,12 +158,13 @@ def plan_budget(
     fits = fit_fractions(chosen)
     loads_per_trial = chosen + sum(fits)
     whole_load = {t: model_bytes * max(costs.seconds_per_byte[t], 1e-15) for t in trials}
-    capped = _whole_first(
+    capped, once = _whole_first(
         costs, trials, whole_load, usable, chosen, len(fits), fill, floor_bytes, whole_only
     )
     # Open: sampled. A whole-only trial not given whole loads is skipped (it costs nothing).
     open_ = [t for t in trials if t not in capped and t[0] not in whole_only]
     spent = sum(chosen * (costs.fixed(s) + whole_load[(s, c)]) for s, c in capped)
+    spent += sum(costs.fixed(s) + whole_load[(s, c)] for s, c in once)
     spent += sum((chosen + len(fits)) * costs.fixed(s) for s, _ in open_)
     spent += (chosen + len(fits)) * fill
     share = max(0.0, usable - spent) / (loads_per_trial * max(1, len(open_)))
@@ -159,5 +172,8 @@ def plan_budget(
     for t in trials:
         per_byte = max(costs.seconds_per_byte[t], 1e-15)
         nbytes = model_bytes if t in capped else int(share / per_byte)
+        if t in once:
+            # Its samples' bytes add up to one whole load: the bench runs it whole, once.
+            nbytes = math.ceil(model_bytes / loads_per_trial) + 1
         sizes[t] = int(min(model_bytes, max(floor_bytes, nbytes)))
     return Plan(chosen, sizes, whole[-1])

@@ -41,6 +41,7 @@ from loadscope.engine.supervise import Events, supervise
 from loadscope.engine.trials import digest_mismatch, exit_reason, kill_group, reference_digests
 from loadscope.loaders.cachestate import prepare_cache
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
+from loadscope.loaders.safetensors_format import read_header
 from loadscope.model.targets import WeightFile
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.system import oom_kills
@@ -105,6 +106,32 @@ def bounded_reference(
     if errors:
         raise errors[0]
     return out[0]
+
+
+def bounded_references(
+    files: list[WeightFile],
+    subsets: Mapping[int, Mapping[Path, tuple[str, ...] | None]],
+    every: bool,
+    timeout_s: float,
+) -> dict[int, dict[str, str]]:
+    """The reference of each of ``subsets`` (and of every tensor, key 0, when ``every``)
+    from one bounded read of their union: the samples' sets overlap (the fit's smaller
+    sets lie inside the first), and each was read again before."""
+    union: dict[Path, tuple[str, ...] | None] = {}
+    if not every:
+        for subset in subsets.values():
+            for path, names in subset.items():
+                had = union.get(path, ())
+                union[path] = None if names is None or had is None else (*had, *names)
+    inside = files if every else [f for f in files if f.path in union]
+    read = bounded_reference(inside, union, timeout_s) if inside else {}
+    out = {0: read} if every else {}
+    for key, subset in subsets.items():
+        kept: set[str] = set()
+        for path, some in subset.items():
+            kept.update(some if some is not None else (t.name for t in read_header(path).tensors))
+        out[key] = {n: d for n, d in read.items() if n in kept}
+    return out
 
 
 def _preload_for(strategy: str, files: list[WeightFile]) -> list[str]:

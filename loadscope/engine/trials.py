@@ -22,7 +22,9 @@ import signal
 import statistics
 import subprocess
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -68,26 +70,57 @@ def interleaved(
     return out
 
 
+#: The reference read's requests in flight and their size: many large reads, the way a
+#: network disk answers fastest (one pread per tensor read 1 GiB at page-fault speed on
+#: the emulated 5 ms disk, 13 s of a 60 s diagnosis; 16 x 4 MiB, ~1 s).
+REFERENCE_THREADS = 16
+REFERENCE_CHUNK = 4 << 20
+
+
 def reference_digests(
     files: list[WeightFile], tensors: Mapping[Path, tuple[str, ...] | None]
 ) -> dict[str, str]:
     """crc32 of each tensor's bytes read straight from the file at its header offsets
-    (``tensors``: per file, the names to read; a file not in it: all of them)."""
-    out: dict[str, str] = {}
-    for wf in files:
-        header = read_header(wf.path)
-        wanted = tensors.get(wf.path)
-        names = set(wanted) if wanted is not None else None
-        fd = os.open(wf.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
+    (``tensors``: per file, the names to read; a file not in it: all of them), read in
+    :data:`REFERENCE_CHUNK` pieces with :data:`REFERENCE_THREADS` in flight, each
+    tensor's crc taken over its pieces in order."""
+    pieces: list[tuple[str, int, int, int]] = []  # (tensor, fd, offset, length)
+    empty: list[str] = []
+    fds: list[int] = []
+    try:
+        for wf in files:
+            header = read_header(wf.path)
+            wanted = tensors.get(wf.path)
+            names = set(wanted) if wanted is not None else None
+            fd = os.open(wf.path, os.O_RDONLY | os.O_CLOEXEC)
+            fds.append(fd)
             for t in header.tensors:
                 if names is not None and t.name not in names:
                     continue
-                data = os.pread(fd, t.nbytes, header.data_offset + t.begin) if t.nbytes else b""
-                out[t.name] = f"{zlib.crc32(data):08x}:{len(data)}"
-        finally:
+                start = header.data_offset + t.begin
+                if not t.nbytes:
+                    empty.append(t.name)
+                for o in range(0, t.nbytes, REFERENCE_CHUNK):
+                    pieces.append((t.name, fd, start + o, min(REFERENCE_CHUNK, t.nbytes - o)))
+        crcs: dict[str, tuple[int, int]] = dict.fromkeys(empty, (0, 0))
+        with ThreadPoolExecutor(REFERENCE_THREADS, thread_name_prefix="reference") as pool:
+            window: deque[tuple[str, Future[bytes]]] = deque()
+            for name, fd, offset, length in pieces:
+                window.append((name, pool.submit(os.pread, fd, length, offset)))
+                if len(window) >= 2 * REFERENCE_THREADS:
+                    _fold(crcs, *window.popleft())
+            while window:
+                _fold(crcs, *window.popleft())
+    finally:
+        for fd in fds:
             os.close(fd)
-    return out
+    return {name: f"{crc:08x}:{size}" for name, (crc, size) in crcs.items()}
+
+
+def _fold(crcs: dict[str, tuple[int, int]], name: str, piece: Future[bytes]) -> None:
+    data = piece.result()
+    crc, size = crcs.get(name, (0, 0))
+    crcs[name] = (zlib.crc32(data, crc), size + len(data))
 
 
 def digest_mismatch(reference: Mapping[str, str], digests: Mapping[str, str]) -> str | None:

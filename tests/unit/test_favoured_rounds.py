@@ -45,3 +45,28 @@ def test_nothing_is_added_when_no_favoured_trial_fits() -> None:
     assert not plan.another_round()
     assert not [t for t in plan.trials if t.repeat == 2]
     assert not _plan(10.0, {"mmap": 20.0, "direct": 20.0}, ()).another_round()
+
+
+def test_a_favoured_trial_run_whole_once_joins_the_extra_rounds() -> None:
+    """A whole-only trial the plan runs once (round 1 only) gets its second trial in an
+    extra round when it fits: a figure printed under a fix from one trial has no spread.
+    A trial that failed is not run again."""
+    options = BenchOptions(
+        repeats=2, warmup=False, deadline=time.monotonic() + 30.0, favoured=("hf", "mmap")
+    )
+    once = {("hf", "cold"), ("bad", "cold")}
+    run = SimpleNamespace(options=options, sampled=SimpleNamespace(scopes={}, once=once, sets={}))
+    walls = {"mmap": 1.0, "hf": 8.0, "bad": 1.0}
+    plan = _Plan(run, list(walls), ["cold"])  # type: ignore[arg-type]
+    assert [t.strategy for t in plan.trials if t.repeat == 2] == ["mmap"]  # once: round 1
+    plan.trials = [
+        replace(t, wall_s=walls[t.strategy], status="failed" if t.strategy == "bad" else "ok")
+        for t in plan.trials
+    ]
+    assert plan.another_round()
+    assert sorted(t.strategy for t in plan.trials if t.repeat == 3) == ["hf", "mmap"]
+    tight = _Plan(run, list(walls), ["cold"])  # type: ignore[arg-type]
+    tight.trials = [replace(t, wall_s=walls[t.strategy], status="ok") for t in tight.trials]
+    run.options = replace(options, deadline=time.monotonic() + 5.0)
+    assert tight.another_round()  # mmap's round fits, the 8 s whole load does not
+    assert [t.strategy for t in tight.trials if t.repeat == 3] == ["mmap"]

@@ -160,7 +160,8 @@ def test_a_route_whose_trials_spread_says_so_where_its_number_is() -> None:
     256 MiB): a median of its trials is one of the modes, and the label says so."""
     f = facts({"mmap": 3.3, "runai": 0.31, "api": 0.2}, model=256 << 20)
     f.cold["runai"] = replace(f.cold["runai"], trials=3, min_seconds=0.29, max_seconds=0.61)
-    assert f.how_obtained("runai") == "unsteady: 5.4x to 11.4x over 2 trials"
+    # Both sides' trial counts (the label cites the route's own trial ids: 3 of them).
+    assert f.how_obtained("runai") == "unsteady: 5.4x to 11.4x over 3 trials and its default's 2"
     from loadscope.advice.rules import disagreeing_repeats
 
     (note,) = disagreeing_repeats(f)
@@ -168,7 +169,7 @@ def test_a_route_whose_trials_spread_says_so_where_its_number_is() -> None:
     assert f.how_obtained("api") == "measured ±<1% over 2 trials"
     # Within 25% over its trials: one figure, its ± the larger deviation from the median.
     f.cold["runai"] = replace(f.cold["runai"], max_seconds=0.34)
-    assert f.how_obtained("runai") == "measured ±9% over 2 trials"
+    assert f.how_obtained("runai") == "measured ±9% over 3 trials and its default's 2"
     # Three trials or more: no count said.
     for name in ("mmap", "runai"):
         f.cold[name] = replace(f.cold[name], trials=3)

@@ -119,3 +119,30 @@ def test_what_a_sample_cannot_measure_gets_its_whole_loads_first() -> None:
     )
     assert plain.sizes[("peer", "cold")] < MODEL  # auto, cheaper, took the room
     assert first.sizes[("peer", "cold")] == MODEL
+
+
+def test_a_whole_only_trial_that_fits_once_runs_whole_once() -> None:
+    """Issue 49: at 1 GiB and --budget 60, from_pretrained (whole only, 14 s) was charged
+    in every round of a sampled run and so not measured at all, where one whole load
+    fitted: it is charged once, and its size is what the bench reads as "whole, once"
+    (its samples' bytes add up to one whole load)."""
+    sampled = ("mmap", "auto", "direct", "parallel", "prefetch")
+    rates = {(s, "cold"): 1 / (0.1 * GB) for s in (*sampled, "hf")}
+    trials = list(rates)
+    whole = MODEL / (0.1 * GB)  # 10.7 s
+    floors = len(sampled) * 4 * (0.5 + (8 << 20) / (0.1 * GB))  # every other trial's floor
+    budget = whole + 0.5 + floors + 1.0  # once, not twice
+    plan = plan_budget(
+        CostModel(rates, 0.5), trials, MODEL, budget, floor_bytes=8 << 20,
+        whole_only=frozenset({"hf"}),
+    )  # fmt: skip
+    assert plan.repeats == 2
+    want = plan.sizes[("hf", "cold")]
+    loads = plan.repeats + sum(fit_fractions(plan.repeats))
+    assert want < MODEL <= loads * want  # the bench's "once is cheaper": run whole, once
+    # With half the time it does not fit even once: skipped, as before.
+    tight = plan_budget(
+        CostModel(rates, 0.5), trials, MODEL, budget / 2, floor_bytes=8 << 20,
+        whole_only=frozenset({"hf"}),
+    )  # fmt: skip
+    assert tight.sizes[("hf", "cold")] * loads < MODEL
