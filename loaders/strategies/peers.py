@@ -31,6 +31,7 @@ def _load_format(name: str, **kw: Any) -> tuple[strategy.StackRoute, ...]:
 class FastSafetensors(strategy.Strategy):
     name = "fastsafetensors"
     rank_mode = "direct"
+    reads = "deep"  # many large O_DIRECT reads in flight (nogds)
     summary = "fastsafetensors SafeTensorsFileLoader, CPU mode (nogds)"
     requires = strategy.Requirements(ram_multiple=1.0, package="fastsafetensors", extra="peers")
     samples = False  # its loader reads whole files (peak RSS = the file on a sample)
@@ -88,6 +89,7 @@ class FastSafetensors(strategy.Strategy):
 class RunAI(strategy.Strategy):
     name = "runai"
     rank_mode = "direct"
+    reads = "deep"  # many concurrent large reads of its own
     summary = "runai-model-streamer SafetensorsStreamer"
     requires = strategy.Requirements(
         ram_multiple=1.0, package="runai_model_streamer", extra="peers"

@@ -134,6 +134,7 @@ class FromPretrainedPrewarmed(FromPretrained):
 class FromConfigLoadModel(FromPretrained):
     name = "hf-load-model"
     rank_mode = "node-shared"
+    reads = "deep"  # load_model's reads: many large requests in flight
     summary = "loadscope.from_pretrained(path): load_model's reads into the model, no random init"
     doctor_order = 87
     own_copy = True

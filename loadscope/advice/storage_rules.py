@@ -41,9 +41,13 @@ _LASTING = (
 )
 
 
+#: Storage whose readahead the fix raises (where a small one makes mmap latency-bound).
+READAHEAD_STORAGE = ("fuse", "network-fs", "network-block", "wsl")
+
+
 def rule_readahead(f: Facts) -> list[Recommendation]:
     """Raise a small readahead on network or FUSE storage where mmap is latency-bound."""
-    if f.storage_class not in ("fuse", "network-fs", "network-block", "wsl"):
+    if f.storage_class not in READAHEAD_STORAGE:
         return []
     if f.read_ahead_kb is None or f.read_ahead_kb >= 4096:
         return []

@@ -48,7 +48,12 @@ from loadscope.diagnosis.doctor_report import (
     load_report,
     to_text,
 )
-from loadscope.diagnosis.readahead_trial import device_of, readahead_evidence, verify_readahead
+from loadscope.diagnosis.readahead_trial import (
+    device_of,
+    readahead_allowed,
+    readahead_evidence,
+    verify_readahead,
+)
 from loadscope.diagnosis.redaction import redact
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
 from loadscope.diagnosis.trial_plan import (
@@ -62,6 +67,7 @@ from loadscope.diagnosis.trial_plan import (
     hints_from,
     plan_doctor,
     rank_target,
+    readahead_reserve_s,
 )
 from loadscope.engine.bench import (
     BenchCancelled,
@@ -175,7 +181,8 @@ def _run_doctor(
     for name, result in (("latency", probe.latency), ("throughput", probe.throughput)):
         if not result.ok:
             failures.append(f"probe {name}: {result.status.value}: {result.reason}")
-    plan = plan_doctor(target, probe, budget_s, options.device, options.ranks, failures)
+    reserve = readahead_reserve_s(probe, readahead_allowed(probe, options.try_readahead))
+    plan = plan_doctor(target, probe, budget_s, options.device, options.ranks, failures, reserve)
     bench = _run_trials(target, probe, plan, budget_s, listener, cancel, failures)
     conversion = None
     if target.formats == {"torch"} and not target.alternates and not probe.stalled:

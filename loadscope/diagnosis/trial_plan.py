@@ -10,7 +10,7 @@ What each strategy is (its device, how it reads, its place in the order, whether
 warm trial matters) is read from its declaration in ``loaders/strategies``.
 
 May import: ``loadscope.engine``, ``loadscope.model``, ``loadscope.loaders`` (the
-strategies' declarations), ``loadscope.base``.
+strategies' declarations), ``loadscope.advice`` (where a fix applies), ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadscope.advice.storage_rules import READAHEAD_STORAGE
 from loadscope.base.errors import LoadscopeError
 from loadscope.engine.bench import GPU_STRATEGIES, BenchError, describe_strategies
 from loadscope.engine.broadcast import MODES, Mode
 from loadscope.engine.planning import CostModel, plan_budget
 from loadscope.engine.probing import ProbeReport
+from loadscope.engine.sampling import fit_fractions
 from loadscope.loaders.strategies import (
     DEFAULT,
     DEFAULT_LOADS,
@@ -243,6 +245,9 @@ def plan_trials(
         repeats=PLANNED_REPEATS,
         floor_bytes=MIN_SAMPLE_BYTES,
         whole_only=_whole_only(probe, {s for s, _ in trials}),
+        # Where the model builds with transformers its answer leads with transformers:
+        # from_pretrained and its routes get one whole load before the others' trials.
+        first=frozenset(TRANSFORMERS_STRATEGIES),
     )
     sizes = dict(plan.sizes)
     total = int(probe.target["total_bytes"])
@@ -366,6 +371,27 @@ def rank_round_s(probe: ProbeReport, ranks: int) -> float:
     return 1.5 * len(RANK_MODES) * per_mode
 
 
+def readahead_reserve_s(probe: ProbeReport, allowed: bool) -> float:
+    """The time the readahead check after the trials takes, where it will run (``allowed``
+    to write the setting, on storage whose readahead is small): its fork server, two whole
+    loads at the parallel rate the raised readahead approaches, and where the model builds
+    with transformers ``from_pretrained`` once more. Kept out of the trials' time: at 1 GiB
+    it ran after their deadline and the doctor took 13% over its budget."""
+    mount = probe.primary.storage.mount.data
+    bdi = probe.primary.storage.bdi.data
+    small = bdi is not None and bdi.read_ahead_kb is not None and bdi.read_ahead_kb < 4096
+    if not allowed or mount is None or mount.storage_class not in READAHEAD_STORAGE or not small:
+        return 0.0
+    # A raised readahead streams with many requests in flight: near the parallel read's
+    # rate (1 GiB in 1.2 s where the probe's best parallel read was 1.6 GB/s).
+    _buffered, parallel = estimate_rates(probe)
+    load = float(probe.target["total_bytes"]) / (direct_rate(probe) or parallel)
+    reserve = SERVER_START_S + 2 * (TRIAL_OVERHEAD_S + load)
+    if builds_with_transformers(probe):
+        reserve += SERVER_START_S + HF_TRIAL_OVERHEAD_S + load
+    return reserve
+
+
 def plan_doctor(
     target: Target,
     probe: ProbeReport,
@@ -373,12 +399,14 @@ def plan_doctor(
     device: str,
     ranks: int | None,
     failures: list[str],
+    reserve_s: float = 0.0,
 ) -> TrialPlan:
     """The trials for what is left of ``budget_s`` after the probes; what the plan leaves
     out or cannot use (an unusable GPU, torch files that do not fit) goes to ``failures``.
 
     ``device`` "auto" is resolved (:func:`resolve_device`); ``ranks`` None means one rank
-    per GPU when there are several, and multi-rank trials take 40% of the time."""
+    per GPU when there are several, and multi-rank trials take 40% of the time.
+    ``reserve_s``: what the checks after the trials need (:func:`readahead_reserve_s`)."""
     formats = target.formats
     device, device_note = resolve_device(device, probe)
     if device_note:
@@ -411,7 +439,7 @@ def plan_doctor(
             + " and ".join(sorted(formats))
             + (" with no safetensors beside it" if formats == {"torch"} else "")
         )
-    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0)
+    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0 - reserve_s)
     if multi:
         # What the rank round needs, not a fixed share: a fixed 40% sampled the single-rank
         # trials where whole loads of them and the round both fitted (issue 41).
@@ -453,14 +481,29 @@ def _focused(
     fewer = [t for t in trials if t[0] in kept]
     before = plan_trials(probe, trials, remaining)
     after = plan_trials(probe, fewer, remaining)
-    better = after[0] > before[0] or (after[1] or 1 << 62) > (before[1] or 1 << 62)
-    if not better:
+    if _worth(probe, fewer, after) <= _worth(probe, fewer, before):
         return strategies, trials, None
     failures.append(
         f"evidence trials not run ({', '.join(left_out)}): the budget went to the figures"
         " the answer prints (a larger --budget runs them too)"
     )
     return kept, fewer, after
+
+
+def _worth(
+    probe: ProbeReport,
+    trials: list[tuple[str, str]],
+    planned: tuple[int, int | None, dict[tuple[str, str], int]],
+) -> tuple[int, int, int]:
+    """How much a plan gives ``trials``: how many of them run at all (a whole-only trial
+    given less than one whole load over its rounds is skipped), its rounds, the bytes
+    their samples read."""
+    repeats, _sample, sizes = planned
+    total = int(probe.target["total_bytes"])
+    whole_only = _whole_only(probe, {s for s, _ in trials})
+    loads = repeats + sum(fit_fractions(repeats))
+    run = [t for t in trials if t[0] not in whole_only or sizes.get(t, total) * loads >= total]
+    return len(run), repeats, sum(sizes.get(t, total) for t in run)
 
 
 def _with_torch_files(

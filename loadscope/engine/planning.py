@@ -78,6 +78,7 @@ def _whole_first(
     fill: float,
     floor_bytes: int,
     whole_only: frozenset[str] = frozenset(),
+    first: frozenset[str] = frozenset(),
 ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """The trials that run whole, in every round and (``whole_only`` ones whose every
     round does not fit) once: every one whose whole loads cost no more than its sampled
@@ -110,13 +111,24 @@ def _whole_first(
     def weight(x: tuple[str, str]) -> float:
         return whole_load[x] * (WHOLE_ONLY_WEIGHT if x[0] in whole_only else 1.0)
 
+    # ``first``: one whole load each before anything else (the user's own stack's load and
+    # its routes: their figures lead the answer), in every round if that still fits.
+    for t in sorted((t for t in trials if t[0] in first and t[0] in whole_only), key=weight):
+        if spent(capped, once | {t}) <= usable:
+            (once if rounds > 1 else capped).add(t)
     for t in sorted(trials, key=weight):
+        if t in once or t in capped:
+            continue
         if t[0] not in whole_only and whole(*t, rounds) <= at_floor(*t):
             capped.add(t)  # whole costs less than its fit's rounds would: always taken
         elif spent(capped | {t}, once) <= usable:
             capped.add(t)  # else a dearer one may not fit, a later cheaper one may
         elif t[0] in whole_only and rounds > 1 and spent(capped, once | {t}) <= usable:
             once.add(t)
+    for t in sorted(once & {t for t in trials if t[0] in first}, key=weight):
+        if spent(capped | {t}, once - {t}) <= usable:
+            capped.add(t)
+            once.discard(t)
     return capped, once
 
 
@@ -129,11 +141,13 @@ def plan_budget(
     repeats: Sequence[int] = (2, 1),
     floor_bytes: int = 0,
     whole_only: frozenset[str] = frozenset(),
+    first: frozenset[str] = frozenset(),
 ) -> Plan:
     """The most rounds in ``repeats`` (tried in order) of whole loads of ``trials``
     (strategy, cache) that fit ``budget_s``; else a sampled plan. ``whole_only``: the
     strategies a sample cannot measure (they run whole or not at all), given whole loads
-    before the others' cheapest.
+    before the others' cheapest; ``first``: those of them given one whole load before
+    any other trial is given its own.
 
     A sampled plan runs the first of ``repeats`` when the fixed costs of those rounds and
     the fit's round would leave the loads at least a third of the time, else the last:
@@ -159,7 +173,7 @@ def plan_budget(
     loads_per_trial = chosen + sum(fits)
     whole_load = {t: model_bytes * max(costs.seconds_per_byte[t], 1e-15) for t in trials}
     capped, once = _whole_first(
-        costs, trials, whole_load, usable, chosen, len(fits), fill, floor_bytes, whole_only
+        costs, trials, whole_load, usable, chosen, len(fits), fill, floor_bytes, whole_only, first
     )
     # Open: sampled. A whole-only trial not given whole loads is skipped (it costs nothing).
     open_ = [t for t in trials if t not in capped and t[0] not in whole_only]

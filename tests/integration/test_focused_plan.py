@@ -41,3 +41,24 @@ def test_a_tight_budget_goes_to_the_printed_figures_and_a_large_one_to_every_tri
     large = plan_doctor(target, probe, probe.elapsed_s + 3600.0, "cpu", None, roomy)
     assert large.strategies == every and large.sample is None and large.repeats >= 2
     assert not [f for f in roomy if f.startswith("evidence trials not run")]
+
+
+def test_the_readahead_check_after_the_trials_has_its_time_kept_out_of_theirs(
+    tmp_path: Path,
+) -> None:
+    """At 1 GiB and --budget 60 the doctor took 13% over its budget: the readahead check
+    (its own fork server, two loads, from_pretrained once more) ran after the trials'
+    deadline. Where it will run, its time is taken from the trials' before they are
+    planned; where it will not (not allowed, or a large readahead already), nothing is."""
+    from loadscope.diagnosis.trial_plan import readahead_reserve_s
+
+    with slow_synthetic(tmp_path, 64 << 20, seed=44, latency_s=0.005) as model:
+        target = resolve(str(model))
+        probe = run_probes(target, budget_s=6, local_disks=False)
+    reserve = readahead_reserve_s(probe, allowed=True)
+    assert 3.0 < reserve < 15.0, reserve
+    assert readahead_reserve_s(probe, allowed=False) == 0.0
+    budget = probe.elapsed_s + 40.0
+    plain = plan_doctor(target, probe, budget, "cpu", None, [])
+    kept = plan_doctor(target, probe, budget, "cpu", None, [], reserve)
+    assert kept.trial_s == pytest.approx(plain.trial_s - reserve)
