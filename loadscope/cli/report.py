@@ -69,7 +69,7 @@ COMMAND = Command(
     " report doctor, demo and the app kept in the reports folder) as Markdown for an issue,"
     " as HTML, or as text for the terminal.",
     arguments=(
-        opt("file", metavar="FILE.json", nargs="?"),
+        opt("file", metavar="FILE.json", nargs="?", help="a saved report; - reads standard input"),
         opt(
             "--last",
             action="store_true",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -53,21 +54,19 @@ def load_report(path: str, kind: str = "doctor") -> dict[str, Any]:
     """A saved report (JSON), checked against the published schema
     (:mod:`loadscope.report.schema`) before anything reads it: a bad file is one line
     naming it and the first offending path. ``kind`` "any": a doctor report, or a
-    ``time --json`` one (its ``kind`` field says so)."""
-    from loadscope.base.safeio import open_regular, pread_exact
-
-    fd = open_regular(path)
-    try:
-        size = os.fstat(fd).st_size
-        if size > MAX_REPORT_BYTES:
+    ``time --json`` one (its ``kind`` field says so). ``path`` "-": standard input
+    (``loadscope time --json - -- CMD | loadscope report -``)."""
+    if path == "-":
+        raw = sys.stdin.buffer.read(MAX_REPORT_BYTES + 1)
+        path = "standard input"
+        if len(raw) > MAX_REPORT_BYTES:
             raise ReportError(
-                f"not a loadscope report: {format_bytes(size)}, over the"
-                f" {format_bytes(MAX_REPORT_BYTES)} a report can be",
+                f"not a loadscope report: over the {format_bytes(MAX_REPORT_BYTES)} a"
+                " report can be",
                 path=path,
             )
-        raw = pread_exact(fd, size, 0, path=path)
-    finally:
-        os.close(fd)
+    else:
+        raw = _read_file(path)
     try:
         doc = json.loads(raw)
     except RecursionError:
@@ -82,6 +81,24 @@ def load_report(path: str, kind: str = "doctor") -> dict[str, Any]:
         raise ReportError(f"not a loadscope {kind} report: {exc}", path=path) from None
     out: dict[str, Any] = doc
     return out
+
+
+def _read_file(path: str) -> bytes:
+    """A report file's bytes: a regular file (never a FIFO or a device) of bounded size."""
+    from loadscope.base.safeio import open_regular, pread_exact
+
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > MAX_REPORT_BYTES:
+            raise ReportError(
+                f"not a loadscope report: {format_bytes(size)}, over the"
+                f" {format_bytes(MAX_REPORT_BYTES)} a report can be",
+                path=path,
+            )
+        return pread_exact(fd, size, 0, path=path)
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)

@@ -51,6 +51,24 @@ def test_report_command_renders_a_saved_report() -> None:
     assert result.out == (GOLDEN / "doctor_report.md").read_text()
 
 
+def test_report_command_reads_standard_input() -> None:
+    """``loadscope report -`` said "no such file": a report piped in (``time --json -``,
+    ``doctor --json -``) renders as the file does; bad input is one line naming it."""
+    import subprocess
+    import sys
+
+    def report(data: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "loadscope", "report", "-"]
+        return subprocess.run(argv, input=data, capture_output=True, text=True, timeout=60)
+
+    piped = report((GOLDEN / "doctor_report.json").read_text())
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == (GOLDEN / "doctor_report.md").read_text()
+    bad = report("{")
+    assert bad.returncode == 5 and bad.stderr.startswith("loadscope: standard input: not a JSON")
+    assert len(bad.stderr.splitlines()) == 1
+
+
 def test_report_command_refuses_other_json(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text('{"hello": 1}')
     result = run_loadscope("report", str(tmp_path / "x.json"))
