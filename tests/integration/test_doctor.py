@@ -59,7 +59,9 @@ def test_report_command_reads_standard_input() -> None:
 
     def report(data: str) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "loadscope", "report", "-"]
-        return subprocess.run(argv, input=data, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            argv, input=data, capture_output=True, text=True, timeout=60, check=False
+        )
 
     piped = report((GOLDEN / "doctor_report.json").read_text())
     assert piped.returncode == 0, piped.stderr
