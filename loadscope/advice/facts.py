@@ -97,12 +97,12 @@ def ratio_terms(ratio: float, base: Summary, other: Summary) -> RatioTerms:
     count = _trial_count(other.trials, base.trials)
     if trials >= 2 and high > UNSTEADY_SPREAD * low:
         how = f"unsteady: {low:.1f}x to {high:.1f}x over {count}"
-    elif trials <= 1 and not fits:
+    elif max(base.trials, other.trials) <= 1 and not fits:
         how = f"{kind} from {count}, no spread"
     elif trials >= MIN_TRIALS:
         how = f"{kind} {error_shown(error)}"
     else:
-        how = f"{kind} {error_shown(error)} {'over' if trials >= 2 else 'from'} {count}"
+        how = f"{kind} {error_shown(error)} {'over' if other.trials >= 2 else 'from'} {count}"
     return RatioTerms(how, low, high, error, trials)
 
 

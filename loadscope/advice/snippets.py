@@ -266,8 +266,10 @@ def label_of(snippet: dict[str, Any]) -> str:
     if not isinstance(speedup, int | float):
         note = str(snippet.get("note") or "not measured here")
         return note + (f"; {snippet['ranks']}" if snippet.get("ranks") else "")
-    ids = ", ".join(f"#{i}" for i in snippet.get("trial_ids") or [])
-    what = f"{snippet['strategy']}, trial {ids}" if ids else str(snippet["strategy"])
+    found = snippet.get("trial_ids") or []
+    ids = ", ".join(f"#{i}" for i in found)
+    trials = "trials" if len(found) > 1 else "trial"
+    what = f"{snippet['strategy']}, {trials} {ids}" if ids else str(snippet["strategy"])
     base = snippet.get("baseline") or DEFAULT
     against = "the default load" if base == DEFAULT else f"{base} cold"
     shown, slower = speedup_shown(speedup)

@@ -181,7 +181,12 @@ def _run_doctor(
     for name, result in (("latency", probe.latency), ("throughput", probe.throughput)):
         if not result.ok:
             failures.append(f"probe {name}: {result.status.value}: {result.reason}")
-    reserve = readahead_reserve_s(probe, readahead_allowed(probe, options.try_readahead))
+    # The readahead check's time, at most a share of the budget: at 256 MiB and --budget
+    # 30 all of it (9 s) left from_pretrained no whole load, and transformers no figure.
+    reserve = min(
+        RESERVE_SHARE * budget_s,
+        readahead_reserve_s(probe, readahead_allowed(probe, options.try_readahead)),
+    )
     plan = plan_doctor(target, probe, budget_s, options.device, options.ranks, failures, reserve)
     bench = _run_trials(target, probe, plan, budget_s, listener, cancel, failures)
     conversion = None
@@ -450,5 +455,7 @@ def _rank_trials(
     return report
 
 
+#: The most of the budget kept out of the trials for the readahead check after them.
+RESERVE_SHARE = 0.15
 #: The least budget left for the multi-rank round (start-up of N ranks and three loads).
 RANKS_MIN_S = 10.0

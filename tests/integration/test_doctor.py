@@ -45,6 +45,26 @@ def test_markdown_of_per_stack_fixes_matches_golden() -> None:
     assert "transformers (no code change) - 2.7x vs hf-pretrained cold, measured" in md
 
 
+def test_markdown_of_a_current_run_carries_every_routes_number() -> None:
+    """A doctor run of this version (256 MiB on the emulated 5 ms disk, --budget 30,
+    transformers, diffusers and the peers installed; paths made generic): its Markdown
+    as the golden file, and every route that carries a number shows it with how it was
+    obtained and the trials it rests on, under its own stack."""
+    from loadscope.advice.snippets import label_of, snippets_of
+
+    doc = json.loads((GOLDEN / "doctor_current.json").read_text())
+    md = to_markdown(doc)
+    assert md + "\n" == (GOLDEN / "doctor_current.md").read_text()
+    routes = [s for r in doc["recommendations"] for s in snippets_of(r) if s.get("speedup")]
+    assert len({s["stack"] for s in routes}) >= 5, routes
+    for s in routes:
+        label = label_of(s)
+        assert f"{s['speedup']:.1f}x" in label and s["how"] in label, s
+        assert all(f"#{i}" in label for i in s.get("trial_ids") or []), label
+        assert f"<summary>{s['stack']}" in md and label in md, label
+    check_schema(doc, "doctor")
+
+
 def test_report_command_renders_a_saved_report() -> None:
     result = run_loadscope("report", str(GOLDEN / "doctor_report.json"))
     assert result.code == 0, result.err
