@@ -12,12 +12,14 @@ over rounds (``bench_printed_vs_measured.py``'s loads: ``load_file``, the public
 clock, the same after ``loadscope warm``, ``loadscope.from_pretrained``; the peers by their
 own library's code), and ``load_file`` from a copy on the local disk (/var/tmp).
 
-Per route: the figures printed over the runs (median, range), the spread (largest
-distance from the median), the whole-load ratio and the median's difference from it.
+Per route: in how many answers it was printed; its figure in every run that measured
+it (median, range: a run may measure a route its answer does not print), the spread
+(largest distance from the median), the whole-load ratio and the median's difference.
 Targets (issue 49): every printed figure within 20% of the median of the runs and the
 median within 15% of the whole-load ratio; the routes that must carry a number in every
-run (the API, readahead and warm-first for safetensors, vLLM and SGLang; for
-transformers, loadscope.from_pretrained, readahead and warm-first). Exit 1 when missed.
+run (:data:`MUST`: the API for safetensors; readahead and warm-first for vLLM, SGLang
+and the shell; for transformers, loadscope.from_pretrained, readahead and warm-first).
+Exit 1 when missed.
 
 Run (root, FUSE): ``.venv/bin/python benchmarks/bench_answer_steady.py
 [--sizes 256MiB] [--budget 30] [--runs 5] [--rounds 3]``
@@ -124,7 +126,7 @@ def report(
     print(f"doctor took {', '.join(f'{w:.0f}' for w in walls)} s")
     print("whole cold loads, medians: " + ", ".join(f"{r} {s:.3g} s" for r, s in whole.items()))
     print()
-    print("| stack | route | printed in | printed (median, range) | spread | whole | diff |")
+    print("| stack | route | printed in | figure, median (range) | spread | whole | diff |")
     print("|---|---|---|---|---|---|---|")
     missed = []
     shown = [printed(d) for d in docs]

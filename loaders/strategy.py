@@ -202,8 +202,9 @@ class Strategy:
     sample_files: bool = True
     #: Libraries its :meth:`prepare` imports (the fork server imports them once for all
     #: trials), as a user's script imports them at its top; ``"transformers-model"`` also
-    #: names the model's modeling module (a strategy that counts that import as part of
-    #: its call, as ``from_pretrained`` pays it in a fresh process, does not name it).
+    #: names the model's modeling module, whose import the server times once and each
+    #: trial of ``from_pretrained`` adds to its time (``setup_s``), as a fresh process
+    #: pays it inside the call.
     preload: tuple[str, ...] = ()
     #: It builds the model with transformers (needs the model's config.json).
     builds_model: bool = False

@@ -243,6 +243,9 @@ def _host_routes() -> str:
     """The routes that change the host, not the loader: their trials are the doctor's own."""
     from loadscope.advice.placement_rules import COPY_ROUTE
     from loadscope.advice.storage_rules import MMAP_STACKS, READAHEAD_ROUTE
+    from loadscope.base.units import format_bytes
+    from loadscope.diagnosis.copy_trial import ROUNDS, SAMPLE_BYTES
+    from loadscope.diagnosis.readahead_trial import TRY_MAX_BACKGROUND, TRY_READAHEAD_KB
 
     stacks = ", ".join(f"`{stack}`" for stack, _ in MMAP_STACKS)
     return (
@@ -251,19 +254,21 @@ def _host_routes() -> str:
         "- **How it applies:** no code change (root; host-wide for the mount; it lasts"
         " until the next mount, and the shell route says how to keep it).\n"
         "- **Measured by:** the default load (`mmap`) rerun cold with `read_ahead_kb`"
-        " 8192 (and FUSE's `max_background` 64), in a run of its own whose trials the"
+        f" {TRY_READAHEAD_KB} (and FUSE's `max_background` {TRY_MAX_BACKGROUND}), in a run"
+        " of its own whose trials the"
         " figure cites as that run's, then put back.\n"
         "- **Against:** this run's `mmap` trial, cold.\n"
         f"- Shown for the shell and for every stack that loads through mmap ({stacks}),"
         " each with the commands to run first; estimated, not measured, where the"
         " doctor may not write the setting (not root, `--no-try-readahead`).\n\n"
-        "```bash\necho 8192 | sudo tee /sys/class/bdi/MAJ:MIN/read_ahead_kb\n```\n"
+        f"```bash\necho {TRY_READAHEAD_KB} | sudo tee /sys/class/bdi/MAJ:MIN/read_ahead_kb\n```\n"
         f"\n### The model copied to a local disk (`{COPY_ROUTE}`)\n\n"
         "- **How it applies:** a path change (the stack's code pointed at the copy, made"
         " first with `loadscope copy`).\n"
-        "- **Measured by:** the copy trial: whole files of the model (up to 256 MiB, the"
-        " whole model when smaller) copied to the local disk and loaded cold there with"
-        " `load_file`, against the same files in place, in turn over 3 rounds; the copy's"
+        "- **Measured by:** the copy trial: whole files of the model (up to"
+        f" {format_bytes(SAMPLE_BYTES)}, the whole model when smaller) copied to the local"
+        " disk and loaded cold there with `load_file`, against the same files in place, in"
+        f" turn over {ROUNDS} rounds; the copy's"
         " own time and its break-even in loads beside it.\n"
         "- **Against:** the same files loaded in place, cold.\n"
         "- Where the copy trial does not fit the budget: the probe's estimate, said as"

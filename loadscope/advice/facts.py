@@ -95,7 +95,7 @@ def ratio_terms(ratio: float, base: Summary, other: Summary) -> RatioTerms:
     trials = min(base.trials, other.trials)
     kind = "estimated" if any(is_estimate(s) for s in (base, other)) else "measured"
     count = _trial_count(other.trials, base.trials)
-    if trials >= 2 and high > UNSTEADY_SPREAD * low:
+    if max(base.trials, other.trials) >= 2 and high > UNSTEADY_SPREAD * low:
         how = f"unsteady: {low:.1f}x to {high:.1f}x over {count}"
     elif max(base.trials, other.trials) <= 1 and not fits:
         how = f"{kind} from {count}, no spread"

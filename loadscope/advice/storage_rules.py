@@ -43,13 +43,22 @@ _LASTING = (
 
 #: Storage whose readahead the fix raises (where a small one makes mmap latency-bound).
 READAHEAD_STORAGE = ("fuse", "network-fs", "network-block", "wsl")
+#: A readahead at least this large is not what holds mmap back.
+LARGE_READAHEAD_KB = 4096
+
+
+def small_readahead(storage_class: str, read_ahead_kb: int | None) -> bool:
+    """Network or FUSE storage with a readahead the fix would raise."""
+    return (
+        storage_class in READAHEAD_STORAGE
+        and read_ahead_kb is not None
+        and read_ahead_kb < LARGE_READAHEAD_KB
+    )
 
 
 def rule_readahead(f: Facts) -> list[Recommendation]:
     """Raise a small readahead on network or FUSE storage where mmap is latency-bound."""
-    if f.storage_class not in READAHEAD_STORAGE:
-        return []
-    if f.read_ahead_kb is None or f.read_ahead_kb >= 4096:
+    if not small_readahead(f.storage_class, f.read_ahead_kb):
         return []
     mmap_bps = f.rate("mmap")
     if f.limit_bytes_per_s and mmap_bps and mmap_bps >= HEALTHY_FRACTION * f.limit_bytes_per_s:

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 
 from loadscope.actions.localcopy import copy_model
 from loadscope.advice.facts import Facts, ratio_terms
-from loadscope.advice.placement_rules import COPY_ROUTE
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
+from loadscope.diagnosis.trial_plan import TRIAL_OVERHEAD_S
 from loadscope.engine.bench import BenchCancelled, BenchError, BenchOptions, Summary, run_bench
 from loadscope.loaders.strategies import DEFAULT
 from loadscope.model.targets import Target, resolve
@@ -42,15 +42,12 @@ from loadscope.model.targets import Target, resolve
 SAMPLE_BYTES = 256 << 20
 #: Rounds of the two cold loads (in place, then the copy; the next round the other way).
 ROUNDS = 3
-#: A trial's fixed cost (fork, eviction and its check, digests), as the plan counts it.
-TRIAL_OVERHEAD_S = 0.4
 
 
 @dataclass(slots=True)
 class CopyTrial:
     """What the copy trial measured, or why it did not run (``reason``)."""
 
-    files: int = 0
     sample_bytes: int = 0
     model_bytes: int = 0
     where: str = ""
@@ -123,7 +120,7 @@ def measure_copy(
         trial.reason = "no local disk to copy to"
         return _say(rec, trial)
     picked = sample_files(target)
-    trial.files, trial.where = len(picked), disk.directory
+    trial.where = disk.directory
     trial.sample_bytes = sum(target.files[i].size_bytes for i in picked)
     share = trial.sample_bytes / max(1, target.total_bytes)
     mmap_s = (facts.seconds(DEFAULT) or 0.0) * share
@@ -139,7 +136,12 @@ def measure_copy(
             f" (--budget {math.ceil(need - left + 1)} more measures it)"
         )
         return _say(rec, trial)
-    if trial.sample_bytes + (64 << 20) > shutil.disk_usage(disk.directory).free:
+    try:
+        free = shutil.disk_usage(disk.directory).free
+    except OSError as exc:  # the disk gone or unreadable since the probe
+        trial.reason = f"cannot use {disk.directory}: {exc.strerror or exc}"
+        return _say(rec, trial)
+    if trial.sample_bytes + (64 << 20) > free:
         trial.reason = f"{disk.directory} has no room for {format_bytes(trial.sample_bytes)}"
         return _say(rec, trial)
     sample = Target(
@@ -149,7 +151,11 @@ def measure_copy(
         tuple(target.files[i] for i in picked),
     )
     # Named after this process: a run killed outright leaves it to the next one to remove.
-    folder = owned_tempdir("loadscope-copy-trial-", disk.directory)
+    try:
+        folder = owned_tempdir("loadscope-copy-trial-", disk.directory)
+    except OSError as exc:  # not writable (any more)
+        trial.reason = f"cannot write in {disk.directory}: {exc.strerror or exc}"
+        return _say(rec, trial)
     try:
         t0 = time.perf_counter()
         copy_model(sample, folder / "model", cancel=cancel)
@@ -216,7 +222,6 @@ def _say(rec: Recommendation, trial: CopyTrial) -> CopyTrial:
     ]
     for snip in rec.snippets:
         snip.speedup, snip.how, snip.low, snip.high = gain, terms.how, terms.low, terms.high
-        snip.strategy, snip.what = COPY_ROUTE, "the model copied to a local disk"
         snip.proxy = f"load_file from a copy of {what} on {trial.where}, against in place"
         snip.note = ""
     return trial

@@ -98,7 +98,7 @@ def verify_readahead(
 
     storage = probe.primary.storage
     bdi = storage.bdi.data
-    before = next((s for s in bench.summary if s.strategy == DEFAULT and s.cache == "cold"), None)
+    before = _cold(bench, DEFAULT)
     if bdi is None or before is None or not before.median_seconds:
         failures.append("readahead check: no bdi or no cold mmap trial to compare with")
         return
@@ -117,20 +117,20 @@ def verify_readahead(
             # A large readahead streams whole files: a sample of small ranges does not let
             # it (at 1 GiB a sampled estimate said 5.4x where whole loads gave 10.1x).
             # Where the estimate says two whole loads are cheap, they are measured.
-            est = next((s for s in after.summary if s.cache == "cold"), None)
+            est = _cold(after, DEFAULT)
             whole_s = est.extrapolated_median_seconds if est is not None else None
             if sample is not None and whole_s is not None and 2 * whole_s <= WHOLE_READAHEAD_S:
                 after = run_bench(
                     target, BenchOptions(strategies=(DEFAULT,), repeats=2, warmup=False)
                 )
-            raised = next((s for s in after.summary if s.cache == "cold"), None)
+            raised = _cold(after, DEFAULT)
             speedup = _whole_s(before) / max(_whole_s(raised), 1e-9) if raised else 1.0
             hf_after = _from_pretrained_raised(target, bench, speedup, failures)
     except (OSError, BenchError) as exc:
         failures.append(f"readahead check: {exc}")
         rec.evidence.append(Evidence("not verified", f"could not set readahead: {exc}"))
         return
-    summary = next((s for s in after.summary if s.cache == "cold"), None)
+    summary = raised
     if summary is None or not summary.median_seconds:
         failures.append("readahead check: the mmap trial with raised readahead failed")
         return
@@ -200,10 +200,12 @@ def _credit_transformers(
         ok = [t.id for t in hf_after.trials if t.status == "ok"] if hf_after else []
         snip.speedup, snip.how, snip.low, snip.high = gain, terms.how, terms.low, terms.high
         snip.baseline, snip.note = HF_BASELINE, ""
-        snip.proxy = (
-            f"from_pretrained with read_ahead_kb={TRY_READAHEAD_KB}: its own run's trials"
-            f" #{', #'.join(map(str, ok))}"
-        )
+        snip.proxy = f"from_pretrained with read_ahead_kb={TRY_READAHEAD_KB}: {_own_run(ok)}"
+
+
+def _own_run(ids: list[int]) -> str:
+    """ "its own run's trials #1, #2" (or "trial #1"): numbered in a run of their own."""
+    return f"its own run's trial{'s' if len(ids) > 1 else ''} #{', #'.join(map(str, ids))}"
 
 
 def _credit_readahead(rec: Recommendation, before: Summary, after: Summary, ok: list[int]) -> None:
@@ -218,10 +220,7 @@ def _credit_readahead(rec: Recommendation, before: Summary, after: Summary, ok: 
     rec.how = terms.how
     # Its trials are numbered in a run of their own: cited as that run's, never as
     # this run's trials of the same numbers.
-    own_run = (
-        f"mmap with read_ahead_kb={TRY_READAHEAD_KB}: its own run's trials"
-        f" #{', #'.join(map(str, ok))}"
-    )
+    own_run = f"mmap with read_ahead_kb={TRY_READAHEAD_KB}: {_own_run(ok)}"
     rec.evidence.append(
         Evidence(
             f"mmap cold with read_ahead_kb={TRY_READAHEAD_KB} (restored afterwards;"

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadscope.advice.storage_rules import READAHEAD_STORAGE
+from loadscope.advice.storage_rules import small_readahead
 from loadscope.base.errors import LoadscopeError
 from loadscope.engine.bench import GPU_STRATEGIES, BenchError, describe_strategies
 from loadscope.engine.broadcast import MODES, Mode
-from loadscope.engine.planning import CostModel, plan_budget
+from loadscope.engine.planning import CostModel, plan_budget, runs_once
 from loadscope.engine.probing import ProbeReport
-from loadscope.engine.sampling import fit_fractions
 from loadscope.loaders.strategies import (
     DEFAULT,
     DEFAULT_LOADS,
@@ -237,6 +236,7 @@ def plan_trials(
     """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)``
     trials, with the bytes each trial's sample may hold: the planner
     (:func:`~loadscope.engine.planning.plan_budget`) on the probe's rates."""
+    whole_only = _whole_only(probe, {s for s, _ in trials})
     plan = plan_budget(
         cost_model(probe, trials),
         trials,
@@ -244,7 +244,7 @@ def plan_trials(
         budget_s,
         repeats=PLANNED_REPEATS,
         floor_bytes=MIN_SAMPLE_BYTES,
-        whole_only=_whole_only(probe, {s for s, _ in trials}),
+        whole_only=whole_only,
         # Where the model builds with transformers its answer leads with transformers:
         # from_pretrained and its routes get one whole load before the others' trials.
         first=frozenset(TRANSFORMERS_STRATEGIES),
@@ -256,7 +256,10 @@ def plan_trials(
             # The default load is the denominator of every speed-up: its error multiplies
             # into all of them (a 1% sample of 1 GiB put mmap at +19%, every ratio +37%).
             sizes[key] = max(nbytes, min(total, int(BASELINE_SHARE * total)))
-    sample = min(sizes.values()) if sizes else None
+    # The sample: what the sampled trials read (a whole-only trial's size only says
+    # whether it runs whole, once, or not at all).
+    sampled = [n for (name, _), n in sizes.items() if name not in whole_only]
+    sample = min(sampled or sizes.values()) if sizes else None
     return plan.repeats, sample, sizes
 
 
@@ -379,8 +382,9 @@ def readahead_reserve_s(probe: ProbeReport, allowed: bool) -> float:
     it ran after their deadline and the doctor took 13% over its budget."""
     mount = probe.primary.storage.mount.data
     bdi = probe.primary.storage.bdi.data
-    small = bdi is not None and bdi.read_ahead_kb is not None and bdi.read_ahead_kb < 4096
-    if not allowed or mount is None or mount.storage_class not in READAHEAD_STORAGE or not small:
+    if not allowed or mount is None or bdi is None:
+        return 0.0
+    if not small_readahead(mount.storage_class, bdi.read_ahead_kb):
         return 0.0
     # A raised readahead streams with many requests in flight: near the parallel read's
     # rate (1 GiB in 1.2 s where the probe's best parallel read was 1.6 GB/s).
@@ -450,7 +454,10 @@ def plan_doctor(
         remaining *= 0.5
     repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
     if formats == {"safetensors"} and (sample is not None or repeats < max(PLANNED_REPEATS)):
-        strategies, trials, planned = _focused(probe, strategies, trials, remaining, failures)
+        before = (repeats, sample, sample_sizes)
+        strategies, trials, planned = _focused(
+            probe, strategies, trials, remaining, before, failures
+        )
         repeats, sample, sample_sizes = planned or (repeats, sample, sample_sizes)
     if formats != {"safetensors"}:
         sample, sample_sizes = None, {}  # torch checkpoints load whole
@@ -467,10 +474,12 @@ def _focused(
     strategies: tuple[str, ...],
     trials: list[tuple[str, str]],
     remaining: float,
+    before: tuple[int, int | None, dict[tuple[str, str], int]],
     failures: list[str],
 ) -> tuple[tuple[str, ...], list[tuple[str, str]], tuple[int, int | None, dict[Any, int]] | None]:
     """Where every strategy cannot run whole twice: the routes' strategies and their
-    defaults alone (:data:`FAVOURED`), when that buys them more rounds or bigger samples;
+    defaults alone (:data:`FAVOURED`), when that buys them more than ``before`` (the plan
+    of every strategy) does: more of them run, more rounds, or bigger samples;
     loadscope's own readers and the other evidence are then left out, said with the
     budget that runs them. The figures printed under a fix come first: a figure from one
     sampled trial swung 2x between runs."""
@@ -479,7 +488,6 @@ def _focused(
     if not left_out or not kept:
         return strategies, trials, None
     fewer = [t for t in trials if t[0] in kept]
-    before = plan_trials(probe, trials, remaining)
     after = plan_trials(probe, fewer, remaining)
     if _worth(probe, fewer, after) <= _worth(probe, fewer, before):
         return strategies, trials, None
@@ -501,8 +509,11 @@ def _worth(
     repeats, _sample, sizes = planned
     total = int(probe.target["total_bytes"])
     whole_only = _whole_only(probe, {s for s, _ in trials})
-    loads = repeats + sum(fit_fractions(repeats))
-    run = [t for t in trials if t[0] not in whole_only or sizes.get(t, total) * loads >= total]
+    run = [
+        t
+        for t in trials
+        if t[0] not in whole_only or runs_once(sizes.get(t, total), total, repeats)
+    ]
     return len(run), repeats, sum(sizes.get(t, total) for t in run)
 
 

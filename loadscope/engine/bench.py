@@ -558,8 +558,14 @@ class _Plan:
         deadline = self.run.options.deadline
         if deadline is None:
             return False
+        once = self.run.sampled.once
         last = max(t.repeat for t in self.trials)
-        ran = [t for t in self.trials if t.repeat == last and not t.fit]
+        # The last round's trials that a next round repeats (not those run whole once).
+        ran = [
+            t
+            for t in self.trials
+            if t.repeat == last and not t.fit and (t.strategy, t.cache) not in once
+        ]
         took = sum(t.wall_s or 0.0 for t in ran)
         left = deadline - time.monotonic()
         room = left / 1.2
@@ -570,31 +576,23 @@ class _Plan:
         elif last >= 1:
             # Else the favoured strategies' trials of it that fit, the quickest first: a
             # figure printed under a fix gets its spread before a reader that is evidence.
-            chosen = self._quickest((t for t in ran if t.strategy in favoured), room)
+            chosen, room = self._quickest((t for t in ran if t.strategy in favoured), room)
             added = [t for t in self.round_of(last + 1) if (t.strategy, t.cache) in chosen]
-            room -= sum(t.wall_s or 0.0 for t in ran if (t.strategy, t.cache) in chosen)
-        once = self.run.sampled.once
-        whole = [
-            t
-            for t in self.trials
-            if t.repeat == 1 and not t.fit and (t.strategy, t.cache) in once
-            if t.strategy in favoured and t.status == "ok"
-        ]
-        again = self._quickest(whole, room)
-        added += [
-            Trial(0, t.strategy, t.cache, last + 1, False, scope=t.scope)
-            for t in whole
-            if (t.strategy, t.cache) in again
-        ]
+        whole = [t for t in self.trials if t.repeat == 1 and (t.strategy, t.cache) in once]
+        whole = [t for t in whole if t.strategy in favoured and t.status == "ok"]
+        keys, _room = self._quickest(whole, room)
+        again = [t for t in whole if (t.strategy, t.cache) in keys]
+        added += [Trial(0, t.strategy, t.cache, last + 1, False, scope=t.scope) for t in again]
         self.trials += added
         return bool(added)
 
     @staticmethod
-    def _quickest(trials: Iterable[Trial], room: float) -> set[TrialKey]:
-        """The (strategy, cache) of ``trials`` that fit ``room`` seconds, quickest first."""
+    def _quickest(trials: Iterable[Trial], room: float) -> tuple[set[TrialKey], float]:
+        """The (strategy, cache) of ``trials`` that fit ``room`` seconds, quickest first,
+        and the room they leave."""
         chosen: set[TrialKey] = set()
         for t in sorted(trials, key=lambda t: t.wall_s or 0):
             if t.wall_s and t.wall_s <= room:
                 chosen.add((t.strategy, t.cache))
                 room -= t.wall_s
-        return chosen
+        return chosen, room

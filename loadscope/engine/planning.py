@@ -64,6 +64,24 @@ class Plan:
         return min(self.sizes.values()) if self.sizes else None
 
 
+def sampled_loads(repeats: int) -> float:
+    """The model's worth of loads a sampled trial's rounds add up to per byte of its
+    sample: ``repeats`` samples and the fit's smaller ones."""
+    return max(1, repeats) + sum(fit_fractions(repeats))
+
+
+def once_bytes(model_bytes: int, repeats: int) -> int:
+    """The sample size that says "run whole, once": its sampled rounds would read at
+    least one whole model (:func:`runs_once`)."""
+    return math.ceil(model_bytes / sampled_loads(repeats)) + 1
+
+
+def runs_once(sample_bytes: int, model_bytes: int, repeats: int) -> bool:
+    """Whether one whole load costs no more than the sampled rounds of ``sample_bytes``
+    (the bench then runs the trial whole, once, in round 1)."""
+    return model_bytes <= sampled_loads(repeats) * sample_bytes
+
+
 #: How much a whole-only trial's whole load counts when whole loads are handed out.
 WHOLE_ONLY_WEIGHT = 0.5
 
@@ -188,6 +206,6 @@ def plan_budget(
         nbytes = model_bytes if t in capped else int(share / per_byte)
         if t in once:
             # Its samples' bytes add up to one whole load: the bench runs it whole, once.
-            nbytes = math.ceil(model_bytes / loads_per_trial) + 1
+            nbytes = once_bytes(model_bytes, chosen)
         sizes[t] = int(min(model_bytes, max(floor_bytes, nbytes)))
     return Plan(chosen, sizes, whole[-1])

@@ -21,7 +21,7 @@ from typing import Any
 
 from loadscope.base.units import format_bytes
 from loadscope.engine.bench_records import BenchOptions, Listener, Trial
-from loadscope.engine.planning import CostModel, plan_budget
+from loadscope.engine.planning import CostModel, plan_budget, runs_once
 from loadscope.engine.sampling import (
     MIDDLE_FRACTION,
     SHARD_OVERSHOOT,
@@ -33,7 +33,6 @@ from loadscope.engine.sampling import (
     choose_shards,
     extrapolate,
     fit,
-    fit_fractions,
     sample_size,
     smaller_sample,
     smaller_shards,
@@ -63,10 +62,15 @@ def _unsampled_reason(info: dict[str, Any], whole: int, sample: int, smallest: i
             f"the smallest ({format_bytes(smallest)}) is over {SHARD_OVERSHOOT:g}x the sample"
         )
     parts.append(
-        f"and a whole load ({format_bytes(whole)}) is {whole / max(sample, 1):.0f}x the"
+        f"and a whole load ({format_bytes(whole)}) is {_times(whole / max(sample, 1))} the"
         f" {format_bytes(sample)} sample the budget allows"
     )
     return ", ".join(parts)
+
+
+def _times(factor: float) -> str:
+    """ "1.9x", "12x": one decimal under 10 (the doctor scales its budget hint by it)."""
+    return f"{factor:.1f}x" if factor < 10 else f"{factor:.0f}x"
 
 
 def choose_scopes(
@@ -100,7 +104,7 @@ def choose_scopes(
         name = key[0]
         info = available[name]
         want = sizes[key]
-        once_is_cheaper = total <= (max(1, repeats) + sum(fit_fractions(repeats))) * want
+        once_is_cheaper = runs_once(want, total, repeats)
         if want >= total or (
             once_is_cheaper and (info.get("samples") is False or fits_whole(name))
         ):

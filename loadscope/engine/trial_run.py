@@ -41,7 +41,6 @@ from loadscope.engine.supervise import Events, supervise
 from loadscope.engine.trials import digest_mismatch, exit_reason, kill_group, reference_digests
 from loadscope.loaders.cachestate import prepare_cache
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
-from loadscope.loaders.safetensors_format import read_header
 from loadscope.model.targets import WeightFile
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.system import oom_kills
@@ -81,7 +80,10 @@ def describe_strategies() -> dict[str, dict[str, Any]]:
 
 
 def bounded_reference(
-    files: list[WeightFile], tensors: Mapping[Path, tuple[str, ...] | None], timeout_s: float
+    files: list[WeightFile],
+    tensors: Mapping[Path, tuple[str, ...] | None],
+    timeout_s: float,
+    names_of: dict[Path, tuple[str, ...]] | None = None,
 ) -> dict[str, str]:
     """The reference read, given at most ``timeout_s``: storage that stops answering makes
     a clear error, not a hang (the stuck read stays in its thread until the storage
@@ -91,7 +93,7 @@ def bounded_reference(
 
     def read() -> None:
         try:
-            out.append(reference_digests(files, tensors))
+            out.append(reference_digests(files, tensors, names_of))
         except BaseException as exc:  # noqa: BLE001  (re-raised below, in the caller)
             errors.append(exc)
 
@@ -124,12 +126,13 @@ def bounded_references(
                 had = union.get(path, ())
                 union[path] = None if names is None or had is None else (*had, *names)
     inside = files if every else [f for f in files if f.path in union]
-    read = bounded_reference(inside, union, timeout_s) if inside else {}
+    names_of: dict[Path, tuple[str, ...]] = {}
+    read = bounded_reference(inside, union, timeout_s, names_of) if inside else {}
     out = {0: read} if every else {}
     for key, subset in subsets.items():
         kept: set[str] = set()
         for path, some in subset.items():
-            kept.update(some if some is not None else (t.name for t in read_header(path).tensors))
+            kept.update(some if some is not None else names_of.get(path, ()))
         out[key] = {n: d for n, d in read.items() if n in kept}
     return out
 
@@ -139,15 +142,14 @@ def _preload_for(strategy: str, files: list[WeightFile]) -> list[str]:
     import once (``transformers-model``: the modeling module of the model's config.json,
     read here as JSON: the parent never imports transformers)."""
     from loadscope.loaders.strategies import STRATEGIES
+    from loadscope.loaders.strategies.transformers_load import modeling_module
 
     wanted = getattr(STRATEGIES.get(strategy), "preload", ())
     out = [m for m in wanted if m != "transformers-model"]
-    if "transformers-model" in wanted and files:
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-            config = json.loads((files[0].path.parent / "config.json").read_text())
-            kind = str(config["model_type"]).replace("-", "_")
-            if kind.isidentifier():
-                out.append(f"transformers.models.{kind}.modeling_{kind}")
+    # (A config.json with no model_type raised KeyError here: a traceback.)
+    module = modeling_module(str(files[0].path.parent)) if files else None
+    if "transformers-model" in wanted and module is not None:
+        out.append(module)
     return out
 
 

@@ -21,10 +21,9 @@ import os
 import signal
 import statistics
 import subprocess
+import threading
 import zlib
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -78,18 +77,23 @@ REFERENCE_CHUNK = 4 << 20
 
 
 def reference_digests(
-    files: list[WeightFile], tensors: Mapping[Path, tuple[str, ...] | None]
+    files: list[WeightFile],
+    tensors: Mapping[Path, tuple[str, ...] | None],
+    names_of: dict[Path, tuple[str, ...]] | None = None,
 ) -> dict[str, str]:
     """crc32 of each tensor's bytes read straight from the file at its header offsets
     (``tensors``: per file, the names to read; a file not in it: all of them), read in
     :data:`REFERENCE_CHUNK` pieces with :data:`REFERENCE_THREADS` in flight, each
-    tensor's crc taken over its pieces in order."""
+    tensor's crc taken over its pieces in order. ``names_of``, when given, receives every
+    file's tensor names (from the headers this read anyway)."""
     pieces: list[tuple[str, int, int, int]] = []  # (tensor, fd, offset, length)
-    empty: list[str] = []
+    crcs: dict[str, tuple[int, int]] = {}
     fds: list[int] = []
     try:
         for wf in files:
             header = read_header(wf.path)
+            if names_of is not None:
+                names_of[wf.path] = tuple(t.name for t in header.tensors)
             wanted = tensors.get(wf.path)
             names = set(wanted) if wanted is not None else None
             fd = os.open(wf.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -98,29 +102,59 @@ def reference_digests(
                 if names is not None and t.name not in names:
                     continue
                 start = header.data_offset + t.begin
-                if not t.nbytes:
-                    empty.append(t.name)
+                crcs[t.name] = (0, 0)
                 for o in range(0, t.nbytes, REFERENCE_CHUNK):
                     pieces.append((t.name, fd, start + o, min(REFERENCE_CHUNK, t.nbytes - o)))
-        crcs: dict[str, tuple[int, int]] = dict.fromkeys(empty, (0, 0))
-        with ThreadPoolExecutor(REFERENCE_THREADS, thread_name_prefix="reference") as pool:
-            window: deque[tuple[str, Future[bytes]]] = deque()
-            for name, fd, offset, length in pieces:
-                window.append((name, pool.submit(os.pread, fd, length, offset)))
-                if len(window) >= 2 * REFERENCE_THREADS:
-                    _fold(crcs, *window.popleft())
-            while window:
-                _fold(crcs, *window.popleft())
+        for i, data in _in_order([(fd, off, n) for _, fd, off, n in pieces]):
+            name = pieces[i][0]
+            crc, size = crcs[name]
+            crcs[name] = (zlib.crc32(data, crc), size + len(data))
     finally:
         for fd in fds:
             os.close(fd)
     return {name: f"{crc:08x}:{size}" for name, (crc, size) in crcs.items()}
 
 
-def _fold(crcs: dict[str, tuple[int, int]], name: str, piece: Future[bytes]) -> None:
-    data = piece.result()
-    crc, size = crcs.get(name, (0, 0))
-    crcs[name] = (zlib.crc32(data, crc), size + len(data))
+def _in_order(reads: Sequence[tuple[int, int, int]]) -> Iterator[tuple[int, bytes]]:
+    """``(index, bytes)`` of each ``(fd, offset, length)`` pread, in order, with
+    :data:`REFERENCE_THREADS` daemon threads reading at most twice that many ahead. Daemon
+    threads: a read stuck on storage that stopped answering must not keep the process
+    from exiting (a pool's threads are joined at exit), as the caller's timeout says."""
+    slots: list[bytes | BaseException | None] = [None] * len(reads)
+    ready = [threading.Event() for _ in reads]
+    ahead = threading.Semaphore(2 * REFERENCE_THREADS)
+    lock, stop = threading.Lock(), threading.Event()
+    todo = iter(range(len(reads)))
+
+    def work() -> None:
+        while True:
+            ahead.acquire()
+            with lock:
+                i = next(todo, None)
+            if i is None or stop.is_set():
+                ahead.release()
+                return
+            fd, offset, length = reads[i]
+            try:
+                slots[i] = os.pread(fd, length, offset)
+            except BaseException as exc:  # noqa: BLE001  (raised in the reader, in order)
+                slots[i] = exc
+            ready[i].set()
+
+    for _ in range(min(REFERENCE_THREADS, len(reads))):
+        threading.Thread(target=work, daemon=True, name="reference-piece").start()
+    try:
+        for i in range(len(reads)):
+            ready[i].wait()
+            got, slots[i] = slots[i], None
+            ahead.release()
+            if isinstance(got, BaseException):
+                raise got
+            yield i, got or b""
+    finally:
+        stop.set()  # and wake the readers waiting for room, so that they end
+        for _ in range(REFERENCE_THREADS):
+            ahead.release()
 
 
 def digest_mismatch(reference: Mapping[str, str], digests: Mapping[str, str]) -> str | None:

@@ -65,6 +65,7 @@ def test_a_favoured_trial_run_whole_once_joins_the_extra_rounds() -> None:
     ]
     assert plan.another_round()
     assert sorted(t.strategy for t in plan.trials if t.repeat == 3) == ["hf", "mmap"]
+    assert all(t.wall_s is None and t.id == 0 for t in plan.trials if t.repeat == 3)  # not run
     tight = _Plan(run, list(walls), ["cold"])  # type: ignore[arg-type]
     tight.trials = [replace(t, wall_s=walls[t.strategy], status="ok") for t in tight.trials]
     run.options = replace(options, deadline=time.monotonic() + 5.0)

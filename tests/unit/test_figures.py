@@ -174,6 +174,11 @@ def test_a_route_whose_trials_spread_says_so_where_its_number_is() -> None:
     for name in ("mmap", "runai"):
         f.cold[name] = replace(f.cold[name], trials=3)
     assert f.how_obtained("runai") == "measured ±9%"
+    # One side's trials alone spread past 25%: unsteady too (it printed "±75% from 1
+    # trial and its default's 3" as a plain figure).
+    f.cold["runai"] = replace(f.cold["runai"], trials=1, min_seconds=0.31, max_seconds=0.31)
+    f.cold["mmap"] = replace(f.cold["mmap"], min_seconds=2.0, max_seconds=4.0)
+    assert f.how_obtained("runai").startswith("unsteady: "), f.how_obtained("runai")
 
 
 def test_a_route_skipped_at_this_budget_says_the_budget_that_measures_it() -> None:

@@ -414,3 +414,19 @@ def test_diffusers_route_runs_as_printed(pipeline_folder: tuple[Path, Any], rout
     got = loaded.state_dict()
     assert set(got) == set(want)
     assert all(torch.equal(got[k], want[k]) and got[k].dtype == want[k].dtype for k in want)
+
+
+def test_a_config_without_a_model_type_preloads_no_modeling_module(tmp_path: Path) -> None:
+    """The fork server's preload list read config.json's model_type itself and raised
+    KeyError (a traceback) on a config.json without one; it uses the strategies' own
+    reading, which says it cannot tell."""
+    import json as _json
+
+    from loadscope.engine.trial_run import _preload_for
+    from loadscope.model.targets import WeightFile
+
+    (tmp_path / "config.json").write_text(_json.dumps({"architectures": ["X"]}))
+    files = [WeightFile(tmp_path / "model.safetensors", 1, "safetensors")]
+    assert not [m for m in _preload_for("hf-pretrained", files) if "modeling_" in m]
+    (tmp_path / "config.json").write_text(_json.dumps({"model_type": "llama"}))
+    assert "transformers.models.llama.modeling_llama" in _preload_for("hf-pretrained", files)
