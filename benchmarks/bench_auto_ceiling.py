@@ -42,7 +42,7 @@ from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import BenchOptions, BenchReport, run_bench
 from loadscope.engine.probing import run_probes
 from loadscope.loaders.buffers import o_direct_ok
-from loadscope.loaders.strategies.parallel import parallel_read
+from loadscope.loaders.parallelread import parallel_read
 from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache
 from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk

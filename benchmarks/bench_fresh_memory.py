@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from loadscope.base.memory import fresh_memory
-from loadscope.loaders.strategies.parallel import parallel_read
+from loadscope.loaders.parallelread import parallel_read
 from loadscope.probes.pagecache import ColdCache
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize

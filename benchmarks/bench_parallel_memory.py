@@ -21,7 +21,7 @@ from pathlib import Path
 from bench_args import emulated_parser
 
 from loadscope.base.memory import fresh_memory
-from loadscope.loaders.strategies import parallel
+from loadscope.loaders import parallelread as parallel
 from loadscope.loaders.strategy import FileRequest
 from loadscope.model.targets import resolve
 from loadscope.probes.pagecache import ColdCache

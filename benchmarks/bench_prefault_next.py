@@ -26,7 +26,7 @@ from pathlib import Path
 
 from loadscope.base.memory import fresh_memory
 from loadscope.base.units import parse_size
-from loadscope.loaders.strategies.parallel import parallel_read
+from loadscope.loaders.parallelread import parallel_read
 from loadscope.probes.pagecache import ColdCache
 from loadscope.tools.emulator import EmulatorSettings, emulated_disk, fuse_unavailable_reason
 from loadscope.tools.synth import synthesize

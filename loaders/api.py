@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.loaders import autoread, nodeshare
 from loadscope.loaders.apichecks import (
     check_device,
     check_hints,
@@ -39,7 +40,8 @@ from loadscope.loaders.apichecks import (
 )
 from loadscope.loaders.loadrecord import FileChoice, LoadRecord, check_record, timed_call
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.loaders.strategy import FileRequest, LoadContext, Strategy
+from loadscope.loaders.strategy import FileRequest, knob_value
+from loadscope.probes.pagecache import sampled_residency
 
 if TYPE_CHECKING:
     import torch
@@ -295,10 +297,11 @@ def _load_file(spath: str, checked: CheckedOptions) -> dict[str, torch.Tensor]:
     shared = _node_shared(request, header, knobs, hinted, checked.local_ranks, record)
     if shared is not None:
         return shared
-    ctx = LoadContext(knobs=knobs, hints=hinted, device="cpu")
+    read = autoread.settings(knobs, hinted)
     started = time.monotonic()
     try:
-        tensors = dict(_fast_path().load([request], ctx))
+        choice = autoread.choose(request, read)
+        tensors = dict(autoread.load(request, choice, read))
     except LoadscopeError as exc:
         raise as_api_error(exc) from None
     except FileNotFoundError:
@@ -309,10 +312,19 @@ def _load_file(spath: str, checked: CheckedOptions) -> dict[str, torch.Tensor]:
         reason = exc.strerror or str(exc)
         raise LoadReadFailed(f"read failed: {reason} (errno {exc.errno})", path=spath) from None
     seconds = time.monotonic() - started
-    choice = _choice_of(ctx, request, seconds)
+    made = FileChoice(
+        path=request.path,
+        strategy=choice.strategy,
+        reason=choice.reason,
+        size_bytes=request.size_bytes,
+        seconds=seconds,
+        residency=choice.residency,
+        threads=choice.threads,
+        block_bytes=choice.block_bytes,
+    )
     if record is not None:
-        record.files.append(choice)
-    log.info("%s: %s (%s) in %.3g s", spath, choice.strategy, choice.reason, seconds)
+        record.files.append(made)
+    log.info("%s: %s (%s) in %.3g s", spath, made.strategy, made.reason, seconds)
     return _to_device(tensors, device)
 
 
@@ -326,15 +338,11 @@ def _node_shared(
 ) -> dict[str, torch.Tensor] | None:
     """The file read once for the node (``loaders/nodeshare.py``) when several local ranks
     load it cold; None to load it alone (one process, a resident file, or why not, said)."""
-    from loadscope.loaders import nodeshare
-    from loadscope.loaders.strategies.auto import RESIDENT_ENOUGH
-    from loadscope.probes.pagecache import sampled_residency
-
     ranks = nodeshare.local_ranks(local_ranks)
     if ranks is None:
         return None
     fraction = sampled_residency(request.path, windows=16)
-    if fraction is not None and fraction >= RESIDENT_ENOUGH:
+    if fraction is not None and fraction >= autoread.RESIDENT_ENOUGH:
         return None  # mapped from the page cache: one copy for the node already
     threads, block, direct = nodeshare.settings(request.path, knobs, hints)
     try:
@@ -402,15 +410,11 @@ def _load_to_device(
     into a bounded ring of pinned host buffers, each copied to the device while the next
     is read, tensors created on the device (never a whole CPU copy, never a pageable
     ``.to()``). ``threads`` and ``block_bytes`` are the readers' when given."""
-    from loadscope.loaders.staged import StagingError, staged_load
-    from loadscope.loaders.strategies.staged_cuda import Staged
+    from loadscope.loaders.staged import KNOBS, StagingError, staged_load
 
-    staged = Staged()
-    ctx = LoadContext(
-        knobs={k: v for k, v in knobs.items() if k in ("threads", "block_bytes")}, device=device
-    )
-    slots, slot_bytes, threads, block = ctx.knob_values(
-        staged, "slots", "slot_bytes", "threads", "block_bytes"
+    given = {k: v for k, v in knobs.items() if k in ("threads", "block_bytes")}
+    slots, slot_bytes, threads, block = (
+        knob_value(KNOBS, name, given) for name in ("slots", "slot_bytes", "threads", "block_bytes")
     )
     notes: dict[str, Any] = {}
     started = time.monotonic()
@@ -454,28 +458,6 @@ def _load_to_device(
     return tensors
 
 
-def _fast_path() -> Strategy:
-    from loadscope.loaders.strategies.auto import Auto
-
-    return Auto()
-
-
-def _choice_of(ctx: LoadContext, request: FileRequest, seconds: float) -> FileChoice:
-    made = (ctx.notes.get("choices") or [{}])[-1]
-    how = str(made.get("choice", "mmap"))
-    cold = how != "mmap"
-    return FileChoice(
-        path=request.path,
-        strategy=how,
-        reason=str(made.get("reason", "")),
-        size_bytes=request.size_bytes,
-        seconds=seconds,
-        residency=made.get("residency"),
-        threads=made.get("threads") if cold else None,
-        block_bytes=made.get("block_bytes") if cold else None,
-    )
-
-
 # -- torch checkpoints (for load_model) ---------------------------------------------------------
 
 
@@ -488,9 +470,9 @@ def load_torch_file(
     anything a weights-only load refuses is refused without being unpickled, and torch
     older than 2.6 is refused (its weights-only loader could run code).
     """
-    from loadscope.loaders.strategies.pickle_load import PickleMmap
     from loadscope.loaders.torch_format import read_torch_info
     from loadscope.loaders.torch_safety import refuse_unsafe_torch
+    from loadscope.loaders.torchload import torch_load
 
     spath = os.fspath(path)
     record = check_record(record)
@@ -509,7 +491,7 @@ def load_torch_file(
             )
         refuse_unsafe_torch()
         request = FileRequest(spath, info.file_size, "torch")
-        tensors = dict(PickleMmap().load([request], LoadContext()))
+        tensors = dict(torch_load(request.path, "cpu", use_mmap=True))
     except LoadscopeError as exc:
         raise as_api_error(exc) from None
     seconds = time.monotonic() - started

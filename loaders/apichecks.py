@@ -1,7 +1,7 @@
 """The public loader API's argument checks: each raises one ValueError naming what it
 must be, before any byte is read (``loaders/api.py`` re-exports them).
 
-May import: ``loadscope.loaders.strategies``, ``loadscope.base``.
+May import: ``loadscope.loaders.autoread`` (the knobs' declaration), ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -9,22 +9,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from loadscope.loaders.autoread import KNOBS
+
+#: The knobs the API's options are checked against: ``auto``'s declaration.
+_DECLARED = {k.name: k for k in KNOBS}
+
 
 def check_knobs(threads: int | None, block_bytes: int | None, direct: str) -> dict[str, Any]:
     """The API's knobs checked (ValueError naming the bad one) and as a strategy's knobs.
 
     The same declaration as the ``auto`` strategy's knobs (and ``bench --knob``) checks them.
     """
-    from loadscope.loaders.strategies.auto import Auto
-
-    declared = {k.name: k for k in Auto.knobs}
     knobs: dict[str, Any] = {}
     for name, value in (("threads", threads), ("block_bytes", block_bytes), ("direct", direct)):
         if value is None:
             continue
         if name != "direct" and not isinstance(value, int):
             raise ValueError(f"{name} must be an integer, not {value!r}")
-        knobs[name] = declared[name].parse(value)
+        knobs[name] = _DECLARED[name].parse(value)
     return knobs
 
 
@@ -87,14 +89,11 @@ def check_hints(hints: object) -> dict[str, Any]:
         raise ValueError(
             f"hints must be a dict like {{'threads': 16, 'block_bytes': 1 << 20}}, not {hints!r}"
         )
-    from loadscope.loaders.strategies.auto import Auto
-
-    declared = {k.name: k for k in Auto.knobs}
     for name, value in hints.items():
-        if name not in declared:  # a misspelt hint would be ignored without a word
-            raise ValueError(f"hints: unknown key {name!r} (accepted: {', '.join(declared)})")
+        if name not in _DECLARED:  # a misspelt hint would be ignored without a word
+            raise ValueError(f"hints: unknown key {name!r} (accepted: {', '.join(_DECLARED)})")
         try:  # checked now, not once earlier shards are loaded
-            declared[name].parse(value)
+            _DECLARED[name].parse(value)
         except ValueError as exc:
             raise ValueError(f"hints: {exc}") from None
     return dict(hints)

@@ -38,8 +38,8 @@ unusable means the rank loads alone and says why.
 It is off inside loadscope's own trial workers (``LOADSCOPE_NODE_SHARE=0``: a ``srun``
 step sets SLURM's local ids for every process) and for a single process.
 
-May import: ``loadscope.loaders.shmgroup``, ``loadscope.loaders.strategies``,
-``loadscope.loaders.strategy``, ``loadscope.loaders.buffers``,
+May import: ``loadscope.loaders.shmgroup``, ``loadscope.loaders.autoread`` (auto's
+settings), ``loadscope.loaders.parallelread``, ``loadscope.loaders.buffers``,
 ``loadscope.loaders.safetensors_format``, ``loadscope.base``.
 """
 
@@ -63,8 +63,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loadscope.loaders import shmgroup
+from loadscope.loaders import autoread, shmgroup
 from loadscope.loaders.buffers import tensors_from_buffer
+from loadscope.loaders.parallelread import read_into
 from loadscope.loaders.safetensors_format import SafetensorsHeader
 from loadscope.loaders.shmgroup import CLAIMED, DONE, FREE, HEAD, MAGIC, PREFIX, locked
 
@@ -201,14 +202,8 @@ def settings(
 ) -> tuple[int, int, bool]:
     """The reads a node-shared load makes: ``auto``'s (threads, bytes per request,
     O_DIRECT), from the knobs, else the hints, else its defaults, as ``load_file`` alone."""
-    from loadscope.loaders.buffers import o_direct_ok
-    from loadscope.loaders.strategies.auto import Auto
-    from loadscope.loaders.strategy import LoadContext
-
-    ctx = LoadContext(knobs=dict(knobs), hints=dict(hints))
-    threads, block = ctx.knob_values(Auto(), "threads", "block_bytes")
-    want = str(ctx.knob(Auto(), "direct"))
-    return threads, block, want == "yes" or (want == "auto" and o_direct_ok(path))
+    read = autoread.settings(knobs, hints)
+    return read.threads, read.block_bytes, read.direct_for(path)
 
 
 def chunk_bytes(block_bytes: int) -> int:
@@ -336,8 +331,6 @@ class _Group:
     def fill(self, path: str, *, threads: int, block_bytes: int, direct: bool) -> tuple[int, int]:
         """Read the chunks this rank can claim until every chunk is read; (bytes this
         rank's reads returned, chunks it took over from another rank)."""
-        from loadscope.loaders.strategies.parallel import read_into
-
         shared = self._map(mmap.MAP_SHARED)
         view = memoryview(shared)
         counted = [0, 0]  # bytes read, chunks taken over

@@ -5,7 +5,7 @@ O_DIRECT (the O_DIRECT peers), the page cache filled as ``loadscope warm`` does
 (``loaders/rank.py``'s modes use them).
 
 May import: ``loadscope.loaders.nodeshare``, ``loadscope.loaders.pagefill``,
-``loadscope.loaders.strategies.parallel``, ``loadscope.loaders.buffers``,
+``loadscope.loaders.parallelread``, ``loadscope.loaders.buffers``,
 ``loadscope.base``.
 """
 
@@ -153,7 +153,7 @@ def read_direct(path: str, size: int, reads: Reads) -> torch.Tensor:
 
     from loadscope.base.memory import fresh_memory
     from loadscope.loaders import nodeshare
-    from loadscope.loaders.strategies.parallel import parallel_read
+    from loadscope.loaders.parallelread import parallel_read
 
     if not size:
         return torch.empty(0, dtype=torch.uint8)

@@ -35,10 +35,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from loadscope.loaders.buffers import group_by_span, selected, torch_dtype
 from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry, read_header
-from loadscope.loaders.strategy import FileRequest
+from loadscope.loaders.strategy import FileRequest, Knob
 
 if TYPE_CHECKING:
     import torch
+
+#: The pipeline's settings (the ``staged`` strategy's knobs, and ``load_file(device=...)``'s).
+KNOBS = (
+    Knob("slots", 4, "pinned host buffers in the ring"),
+    Knob("slot_bytes", 32 << 20, "bytes per pinned buffer (one H2D copy each)"),
+    Knob("threads", 8, "reader threads"),
+    Knob("block_bytes", 4 << 20, "bytes per read request"),
+)
 
 #: A span's device offset keeps its file offset modulo this, so that every tensor aligned in
 #: the file is aligned on the device too (and stays a zero-copy view).

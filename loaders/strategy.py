@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -159,6 +159,19 @@ class FileRequest:
     tensors: tuple[str, ...] | None = None
 
 
+def knob_value(
+    declared: Sequence[Knob],
+    name: str,
+    given: Mapping[str, Any],
+    hints: Mapping[str, Any] | None = None,
+) -> Any:
+    """The value knob ``name`` of ``declared`` runs with, parsed: the one ``given``, else the
+    probe's hint (``hints`` None: hints are not taken), else its default."""
+    knob = next(k for k in declared if k.name == name)
+    fallback = knob.default if hints is None else hints.get(name, knob.default)
+    return knob.parse(given.get(name, fallback))
+
+
 @dataclass(slots=True)
 class LoadContext:
     """What a strategy may consult: its knobs, and hints the parent measured (probes)."""
@@ -174,9 +187,7 @@ class LoadContext:
         strategies only) the probe's hint, else the knob's default. A strategy that stands
         for a route (a stack's code, a loadscope command) never takes a hint: its trial
         runs with the settings the route's code uses."""
-        knob = next(k for k in strategy.knobs if k.name == name)
-        hinted = self.hints.get(name, knob.default) if strategy.tuned else knob.default
-        return knob.parse(self.knobs.get(name, hinted))
+        return knob_value(strategy.knobs, name, self.knobs, self.hints if strategy.tuned else None)
 
     def settings(self, strategy: Strategy) -> dict[str, Any]:
         """Every knob of ``strategy`` as this context runs it (what the trial records)."""

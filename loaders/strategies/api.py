@@ -13,6 +13,8 @@ from __future__ import annotations
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file
+from loadscope.loaders.autoread import KNOBS
+from loadscope.loaders.forkserver import count_first_call
 from loadscope.loaders.strategies.auto import Auto
 
 
@@ -36,7 +38,10 @@ class PublicLoadFile(strategy.Strategy):
             "state = loadscope.load_model({py})",
         ),
     )
-    knobs = tuple(k for k in Auto.knobs if k.name != "huge_pages")  # load_file: auto's default
+    knobs = tuple(k for k in KNOBS if k.name != "huge_pages")  # load_file: auto's default
+
+    def prepare(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> None:
+        count_first_call(ctx.notes)  # the printed code runs in a fresh process
 
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext

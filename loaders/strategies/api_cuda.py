@@ -12,6 +12,7 @@ from __future__ import annotations
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file
+from loadscope.loaders.forkserver import count_first_call
 
 
 class PublicLoadFileCuda(strategy.Strategy):
@@ -30,6 +31,9 @@ class PublicLoadFileCuda(strategy.Strategy):
             "state = loadscope.load_model({py}, device='cuda')",
         ),
     )
+
+    def prepare(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> None:
+        count_first_call(ctx.notes)  # the printed code runs in a fresh process
 
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import o_direct_ok
-from loadscope.loaders.strategies.parallel import read_file_parallel
+from loadscope.loaders.parallelread import read_file_parallel
 
 
 class Direct(strategy.FileByFile):

@@ -11,42 +11,12 @@ torch) before it plans any load, so the refusal is one line up front.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 from loadscope.loaders import strategy
 from loadscope.loaders.cuda import cuda_device, cuda_unavailable
-from loadscope.loaders.errors import UnsafePickle
 from loadscope.loaders.torch_safety import torch_too_old
-
-
-def _weights_only_refusal(exc: pickle.UnpicklingError, path: str) -> UnsafePickle:
-    """torch's long weights-only error (with its advice to turn the protection off) as one
-    line: the global it refused."""
-    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
-    reason = next(
-        (x for x in lines if "WeightsUnpickler error" in x),
-        next((x for x in lines if "GLOBAL" in x), lines[-1] if lines else type(exc).__name__),
-    )
-    reason = reason.split("WeightsUnpickler error:", 1)[-1].strip()
-    return UnsafePickle(
-        f"torch.load(weights_only=True) refused it ({reason[:200]}): it would run code,"
-        " not rebuild tensors; nothing was executed",
-        path=path,
-    )
-
-
-def _flatten(obj: Any, prefix: str = "") -> strategy.Tensors:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        yield prefix or "tensor", obj
-    elif isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _flatten(value, f"{prefix}.{key}" if prefix else str(key))
-    elif isinstance(obj, list | tuple):
-        for i, value in enumerate(obj):
-            yield from _flatten(value, f"{prefix}.{i}" if prefix else str(i))
+from loadscope.loaders.torchload import torch_load
 
 
 class Pickle(strategy.FileByFile):
@@ -65,15 +35,8 @@ class Pickle(strategy.FileByFile):
         return "cpu"
 
     def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
-        import torch
-
-        try:
-            state = torch.load(
-                f.path, map_location=self.map_location(ctx), weights_only=True, mmap=self.use_mmap
-            )
-        except pickle.UnpicklingError as exc:
-            raise _weights_only_refusal(exc, f.path) from None
-        yield from strategy.only_requested(f, _flatten(state))
+        state = torch_load(f.path, self.map_location(ctx), use_mmap=self.use_mmap)
+        yield from strategy.only_requested(f, state)
 
 
 class PickleMmap(Pickle):

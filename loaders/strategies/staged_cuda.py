@@ -8,7 +8,7 @@ model. The pipeline itself, with the device abstracted, is ``loaders/staged.py``
 
 from __future__ import annotations
 
-from loadscope.loaders import strategy
+from loadscope.loaders import staged, strategy
 
 
 class Staged(strategy.Strategy):
@@ -17,21 +17,14 @@ class Staged(strategy.Strategy):
     requires = strategy.Requirements(gpu=True, ram_multiple=0.0)
     tuned = True
     warm_trial = True
-    knobs = (
-        strategy.Knob("slots", 4, "pinned host buffers in the ring"),
-        strategy.Knob("slot_bytes", 32 << 20, "bytes per pinned buffer (one H2D copy each)"),
-        strategy.Knob("threads", 8, "reader threads"),
-        strategy.Knob("block_bytes", 4 << 20, "bytes per read request"),
-    )
+    knobs = staged.KNOBS
 
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
     ) -> strategy.Tensors:
-        from loadscope.loaders.staged import CudaDevice, staged_load
-
-        yield from staged_load(
+        yield from staged.staged_load(
             files,
-            CudaDevice(ctx.device),
+            staged.CudaDevice(ctx.device),
             slots=ctx.knob(self, "slots"),
             slot_bytes=ctx.knob(self, "slot_bytes"),
             threads=ctx.knob(self, "threads"),

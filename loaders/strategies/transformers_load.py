@@ -37,6 +37,7 @@ from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file, load_torch_file
 from loadscope.loaders.buffers import torch_dtype
+from loadscope.loaders.forkserver import count_first_call
 from loadscope.loaders.loadrecord import LoadRecord
 from loadscope.loaders.pretrained import load_pretrained
 from loadscope.loaders.safetensors_format import read_header
@@ -153,6 +154,10 @@ class FromConfigLoadModel(FromPretrained):
             layouts=code.NOT_DIFFUSERS,
         ),
     )
+
+    def prepare(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> None:
+        super().prepare(files, ctx)
+        count_first_call(ctx.notes)  # loadscope.from_pretrained's first call's imports too
 
     def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
         record = LoadRecord()

@@ -52,7 +52,7 @@ from loadscope.actions.throughput import rate, timing_fields
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.safeio import STALL_TIMEOUT_S, open_regular
 from loadscope.base.units import format_bytes
-from loadscope.loaders.strategies.auto import RESIDENT_ENOUGH, Auto
+from loadscope.loaders.autoread import KNOBS, RESIDENT_ENOUGH
 from loadscope.model.targets import Target, read_index
 from loadscope.probes.pagecache import sampled_residency
 from loadscope.probes.result import Unavailable
@@ -60,7 +60,7 @@ from loadscope.probes.result import Unavailable
 
 def _auto_default(name: str) -> int:
     """The ``auto`` strategy's default for a cold file's reads (``threads``, ``block_bytes``)."""
-    return int(next(k.default for k in Auto.knobs if k.name == name))
+    return int(next(k.default for k in KNOBS if k.name == name))
 
 
 PARTIAL_SUFFIX = ".loadscope-partial"

@@ -362,3 +362,33 @@ def test_odd_paths(every_dtype: Path, tmp_path: Path) -> None:
     spaced.parent.mkdir()
     spaced.write_bytes(every_dtype.read_bytes())
     assert set(loadscope.load_model(spaced.parent)) == set(loadscope.load_file(every_dtype))
+
+
+def test_a_first_call_imports_no_strategy_and_the_api_trials_count_its_set_up(
+    tmp_path: Path,
+) -> None:
+    """Issue 49 item 5: ``loadscope.load_file``'s first call imported the whole strategy
+    registry (19 modules, 61 ms of set-up; 46 ms now, none imported), and the api
+    trials, forked with loadscope imported, counted none of it. A fresh process's first
+    call imports no strategy; each api trial adds the set-up the fork server timed."""
+    from loadscope.engine.bench import BenchOptions, run_bench
+    from loadscope.model.targets import resolve
+
+    ck = synthesize(tmp_path / "m", 4 << 20, seed=9)
+    child = (
+        "import sys, torch, safetensors.torch, loadscope\n"
+        "loadscope.load_file(sys.argv[1])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('loadscope.loaders.strategies')))"
+    )
+    run = run_here([sys.executable, "-c", child, str(ck.root / "model.safetensors")], check=True)
+    assert run.stdout.strip() == "[]", run.stdout
+    report = run_bench(
+        resolve(str(ck.root)),
+        BenchOptions(strategies=("mmap", "api"), cache=("cold",), repeats=1, warmup=False),
+    )
+    api = [t for t in report.trials if t.strategy == "api" and t.status == "ok"]
+    assert api, report.trials
+    for t in api:
+        first = float((t.detail or {}).get("first_call_s") or 0.0)
+        assert 0.005 < first < 1.0, t.detail
+        assert (t.seconds or 0.0) >= first
