@@ -490,8 +490,7 @@ def load_torch_file(
                 path=spath,
             )
         refuse_unsafe_torch()
-        request = FileRequest(spath, info.file_size, "torch")
-        tensors = dict(torch_load(request.path, "cpu", use_mmap=True))
+        tensors = dict(torch_load(spath, "cpu", use_mmap=True))
     except LoadscopeError as exc:
         raise as_api_error(exc) from None
     seconds = time.monotonic() - started
