@@ -44,7 +44,8 @@ def whole_files(paths_and_sizes: Sequence[tuple[str, int]]) -> list[FillRange]:
 class PageFill:
     """Threads that read ``ranges`` in ``block_bytes`` blocks, the next block of any file.
 
-    :meth:`start` opens the files (``POSIX_FADV_WILLNEED`` on each) and starts the
+    :meth:`start` opens the files (``POSIX_FADV_WILLNEED`` on each range: a sample's fill
+    asks for its ranges, not the rest of the file) and starts the
     readers; ``done_bytes`` and ``in_flight`` (reader -> (file, offset) it waits on) may
     be read while they run; :meth:`join` waits and closes the files; setting ``stop``
     makes the readers finish their current block and return. The first read error is
@@ -77,13 +78,16 @@ class PageFill:
         self._fds: dict[str, int] = {}
         self.pool = [threading.Thread(target=self._reader, daemon=True) for _ in range(threads)]
         self._paths = list(dict.fromkeys(r.path for r in ranges))
+        self._ranges = list(ranges)
 
     def start(self) -> None:
         try:
             for path in self._paths:
-                fd = open_regular(path)
-                self._fds[path] = fd
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                self._fds[path] = open_regular(path)
+            for r in self._ranges:
+                os.posix_fadvise(
+                    self._fds[r.path], r.start, r.end - r.start, os.POSIX_FADV_WILLNEED
+                )
             for t in self.pool:
                 t.start()
         except BaseException:

@@ -215,7 +215,8 @@ class Strategy:
     #: trials), as a user's script imports them at its top; ``"transformers-model"`` also
     #: names the model's modeling module, whose import the server times once and each
     #: trial of ``from_pretrained`` adds to its time (``setup_s``), as a fresh process
-    #: pays it inside the call.
+    #: pays it inside the call; ``forkserver.WARM_COMMAND`` has the server time
+    #: ``loadscope warm``'s start-up once.
     preload: tuple[str, ...] = ()
     #: It builds the model with transformers (needs the model's config.json).
     builds_model: bool = False

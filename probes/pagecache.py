@@ -20,7 +20,6 @@ Two limits are reported rather than papered over:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import os
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ _WINDOW_BYTES = 1 << 30
 COLD_FRACTION = 0.01
 _DROP_CACHES = "/proc/sys/vm/drop_caches"
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [
     ctypes.c_void_p,

@@ -434,9 +434,12 @@ def test_a_sampled_run_skips_what_cannot_be_sampled(st_dir: Path) -> None:
     assert report.sample is not None
     ran = {t.strategy for t in report.trials if t.status == "ok"}
     assert {"mmap", "vllm-prefetch"} <= ran
-    # A fill of sampled ranges does not predict `loadscope warm`'s whole fill (issue 37):
-    # prewarm runs on whole files, or is skipped saying why, never scaled from ranges.
-    assert "prewarm" not in ran and "cannot be sampled" in report.skipped["prewarm"]
+    # prewarm fills a sample as the command fills the whole files (as many blocks, the
+    # same threads), the command's start-up timed once and added (issue 49).
+    assert "prewarm" in ran and "prewarm" not in report.skipped
+    warmed = next(t for t in report.trials if t.strategy == "prewarm" and t.status == "ok")
+    assert "the sample filled in-process" in warmed.detail["warm"]
+    assert warmed.detail["setup_s"] > 0.05  # an interpreter's start-up, at least
     for name in TRANSFORMERS if HAVE_TRANSFORMERS else ():
         assert "cannot be sampled" in report.skipped[name]
     # The prefetching strategies read ahead only the sampled tensors' bytes.

@@ -107,6 +107,34 @@ def test_a_trial_is_extrapolated_past_the_fixed_cost_only() -> None:
     assert extrapolate(0.5, 100, 1000, f) == pytest.approx(0.5)
 
 
+def test_a_set_up_measured_apart_is_added_once_never_scaled() -> None:
+    """Issue 49: a sampled prewarm adds ``loadscope warm``'s start-up (0.5 s) to its time;
+    scaled with the bytes, a 24 MiB sample of 256 MiB read it as 5 s."""
+    from loadscope.engine.bench_records import Trial
+    from loadscope.engine.sampled import extrapolate_trials
+
+    setup, rate = 0.5, 100.0  # seconds; bytes per second
+    plan = [
+        Trial(
+            i,
+            "prewarm",
+            "cold",
+            1,
+            False,
+            seconds=setup + n / rate,
+            bytes=n,
+            sampled=True,
+            cache_verified=True,
+            fit=n == 10,
+            detail={"setup_s": setup},
+        )
+        for i, n in enumerate((100, 10, 100), start=1)
+    ]
+    fits, done = extrapolate_trials(plan, 1000)
+    assert done[0].extrapolated_seconds == pytest.approx(setup + 1000 / rate)
+    assert fits[("prewarm", "cold")].seconds == pytest.approx(setup + 1000 / rate)
+
+
 def _spans(files: list[WeightFile], sample: dict[Path, tuple[str, ...]]) -> list[list[int]]:
     runs: list[list[int]] = []
     for wf in files:
