@@ -39,8 +39,8 @@ from loadscope.loaders.apichecks import (
     check_local_ranks,
 )
 from loadscope.loaders.loadrecord import FileChoice, LoadRecord, check_record, timed_call
+from loadscope.loaders.requests import FileRequest, knob_value
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.loaders.strategy import FileRequest, knob_value
 from loadscope.probes.pagecache import sampled_residency
 
 if TYPE_CHECKING:

@@ -24,9 +24,9 @@ from typing import Any, Literal
 from loadscope.loaders.buffers import byte_ranges, o_direct_ok
 from loadscope.loaders.mapped import load_mapped
 from loadscope.loaders.parallelread import read_file_parallel
-from loadscope.loaders.strategy import FileRequest, Knob, Tensors, knob_value
+from loadscope.loaders.requests import FileRequest, Knob, Tensors, knob_value
+from loadscope.probes.memory import memory_headroom
 from loadscope.probes.pagecache import sampled_residency
-from loadscope.probes.system import memory_headroom
 
 #: A file at least this resident is mapped rather than read.
 RESIDENT_ENOUGH = 0.9

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from loadscope.loaders.requests import FileRequest, Tensors
 from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry
-from loadscope.loaders.strategy import FileRequest, Tensors
 
 if TYPE_CHECKING:
     import torch

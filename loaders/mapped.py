@@ -8,7 +8,7 @@ May import: ``loadscope.loaders.strategy`` (its types).
 
 from __future__ import annotations
 
-from loadscope.loaders.strategy import FileRequest, Tensors
+from loadscope.loaders.requests import FileRequest, Tensors
 
 
 def load_mapped(f: FileRequest) -> Tensors:

@@ -16,8 +16,8 @@ import threading
 
 from loadscope.base.memory import fresh_memory
 from loadscope.loaders.buffers import group_by_span, selected, tensors_from_buffer
+from loadscope.loaders.requests import FileRequest, Tensors
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.loaders.strategy import FileRequest, Tensors
 
 #: The smallest request a span is split into so that every reader thread has one.
 MIN_SPLIT_BYTES = 1 << 20

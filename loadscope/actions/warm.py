@@ -33,8 +33,8 @@ from loadscope.base.safeio import STALL_TIMEOUT_S, note_stuck, open_regular
 from loadscope.base.units import format_bytes
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill, whole_files
 from loadscope.model.targets import Target
+from loadscope.probes.memory import memory_headroom
 from loadscope.probes.pagecache import COLD_FRACTION, LIBC, MAP_FAILED, ColdCache, residency
-from loadscope.probes.system import memory_headroom
 
 DEFAULT_BLOCK = WARM_BLOCK_BYTES
 DEFAULT_THREADS = WARM_THREADS

@@ -86,7 +86,7 @@ from loadscope.engine.broadcast import (
 from loadscope.engine.probing import ProbeReport, run_probes
 from loadscope.loaders.strategies import DEFAULT, TORCH_DEFAULT
 from loadscope.model.targets import Target
-from loadscope.probes.system import memory_headroom
+from loadscope.probes.memory import memory_headroom
 
 __all__ = [
     "DEFAULT_BUDGET_S",

@@ -78,8 +78,8 @@ from loadscope.engine.trials import (
 from loadscope.loaders.cachestate import NOWAIT_NOTE, WARM_ENOUGH
 from loadscope.loaders.strategies import GPU_STRATEGIES, reads_torch
 from loadscope.model.targets import Target, WeightFile
+from loadscope.probes.memory import memory_headroom, page_cache_room
 from loadscope.probes.pagecache import ColdCache
-from loadscope.probes.system import memory_headroom, page_cache_room
 
 __all__ = [
     "GPU_STRATEGIES",

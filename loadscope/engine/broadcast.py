@@ -77,7 +77,7 @@ from loadscope.engine.trials import (
 )
 from loadscope.loaders.rank_events import MODES, STACK_MODES, Mode, RankInfo
 from loadscope.model.targets import Target, WeightFile
-from loadscope.probes.system import memory_headroom
+from loadscope.probes.memory import memory_headroom
 
 __all__ = [
     "FAILURE_GRACE_S",

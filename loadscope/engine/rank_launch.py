@@ -50,7 +50,7 @@ from loadscope.loaders.rank_events import (
     decode,
 )
 from loadscope.model.targets import WeightFile
-from loadscope.probes.system import oom_kills
+from loadscope.probes.memory import oom_kills
 from loadscope.tools.emulator import request_log_for
 
 #: Default timeouts allow reading the model at this rate (a slow network disk).

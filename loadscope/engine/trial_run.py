@@ -42,8 +42,8 @@ from loadscope.engine.trials import digest_mismatch, exit_reason, kill_group, re
 from loadscope.loaders.cachestate import prepare_cache
 from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Start, decode
 from loadscope.model.targets import WeightFile
+from loadscope.probes.memory import oom_kills
 from loadscope.probes.pagecache import ColdCache
-from loadscope.probes.system import oom_kills
 
 _SERIES_POINTS = 50
 #: A trial running when the deadline passes may finish within this much more.

@@ -32,7 +32,7 @@ from loadscope.base.units import format_bytes
 from loadscope.loaders.forkserver import ForkedProcess
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.model.targets import Target, WeightFile
-from loadscope.probes.system import describe_death
+from loadscope.probes.memory import describe_death
 
 CacheMode = Literal["cold", "warm"]
 TrialStatus = Literal["ok", "failed", "skipped"]

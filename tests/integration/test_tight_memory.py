@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.probes.system import oom_kills
+from loadscope.probes.memory import oom_kills
 from loadscope.tools.synth import synthesize
 from tests.conftest import run_here
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from loadscope.probes.memory import cgroup_memory
 from loadscope.probes.system import (
-    cgroup_memory,
     container_kind,
     cpu_model,
     is_wsl,
