@@ -152,6 +152,10 @@ class Strategy:
     warm_trial: bool = False
     #: How it reads cold files (:data:`ReadKind`), for the doctor's cost model.
     reads: ReadKind = "parallel"
+    #: The strategy whose reads this one's are (``from_pretrained`` reads as
+    #: ``load_file`` does): a trial of it that only runs whole is estimated from that
+    #: one's measured time when the bench decides whether it still fits.
+    reads_as: str | None = None
     #: Holds the model in the process's own memory (where the others map the page cache).
     own_copy: bool = False
     #: The kinds of fix whose advice shows its routes ("parallel-reads", "prewarm", ...),
@@ -207,6 +211,7 @@ class Strategy:
             "on_gpu_box": self.on_gpu_box,
             "warm_trial": self.warm_trial,
             "reads": self.reads,
+            "reads_as": self.reads_as,
             "own_copy": self.own_copy,
             "fixes": sorted(self.fixes),
             "routes": [{"stack": r.stack, "route": r.route, "what": r.what} for r in self.routes],

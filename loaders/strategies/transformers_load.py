@@ -41,7 +41,9 @@ from loadscope.loaders.forkserver import count_first_call
 from loadscope.loaders.loadrecord import LoadRecord
 from loadscope.loaders.pretrained import load_pretrained
 from loadscope.loaders.safetensors_format import read_header
-from loadscope.loaders.strategies.prewarm import WARM_KNOBS, warm
+from loadscope.loaders.strategies.api import PublicLoadFile
+from loadscope.loaders.strategies.mmap_file import MmapLoadFile
+from loadscope.loaders.strategies.prewarm import WARM_KNOBS, Prewarm, warm
 
 
 def modeling_module(folder: str) -> str | None:
@@ -76,6 +78,7 @@ class FromPretrained(strategy.Strategy):
     # there is added to each trial's time (see prepare).
     preload = ("transformers", "transformers-model")
     builds_model = True
+    reads_as = MmapLoadFile.name  # safetensors' own mmap, as load_file
     doctor_order = 85  # the user's own load end to end, before the folklore fix
     on_gpu_box = True
 
@@ -124,6 +127,7 @@ class FromPretrainedPrewarmed(FromPretrained):
     summary = "loadscope warm, then from_pretrained(path): the no-code-change fix, end to end"
     knobs = WARM_KNOBS
     doctor_order = 86
+    reads_as = Prewarm.name  # loadscope warm, then load_file's mmap from the page cache
     fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
     routes = (code.warm_first_transformers(baseline=FromPretrained.name),)
 
@@ -136,6 +140,7 @@ class FromConfigLoadModel(FromPretrained):
     name = "hf-load-model"
     rank_mode = "node-shared"
     reads = "deep"  # load_model's reads: many large requests in flight
+    reads_as = PublicLoadFile.name
     summary = "loadscope.from_pretrained(path): load_model's reads into the model, no random init"
     doctor_order = 87
     own_copy = True

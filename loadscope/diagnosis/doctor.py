@@ -65,6 +65,7 @@ from loadscope.diagnosis.trial_plan import (
     WARM_STRATEGIES,
     TrialPlan,
     hints_from,
+    late_estimates,
     plan_doctor,
     rank_target,
     readahead_reserve_s,
@@ -290,6 +291,7 @@ def _run_trials(
                 # that the measured ones show still fit are run too (up to 3).
                 more_rounds=max(0, MAX_ROUNDS - plan.repeats),
                 favoured=FAVOURED,
+                late=late_estimates(probe, plan),
                 denominators=BASELINE_STRATEGIES,
                 warmup=False,
                 sample_bytes=plan.sample,

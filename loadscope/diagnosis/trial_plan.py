@@ -277,6 +277,39 @@ def _whole_only(probe: ProbeReport, names: set[str]) -> frozenset[str]:
     )
 
 
+def late_estimates(probe: ProbeReport, plan: TrialPlan) -> dict[str, tuple[float, float]]:
+    """What one whole cold trial of each favoured strategy that only runs whole is
+    estimated to take (its fixed cost; its load by the planner's rates, which the bench
+    replaces by a measured one where it can), the routes' baselines first. The bench
+    runs the ones the plan skipped while the deadline leaves that much after the planned
+    trials (at 256 MiB and --budget 30 the trials ended 4 s early and went to repeats
+    while transformers' warm-first had no figure). By then the fork server has imported
+    what the transformers trials share when one of them was given a whole load: such a
+    trial costs the usual overhead."""
+    total = int(probe.target["total_bytes"])
+    names = {s for s in plan.strategies if s in FAVOURED}
+    whole_only = _whole_only(probe, names)
+    if not whole_only or not plan.sample_sizes:
+        return {}
+    costs = cost_model(probe, [(s, "cold") for s in whole_only])
+
+    def planned_whole(name: str) -> bool:
+        size = plan.sample_sizes.get((name, "cold"), total)
+        return size >= total or runs_once(size, total, plan.repeats)
+
+    preloaded = any(planned_whole(n) for n in TRANSFORMERS_STRATEGIES if n in plan.strategies)
+    # In the order they are worth running: the routes' baselines first (without
+    # from_pretrained's own figure no transformers route has one), then the plan's order.
+    baselines = {r.baseline for n in whole_only for r in STRATEGIES[n].routes if r.baseline}
+    out = {}
+    for name in sorted(whole_only, key=lambda n: (n not in baselines, plan.strategies.index(n))):
+        fixed = costs.fixed(name)
+        if name in TRANSFORMERS_STRATEGIES and preloaded:
+            fixed = TRIAL_OVERHEAD_S
+        out[name] = (fixed, total * costs.seconds_per_byte[(name, "cold")])
+    return out
+
+
 def gpu_count(probe: ProbeReport) -> int:
     """NVIDIA GPUs the probe saw (nvidia-smi rows, else PCI functions)."""
     g = probe.gpus.data

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -260,6 +261,13 @@ class _Run:
         self.sampled = _Sampled()
         self.block_stat: str | None = None
         self.cold = ColdCache(allow_drop_caches=options.allow_drop_caches)
+        #: The skipped whole-only strategies ``options.late`` may run at the end, with
+        #: their estimates, and the skipped list they leave when they run.
+        self.late: dict[str, tuple[float, float]] = {}
+        self.ran_late: list[str] = []
+        self.skipped: dict[str, str] = {}
+        #: Whether the references hold every tensor (what a whole trial is checked on).
+        self.whole_reference = False
         #: Torch checkpoints: the first trial's digests.
         self.learned: dict[str, str] = {}
 
@@ -356,6 +364,8 @@ class _Run:
             lambda n: planned and memory_guard(n, self.available[n], total, headroom) is None,
         )
         skipped.update(unsampled)
+        self.skipped = skipped
+        self.late = {n: options.late[n] for n in unsampled if n in options.late}
         for (name, _cache), (big, _small, _middle) in sets.items():
             nbytes = total if big is None else sample_size(files, big)[0]
             if name not in skipped and (
@@ -397,7 +407,8 @@ class _Run:
         distinct = {id(s): s for trio in sets.values() for s in trio if s is not None}
         if not self.sampleable:
             return {}
-        every = self.sampling is None or "whole" in scopes.values()
+        # Every tensor's too where a trial runs whole, or one skipped may (options.late).
+        every = self.sampling is None or "whole" in scopes.values() or bool(self.late)
         return bounded_references(self.files, distinct, every, self.options.trial_timeout_s)
 
     def caches(self) -> list[CacheMode]:
@@ -420,6 +431,7 @@ class _Run:
         ones the deadline leaves no time for are skipped."""
         options = self.options
         extra = options.more_rounds if options.deadline is not None else 0
+        self.whole_reference = 0 in references
         i = 0
         while i < len(plan.trials):
             trial = plan.trials[i] = replace(plan.trials[i], id=i + 1)
@@ -435,7 +447,7 @@ class _Run:
             self.say(TrialStarted(trial, i - 1, len(plan.trials)))
             trial = plan.trials[i - 1] = self._one(trial, references)
             self.say(TrialFinished(trial))
-            if i == len(plan.trials) and extra > 0 and plan.another_round():
+            if i == len(plan.trials) and (extra > 0 or self.late) and plan.another_round(extra):
                 extra -= 1
 
     def _one(self, trial: Trial, references: dict[int, dict[str, str]]) -> Trial:
@@ -486,7 +498,7 @@ class _Run:
         return BenchReport(
             target=target_record(self.target),
             options={
-                "strategies": names,
+                "strategies": names + [n for n in self.ran_late if n not in names],
                 "cache": list(options.cache),
                 "repeats": options.repeats,
                 "warmup": options.warmup,
@@ -550,24 +562,34 @@ class _Plan:
 
         return interleaved([r], self.caches, self.names, make)
 
-    def another_round(self) -> bool:
-        """One more round at the same sizes when the last one, as timed, fits what is
-        left of the deadline (its spread is then measured, not "±?"), else the trials of
-        the favoured strategies that fit, the quickest first; the favoured trials run
-        whole once (in round 1) join it while they fit too. True when added."""
+    def another_round(self, extra: int = 1) -> bool:
+        """First the skipped whole-only strategies that fit what is left of the deadline
+        (:meth:`late_whole`); then, with ``extra`` rounds still allowed, one more round at
+        the same sizes when the last one, as timed, fits what is left (its spread is then
+        measured, not "±?"), else the trials of the favoured strategies that fit, the
+        quickest first; the favoured trials run whole once (in round 1) join it while
+        they fit too. True when added."""
         deadline = self.run.options.deadline
         if deadline is None:
             return False
+        late, spent = self.late_whole((deadline - time.monotonic()) / 1.2)
+        self.trials += late
+        if extra <= 0:
+            return bool(late)
         once = self.run.sampled.once
         last = max(t.repeat for t in self.trials)
-        # The last round's trials that a next round repeats (not those run whole once).
+        # What a next round repeats (not those run whole once), each as its latest trial
+        # took: the last round may have held only some of them (a partial round of the
+        # favoured ones, or a late whole trial), and timed by those alone a whole round
+        # looked cheap.
+        latest = {(t.strategy, t.cache): t for t in self.trials if not t.fit and t.wall_s}
         ran = [
-            t
-            for t in self.trials
-            if t.repeat == last and not t.fit and (t.strategy, t.cache) not in once
+            latest[(t.strategy, t.cache)]
+            for t in self.round_of(last + 1)
+            if (t.strategy, t.cache) in latest
         ]
         took = sum(t.wall_s or 0.0 for t in ran)
-        left = deadline - time.monotonic()
+        left = deadline - time.monotonic() - 1.2 * spent
         room = left / 1.2
         favoured = set(self.run.options.favoured)
         added: list[Trial] = []
@@ -584,7 +606,42 @@ class _Plan:
         again = [t for t in whole if (t.strategy, t.cache) in keys]
         added += [Trial(0, t.strategy, t.cache, last + 1, False, scope=t.scope) for t in again]
         self.trials += added
-        return bool(added)
+        return bool(added or late)
+
+    def late_whole(self, room: float) -> tuple[list[Trial], float]:
+        """A whole cold trial, once, of the skipped whole-only strategies in the order
+        ``options.late`` gives them, while their estimates fit ``room`` seconds, each taken
+        off the skipped list; and the seconds they are estimated to take."""
+        run, out, spent = self.run, [], 0.0
+        for name, planned in run.late.items():
+            estimate = self.late_estimate(name, *planned)
+            if estimate > room or not run.whole_reference:
+                break  # in order: a route's figure needs its baseline, which comes first
+            room -= estimate
+            spent += estimate
+            key = (name, "cold")
+            run.sampled.scopes[key], run.sampled.sets[key] = "whole", (None, None, None)
+            run.sampled.once.add(key)
+            run.skipped.pop(name, None)
+            run.ran_late.append(name)
+            out.append(Trial(0, name, "cold", 1, False, scope="whole"))
+        run.late.clear()  # asked once: what did not fit now stays skipped, with its reason
+        return out, spent
+
+    def late_estimate(self, name: str, fixed_s: float, planned_load_s: float) -> float:
+        """One whole trial of ``name``: its fixed cost and the measured whole load of the
+        strategy it reads as (set-up added once, the rest scaled to the model), else the
+        planner's load."""
+        like = self.run.available[name].get("reads_as")
+        loads = []
+        for t in self.trials:
+            ran = t.status == "ok" and t.wall_s and t.seconds and t.bytes and not t.warmup
+            if ran and t.strategy == like and t.cache == "cold":
+                setup = float(t.detail.get("setup_s") or 0.0)
+                loads.append(
+                    setup + (float(t.seconds or 0) - setup) * self.run.total / (t.bytes or 1)
+                )
+        return fixed_s + (statistics.median(loads) if loads else planned_load_s)
 
     @staticmethod
     def _quickest(trials: Iterable[Trial], room: float) -> tuple[set[TrialKey], float]:

@@ -69,6 +69,13 @@ class BenchOptions:
     #: warm trial, affords more in the same time; at least the model's size: it runs whole).
     sample_bytes_for: dict[tuple[str, str], int] = field(default_factory=dict)
     sample_reason: str = "asked for"
+    #: Strategies that only run whole, with what one whole trial of each is estimated to
+    #: take (seconds: its fixed cost, and its load by the planner's rates, replaced by the
+    #: measured load of the strategy it ``reads_as`` once that ran): where the plan
+    #: skipped one, it runs once, cold, after the planned trials, before any extra round,
+    #: when what is left of ``deadline`` holds it (a route with no figure before a
+    #: figure's repeats), in this order, stopping at the first that does not fit.
+    late: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: Up to this many rounds beyond ``repeats`` while ``deadline`` leaves time for one
     #: more, as long as the last round took.
     more_rounds: int = 0

@@ -13,6 +13,7 @@ import pytest
 
 from loadscope.engine.bench import (
     BenchOptions,
+    BenchReport,
     Trial,
     reference_digests,
     run_bench,
@@ -603,3 +604,46 @@ def test_a_trial_the_runs_deadline_stops_is_cut_only_while_it_loads(
     )
     trial = _one_trial(st_dir, options)
     assert trial.status == status and says in (trial.reason or ""), trial.reason
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("fastsafetensors") is None, reason="fastsafetensors not installed"
+)
+def test_a_skipped_whole_only_strategy_runs_late_when_the_deadline_leaves_room(
+    tmp_path: Path,
+) -> None:
+    """Issue 49: a strategy that only runs whole, skipped by a sampled plan, runs once at
+    the end when what is left of the deadline holds its estimate (transformers' warm-first
+    had no figure at --budget 30 while the trials ended 4 s early); in the order given,
+    stopping at the first that does not fit; never when there is no deadline."""
+    import time
+
+    one = resolve(str(synthesize(tmp_path / "one", 8 << 20, seed=9).root))
+
+    def run(late: dict[str, tuple[float, float]], deadline: float | None) -> BenchReport:
+        return run_bench(
+            one,
+            BenchOptions(
+                strategies=("mmap", "fastsafetensors"),
+                cache=("cold",),
+                repeats=1,
+                warmup=False,
+                sample_bytes=2 << 20,
+                late=late,
+                deadline=deadline,
+            ),
+        )
+
+    ran = run({"fastsafetensors": (0.1, 0.1)}, time.monotonic() + 120)
+    late = [t for t in ran.trials if t.strategy == "fastsafetensors"]
+    assert [(t.status, t.scope) for t in late] == [("ok", "whole")]
+    assert (late[0].bytes or 0) > 0.99 * one.total_bytes  # every tensor: the model whole
+    assert "fastsafetensors" not in ran.skipped
+    assert "fastsafetensors" in ran.options["strategies"]
+    # An estimate over what is left, or no deadline: skipped, with its reason.
+    for report in (
+        run({"fastsafetensors": (1000.0, 0.0)}, time.monotonic() + 120),
+        run({"fastsafetensors": (0.1, 0.1)}, None),
+    ):
+        assert not [t for t in report.trials if t.strategy == "fastsafetensors"]
+        assert "cannot be sampled" in report.skipped["fastsafetensors"]
