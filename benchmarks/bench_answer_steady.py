@@ -163,8 +163,22 @@ def report(
             have = sum((stack, route) in f for f in figures)
             if have < len(docs):
                 missed.append(f"{mib} MiB {stack} {route}: a number in {have}/{len(docs)} runs")
+                for doc, fig in zip(docs, figures, strict=True):
+                    if (stack, route) not in fig:
+                        print(f"run without {route}: {_why_not(doc, route)}", file=sys.stderr)
     print(json.dumps({"budget": budget, "walls": walls}), file=sys.stderr)
     return missed
+
+
+def _why_not(doc: dict[str, Any], route: str) -> str:
+    """Why a report has no figure for ``route``: skipped, or its trials' statuses."""
+    bench = doc.get("bench") or {}
+    if route in (bench.get("skipped") or {}):
+        return f"skipped: {bench['skipped'][route]}"
+    trials = [t for t in bench.get("trials") or [] if t.get("strategy") == route]
+    return (
+        "; ".join(f"#{t['id']} {t['status']} {t.get('reason') or ''}" for t in trials) or "no trial"
+    )
 
 
 if __name__ == "__main__":

@@ -62,3 +62,22 @@ def test_the_readahead_check_after_the_trials_has_its_time_kept_out_of_theirs(
     plain = plan_doctor(target, probe, budget, "cpu", None, [])
     kept = plan_doctor(target, probe, budget, "cpu", None, [], reserve)
     assert kept.trial_s == pytest.approx(plain.trial_s - reserve)
+
+
+def test_the_whole_only_routes_are_offered_late_in_the_plans_order(tmp_path: Path) -> None:
+    """Issue 49: the routes' trials that only run whole, which a tight plan may skip, are
+    handed to the bench to run at the end where time is left (each with its fixed cost
+    and its load by the planner's rates), in the plan's order with the routes' baselines
+    first; a plan whose whole loads fit hands none."""
+    from loadscope.diagnosis.trial_plan import late_estimates
+
+    with slow_synthetic(tmp_path, 64 << 20, seed=45, latency_s=0.005) as model:
+        target = resolve(str(model))
+        probe = run_probes(target, budget_s=6, local_disks=False)
+    tight = plan_doctor(target, probe, probe.elapsed_s + 12.0, "cpu", None, [])
+    late = late_estimates(probe, tight)
+    whole_only = [s for s in tight.strategies if s in ("fastsafetensors", "runai")]
+    assert list(late) == whole_only, (late, tight.strategies)  # one file: peers run whole
+    assert all(fixed > 0 and load > 0 for fixed, load in late.values()), late
+    roomy = plan_doctor(target, probe, probe.elapsed_s + 3600.0, "cpu", None, [])
+    assert late_estimates(probe, roomy) == {}
