@@ -164,6 +164,9 @@ class Summary:
     fit_note: str = ""
     #: Bytes one steady trial loaded (the sample's, the shards' or the model's).
     measured_bytes: int | None = None
+    #: Of ``fixed_seconds``, the set-up the trials measured apart (a command's start-up,
+    #: the first call's imports): known, not fitted.
+    setup_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

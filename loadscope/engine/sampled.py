@@ -162,7 +162,10 @@ def extrapolate_trials(
             loads[key] = fitted
             setup = statistics.median(_setup_s(t) for t in group)
             fits[key] = replace(
-                fitted, seconds=fitted.seconds + setup, fixed_s=fitted.fixed_s + setup
+                fitted,
+                seconds=fitted.seconds + setup,
+                fixed_s=fitted.fixed_s + setup,
+                setup_s=setup,
             )
     return fits, [_extrapolated(t, loads.get((t.strategy, t.cache)), total) for t in plan]
 

@@ -181,6 +181,8 @@ class Fit:
     sizes: int
     points: int
     note: str = ""
+    #: Of ``fixed_s``, a set-up the trials measured apart (added to the fitted line).
+    setup_s: float = 0.0
 
 
 def fit(points: list[tuple[int, float]], total_bytes: int) -> Fit | None:

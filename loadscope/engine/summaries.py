@@ -91,6 +91,7 @@ def _summary(
         error_estimate=used.error if used else None,
         fit_note=used.note if used else "",
         measured_bytes=int(loaded) if loaded is not None else None,
+        setup_seconds=used.setup_s if used and used.setup_s else None,
     )
 
 
@@ -205,11 +206,13 @@ def _scaled_from_too_little(s: Summary) -> str | None:
 
 def _unchecked(s: Summary, model_bytes: int | None) -> str | None:
     """Why a two-size fit (no error to show) cannot stand: its samples' time was mostly
-    the fixed cost (the rate is then ill-determined), or, without the fit's parts, its
+    the fitted fixed cost (the rate is then ill-determined; a set-up the trials measured
+    apart is known, not fitted, and does not count), or, without the fit's parts, its
     sample was under 5% of the model."""
     if s.fit_bytes_per_s and s.measured_bytes and s.fixed_seconds is not None:
         load = s.measured_bytes / s.fit_bytes_per_s
-        share = load / (load + s.fixed_seconds) if load + s.fixed_seconds > 0 else 0.0
+        fixed = max(0.0, s.fixed_seconds - (s.setup_seconds or 0.0))
+        share = load / (load + fixed) if load + fixed > 0 else 0.0
         if share < MIN_RATE_SHARE:
             return (
                 f"a two-size fit with no error to check it, its samples' time {share:.0%}"

@@ -241,3 +241,21 @@ def test_a_third_size_measures_how_far_the_times_are_off_a_line() -> None:
     )
     assert three is not None and three.sizes == 3 and three.error is not None
     assert three.error > 3 * two.error
+
+
+def test_a_measured_set_up_does_not_make_a_two_size_fit_shaky() -> None:
+    """Issue 49: a sampled prewarm's time is ~60% loadscope warm's start-up, measured
+    apart; counted as fitted fixed cost it refused every prewarm figure ("42% reading and
+    the rest fixed cost") in half the runs at 256 MiB and --budget 30."""
+    from loadscope.engine.bench_records import Summary
+    from loadscope.engine.summaries import shaky
+
+    def summary(setup: float | None) -> Summary:
+        return Summary(
+            "prewarm", "cold", 1, 1.25, None, None, None, 1.25, 1.25, 2.1,
+            scope="sampled", fixed_seconds=0.73, fit_bytes_per_s=200e6,
+            measured_bytes=101_000_000, setup_seconds=setup,
+        )  # fmt: skip
+
+    assert "two-size fit" in (shaky(summary(None), {}, 268_000_000) or "")
+    assert shaky(summary(0.70), {}, 268_000_000) is None
