@@ -42,6 +42,9 @@ from loadscope.model.targets import Target, resolve_path
 #: the weights): from_pretrained as is, after loadscope warm (the no-code-change fix), and
 #: ``loadscope.from_pretrained`` (the code route), read from the strategies' declarations.
 TRANSFORMERS_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.builds_model)
+#: The baselines of the routes (from_pretrained as the user runs it): in a tight plan
+#: they get their whole load before the routes measured against them.
+BASELINES = frozenset(r.baseline for s in STRATEGIES.values() for r in s.routes if r.baseline)
 
 
 def builds_with_transformers(probe: ProbeReport) -> bool:
@@ -248,6 +251,7 @@ def plan_trials(
         # Where the model builds with transformers its answer leads with transformers:
         # from_pretrained and its routes get one whole load before the others' trials.
         first=frozenset(TRANSFORMERS_STRATEGIES),
+        lead=BASELINES,
     )
     sizes = dict(plan.sizes)
     total = int(probe.target["total_bytes"])
@@ -300,9 +304,8 @@ def late_estimates(probe: ProbeReport, plan: TrialPlan) -> dict[str, tuple[float
     preloaded = any(planned_whole(n) for n in TRANSFORMERS_STRATEGIES if n in plan.strategies)
     # In the order they are worth running: the routes' baselines first (without
     # from_pretrained's own figure no transformers route has one), then the plan's order.
-    baselines = {r.baseline for n in whole_only for r in STRATEGIES[n].routes if r.baseline}
     out = {}
-    for name in sorted(whole_only, key=lambda n: (n not in baselines, plan.strategies.index(n))):
+    for name in sorted(whole_only, key=lambda n: (n not in BASELINES, plan.strategies.index(n))):
         fixed = costs.fixed(name)
         if name in TRANSFORMERS_STRATEGIES and preloaded:
             fixed = TRIAL_OVERHEAD_S

@@ -97,6 +97,7 @@ def _whole_first(
     floor_bytes: int,
     whole_only: frozenset[str] = frozenset(),
     first: frozenset[str] = frozenset(),
+    lead: frozenset[str] = frozenset(),
 ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """The trials that run whole, in every round and (``whole_only`` ones whose every
     round does not fit) once: every one whose whole loads cost no more than its sampled
@@ -131,7 +132,10 @@ def _whole_first(
 
     # ``first``: one whole load each before anything else (the user's own stack's load and
     # its routes: their figures lead the answer), in every round if that still fits.
-    for t in sorted((t for t in trials if t[0] in first and t[0] in whole_only), key=weight):
+    # ``lead`` (a route's baseline: without its figure the route has none), then the
+    # cheapest.
+    firsts = [t for t in trials if t[0] in first and t[0] in whole_only]
+    for t in sorted(firsts, key=lambda t: (t[0] not in lead, weight(t))):
         if spent(capped, once | {t}) <= usable:
             (once if rounds > 1 else capped).add(t)
     for t in sorted(trials, key=weight):
@@ -160,12 +164,13 @@ def plan_budget(
     floor_bytes: int = 0,
     whole_only: frozenset[str] = frozenset(),
     first: frozenset[str] = frozenset(),
+    lead: frozenset[str] = frozenset(),
 ) -> Plan:
     """The most rounds in ``repeats`` (tried in order) of whole loads of ``trials``
     (strategy, cache) that fit ``budget_s``; else a sampled plan. ``whole_only``: the
     strategies a sample cannot measure (they run whole or not at all), given whole loads
     before the others' cheapest; ``first``: those of them given one whole load before
-    any other trial is given its own.
+    any other trial is given its own, ``lead`` (a route's baseline) among them first.
 
     A sampled plan runs the first of ``repeats`` when the fixed costs of those rounds and
     the fit's round would leave the loads at least a third of the time, else the last:
@@ -191,7 +196,17 @@ def plan_budget(
     loads_per_trial = chosen + sum(fits)
     whole_load = {t: model_bytes * max(costs.seconds_per_byte[t], 1e-15) for t in trials}
     capped, once = _whole_first(
-        costs, trials, whole_load, usable, chosen, len(fits), fill, floor_bytes, whole_only, first
+        costs,
+        trials,
+        whole_load,
+        usable,
+        chosen,
+        len(fits),
+        fill,
+        floor_bytes,
+        whole_only,
+        first,
+        lead,
     )
     # Open: sampled. A whole-only trial not given whole loads is skipped (it costs nothing).
     open_ = [t for t in trials if t not in capped and t[0] not in whole_only]

@@ -146,3 +146,24 @@ def test_a_whole_only_trial_that_fits_once_runs_whole_once() -> None:
         whole_only=frozenset({"hf"}),
     )  # fmt: skip
     assert tight.sizes[("hf", "cold")] * loads < MODEL
+
+
+def test_a_routes_baseline_gets_its_whole_load_before_the_cheaper_route() -> None:
+    """Issue 49: at 256 MiB and --budget 30 the plan gave loadscope.from_pretrained (the
+    cheaper route) its whole load and skipped from_pretrained, every transformers route's
+    baseline: no route had a figure. The baseline leads, then the cheapest."""
+    rates = {
+        ("mmap", "cold"): 1 / (0.1 * GB),
+        ("base", "cold"): 1 / (0.25 * GB),  # 4.3 s whole
+        ("route", "cold"): 1 / (1.0 * GB),  # 1.1 s whole
+    }
+    trials = list(rates)
+    room = 2 * (0.5 + (8 << 20) / (0.1 * GB)) + 0.5 + MODEL / (0.25 * GB) + 0.4
+    kw = {"floor_bytes": 8 << 20, "whole_only": frozenset({"base", "route"})}
+    both = frozenset({"base", "route"})
+    cheap = plan_budget(CostModel(rates, 0.5), trials, MODEL, room, first=both, **kw)
+    led = plan_budget(
+        CostModel(rates, 0.5), trials, MODEL, room, first=both, lead=frozenset({"base"}), **kw
+    )
+    assert cheap.sizes[("route", "cold")] == MODEL > cheap.sizes[("base", "cold")]
+    assert led.sizes[("base", "cold")] == MODEL
