@@ -15,7 +15,9 @@ def _plan(left_s: float, walls: dict[str, float], favoured: tuple[str, ...]) -> 
     options = BenchOptions(
         repeats=1, warmup=False, deadline=time.monotonic() + left_s, favoured=favoured
     )
-    run = SimpleNamespace(options=options, sampled=SimpleNamespace(scopes={}, once=set(), sets={}))
+    run = SimpleNamespace(
+        options=options, sampled=SimpleNamespace(scopes={}, once=set(), sets={}), late={}
+    )
     plan = _Plan(run, list(walls), ["cold"])  # type: ignore[arg-type]
     plan.trials = [replace(t, wall_s=walls[t.strategy]) for t in plan.trials]
     return plan
@@ -55,7 +57,9 @@ def test_a_favoured_trial_run_whole_once_joins_the_extra_rounds() -> None:
         repeats=2, warmup=False, deadline=time.monotonic() + 30.0, favoured=("hf", "mmap")
     )
     once = {("hf", "cold"), ("bad", "cold")}
-    run = SimpleNamespace(options=options, sampled=SimpleNamespace(scopes={}, once=once, sets={}))
+    run = SimpleNamespace(
+        options=options, sampled=SimpleNamespace(scopes={}, once=once, sets={}), late={}
+    )
     walls = {"mmap": 1.0, "hf": 8.0, "bad": 1.0}
     plan = _Plan(run, list(walls), ["cold"])  # type: ignore[arg-type]
     assert [t.strategy for t in plan.trials if t.repeat == 2] == ["mmap"]  # once: round 1
