@@ -5,8 +5,9 @@ model; each round, after ``drop_caches``, ``PageFill`` (the command's fill: 8 th
 the whole file in its 16 MiB blocks, then of spans of it shaped as a sampled ``prewarm``
 trial fills them (``sample_fill``'s rule: as many blocks as the whole file, each smaller,
 at least 1 MiB), and one span in the command's own 16 MiB blocks. Each span's time scaled
-to the file's bytes, over the whole fill's: medians over the rounds (1.00x: a sample's
-fill predicts the whole one).
+to the file's bytes, over the whole fill's in the same round (the whole fill's place in
+the round rotates): medians over the rounds (1.00x: a sample's fill predicts the whole
+one).
 
 Run (root, FUSE): ``.venv/bin/python benchmarks/bench_prewarm_sample.py [--size 256MiB]
 [--rounds 3]``
@@ -62,16 +63,22 @@ def main() -> int:
             path = str(Path(disk.path) / "model.safetensors")
             total = os.path.getsize(path)
             blocks = -(-total // WARM_BLOCK_BYTES)
-            for _ in range(args.rounds):
-                whole = _fill(path, 0, total, WARM_BLOCK_BYTES) / total
-                for label, share, at, scaled in SPANS:
+            for r in range(args.rounds):
+                # The whole fill's place in the round rotates: the order moved the
+                # ratios by ~15% (a fill right after the whole one ran slower).
+                times: dict[str, float] = {}
+                order = [("whole", 1.0, 0.0, False), *SPANS]
+                order = order[r % len(order) :] + order[: r % len(order)]
+                for label, share, at, scaled in order:
                     n = int(total * share) // 4096 * 4096
                     start = int(total * at) // 4096 * 4096
                     block = WARM_BLOCK_BYTES
                     if scaled:
                         per_block = math.ceil(math.ceil(n / blocks) / 4096) * 4096
                         block = min(WARM_BLOCK_BYTES, max(MIN_SAMPLE_BLOCK, per_block))
-                    ratios[label].append(_fill(path, start, start + n, block) / n / whole)
+                    times[label] = _fill(path, start, start + n, block) / n
+                for label, got in ratios.items():
+                    got.append(times[label] / times["whole"])
     print(f"{args.size}, {args.rounds} rounds: a span's fill per byte over the whole file's")
     for label, got in ratios.items():
         print(f"  {label}: {statistics.median(got):.2f}x ({min(got):.2f}-{max(got):.2f})")

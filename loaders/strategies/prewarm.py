@@ -80,10 +80,11 @@ def sample_fill(files: list[strategy.FileRequest], threads: int, block: int) -> 
     """The fill of a sample, shaped like the command's fill of the whole files: the same
     threads, over as many blocks as the whole files have (each block smaller in
     proportion, at least :data:`MIN_SAMPLE_BLOCK`), so every thread stays busy as it
-    does on the whole. With the command's 16 MiB blocks on a sample, 2 of 8 threads read
-    a 24 MiB sample, and the estimate came out 2x off the command (issue 37); with blocks
-    scaled, a quarter and a tenth of a 256 MiB file on the emulated disk filled at 1.01x
-    and 1.04x the whole file's time per byte (``benchmarks/RESULTS.md``)."""
+    does on the whole (with the command's 16 MiB blocks, 2 of 8 threads would read a
+    24 MiB sample). On the emulated disk a quarter or a tenth of a 256 MiB file fills at
+    1.16-1.18x the whole file's time per byte (``benchmarks/bench_prewarm_sample.py``);
+    the sampled trials' two-size fit takes part of that as fixed cost, and the figures
+    land within 10% of the command run whole (``benchmarks/RESULTS.md``)."""
     ranges = fill_ranges(files)
     sample = sum(r.end - r.start for r in ranges)
     page = 4096
