@@ -48,6 +48,9 @@ def main() -> int:
             json.loads(
                 subprocess.run(
                     [sys.executable, "-c", _CHILD, str(path)],
+                    # A user's folder: from this checkout, `-c` would import loadscope
+                    # from the source folders beside it, not the installed package.
+                    cwd=tmp,
                     capture_output=True,
                     text=True,
                     check=True,

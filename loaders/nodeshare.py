@@ -38,7 +38,8 @@ unusable means the rank loads alone and says why.
 It is off inside loadscope's own trial workers (``LOADSCOPE_NODE_SHARE=0``: a ``srun``
 step sets SLURM's local ids for every process) and for a single process.
 
-May import: ``loadscope.loaders.shmgroup``, ``loadscope.loaders.autoread`` (auto's
+May import: ``loadscope.loaders.localranks``, ``loadscope.loaders.shmgroup``,
+``loadscope.loaders.autoread`` (auto's
 settings), ``loadscope.loaders.parallelread``, ``loadscope.loaders.buffers``,
 ``loadscope.loaders.safetensors_format``, ``loadscope.base``.
 """
@@ -52,7 +53,6 @@ import hashlib
 import logging
 import mmap
 import os
-import re
 import struct
 import subprocess
 import sys
@@ -65,6 +65,8 @@ from typing import TYPE_CHECKING, Any
 
 from loadscope.loaders import autoread, shmgroup
 from loadscope.loaders.buffers import tensors_from_buffer
+from loadscope.loaders.localranks import LocalRanks as LocalRanks  # noqa: PLC0414  (re-exported)
+from loadscope.loaders.localranks import local_ranks as local_ranks  # noqa: PLC0414
 from loadscope.loaders.parallelread import read_into
 from loadscope.loaders.safetensors_format import SafetensorsHeader
 from loadscope.loaders.shmgroup import CLAIMED, DONE, FREE, HEAD, MAGIC, PREFIX, locked
@@ -88,52 +90,6 @@ MIN_SHARED_BYTES = 64 << 10
 LINGER_S = shmgroup.LINGER_S
 #: madvise(2)'s MADV_POPULATE_READ (Linux 5.14; Python's mmap module has no name for it).
 MADV_POPULATE_READ = 22
-
-
-@dataclass(frozen=True, slots=True)
-class LocalRanks:
-    """This process's place among the local ranks of one job."""
-
-    rank: int
-    world: int
-    #: What tells one job's ranks from another's on the same node.
-    job: str
-
-
-def local_ranks(
-    explicit: tuple[int, int] | None = None, env: Mapping[str, str] | None = None
-) -> LocalRanks | None:
-    """The local ranks this process loads with, or None (one process, or sharing off)."""
-    env = os.environ if env is None else env
-    if env.get("LOADSCOPE_NODE_SHARE", "") == "0":
-        return None
-    job = (
-        env.get("TORCHELASTIC_RUN_ID")
-        or ":".join(filter(None, (env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID"))))
-        or ":".join(filter(None, (env.get("MASTER_ADDR"), env.get("MASTER_PORT"))))
-        or f"ppid-{os.getppid()}"
-    )
-    if explicit is not None:
-        rank, world = explicit
-    elif "LOCAL_RANK" in env and "LOCAL_WORLD_SIZE" in env:
-        rank, world = _int(env["LOCAL_RANK"]), _int(env["LOCAL_WORLD_SIZE"])
-    elif "SLURM_LOCALID" in env:
-        rank = _int(env["SLURM_LOCALID"])
-        # "4" or "4(x2)": tasks on each of the step's nodes.
-        per = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_STEP_TASKS_PER_NODE") or ""
-        world = _int(re.split(r"[(,]", per)[0]) if per else -1
-    else:
-        return None
-    if world < 2 or not 0 <= rank < world:
-        return None
-    return LocalRanks(rank, world, job)
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        return -1
 
 
 class NotShared(Exception):

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from loadscope.base.safeio import open_regular, pread_exactly
 
-#: ``loadscope warm``'s and ``loadscope.prewarm``'s defaults (--threads, --block).
-WARM_THREADS = 8
-WARM_BLOCK_BYTES = 16 << 20
+# ``loadscope warm``'s defaults, declared with a load's other settings (the public API's
+# first call reads them without importing the fill).
+from loadscope.loaders.requests import WARM_BLOCK_BYTES as WARM_BLOCK_BYTES  # noqa: PLC0414
+from loadscope.loaders.requests import WARM_THREADS as WARM_THREADS  # noqa: PLC0414
 
 
 @dataclass(frozen=True, slots=True)

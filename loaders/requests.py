@@ -2,7 +2,8 @@
 
 The lowest layer of ``loaders/``: the public API's first call imports this, not the
 strategies' declarations (:mod:`loadscope.loaders.strategy` re-exports every name), so a
-user's first ``load_file`` pays for four small declarations, not the registry's.
+user's first ``load_file`` pays for four small declarations, not the registry's; and
+``loadscope warm``'s defaults, which the API's ``prewarm`` takes.
 
 May import: the standard library.
 """
@@ -21,6 +22,11 @@ WeightFormat = Literal["safetensors", "torch"]
 #: What a strategy's :meth:`~loadscope.loaders.strategy.Strategy.load` yields: ``(name,
 #: tensor)`` as each is usable.
 Tensors: TypeAlias = Iterator[tuple[str, "torch.Tensor"]]
+
+#: ``loadscope warm``'s and ``loadscope.prewarm``'s defaults (--threads, --block): the
+#: fill (:mod:`loadscope.loaders.pagefill`) reads with them.
+WARM_THREADS = 8
+WARM_BLOCK_BYTES = 16 << 20
 
 
 #: Size suffixes a byte-count knob takes (``block_bytes=16MiB``).

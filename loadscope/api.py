@@ -35,7 +35,7 @@ from loadscope.loaders.api import (
 )
 from loadscope.loaders.apichecks import check_knobs
 from loadscope.loaders.loadrecord import FileChoice, LoadRecord, timed_call
-from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS
+from loadscope.loaders.requests import WARM_BLOCK_BYTES, WARM_THREADS
 
 if TYPE_CHECKING:
     import torch
