@@ -111,6 +111,9 @@ def _timed(route: str, model: Path, bdi: Path | None) -> float:
     try:
         out = subprocess.run(
             [sys.executable, "-c", code, str(model)],
+            # A user's folder: from this checkout, `-c` imports loadscope from the source
+            # folders beside it rather than the installed package.
+            cwd=tempfile.gettempdir(),
             capture_output=True,
             text=True,
             check=True,
