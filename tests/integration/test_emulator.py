@@ -151,10 +151,15 @@ def test_max_read_caps_request_size(disk: EmulatedDisk) -> None:
 def test_kernel_cache_keeps_second_read_warm(disk: EmulatedDisk) -> None:
     path = _cold(disk)
     path.read_bytes()
-    assert disk.log.requests()
+    first = sum(r.size for r in disk.log.requests())
+    assert first >= path.stat().st_size
     disk.log.clear()
     path.read_bytes()  # a new open: kernel_cache keeps the pages
-    assert disk.log.requests() == []
+    # This machine's page cache decays on its own (DAMON reclaim): a few pages may be
+    # evicted between the two reads (7 of 4 KiB once, in a full run). Without
+    # kernel_cache the second read asks for the whole file again.
+    again = sum(r.size for r in disk.log.requests())
+    assert again <= 0.02 * first, again
 
 
 @_quiet_disk(readahead_kb=8192, bandwidth_bytes_per_s=50e6)
