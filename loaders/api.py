@@ -38,9 +38,11 @@ from loadscope.loaders.apichecks import (
     check_knobs,
     check_local_ranks,
 )
+from loadscope.loaders.errors import UnsafePickle
 from loadscope.loaders.loadrecord import FileChoice, LoadRecord, check_record, timed_call
 from loadscope.loaders.requests import FileRequest, knob_value
 from loadscope.loaders.safetensors_format import read_header
+from loadscope.loaders.shmgroup import reap_stale
 from loadscope.probes.pagecache import sampled_residency
 
 if TYPE_CHECKING:
@@ -224,8 +226,6 @@ def check_options(
     record = check_record(options.get("record"))
     import_for_load(record)
     if not _reaped:  # once per process: what ranks killed outright left in /dev/shm
-        from loadscope.loaders.shmgroup import reap_stale
-
         _reaped.append(reap_stale())
         if _reaped[0]:
             log.info("%s", _reaped[0])
@@ -414,7 +414,7 @@ def _load_to_device(
     into a bounded ring of pinned host buffers, each copied to the device while the next
     is read, tensors created on the device (never a whole CPU copy, never a pageable
     ``.to()``). ``threads`` and ``block_bytes`` are the readers' when given."""
-    from loadscope.loaders.staged import KNOBS, StagingError, staged_load
+    from loadscope.loaders.staged import KNOBS, NAME, StagingError, staged_load
 
     given = {k: v for k, v in knobs.items() if k in ("threads", "block_bytes")}
     slots, slot_bytes, threads, block = (
@@ -448,7 +448,7 @@ def _load_to_device(
     seconds = time.monotonic() - started
     choice = FileChoice(
         path=request.path,
-        strategy="staged",
+        strategy=NAME,
         reason=f"to {device}: {threads} x {block >> 10} KiB reads into {slots} pinned"
         f" {slot_bytes >> 20} MiB buffers, copied while the next is read",
         size_bytes=request.size_bytes,
@@ -486,8 +486,6 @@ def load_torch_file(
     try:
         info = read_torch_info(spath)
         if info.unsafe_globals:
-            from loadscope.loaders.errors import UnsafePickle
-
             raise UnsafePickle(
                 f"its pickle imports {info.unsafe_globals[0]}, which a weights-only load"
                 " refuses: unpickling it would run code; refusing it, nothing was executed",

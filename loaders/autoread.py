@@ -12,7 +12,7 @@ typed record (:class:`AutoChoice`), with its reason.
 
 May import: ``loadscope.loaders.strategy``, ``loadscope.loaders.buffers``,
 ``loadscope.loaders.parallelread``, ``loadscope.loaders.mapped``, ``loadscope.probes``,
-``loadscope.base``.
+``loadscope.loaders.requests``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loadscope.loaders import mapped
 from loadscope.loaders.buffers import byte_ranges, o_direct_ok
 from loadscope.loaders.mapped import load_mapped
 from loadscope.loaders.parallelread import read_file_parallel
@@ -99,7 +100,7 @@ class AutoChoice:
     @property
     def strategy(self) -> str:
         """The strategy whose reads it makes: ``mmap`` for a mapped file."""
-        return "mmap" if self.how in ("resident", "too-large") else self.how
+        return mapped.NAME if self.mapped else self.how
 
     @property
     def mapped(self) -> bool:

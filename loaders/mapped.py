@@ -3,12 +3,16 @@
 The default every stack uses (the ``mmap`` strategy) and what ``auto`` and
 ``loadscope.load_file`` do with a file the page cache already holds.
 
-May import: ``loadscope.loaders.strategy`` (its types).
+May import: ``loadscope.loaders.requests`` (a request's types).
 """
 
 from __future__ import annotations
 
 from loadscope.loaders.requests import FileRequest, Tensors
+
+#: The name this load goes by: the ``mmap`` strategy's, ``auto``'s choice for a file it maps,
+#: a rank's mode that maps. Spelled here once; the registry's ``DEFAULT`` is this load.
+NAME = "mmap"
 
 
 def load_mapped(f: FileRequest) -> Tensors:

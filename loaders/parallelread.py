@@ -6,7 +6,7 @@ copied again. The ``parallel``, ``direct`` and ``auto`` strategies, the public A
 the node-shared reads all read with these.
 
 May import: ``loadscope.loaders.strategy`` (its types), ``loadscope.loaders.buffers``,
-``loadscope.loaders.safetensors_format``, ``loadscope.base``.
+``loadscope.loaders.safetensors_format``, ``loadscope.loaders.requests``, ``loadscope.base``.
 """
 
 from __future__ import annotations

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loadscope.loaders import mapped
 from loadscope.loaders.events import LineWriter
 from loadscope.loaders.rank_events import (
     CODEC,
@@ -87,6 +88,7 @@ from loadscope.loaders.rank_reads import (
     read_to_device,
     warm_files,
 )
+from loadscope.loaders.staged import CudaDevice
 
 if TYPE_CHECKING:
     import torch
@@ -193,7 +195,6 @@ def _load(
     def read(f: dict[str, Any]) -> torch.Tensor:
         if device.type == "cpu":
             return read_file(str(f["path"]), int(f["size_bytes"]), reads, chunk)
-        from loadscope.loaders.staged import CudaDevice
 
         # Through pinned buffers, copies overlapped with the reads: the reading rank's
         # side of a broadcast at its best, not at a pageable copy's speed.
@@ -227,7 +228,7 @@ def _load(
             work.wait()
     elif mode == "node-shared":
         buffers = [node_shared(f, rank, world, reads, job) for f in files]
-    elif mode == "mmap":
+    elif mode == mapped.NAME:
         buffers = [read_mapped(str(f["path"]), int(f["size_bytes"]), reads) for f in files]
     elif mode == "direct":
         buffers = [read_direct(str(f["path"]), int(f["size_bytes"]), reads) for f in files]

@@ -12,12 +12,6 @@ from typing import Any
 from loadscope.base.hf_layout import DIFFUSERS_MODEL, DIFFUSERS_PIPELINE, TRANSFORMERS, UNKNOWN
 from loadscope.loaders.strategy import StackRoute
 
-#: The kinds of fix a route is offered for (the advice's recommendation ids).
-PARALLEL_READS = "parallel-reads"
-PREWARM = "prewarm"
-READ_WHOLE_FILES = "read-whole-files"
-GPU_STAGED = "gpu-staged"
-
 #: transformers' code fails on a diffusers folder; unknown folders keep their lines.
 NOT_DIFFUSERS = (TRANSFORMERS, UNKNOWN)
 

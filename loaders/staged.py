@@ -34,11 +34,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from loadscope.loaders.buffers import group_by_span, selected, torch_dtype
+from loadscope.loaders.cuda import cuda_device
 from loadscope.loaders.safetensors_format import SafetensorsHeader, TensorEntry, read_header
 from loadscope.loaders.strategy import FileRequest, Knob
 
 if TYPE_CHECKING:
     import torch
+
+#: The name this path goes by: the ``staged`` strategy's, and ``load_file(device=)``'s choice.
+NAME = "staged"
 
 #: The pipeline's settings (the ``staged`` strategy's knobs, and ``load_file(device=...)``'s).
 KNOBS = (
@@ -504,8 +508,6 @@ class CudaDevice:
 
     def __init__(self, device: str) -> None:
         import torch
-
-        from loadscope.loaders.cuda import cuda_device
 
         self.device = cuda_device(device)
         self.name = str(self.device)

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from loadscope.loaders.cuda import cuda_unavailable
+
 if TYPE_CHECKING:
     import torch
 
@@ -124,7 +126,7 @@ class Strategy:
     #: trials), as a user's script imports them at its top; ``"transformers-model"`` also
     #: names the model's modeling module, whose import the server times once and each
     #: trial of ``from_pretrained`` adds to its time (``setup_s``), as a fresh process
-    #: pays it inside the call; ``forkserver.WARM_COMMAND`` has the server time
+    #: pays it inside the call; ``preload.WARM_COMMAND`` has the server time
     #: ``loadscope warm``'s start-up once.
     preload: tuple[str, ...] = ()
     #: It builds the model with transformers (needs the model's config.json).
@@ -175,8 +177,6 @@ class Strategy:
         """
         reasons: list[str | None] = []
         if self.requires.gpu:
-            from loadscope.loaders.cuda import cuda_unavailable
-
             reasons.append(cuda_unavailable())
         pkg = self.requires.package
         if pkg and importlib.util.find_spec(pkg) is None:

@@ -17,6 +17,8 @@ top and its parts as subpackages, each layer importing only from those below it:
 ``tools``. ``loadscope.tui``, ``loadscope.loaders``, ``loadscope.probes`` and
 ``loadscope.base`` are the ``tui/``, ``loaders/``, ``probes/`` and ``base/`` folders at
 the repository root, mapped under this namespace by setuptools' ``package-dir``.
+
+May import: ``loadscope.api`` (on first use), ``loadscope.base``.
 """
 
 from __future__ import annotations

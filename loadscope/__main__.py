@@ -1,4 +1,7 @@
-"""``python -m loadscope``: the same as the ``loadscope`` command."""
+"""``python -m loadscope``: the same as the ``loadscope`` command.
+
+May import: ``loadscope.tui.launch`` (which starts the app or the CLI).
+"""
 
 import sys
 

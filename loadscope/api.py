@@ -18,6 +18,10 @@ shards against each other and the index, pickles that would run code). Each call
 can say what it chose and why: pass a :class:`LoadRecord` as ``record`` (or read
 the ``loadscope`` logger at INFO); :func:`prewarm` returns its report. Errors are
 one line naming the file, in the exception family the caller already catches.
+
+May import: ``loadscope.loaders`` (what a load runs), ``loadscope.model`` (the target's
+checks), ``loadscope.actions.warm`` (the fill :func:`prewarm` runs), ``loadscope.base``;
+the last three when a call needs them, so a first call stays light.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ a greyed key is pressed anyway are all generated from that table, never restated
 
 Owns: :class:`AppAction`, the rules and the generators of bindings, palette commands
 and key explainers.
-May import: Textual's binding and command types, the views (a rule reads the
-highlighted recommendation); the app for typing only (the rules read its state).
+May import: Textual's binding and command types; never the app: the rules read its state
+through :class:`AppState`, which the app satisfies.
 """
 
 from __future__ import annotations
@@ -16,19 +16,31 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from textual.app import SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.widgets import TabbedContent, Tabs
 
-from loadscope.tui.views import AdviceView
 
-if TYPE_CHECKING:
-    from loadscope.tui.app import LoadscopeApp
+class AppState(Protocol):
+    """What the rules read of the app (``loadscope.tui.app.LoadscopeApp``)."""
+
+    @property
+    def running(self) -> bool: ...
+    @property
+    def report(self) -> dict[str, Any] | None: ...
+    @property
+    def last_request(self) -> object | None: ...
+    def can_profile(self) -> bool: ...
+    def apply_plan(self) -> tuple[str | None, str]: ...
+    def model_spec(self) -> str: ...
+    def highlighted_fix(self) -> object | None: ...
+    def explain(self, action: str) -> None: ...
+
 
 #: An availability rule: why the action cannot run now, or None when it can.
-Rule = Callable[["LoadscopeApp"], str | None]
+Rule = Callable[[AppState], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,40 +61,40 @@ class AppAction:
 _BUSY = "a run is in progress: stop it first (s)"
 
 
-def _idle(app: LoadscopeApp) -> str | None:
+def _idle(app: AppState) -> str | None:
     return _BUSY if app.running else None
 
 
-def _stop_rule(app: LoadscopeApp) -> str | None:
+def _stop_rule(app: AppState) -> str | None:
     return None if app.running else "nothing is running"
 
 
-def _profile_rule(app: LoadscopeApp) -> str | None:
+def _profile_rule(app: AppState) -> str | None:
     if not app.running:
         return "no trial is running: f profiles the running trial's worker"
     return None if app.can_profile() else "between two trials: press f again soon"
 
 
-def _rerun_rule(app: LoadscopeApp) -> str | None:
+def _rerun_rule(app: AppState) -> str | None:
     if app.running:
         return _BUSY
     return None if app.last_request is not None else "nothing to re-run yet (n)"
 
 
-def _copy_rule(app: LoadscopeApp) -> str | None:
-    if app.query_one(AdviceView).highlighted() is None:
+def _copy_rule(app: AppState) -> str | None:
+    if app.highlighted_fix() is None:
         return "no recommendation is highlighted (tab 3, Advice)"
     return None
 
 
-def _apply_rule(app: LoadscopeApp) -> str | None:
+def _apply_rule(app: AppState) -> str | None:
     if app.running:
         return _BUSY
     kind, why = app.apply_plan()
     return why if kind is None else None
 
 
-def _time_rule(app: LoadscopeApp) -> str | None:
+def _time_rule(app: AppState) -> str | None:
     if app.running:
         return _BUSY
     spec = app.model_spec()
@@ -95,7 +107,7 @@ def _time_rule(app: LoadscopeApp) -> str | None:
     return None
 
 
-def _export_rule(app: LoadscopeApp) -> str | None:
+def _export_rule(app: AppState) -> str | None:
     return None if app.report is not None else "no report yet: n diagnoses, o opens one"
 
 
@@ -152,21 +164,21 @@ def bindings() -> list[BindingType]:
     return [Binding(a.key, a.action, a.label, show=a.show) for a in ACTIONS]
 
 
-def why_not(app: LoadscopeApp, action: str) -> str | None:
+def why_not(app: AppState, action: str) -> str | None:
     """Why ``action`` cannot run now (None: it can), by its rule in :data:`ACTIONS`."""
     rule = _RULES.get(action)
     return rule(app) if rule else None
 
 
-def palette_commands(app: LoadscopeApp) -> Iterator[SystemCommand]:
+def palette_commands(app: App[Any]) -> Iterator[SystemCommand]:
     """The command-palette entries of the rows that have one."""
     for a in ACTIONS:
         if a.title:
             yield SystemCommand(a.title, a.help, getattr(app, f"action_{a.action}"))
 
 
-def _explainer(action: str) -> Callable[[LoadscopeApp], None]:
-    def key_handler(self: LoadscopeApp) -> None:
+def _explainer(action: str) -> Callable[[AppState], None]:
+    def key_handler(self: AppState) -> None:
         self.explain(action)
 
     return key_handler
@@ -180,7 +192,7 @@ def install_explainers(app_class: type[Any]) -> None:
             setattr(app_class, f"key_{a.key}", _explainer(a.action))
 
 
-def switch_tab(app: LoadscopeApp, tab: str) -> None:
+def switch_tab(app: App[Any], tab: str) -> None:
     """Show ``tab`` (keys 1, 2, 3). The tab bar takes the focus first: a focused widget in
     the pane being hidden handed the focus to its neighbour there, which took the tab
     back (3 after Tab into the Benchmark charts stayed on Benchmark)."""

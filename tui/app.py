@@ -4,8 +4,9 @@ The engine runs in a child process that :mod:`loadscope.tui.engine_link` starts,
 and stops; one thread worker posts its events as typed messages. The UI thread owns
 every buffer the views draw, and redraws the live charts at 5 Hz. The app's actions
 (keys, palette, availability) are declared once in :mod:`loadscope.tui.actions`; what
-copy and apply do is in :mod:`loadscope.tui.fixes`, the files it writes in
-:mod:`loadscope.tui.report_files`.
+copy and apply do is in :mod:`loadscope.tui.fixes`, what it does with a report as a
+whole (shown, opened, exported, compared) in :mod:`loadscope.tui.report_actions`, its
+base class.
 
 Owns: the layout, the actions' handlers, the run's lifecycle and the engine's messages.
 May import: everything in the core and the rest of ``loadscope.tui``.
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.message import Message
 from textual.screen import Screen
@@ -31,12 +32,10 @@ from textual.widgets import Footer, Header, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from loadscope.advice.snippets import snippet_heading, snippets_of
-from loadscope.base.errors import ExitCode, LoadscopeError
-from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S, load_report
+from loadscope.base.errors import ExitCode
+from loadscope.diagnosis.doctor import DEFAULT_BUDGET_S
 from loadscope.diagnosis.engine_process import job_for
 from loadscope.diagnosis.session import SessionRequest
-from loadscope.report.compare import compare, row_of
-from loadscope.report.store import last, reports_dir
 from loadscope.tools.emulator import EmulatorSettings, fuse_unavailable_reason
 from loadscope.tui import actions, fixes
 from loadscope.tui.engine_link import EngineLink
@@ -54,9 +53,9 @@ from loadscope.tui.messages import (
     TrialSample,
 )
 from loadscope.tui.probes_view import ProbesView
-from loadscope.tui.report_files import export_report, save_screenshot, tell_kept
+from loadscope.tui.report_actions import ReportActions
+from loadscope.tui.report_files import tell_kept
 from loadscope.tui.screens import (
-    CompareScreen,
     OnboardingScreen,
     ProfileScreen,
     PromptScreen,
@@ -88,7 +87,7 @@ def _engine_message(kind: type[_M]) -> Callable[[_Handler[_M]], _Handler[_M]]:
     return decorate
 
 
-class LoadscopeApp(App[int]):
+class LoadscopeApp(ReportActions):
     """Why does my model load slowly here, and what do I change?"""
 
     TITLE = "loadscope"
@@ -250,7 +249,7 @@ class LoadscopeApp(App[int]):
         self.push_screen(ProfileScreen(pid))
 
     def action_copy(self) -> None:
-        rec = self.query_one(AdviceView).highlighted()
+        rec = self.highlighted_fix()
         if rec is None:
             self.notify("no recommendation is highlighted", severity="warning")
             return
@@ -270,16 +269,20 @@ class LoadscopeApp(App[int]):
             SnippetPickScreen(rec["title"], [snippet_heading(s) for s in snippets]), copy
         )
 
+    def highlighted_fix(self) -> dict[str, Any] | None:
+        """The recommendation highlighted in the Advice tab, if any."""
+        return self.query_one(AdviceView).highlighted()
+
     def apply_plan(self) -> tuple[str | None, str]:
         """(the highlighted fix's kind, the model spec) or (None, why it cannot be applied)."""
-        return fixes.apply_plan(self.query_one(AdviceView).highlighted(), self._source_spec)
+        return fixes.apply_plan(self.highlighted_fix(), self._source_spec)
 
     def action_apply(self) -> None:
         kind, spec = self.apply_plan()
         if kind is None:
             self.notify(spec, severity="warning")
             return
-        rec = self.query_one(AdviceView).highlighted()
+        rec = self.highlighted_fix()
 
         def confirmed(value: str | None) -> None:
             if value is None:
@@ -289,23 +292,6 @@ class LoadscopeApp(App[int]):
             self._launch(job)
 
         self.push_screen(fixes.confirmation(kind, spec, rec, self.report), confirmed)
-
-    def action_export(self) -> None:
-        if self.report is None:
-            return
-
-        def chosen(path: str | None) -> None:
-            if path:
-                self.export(path)
-
-        self.push_screen(
-            PromptScreen(
-                "Export the report",
-                "A path ending in .json, .md or .html:",
-                "loadscope-report.html",
-            ),
-            chosen,
-        )
 
     def model_spec(self) -> str:
         """The model the last diagnosis (or opened report) was of: what a fix acts on."""
@@ -339,67 +325,6 @@ class LoadscopeApp(App[int]):
             ),
             chosen,
         )
-
-    def export(self, path: str) -> Path | None:
-        assert self.report is not None
-        return export_report(self, self.report, path)
-
-    def action_open_report(self) -> None:
-        def chosen(path: str | None) -> None:
-            if path:
-                self.open_report(path)
-
-        newest = last()  # the newest kept report, ready to open with Enter
-        self.push_screen(
-            PromptScreen(
-                "Open a saved report",
-                f"Path of a doctor JSON report (kept ones are in {reports_dir()}):",
-                str(newest) if newest else "",
-            ),
-            chosen,
-        )
-
-    def open_report(self, path: str) -> None:
-        try:
-            doc = load_report(str(Path(path).expanduser()))
-        except LoadscopeError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        self.show_report(doc)
-        self._source_spec = str((doc.get("target") or {}).get("spec", ""))
-        self.sub_title = f"report {Path(path).name}"
-        if self._source_spec and not self.running:
-            # ``r`` re-runs what is on screen: this report's model, not the session's.
-            self.last_request = SessionRequest(
-                self._source_spec, self.budget_s, None, self.synth_dir
-            )
-
-    def deliver_screenshot(
-        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
-    ) -> str | None:
-        """The palette's Screenshot, saved where the user can find it: the given folder,
-        else ~/Downloads when it exists, else the working directory; the path or the
-        reason it could not be written is said (Textual's default folder is ~/Downloads,
-        absent on most servers, and its failure gives no reason)."""
-        return save_screenshot(self, filename, path)
-
-    def action_compare(self) -> None:
-        def chosen(text: str | None) -> None:
-            if text:
-                self.compare(text.split())
-
-        self.push_screen(
-            PromptScreen("Compare reports", "Two or more JSON report paths, separated by spaces:"),
-            chosen,
-        )
-
-    def compare(self, paths: list[str]) -> None:
-        try:
-            rows = compare([row_of(p, load_report(str(Path(p).expanduser()))) for p in paths])
-        except LoadscopeError as exc:
-            self.notify(str(exc), severity="error")
-            return
-        self.push_screen(CompareScreen(rows))
 
     async def action_quit(self) -> None:
         await self._stop_and_exit(ExitCode.OK)
@@ -563,18 +488,6 @@ class LoadscopeApp(App[int]):
     def _cancelled(self, m: RunCancelled) -> None:
         self._cut_short("stopped", m.reason)
         self.notify(m.reason, title="stopped")
-
-    def show_report(self, doc: dict[str, Any], *, live: bool = False) -> None:
-        self.report = doc
-        self.query_one(ProbesView).show(doc.get("probe"))
-        if doc.get("bench"):
-            self.query_one(BenchView).show(doc["bench"])
-        self.query_one(BenchView).show_ranks(doc.get("ranks"))
-        self.query_one(AdviceView).show(doc)
-        if not live:
-            self.action_tab("advice")
-        self.sub_title = doc["verdict"]["status"]
-        self.refresh_bindings()
 
 
 def run_app(

@@ -10,7 +10,8 @@ run and, after :data:`STOP_GRACE_S`, exits the process anyway.
 Owns: the run's stop events, the engine's pid, the forced exit and the watchers of
 the signals and the terminal. Nothing here touches a widget: the app is reached only
 through the callables it passes.
-May import: the core's engine process and the app's messages; never the app.
+May import: the core's engine process (``loadscope.diagnosis.engine_process``), its
+errors (``loadscope.base.errors``) and the app's messages; never the app.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ confirmation; this module decides what applies, words the confirmation and the
 outcome, and builds the job.
 
 Owns: the copy and apply decisions and texts. The app runs the jobs and the dialogs.
-May import: the core's advice and engine-process jobs, the screens and the views;
-never the app (its Textual base class is enough).
+May import: the core's advice (``loadscope.advice.rules``, ``loadscope.advice.snippets``),
+its engine-process jobs (``loadscope.diagnosis.engine_process``), ``loadscope.base``, the
+screens and the views; never the app (its Textual base class is enough).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from textual.app import App
 
 from loadscope.advice.rules import copy_destination
 from loadscope.advice.snippets import snippet_heading
+from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.diagnosis.engine_process import copy_job, warm_job
 from loadscope.tui.screens import ConfirmScreen, TextScreen
@@ -90,7 +92,7 @@ def apply_plan(rec: dict[str, Any] | None, source_spec: str) -> tuple[str | None
     source = (rec.get("apply") or {}).get("source")
     if source:
         spec = str(source)  # the advice's own source: one name everywhere
-    return ("warm" if rec["id"] == "prewarm" else "copy"), spec
+    return ("warm" if rec["id"] == fix_ids.PREWARM else "copy"), spec
 
 
 def destination(rec: dict[str, Any] | None, report: dict[str, Any] | None, spec: str) -> str:

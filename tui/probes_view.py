@@ -6,8 +6,9 @@ a small function from the probe JSON (``to_dict``) to text or bars, so a live ru
 and a saved report draw the same.
 
 Owns: :class:`ProbesView` and its :class:`BarChart`.
-May import: the core's units, the probes' registry (each registered probe's lines),
-the charts; nothing else of the app.
+May import: the core's units (``loadscope.base.units``), the probes' registry (each
+registered probe's lines: ``loadscope.probes.registry``), their text
+(``loadscope.report.probe_text``), the charts; nothing else of the app.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Every write says where it went, or why it could not be written, in a notificatio
 a failed write never passes in silence.
 
 Owns: the export formats (by suffix) and the screenshot folder.
-May import: the core's report renderers; never the app (its Textual base class is
-enough).
+May import: the core's report renderers (``loadscope.report.html``,
+``loadscope.report.markdown``); never the app (its Textual base class is enough).
 """
 
 from __future__ import annotations

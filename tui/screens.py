@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,6 +35,7 @@ from textual.widgets.option_list import Option
 
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes, format_rate, format_us, parse_size
+from loadscope.cli.common import DEVICE_CHOICES, RANKS
 from loadscope.engine.profiler import Profile
 from loadscope.report.compare import Row
 
@@ -142,13 +144,13 @@ class OnboardingScreen(Screen[Any]):
             with Horizontal(id="where"):
                 yield Label("Load to ")
                 yield Select(
-                    [("auto (GPU if usable)", "auto"), ("CPU", "cpu"), ("GPU (cuda)", "cuda")],
-                    value="auto",
+                    [(label, value) for value, label in DEVICE_CHOICES],
+                    value=DEVICE_CHOICES[0][0],
                     allow_blank=False,
                     id="device",
                 )
                 yield Label("  ranks ")
-                yield Input(placeholder="auto", id="ranks", restrict=r"[0-9]*", max_length=3)
+                yield Input(placeholder="auto", id="ranks", restrict=r"[0-9]*", max_length=4)
             yield Static(STEPS, id="steps")
             yield Static("", id="onboarding-error")
             yield Button("Start diagnosis  (ctrl+r)", variant="primary", id="start")
@@ -243,9 +245,10 @@ class OnboardingScreen(Screen[Any]):
         try:
             spec = self.spec()
             ranks_text = self.query_one("#ranks", Input).value.strip()
-            ranks = int(ranks_text) if ranks_text else None
-            if ranks is not None and ranks < 1:
-                raise ValueError("ranks: at least 1 (or blank for one per GPU)")
+            ranks = int(RANKS(ranks_text)) if ranks_text else None  # as doctor --ranks
+        except argparse.ArgumentTypeError as exc:
+            self._say(f"ranks: {exc} (or blank for one per GPU)")
+            return
         except ValueError as exc:
             self._say(str(exc))
             return

@@ -6,8 +6,11 @@ The live benchmark view also takes the trial events as they arrive. The third vi
 the probes', is :mod:`loadscope.tui.probes_view`.
 
 Owns: :class:`BenchView`, :class:`AdviceView` and :data:`APPLICABLE`.
-May import: the core's units, snippets and trial type, the report's content model (a fix
-as every output shows it), the charts; nothing else of the app.
+May import: the core's units and fix ids (``loadscope.base``), the trial type
+(``loadscope.engine.bench``), the strategies' names (``loadscope.loaders.strategies``),
+the report's content model and its layouts (a fix as every output shows it:
+``loadscope.report.content``, ``loadscope.report.text``, ``loadscope.report.bench_text``,
+``loadscope.report.rank_text``), the charts; nothing else of the app.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
+from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import Trial
+from loadscope.loaders.strategies import DEFAULT
 from loadscope.report.bench_text import TABLE_HEADER, summary_rows
 from loadscope.report.content import (
     Block,
@@ -239,7 +244,7 @@ class BenchView(Vertical):
         secs = d.get("extrapolated_seconds") or d.get("seconds")
         x_mmap = ""
         if d.get("status") == "ok" and secs:
-            if d["strategy"] == "mmap":
+            if d["strategy"] == DEFAULT:
                 self._mmap_s[d["cache"]] = secs
             base = self._mmap_s.get(d["cache"])
             x_mmap = f"{base / secs:.2f}x" if base else "-"
@@ -358,8 +363,8 @@ class BenchView(Vertical):
 
 #: Recommendations the app can apply itself, and what the key does.
 APPLICABLE = {
-    "prewarm": "warm the page cache now (loadscope warm)",
-    "copy-to-local-disk": "copy the model now (loadscope copy)",
+    fix_ids.PREWARM: "warm the page cache now (loadscope warm)",
+    fix_ids.COPY_TO_LOCAL_DISK: "copy the model now (loadscope copy)",
 }
 
 

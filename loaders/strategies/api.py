@@ -10,11 +10,11 @@ public call always loads whole files.
 
 from __future__ import annotations
 
-from loadscope.loaders import stack_code as code
+from loadscope.base import fix_ids
 from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file
 from loadscope.loaders.autoread import KNOBS
-from loadscope.loaders.forkserver import count_first_call
+from loadscope.loaders.preload import count_first_call
 from loadscope.loaders.strategies.auto import Auto
 
 
@@ -28,7 +28,7 @@ class PublicLoadFile(strategy.Strategy):
     warm_trial = True
     reads = "deep"
     own_copy = True
-    fixes = frozenset({code.PARALLEL_READS})
+    fixes = frozenset({fix_ids.PARALLEL_READS})
     routes = (
         strategy.StackRoute(
             "safetensors",

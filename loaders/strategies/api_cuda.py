@@ -9,10 +9,11 @@ from this code. A sampled trial loads the sampled tensors through the same pipel
 
 from __future__ import annotations
 
-from loadscope.loaders import stack_code as code
+from loadscope.base import fix_ids
 from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file
-from loadscope.loaders.forkserver import count_first_call
+from loadscope.loaders.preload import count_first_call
+from loadscope.loaders.strategies.staged_cuda import Staged
 
 
 class PublicLoadFileCuda(strategy.Strategy):
@@ -20,7 +21,7 @@ class PublicLoadFileCuda(strategy.Strategy):
     summary = "loadscope.load_file(path, device='cuda:N'): the public API, staged to the GPU"
     requires = strategy.Requirements(gpu=True, ram_multiple=0.0)
     warm_trial = True
-    fixes = frozenset({code.GPU_STAGED})
+    fixes = frozenset({fix_ids.GPU_STAGED})
     # Measured against safetensors' own device load (the GPU's default load).
     routes = (
         strategy.StackRoute(
@@ -38,8 +39,6 @@ class PublicLoadFileCuda(strategy.Strategy):
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
     ) -> strategy.Tensors:
-        from loadscope.loaders.strategies.staged_cuda import Staged
-
         if any(f.tensors is not None for f in files):
             ctx.notes["sampled"] = "a sample: loaded through the staged pipeline load_file uses"
             # Staged with its own defaults (no probe hints): what load_file(device=) runs.

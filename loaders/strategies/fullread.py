@@ -6,9 +6,11 @@ bytes. Holds the file twice at the peak (the bytes and the tensors).
 
 from __future__ import annotations
 
+from loadscope.base import fix_ids
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import read_spans, tensors_from_buffer
+from loadscope.loaders.safetensors_format import read_header
 
 
 class FullRead(strategy.FileByFile):
@@ -18,7 +20,7 @@ class FullRead(strategy.FileByFile):
     doctor_order = 90  # the folklore fix, last but prefetch
     on_gpu_box = True
     reads = "buffered"
-    fixes = frozenset({code.READ_WHOLE_FILES})
+    fixes = frozenset({fix_ids.READ_WHOLE_FILES})
     # Each safetensors file read whole and its bytes load()ed: this trial's reads.
     routes = (
         strategy.StackRoute(
@@ -57,8 +59,6 @@ class FullRead(strategy.FileByFile):
 
     def load_one(self, f: strategy.FileRequest, ctx: strategy.LoadContext) -> strategy.Tensors:
         from safetensors.torch import load
-
-        from loadscope.loaders.safetensors_format import read_header
 
         if f.tensors is not None:
             # A sample: one read per span that holds the chosen tensors.

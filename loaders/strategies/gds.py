@@ -14,6 +14,7 @@ from typing import Any
 
 from loadscope.loaders import strategy
 from loadscope.loaders.cuda import cuda_device
+from loadscope.loaders.staged import StagedReadError, device_tensors, plan_file
 
 
 def kvikio_mode(kvikio: Any) -> str:
@@ -43,8 +44,6 @@ class Gds(strategy.Strategy):
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
     ) -> strategy.Tensors:
         import torch
-
-        from loadscope.loaders.staged import StagedReadError, device_tensors, plan_file
 
         kvikio: Any = importlib.import_module("kvikio")
         device = cuda_device(ctx.device)

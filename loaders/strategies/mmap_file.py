@@ -8,11 +8,11 @@ missing page when it is cold — the pattern that stalls on high-latency storage
 from __future__ import annotations
 
 from loadscope.loaders import strategy
-from loadscope.loaders.mapped import load_mapped
+from loadscope.loaders.mapped import NAME, load_mapped
 
 
 class MmapLoadFile(strategy.FileByFile):
-    name = "mmap"
+    name = NAME
     summary = "safetensors.torch.load_file (memory-mapped, lazy)"
     requires = strategy.Requirements(ram_multiple=0.0)
     default_load = True

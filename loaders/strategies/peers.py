@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadscope.base import fix_ids
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
+from loadscope.loaders.safetensors_format import read_header
 
 
 def _load_format(name: str, **kw: Any) -> tuple[strategy.StackRoute, ...]:
@@ -41,7 +43,7 @@ class FastSafetensors(strategy.Strategy):
     doctor_order: int | None = 70
     on_gpu_box = True
     own_copy = True
-    fixes = frozenset({code.PARALLEL_READS})
+    fixes = frozenset({fix_ids.PARALLEL_READS})
     # The CPU mode stands for the flag only where its GPU mode (what the server runs on a
     # GPU box) was not timed.
     routes = _load_format("fastsafetensors", unless="mmap-cuda")
@@ -74,8 +76,6 @@ class FastSafetensors(strategy.Strategy):
                 for f in files:
                     names = f.tensors
                     if names is None:
-                        from loadscope.loaders.safetensors_format import read_header
-
                         names = tuple(t.name for t in read_header(f.path).tensors)
                     for name in names:
                         # clone: the loader's buffers are freed when it closes
@@ -101,7 +101,7 @@ class RunAI(strategy.Strategy):
     doctor_order: int | None = 80
     on_gpu_box = True
     own_copy = True
-    fixes = frozenset({code.PARALLEL_READS})
+    fixes = frozenset({fix_ids.PARALLEL_READS})
     routes = _load_format("runai_streamer", unless="mmap-cuda")
 
     def target(self, ctx: strategy.LoadContext) -> str:
@@ -159,7 +159,7 @@ class FastSafetensorsGds(FastSafetensorsCuda):
     rank_mode = "direct"
     summary = "fastsafetensors to cuda:N with GPUDirect Storage where found (nogds=False)"
     nogds = False
-    fixes = frozenset({code.GPU_STAGED})
+    fixes = frozenset({fix_ids.GPU_STAGED})
     routes = _load_format("fastsafetensors")  # against the GPU's default load
 
 
@@ -170,5 +170,5 @@ class RunAICuda(_OnGpu, RunAI):
     requires = strategy.Requirements(
         gpu=True, ram_multiple=0.0, package="runai_model_streamer", extra="peers"
     )
-    fixes = frozenset({code.GPU_STAGED})
+    fixes = frozenset({fix_ids.GPU_STAGED})
     routes = _load_format("runai_streamer")  # against the GPU's default load

@@ -15,12 +15,13 @@ import os
 import subprocess
 import sys
 
+from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import fill_ranges
-from loadscope.loaders.forkserver import WARM_COMMAND, warm_command_start_s
 from loadscope.loaders.pagefill import WARM_BLOCK_BYTES, WARM_THREADS, PageFill
+from loadscope.loaders.preload import WARM_COMMAND, warm_command_start_s
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
 
 #: ``loadscope warm``'s own options, as the knobs of a strategy that warms first.
@@ -115,7 +116,7 @@ class Prewarm(strategy.Strategy):
     requires = strategy.Requirements(ram_multiple=0.0)
     doctor_order = 50
     on_gpu_box = True
-    fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
+    fixes = frozenset({fix_ids.PARALLEL_READS, fix_ids.PREWARM})
     routes = (
         code.warm_first_transformers(
             unless="hf-pretrained", proxy=code.TIMED_AS_LOAD_FILE, proxy_number=False

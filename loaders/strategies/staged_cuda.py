@@ -12,7 +12,7 @@ from loadscope.loaders import staged, strategy
 
 
 class Staged(strategy.Strategy):
-    name = "staged"
+    name = staged.NAME
     summary = "parallel preads into a ring of pinned buffers, async H2D copies overlapping reads"
     requires = strategy.Requirements(gpu=True, ram_multiple=0.0)
     tuned = True

@@ -33,12 +33,13 @@ import sys
 import time
 from typing import Any
 
+from loadscope.base import fix_ids
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.api import load_file, load_torch_file
 from loadscope.loaders.buffers import torch_dtype
-from loadscope.loaders.forkserver import count_first_call
 from loadscope.loaders.loadrecord import LoadRecord
+from loadscope.loaders.preload import PRELOAD_SECONDS, count_first_call
 from loadscope.loaders.pretrained import load_pretrained
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.strategies.api import PublicLoadFile
@@ -95,8 +96,6 @@ class FromPretrained(strategy.Strategy):
         from transformers import AutoModelForCausalLM  # noqa: F401  (the script's import)
         from transformers.utils import logging as hf_logging
 
-        from loadscope.loaders.forkserver import PRELOAD_SECONDS
-
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
         module = modeling_module(model_dir(files))
@@ -128,7 +127,7 @@ class FromPretrainedPrewarmed(FromPretrained):
     knobs = WARM_KNOBS
     doctor_order = 86
     reads_as = Prewarm.name  # loadscope warm, then load_file's mmap from the page cache
-    fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
+    fixes = frozenset({fix_ids.PARALLEL_READS, fix_ids.PREWARM})
     routes = (code.warm_first_transformers(baseline=FromPretrained.name),)
 
     def build(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> Any:
@@ -144,7 +143,7 @@ class FromConfigLoadModel(FromPretrained):
     summary = "loadscope.from_pretrained(path): load_model's reads into the model, no random init"
     doctor_order = 87
     own_copy = True
-    fixes = frozenset({code.PARALLEL_READS})
+    fixes = frozenset({fix_ids.PARALLEL_READS})
     # Built on the meta device, no random init, loadscope's reads assigned: this trial
     # runs that same function.
     routes = (

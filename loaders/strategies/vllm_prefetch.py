@@ -12,6 +12,7 @@ this trial and not on another strategy's number.
 
 from __future__ import annotations
 
+from loadscope.base import fix_ids
 from loadscope.loaders import stack_code as code
 from loadscope.loaders import strategy
 from loadscope.loaders.buffers import fill_ranges
@@ -26,7 +27,7 @@ class VllmPrefetch(strategy.Strategy):
     doctor_order = 60
     on_gpu_box = True
     reads = "buffered"
-    fixes = frozenset({code.PARALLEL_READS, code.PREWARM})
+    fixes = frozenset({fix_ids.PARALLEL_READS, fix_ids.PREWARM})
     routes = (
         strategy.StackRoute(
             "vllm",

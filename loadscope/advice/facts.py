@@ -4,7 +4,9 @@
 the bench's cold and warm timings with their trial ids, the multi-rank trials and
 the fastest local disk; its methods give a strategy's speed-up and rate over the
 whole model. :func:`facts_from` builds it from the reports; every rule reads only it.
-May import: ``loadscope.engine`` and ``loadscope.actions`` (their report types).
+May import: ``loadscope.engine`` and ``loadscope.actions`` (their report types),
+``loadscope.base``, ``loadscope.loaders.mapped``, ``loadscope.loaders.strategies``,
+``loadscope.probes.localdisk``, ``loadscope.probes.registry``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from loadscope.engine.bench import BenchReport, Summary
 from loadscope.engine.broadcast import BroadcastReport, BroadcastSummary
 from loadscope.engine.probing import ProbeReport
 from loadscope.engine.summaries import is_estimate, shaky, whole_seconds
+from loadscope.loaders import mapped
+from loadscope.loaders.strategies import DEFAULT
 from loadscope.probes.localdisk import LocalDiskFacts
 from loadscope.probes.registry import contributed_facts
 
@@ -192,7 +196,7 @@ class Facts:
     #: Where the GPU trials loaded to ("cpu": a CPU run; "cuda:N": GPU and CPU-side routes).
     device: str = "cpu"
 
-    def speedup(self, strategy: str, cache: str = "cold", base_name: str = "mmap") -> float | None:
+    def speedup(self, strategy: str, cache: str = "cold", base_name: str = DEFAULT) -> float | None:
         """Whole-model time of ``base_name`` over ``strategy``'s (measured, or extrapolated
         from a sample: sampled strategies read samples of their own sizes, so their sample
         times cannot be compared); None when either figure is missing or breaks a bound
@@ -229,7 +233,7 @@ class Facts:
             )
         return Figure(seconds, "estimated" if estimated else "measured", s.error_estimate, why)
 
-    def how_obtained(self, strategy: str, base_name: str = "mmap") -> str:
+    def how_obtained(self, strategy: str, base_name: str = DEFAULT) -> str:
         """How ``strategy``'s speed-up over ``base_name`` was obtained and how far it holds
         (:func:`ratio_terms`): "measured ±8%", "estimated ±15% over 2 trials",
         "unsteady: 3.0x to 6.8x over 3 trials"."""
@@ -239,7 +243,7 @@ class Facts:
         figs = [f for f in (self.figure(base_name), self.figure(strategy)) if f is not None]
         return "measured" if all(f.how == "measured" for f in figs) else "estimated"
 
-    def ratio_terms(self, strategy: str, base_name: str = "mmap") -> RatioTerms | None:
+    def ratio_terms(self, strategy: str, base_name: str = DEFAULT) -> RatioTerms | None:
         """The cold speed-up's :class:`RatioTerms`; None when it has no figure."""
         ratio = self.speedup(strategy, base_name=base_name)
         base, other = self.cold.get(base_name), self.cold.get(strategy)
@@ -247,7 +251,7 @@ class Facts:
             return None
         return ratio_terms(ratio, base, other)
 
-    def speedup_range(self, strategy: str, base_name: str = "mmap") -> tuple[float, float] | None:
+    def speedup_range(self, strategy: str, base_name: str = DEFAULT) -> tuple[float, float] | None:
         """The cold speed-up's range over its trials (None: no figure)."""
         terms = self.ratio_terms(strategy, base_name)
         return (terms.low, terms.high) if terms is not None else None
@@ -276,7 +280,10 @@ class Facts:
         if not mode or not self.ranks:
             return ""
         cache = "cold" if (mode, "cold") in self.rank_modes else "warm"
-        this, default = self.rank_modes.get((mode, cache)), self.rank_modes.get(("mmap", cache))
+        this, default = (
+            self.rank_modes.get((mode, cache)),
+            self.rank_modes.get((mapped.NAME, cache)),
+        )
         if this is None or not this.median_seconds:
             return ""
         stor = this.storage_amplification

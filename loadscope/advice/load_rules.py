@@ -5,7 +5,8 @@ allows the second copy), pinned staged copies to the GPU, and — with several
 ranks — rank 0 reading once and broadcasting. Each fires only when its trial
 beats the default load by ``WORTH_IT``.
 May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
-:mod:`loadscope.advice.snippets`, ``loadscope.engine`` (its report types).
+:mod:`loadscope.advice.snippets`, ``loadscope.engine`` (its report types),
+``loadscope.base``, ``loadscope.loaders.strategies``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from loadscope.advice.results import (
     trial_evidence,
 )
 from loadscope.advice.snippets import command, load_snippets, offered
+from loadscope.base import fix_ids
 from loadscope.engine.broadcast import STACK_MODES, BroadcastSummary
 from loadscope.loaders.strategies import (
     DEFAULT,
@@ -49,7 +51,7 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
         key=lambda s: f.speedup(s) or 0,
         default=None,
     )
-    snippets, slower = offered(load_snippets("parallel-reads", f, f.model_path))
+    snippets, slower = offered(load_snippets(fix_ids.PARALLEL_READS, f, f.model_path))
     measured = [s for s in snippets if s.speedup is not None and s.baseline == DEFAULT]
     best = max(measured, key=lambda s: s.speedup or 0.0, default=None)
     gain = best.speedup if best else None
@@ -73,7 +75,7 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
     how, confidence, how_field = gain_terms(f, route, gain)
     return [
         Recommendation(
-            id="parallel-reads",
+            id=fix_ids.PARALLEL_READS,
             title="Read with many large requests in flight instead of page faults",
             action=f"{best.what} ({best.stack}): {f.seconds(route):.3g} s vs"
             f" {f.seconds(DEFAULT):.3g} s cold, {gain:.1f}x ({how})",
@@ -106,7 +108,7 @@ def rule_fullread(f: Facts) -> list[Recommendation]:
     how, _, how_field = gain_terms(f, WHOLE_FILE_READ, gain)
     return [
         Recommendation(
-            id="read-whole-files",
+            id=fix_ids.READ_WHOLE_FILES,
             title="Read whole files instead of memory-mapping them",
             action=f"load(open(p,'rb').read()): {f.seconds(WHOLE_FILE_READ):.3g} s vs"
             f" {f.seconds(DEFAULT):.3g} s cold, {gain:.1f}x ({how})",
@@ -121,7 +123,7 @@ def rule_fullread(f: Facts) -> list[Recommendation]:
             risk="holds the file twice at the peak; with N ranks per node, N copies. "
             + ram_risk(f, need),
             confidence="medium",
-            snippets=offered(load_snippets("read-whole-files", f, f.model_path))[0],
+            snippets=offered(load_snippets(fix_ids.READ_WHOLE_FILES, f, f.model_path))[0],
         )
     ]
 
@@ -130,7 +132,7 @@ def rule_gpu_staged(f: Facts) -> list[Recommendation]:
     """Pinned, overlapped staging to the GPU, numbered by the route users paste
     (``loadscope.load_model(p, device="cuda")``, the ``api-cuda`` trial) against
     safetensors' own device load; loadscope's internal ``staged`` reader is evidence."""
-    snippets, slower = offered(load_snippets("gpu-staged", f, f.model_path))
+    snippets, slower = offered(load_snippets(fix_ids.GPU_STAGED, f, f.model_path))
     best = max(
         (s for s in snippets if s.speedup is not None), key=lambda s: s.speedup or 0, default=None
     )
@@ -148,7 +150,7 @@ def rule_gpu_staged(f: Facts) -> list[Recommendation]:
     how, confidence, how_field = gain_terms(f, route, gain, GPU_DEFAULT)
     return [
         Recommendation(
-            id="gpu-staged",
+            id=fix_ids.GPU_STAGED,
             title="Stage reads through pinned memory with overlapped copies to the GPU",
             action=f"{best.what}: {f.seconds(route):.3g} s vs {f.seconds(GPU_DEFAULT):.3g} s"
             f" for load_file(device='cuda') cold, {gain:.1f}x ({how})",
@@ -176,7 +178,7 @@ def _node_shared_fix(
     torchrun or SLURM, the code the ``node-shared`` trials ran."""
     assert best.median_seconds is not None and indep.median_seconds is not None
     return Recommendation(
-        id="read-once-per-node",
+        id=fix_ids.READ_ONCE_PER_NODE,
         title="Read the model once per node, not once per rank",
         action=f"'node-shared' with {f.ranks} ranks: {best.median_seconds:.3g} s vs"
         f" {indep.median_seconds:.3g} s for independent reads ({cache}), {gain:.1f}x{amp}",
@@ -265,7 +267,7 @@ def rule_broadcast(f: Facts) -> list[Recommendation]:
         return [_node_shared_fix(f, best, indep, cache, gain, amp)]
     return [
         Recommendation(
-            id="broadcast",
+            id=fix_ids.BROADCAST,
             title="Read once on rank 0 and broadcast to the other ranks",
             action=f"'{best.mode}' with {f.ranks} ranks ({f.rank_backend}):"
             f" {best.median_seconds:.3g} s vs {indep.median_seconds:.3g} s for independent"

@@ -7,7 +7,7 @@ where the folder holds the same model as safetensors already, those are named in
 May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
 :mod:`loadscope.advice.snippets`, ``loadscope.engine``, ``loadscope.actions`` (the
 conversion's refusal), ``loadscope.model`` (the names HF gives safetensors twins),
-``loadscope.base``.
+``loadscope.loaders.strategies``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from loadscope.actions.convert import NOT_A_STATE_DICT
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.advice.snippets import Snippet, command, commands
+from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes, format_speedup
 from loadscope.loaders.strategies import DEFAULT, GPU_STRATEGIES, HF_DEFAULT, TORCH_DEFAULT
 from loadscope.model.targets import safetensors_twin
@@ -36,7 +37,7 @@ def rule_memory_fit(f: Facts) -> list[Recommendation]:
     )
     return [
         Recommendation(
-            id="memory-limit",
+            id=fix_ids.MEMORY_LIMIT,
             title="Give the load more memory than the model",
             action=f"the model is {format_bytes(f.model_bytes)} but only"
             f" {format_bytes(f.headroom_bytes)} is free for this process{limit}: a load that"
@@ -125,7 +126,7 @@ def rule_pickle(f: Facts) -> list[Recommendation]:
         evidence.append(Evidence("safetensors beside", f.alternates_problem))
     return [
         Recommendation(
-            id="convert-to-safetensors",
+            id=fix_ids.CONVERT_TO_SAFETENSORS,
             title="Convert torch pickles to safetensors",
             action=action,
             evidence=evidence,
@@ -213,7 +214,7 @@ def _load_safetensors_beside(f: Facts) -> Recommendation:
         note="not measured here (from_pretrained was not timed on these files)",
     )
     return Recommendation(
-        id="use-safetensors-beside",
+        id=fix_ids.USE_SAFETENSORS_BESIDE,
         title="Load the safetensors files already beside the pickles",
         action=action,
         strategy=DEFAULT,

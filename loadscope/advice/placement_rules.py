@@ -7,7 +7,8 @@ copy's gain is estimated, not trialled (the copy does not exist yet):
 :func:`copy_destination` the folder a copy goes to, which the app's apply dialog
 uses too.
 May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
-:mod:`loadscope.advice.snippets`, ``loadscope.base``.
+:mod:`loadscope.advice.snippets`, ``loadscope.loaders.strategies``,
+``loadscope.probes.localdisk``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -20,31 +21,33 @@ from dataclasses import dataclass
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation, ids_of
 from loadscope.advice.snippets import Snippet, commands, load_snippets, offered
+from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes, format_rate
+from loadscope.loaders.strategies import DEFAULT
 from loadscope.probes.localdisk import LocalDiskFacts
 
 
 def rule_prewarm(f: Facts) -> list[Recommendation]:
     """Prewarm the page cache when loads repeat, RAM holds the model and warm is much faster."""
-    cold, warm = f.seconds("mmap"), f.seconds("mmap", "warm")
+    cold, warm = f.seconds(DEFAULT), f.seconds(DEFAULT, "warm")
     if not cold or not warm or cold / warm < 3:
         return []
     if f.headroom_bytes is not None and f.model_bytes > f.headroom_bytes:
         return []
     return [
         Recommendation(
-            id="prewarm",
+            id=fix_ids.PREWARM,
             title="Prewarm the page cache before loads that repeat",
             action=f"a warm load took {warm:.3g} s vs {cold:.3g} s cold ({cold / warm:.0f}x):"
             " read the files once ahead of time (the page cache decays, so shortly before)",
             evidence=[
-                Evidence("mmap warm", warm, "s", ids_of(f, ("mmap", "warm"))),
-                Evidence("mmap cold", cold, "s", ids_of(f, ("mmap", "cold"))),
+                Evidence(f"{DEFAULT} warm", warm, "s", ids_of(f, (DEFAULT, "warm"))),
+                Evidence(f"{DEFAULT} cold", cold, "s", ids_of(f, (DEFAULT, "cold"))),
             ],
             ram_bytes_needed=f.model_bytes,
             risk="page cache is shared and reclaimable: other memory pressure evicts it",
             confidence="medium",
-            snippets=offered(load_snippets("prewarm", f, f.model_path))[0] + _torch_warm(f),
+            snippets=offered(load_snippets(fix_ids.PREWARM, f, f.model_path))[0] + _torch_warm(f),
             apply={"kind": "warm", "source": f.model_path},
             optional=True,
         )
@@ -128,7 +131,7 @@ def copy_estimate(f: Facts) -> CopyEstimate | None:
     slower of the rate copy reads the source at (:func:`copy_read_rate`) and the
     candidate's write rate, plus reading the copy back to verify it (its cold read rate).
     """
-    disk, mmap_s = f.local_disk, f.seconds("mmap")
+    disk, mmap_s = f.local_disk, f.seconds(DEFAULT)
     if disk is None or not mmap_s or f.storage_class in ("local-block", "memory"):
         return None
     # A load is never faster than the same load from the page cache (the warm trials).
@@ -173,7 +176,7 @@ def rule_copy_local(f: Facts) -> list[Recommendation]:
     dest = copy_destination(e.disk.directory, f.model_root)
     return [
         Recommendation(
-            id="copy-to-local-disk",
+            id=fix_ids.COPY_TO_LOCAL_DISK,
             title="Copy the model to a local disk",
             action=_copy_action(e),
             expected_speedup=e.gain,
@@ -227,7 +230,7 @@ def _copy_evidence(f: Facts, e: CopyEstimate) -> list[Evidence]:
             round(e.copy_s, 3),
             "s",
         ),
-        Evidence("mmap cold here", e.mmap_s, "s", ids_of(f, ("mmap", "cold"))),
+        Evidence(f"{DEFAULT} cold here", e.mmap_s, "s", ids_of(f, (DEFAULT, "cold"))),
         Evidence(
             f"fastest in place ({e.best_name})", e.best_s, "s", ids_of(f, (e.best_name, "cold"))
         ),

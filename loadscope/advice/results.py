@@ -7,7 +7,7 @@ rules judge by; :data:`Rule` is a rule's type, and :func:`ids_of`,
 :func:`remeasure` and :func:`ram_risk` the evidence, command and risk text the
 rules share.
 May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.snippets`,
-``loadscope.base``.
+``loadscope.loaders.strategies``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Literal
 from loadscope.advice.facts import Facts
 from loadscope.advice.snippets import Snippet, command
 from loadscope.base.units import format_bytes
+from loadscope.loaders.strategies import DEFAULT
 
 Confidence = Literal["high", "medium", "low"]
 #: A strategy must beat mmap by this much before it is worth a change of code.
@@ -106,7 +107,7 @@ def reader_evidence(f: Facts, reader: str) -> Evidence:
 
 
 def gain_terms(
-    f: Facts, route: str, gain: float, baseline: str = "mmap"
+    f: Facts, route: str, gain: float, baseline: str = DEFAULT
 ) -> tuple[str, Confidence, str]:
     """How a route's gain over ``baseline`` was obtained and how far it holds ("measured
     ±8%", "estimated ±15%", "unsteady: ..."), the recommendation's ``confidence`` that

@@ -14,7 +14,8 @@ JSON form. The rules themselves live by what they change: :mod:`storage_rules`
 copy), :mod:`memory_format_rules` (memory, pickles); the names callers use from
 here (the result types, the facts, ``copy_destination``) are re-exported.
 May import: the other modules of :mod:`loadscope.advice`, ``loadscope.engine`` and
-``loadscope.actions`` (their report types), ``loadscope.base``.
+``loadscope.actions`` (their report types), ``loadscope.loaders.strategies``,
+``loadscope.probes.localdisk``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from loadscope.advice.results import (
     Verdict,
 )
 from loadscope.advice.storage_rules import rule_readahead, rule_stalled, rule_wsl
+from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import BenchReport
 from loadscope.engine.broadcast import BroadcastReport
@@ -171,7 +173,7 @@ def advise(
 
 
 #: Fixes of the format loaded, not of the storage: healthy storage does not make them optional.
-FORMAT_FIXES = ("use-safetensors-beside", "convert-to-safetensors")
+FORMAT_FIXES = (fix_ids.USE_SAFETENSORS_BESIDE, fix_ids.CONVERT_TO_SAFETENSORS)
 
 #: The default load each kind of run is judged against: without its cold trial there is
 #: no baseline, so neither "healthy" nor a speed-up can be said.
@@ -208,7 +210,7 @@ def advise_facts(f: Facts) -> Advice:
         )
     recs = [r for rule in RULES for r in rule(f)]
     recs.sort(key=rank_key)
-    if recs and recs[0].id == "memory-limit":
+    if recs and recs[0].id == fix_ids.MEMORY_LIMIT:
         headline = (
             f"memory: the {format_bytes(f.model_bytes)} model does not fit in the"
             f" {format_bytes(f.headroom_bytes or 0)} this process may use"
@@ -270,7 +272,7 @@ def rank_key(r: Recommendation) -> tuple[bool, bool, bool, bool, float, bool]:
     fix matters), problems before optional tips, a fix measured slower than the default
     last, measured fixes before estimated ones, then by gain and confidence."""
     return (
-        r.id != "memory-limit",
+        r.id != fix_ids.MEMORY_LIMIT,
         r.optional,
         r.measured and r.expected_speedup is not None and r.expected_speedup < 1.0,
         not r.measured,

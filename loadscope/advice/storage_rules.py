@@ -5,7 +5,7 @@ raise a small readahead where mmap is latency-bound on network or FUSE storage,
 move the model off a WSL drive, and — before any speed advice — find out why a
 read got no answer.
 May import: :mod:`loadscope.advice.facts`, :mod:`loadscope.advice.results`,
-:mod:`loadscope.advice.snippets`, ``loadscope.base``.
+:mod:`loadscope.advice.snippets`, ``loadscope.loaders.strategies``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import shlex
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import HEALTHY_FRACTION, Evidence, Recommendation
 from loadscope.advice.snippets import Snippet, command, folder_of
+from loadscope.base import fix_ids
 from loadscope.base.units import format_rate
+from loadscope.loaders.strategies import DEFAULT
 
 #: The route name the readahead fix's snippets carry: its trial is ``mmap`` rerun with the
 #: mount's readahead raised (the doctor's readahead check), not a loader strategy.
@@ -60,7 +62,7 @@ def rule_readahead(f: Facts) -> list[Recommendation]:
     """Raise a small readahead on network or FUSE storage where mmap is latency-bound."""
     if not small_readahead(f.storage_class, f.read_ahead_kb):
         return []
-    mmap_bps = f.rate("mmap")
+    mmap_bps = f.rate(DEFAULT)
     if f.limit_bytes_per_s and mmap_bps and mmap_bps >= HEALTHY_FRACTION * f.limit_bytes_per_s:
         return []
     cmd = f"echo 8192 | sudo tee {shlex.quote(f.bdi_path + '/read_ahead_kb')}" if f.bdi_path else ""
@@ -77,7 +79,7 @@ def rule_readahead(f: Facts) -> list[Recommendation]:
             )
     return [
         Recommendation(
-            id="raise-readahead",
+            id=fix_ids.RAISE_READAHEAD,
             title="Raise the mount's readahead",
             action=f"readahead is {f.read_ahead_kb} KiB on {f.storage_class} storage; raise it"
             " to 8 MiB so mmap streams in large requests (host-wide setting for this mount)",
@@ -145,7 +147,7 @@ def rule_wsl(f: Facts) -> list[Recommendation]:
         return []
     return [
         Recommendation(
-            id="move-off-wsl-drive",
+            id=fix_ids.MOVE_OFF_WSL_DRIVE,
             title="Move the model off the Windows drive",
             action="the files are on a Windows drive seen through WSL's 9P/drvfs; copy them"
             " into the Linux filesystem (e.g. ~/models)",
@@ -161,7 +163,7 @@ def rule_stalled(f: Facts) -> Recommendation:
     """No speed advice means anything while reads go unanswered: fix the storage first."""
     assert f.stalled is not None
     return Recommendation(
-        id="storage-stalled",
+        id=fix_ids.STORAGE_STALLED,
         title="Find out why the storage stopped answering",
         action=f"{f.stalled}; until reads come back no load can finish here: check the"
         " server or FUSE daemon (dmesg, its logs), then run the diagnosis again",

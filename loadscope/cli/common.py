@@ -1,7 +1,8 @@
 """What every command shares: errors, checked number types, the option and command
 declarations, output checks and writers, progress lines.
 
-May import: ``loadscope.base`` (and, lazily, the engine to check a device).
+May import: ``loadscope.engine.bench``, ``loadscope.loaders.strategies``,
+``loadscope.base`` (and, lazily, the engine to check a device).
 """
 
 from __future__ import annotations
@@ -174,6 +175,9 @@ HEARTBEAT_TIMEOUT_S = 10.0
 
 
 DEVICE_FORMS = "cpu, cuda or cuda:N"
+#: ``doctor --device``'s choices as a picker offers them (the app's run dialog): the value
+#: and its label. ``cuda:N`` is typed on the command line.
+DEVICE_CHOICES = (("auto", "auto (GPU if usable)"), ("cpu", "CPU"), ("cuda", "GPU (cuda)"))
 
 
 def device_arg(text: str) -> str:

@@ -16,6 +16,7 @@ from loadscope.base.units import format_bytes
 from loadscope.cli.common import THREADS, Command, UsageError, acting, emit, opt, stall_timeout
 from loadscope.cli.progress import ByteMeter, mode_for, rate_suffix
 from loadscope.diagnosis.doctor import load_report
+from loadscope.loaders.strategies import DEFAULT
 
 if TYPE_CHECKING:
     from loadscope.actions.localcopy import CopyReport
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             (
                 s
                 for s in (doc.get("bench") or {}).get("summary", [])
-                if s.get("strategy") == "mmap"
+                if s.get("strategy") == DEFAULT
                 and s.get("cache") == "cold"
                 and s.get("median_seconds")
             ),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TextIO
 from loadscope.base.errors import ExitCode
 from loadscope.cli.answer import ANSWER_OPTIONS, answer, keep
 from loadscope.cli.common import (
+    DEVICE_CHOICES,
     MEASURING,
     RANKS,
     Command,
@@ -167,7 +168,7 @@ COMMAND = Command(
             "--device",
             default="auto",
             type=device_or_auto_arg,
-            metavar="auto|cpu|cuda[:N]",
+            metavar="|".join(value for value, _ in DEVICE_CHOICES) + "[:N]",
             help="where tensors land (default auto: the GPU when torch can use one)",
         ),
         opt(

@@ -9,7 +9,8 @@ when the command ends); when stderr is not a terminal, or with ``--no-progress``
 is one plain line per step (``[  12.3s] trial 3/12 mmap cold: 8.26 s, 65 MB/s``);
 ``--quiet`` says nothing. Nothing goes to stdout, so ``--json -`` stays parseable.
 
-May import: ``loadscope.base``, and the engine's event types (lazily).
+May import: ``loadscope.engine.bench``, ``loadscope.engine.broadcast``,
+``loadscope.base``, and the engine's event types (lazily).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ not fit what is left of the budget, or when the sample would not fit the disk: t
 recommendation then says why it is estimated.
 
 May import: ``loadscope.advice``, ``loadscope.actions``, ``loadscope.engine``,
-``loadscope.model``, ``loadscope.base``.
+``loadscope.model``, ``loadscope.loaders.strategies``, ``loadscope.base``.
 """
 
 from __future__ import annotations

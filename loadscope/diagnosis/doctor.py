@@ -10,7 +10,8 @@ round, the readahead fix tried on the mount
 :mod:`~loadscope.diagnosis.redaction`'s (their public names are importable from here too).
 
 May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
-``loadscope.model``, ``loadscope.probes``, ``loadscope.base``, and the modules above.
+``loadscope.model``, ``loadscope.probes``, ``loadscope.loaders.strategies``,
+``loadscope.base``, and the modules above.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from loadscope.advice.rules import (
     problem_words,
     rank_key,
 )
+from loadscope.base import fix_ids
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.copy_trial import measure_copy
@@ -211,7 +213,7 @@ def _run_doctor(
     facts.budget_s = facts.budget_s or budget_s  # what "the budget that measures it" scales
     advice = advise_facts(facts)
     readahead_evidence(target, probe, bench, advice, plan.sample, options.try_readahead, failures)
-    copy = next((r for r in advice.recommendations if r.id == "copy-to-local-disk"), None)
+    copy = next((r for r in advice.recommendations if r.id == fix_ids.COPY_TO_LOCAL_DISK), None)
     if copy is not None and bench is not None and not facts.stalled:
         step("copy")
         left = max(0.0, budget_s - (time.monotonic() - started))
@@ -220,7 +222,7 @@ def _run_doctor(
             failures.append(f"copy trial: not run: {tried.reason}")
         advice.recommendations.sort(key=rank_key)
     measured_since = any(
-        r.id in ("raise-readahead", "copy-to-local-disk") and r.measured
+        r.id in (fix_ids.RAISE_READAHEAD, fix_ids.COPY_TO_LOCAL_DISK) and r.measured
         for r in advice.recommendations
     )
     if advice.verdict.status == "problem" and measured_since and not facts.stalled:

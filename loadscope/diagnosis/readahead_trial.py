@@ -8,7 +8,7 @@ measured here" with why. Writes sysfs (root), for this mount only, and always re
 where it may not write, the fix says "estimated, not measured" and why.
 
 May import: ``loadscope.advice``, ``loadscope.actions``, ``loadscope.engine``,
-``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
+``loadscope.model``, ``loadscope.probes``, ``loadscope.loaders.strategies``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ from loadscope.actions.hostsettings import changed, mount_key
 from loadscope.advice.facts import ratio_terms
 from loadscope.advice.rules import Advice, Evidence, Recommendation, rank_key
 from loadscope.advice.storage_rules import READAHEAD_ROUTE
+from loadscope.base import fix_ids
 from loadscope.engine.bench import BenchError, BenchOptions, BenchReport, Summary, run_bench
 from loadscope.engine.probing import ProbeReport
 from loadscope.engine.summaries import shaky
-from loadscope.loaders.strategies import DEFAULT
+from loadscope.loaders.strategies import DEFAULT, HF_DEFAULT
 from loadscope.model.targets import Target
 
 #: The transformers user's own load, rerun with the readahead raised where it ran.
-HF_BASELINE = "hf-pretrained"
+HF_BASELINE = HF_DEFAULT
 
 
 def device_of(target: Target) -> tuple[int, int]:
@@ -57,7 +58,7 @@ def readahead_evidence(
 ) -> None:
     """The readahead recommendation measured here (by default where this process may write
     the mount's setting), or marked "estimated, not measured" with why."""
-    rec = next((r for r in advice.recommendations if r.id == "raise-readahead"), None)
+    rec = next((r for r in advice.recommendations if r.id == fix_ids.RAISE_READAHEAD), None)
     if rec is None or bench is None:
         return
     if readahead_allowed(probe, try_readahead):

@@ -3,7 +3,8 @@
 Owns :func:`redact` and the labels it puts in place of names (``<model>``, ``<mount>``,
 ``<host>``, ``<user>``, ``~``, ``<local-disk-N>``), found in the report itself.
 
-May import: ``loadscope.engine`` (the conventional local folders), ``loadscope.base``.
+May import: ``loadscope.engine`` (the conventional local folders),
+``loadscope.probes.localdisk``, ``loadscope.base``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ is compared with the as-is median. Without a model named, a first run (not cold,
 the table) finds the weight files the command opened, and later runs evict those.
 
 May import: ``loadscope.engine``, ``loadscope.actions``, ``loadscope.model``,
-``loadscope.probes``, ``loadscope.base``.
+``loadscope.probes``, ``loadscope.advice.results``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from loadscope.actions.hostsettings import MountLock, changed, mount_key
+from loadscope.base import fix_ids
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.engine.usercmd import RunResult, RunSpec, run_once
@@ -464,7 +465,7 @@ class UserCommand:
 
 
 #: The run of the user's command that stands for each recommendation (``doctor --cmd``).
-FIX_OF_RECOMMENDATION = {"raise-readahead": "readahead", "prewarm": "warm"}
+FIX_OF_RECOMMENDATION = {fix_ids.RAISE_READAHEAD: "readahead", fix_ids.PREWARM: "warm"}
 
 
 def for_doctor(

@@ -2,7 +2,7 @@
 table (:func:`table_rows`).
 
 May import: :mod:`loadscope.diagnosis.timing`, ``loadscope.engine`` (the table's row
-format), ``loadscope.base``.
+format), ``loadscope.report.bench_text``, ``loadscope.base``.
 """
 
 from __future__ import annotations

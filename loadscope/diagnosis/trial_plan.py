@@ -32,6 +32,7 @@ from loadscope.loaders.strategies import (
     DEFAULT_LOADS,
     GPU_DEFAULT,
     GPU_TORCH_DEFAULT,
+    HF_DEFAULT,
     INTERNAL_READERS,
     STRATEGIES,
     TORCH_DEFAULT,
@@ -143,7 +144,7 @@ PLANNED_REPEATS = (2, 1)
 #: are printed under a fix (a stack's route) and the defaults they are against, so that
 #: each printed figure has its trials' spread (loadscope's own readers are evidence).
 FAVOURED = tuple(
-    n for n, s in STRATEGIES.items() if s.routes or n in DEFAULT_LOADS or n == "hf-pretrained"
+    n for n, s in STRATEGIES.items() if s.routes or n in DEFAULT_LOADS or n == HF_DEFAULT
 )
 
 

@@ -27,7 +27,10 @@ the summaries :mod:`loadscope.engine.summaries`'; their public names are importa
 here too (the text and the tables are :mod:`loadscope.report.bench_text`'s).
 
 May import: those, ``loadscope.engine.trials``, ``loadscope.engine.sampling``,
-``loadscope.loaders``, ``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
+``loadscope.loaders``, ``loadscope.model``, ``loadscope.probes``,
+``loadscope.engine.bench_records``, ``loadscope.engine.rounds``,
+``loadscope.engine.sampled``, ``loadscope.engine.summaries``,
+``loadscope.engine.trial_run``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +63,13 @@ from loadscope.engine.bench_records import (
 from loadscope.engine.rounds import RoundPlan as _Plan
 from loadscope.engine.rounds import wanted_in
 from loadscope.engine.sampled import (
-    SampleSets,
+    SampledChoices,
     TrialKey,
     choose_scopes,
     extrapolate_trials,
     fit_budget,
 )
-from loadscope.engine.sampling import SampleSet, Scope, sample_size
+from loadscope.engine.sampling import SampleSet, sample_size
 from loadscope.engine.summaries import bench_summaries
 from loadscope.engine.trial_run import bounded_references, describe_strategies, run_trial
 from loadscope.engine.trials import (
@@ -225,18 +228,6 @@ def _run_bench(
     return run.report(names, skipped, plan.trials)
 
 
-@dataclass(slots=True)
-class _Sampled:
-    """A sampled run's choices: what each strategy reads, and the report's sample."""
-
-    #: By (strategy, cache).
-    scopes: dict[TrialKey, Scope] = field(default_factory=dict)
-    sets: SampleSets = field(default_factory=dict)
-    #: Run whole, once, in place of their sampled rounds.
-    once: set[TrialKey] = field(default_factory=set)
-    sample: Sample | None = None
-
-
 class _Run:
     """One ``bench`` run's state, from the strategies chosen to the report."""
 
@@ -257,7 +248,7 @@ class _Run:
         self.notes: list[str] = [target.alternates_problem] if target.alternates_problem else []
         #: The sample's bytes (the smallest any strategy reads); None: whole loads.
         self.sampling: int | None = None
-        self.sampled = _Sampled()
+        self.sampled = SampledChoices()
         self.block_stat: str | None = None
         self.cold = ColdCache(allow_drop_caches=options.allow_drop_caches)
         #: The skipped whole-only strategies ``options.late`` may run at the end, with
@@ -395,7 +386,7 @@ class _Run:
             sample_size(files, small)[0] if small else None,
             "shards" if scopes[first] == "shards" else "tensors",
         )
-        self.sampled = _Sampled(scopes, sets, once, sample)
+        self.sampled = SampledChoices(scopes, sets, once, sample)
         return names
 
     def references(self, names: list[str]) -> dict[int, dict[str, str]]:

@@ -5,7 +5,8 @@ Owns the records the single-process trial runner builds (:class:`Trial` once per
 events a live view follows (CLI progress line, TUI charts) and the errors a run raises.
 The JSON keeps these fields in this order: a report's shape is its schema.
 
-May import: ``loadscope.engine.trials``, ``loadscope.base``. Nothing here runs a trial.
+May import: ``loadscope.engine.trials``, ``loadscope.loaders.strategies``,
+``loadscope.base``. Nothing here runs a trial.
 """
 
 from __future__ import annotations

@@ -30,8 +30,10 @@ records :mod:`loadscope.engine.rank_records`', the summaries
 :mod:`loadscope.engine.summaries`'; their public names are importable from here too (the
 text and the tables are :mod:`loadscope.report.rank_text`'s).
 
-May import: those, ``loadscope.engine.trials``, ``loadscope.loaders.rank_events`` (``RankInfo``),
-``loadscope.model``, ``loadscope.probes``, ``loadscope.base``.
+May import: those, ``loadscope.engine.trials``, ``loadscope.loaders.rank_events``
+(``RankInfo``), ``loadscope.model``, ``loadscope.probes``,
+``loadscope.engine.rank_launch``, ``loadscope.engine.rank_records``,
+``loadscope.engine.summaries``, ``loadscope.loaders.mapped``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from loadscope.engine.trials import (
     reference_digests,
     target_record,
 )
+from loadscope.loaders import mapped
 from loadscope.loaders.rank_events import MODES, STACK_MODES, Mode, RankInfo
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.memory import memory_headroom
@@ -128,7 +131,7 @@ def memory_need(mode: Mode, files: list[WeightFile], options: BroadcastOptions) 
     if mode == "node-shared":
         # One copy in shared memory that every rank maps (copies only of pages written).
         need, how = model + runtime, f"one shared copy of the {format_bytes(model)} model"
-    elif mode in ("mmap", "warm-node"):
+    elif mode in (mapped.NAME, "warm-node"):
         # Every rank maps the page cache's one copy.
         need, how = model + runtime, f"the page cache's one copy of the {format_bytes(model)} model"
     elif options.device == "cpu" or mode == "direct":

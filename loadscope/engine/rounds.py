@@ -11,14 +11,24 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from loadscope.engine.bench_records import BenchOptions, Trial
-from loadscope.engine.sampled import TrialKey
+from loadscope.engine.sampled import SampledChoices, TrialKey
 from loadscope.engine.trials import CacheMode, interleaved
 
-if TYPE_CHECKING:
-    from loadscope.engine.bench import _Run
+
+class RunState(Protocol):
+    """What the order reads and updates of a ``bench`` run (``engine/bench.py``'s)."""
+
+    options: BenchOptions
+    available: dict[str, dict[str, Any]]
+    sampled: SampledChoices
+    total: int
+    late: dict[str, tuple[float, float]]
+    ran_late: list[str]
+    skipped: dict[str, str]
+    whole_reference: bool
 
 
 def wanted_in(options: BenchOptions, name: str, cache: str) -> bool:
@@ -33,7 +43,7 @@ class RoundPlan:
     sizes (a quarter after round 1, a half after round 2), and more rounds when the
     deadline leaves time for them."""
 
-    def __init__(self, run: _Run, names: list[str], caches: list[CacheMode]) -> None:
+    def __init__(self, run: RunState, names: list[str], caches: list[CacheMode]) -> None:
         self.run, self.names, self.caches = run, names, caches
         options = run.options
         self.trials: list[Trial] = []

@@ -16,11 +16,11 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadscope.base.units import format_bytes
-from loadscope.engine.bench_records import BenchOptions, Listener, Trial
+from loadscope.engine.bench_records import BenchOptions, Listener, Sample, Trial
 from loadscope.engine.planning import CostModel, plan_budget, runs_once
 from loadscope.engine.sampling import (
     MIDDLE_FRACTION,
@@ -47,6 +47,18 @@ TrialKey = tuple[str, str]
 #: Per (strategy, cache): what its trials read at the sample's size and at the fit's
 #: smaller ones, a quarter and a half (None: the whole model, or no such size).
 SampleSets = dict[TrialKey, tuple[SampleSet | None, SampleSet | None, SampleSet | None]]
+
+
+@dataclass(slots=True)
+class SampledChoices:
+    """A sampled run's choices: what each strategy reads, and the report's sample."""
+
+    #: By (strategy, cache).
+    scopes: dict[TrialKey, Scope] = field(default_factory=dict)
+    sets: SampleSets = field(default_factory=dict)
+    #: Run whole, once, in place of their sampled rounds.
+    once: set[TrialKey] = field(default_factory=set)
+    sample: Sample | None = None
 
 
 def _unsampled_reason(info: dict[str, Any], whole: int, sample: int, smallest: int) -> str:

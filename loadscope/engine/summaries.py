@@ -8,7 +8,7 @@ rank's medians, read and storage amplification, RSS, the speed-up over
 :func:`~loadscope.engine.trials.spread`.
 
 May import: ``loadscope.engine.bench_records``, ``loadscope.engine.rank_records``,
-``loadscope.engine.sampling``, ``loadscope.engine.trials``.
+``loadscope.engine.sampling``, ``loadscope.engine.trials``, ``loadscope.loaders.strategies``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from loadscope.engine.bench_records import Summary, Trial
 from loadscope.engine.rank_records import BroadcastSummary, BroadcastTrial
 from loadscope.engine.sampling import Fit, Scope
 from loadscope.engine.trials import CacheMode, median, speedups, spread
+from loadscope.loaders.strategies import DEFAULT
 
 T = TypeVar("T")
 K = TypeVar("K")
@@ -57,7 +58,7 @@ def bench_summaries(
         whole_times[(strategy, cache)] = whole
         out.append(summary)
     # Whole-model times on both sides: a sampled strategy's fixed cost is not scaled.
-    faster = speedups(whole_times, "mmap")
+    faster = speedups(whole_times, DEFAULT)
     return [replace(s, x_vs_mmap=faster.get((s.strategy, s.cache))) for s in out]
 
 
@@ -177,7 +178,7 @@ def shaky(s: Summary, warm: Mapping[str, Summary], model_bytes: int | None = Non
         return why
     if s.cache != "cold":
         return None
-    for name in dict.fromkeys((s.strategy, "mmap")):
+    for name in dict.fromkeys((s.strategy, DEFAULT)):
         w = warm.get(name)
         warm_s = whole_seconds(w) if w else None
         if warm_s and seconds * WARM_SLACK < warm_s and warm_s - seconds > WARM_MARGIN_S:

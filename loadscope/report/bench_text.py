@@ -6,7 +6,8 @@ time was made (:func:`extrapolation_lines`), and safetensors against torch.load 
 report's JSON (:func:`format_lines`, which the text, the Markdown and the HTML share).
 
 May import: ``loadscope.engine.bench_records``, ``loadscope.engine.sampling``,
-``loadscope.engine.trials``, ``loadscope.base``.
+``loadscope.engine.trials``, ``loadscope.engine.summaries``,
+``loadscope.loaders.strategies``, ``loadscope.base``.
 """
 
 from __future__ import annotations

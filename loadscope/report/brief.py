@@ -23,6 +23,7 @@ import shutil
 import textwrap
 from typing import Any
 
+from loadscope.base import fix_ids
 from loadscope.base.units import format_rate, format_us, speedup_shown
 from loadscope.report.content import Fix, Route, fixes
 from loadscope.report.sections import probe_best_read
@@ -35,7 +36,7 @@ DETECTED["diffusers"] = "diffusers"
 #: What is shown when no stack is found: the library call and the shell.
 FALLBACK = ("safetensors", "shell")
 #: Fixes that need no code change, shown for a stack the top fix has no route for.
-NO_CODE_FIXES = ("raise-readahead", "prewarm", "copy-to-local-disk")
+NO_CODE_FIXES = (fix_ids.RAISE_READAHEAD, fix_ids.PREWARM, fix_ids.COPY_TO_LOCAL_DISK)
 SHOWN_STACKS = 2
 
 

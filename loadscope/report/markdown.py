@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from loadscope.base.units import format_bytes
-from loadscope.report.content import Block, Bullets, Code, Para, Quote, Section, Table
+from loadscope.report.content import Block, Bullets, Section, Table
+from loadscope.report.markdown_blocks import block_lines, render_section
 from loadscope.report.sections import sections
 
 #: GitHub's limit on an issue body.
@@ -56,7 +57,7 @@ def _shrink_largest(found: list[Section]) -> list[Section] | None:
         for b, block in enumerate(section.blocks):
             rows = block.rows if isinstance(block, Table) else getattr(block, "items", None)
             if rows is not None and len(rows) > 2:
-                spots.append((len("\n".join(_block(block))), path, b))
+                spots.append((len("\n".join(block_lines(block))), path, b))
         for c, child in enumerate(section.children):
             walk(child, (*path, c))
 
@@ -96,30 +97,6 @@ def _halved(block: Block) -> Block:
         mark = (f"… {gone} more rows (trimmed)",) + ("",) * (len(block.header) - 1)
         return Table(block.header, (*rows[:keep], mark))
     return Bullets((*rows[:keep], f"… {gone} more (trimmed)"))
-
-
-def render_section(section: Section) -> list[str]:
-    body = [line for block in section.blocks for line in _block(block)]
-    body += [line for child in section.children for line in render_section(child)]
-    if section.collapsed:
-        return [f"<details><summary>{section.title}</summary>", "", *body, "</details>", ""]
-    return ([f"#### {section.title}", ""] if section.title else []) + body
-
-
-def _block(block: Block) -> list[str]:
-    if isinstance(block, Para):
-        return [block.text, ""]
-    if isinstance(block, Quote):
-        return [f"> {block.text}", ""]
-    if isinstance(block, Bullets):
-        return [f"- {item}".replace("\n", "\n  ") for item in block.items] + [""]
-    if isinstance(block, Code):
-        return ["```" + block.lang, block.text, "```", ""]
-    if isinstance(block, Table):
-        lines = ["| " + " | ".join(block.header) + " |", "|" + "---|" * len(block.header)]
-        lines += ["| " + " | ".join(row) + " |" for row in block.rows]
-        return [*lines, ""]
-    raise TypeError(block)
 
 
 def _fit(text: str) -> str:

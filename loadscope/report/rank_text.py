@@ -3,7 +3,8 @@ section of the content model (:func:`ranks_section`), which the CLI's text, the 
 for an issue, the doctor's full report and its HTML all lay out.
 
 May import: ``loadscope.engine.rank_records``, ``loadscope.report.content``,
-``loadscope.report.text``, ``loadscope.base``.
+``loadscope.report.text``, ``loadscope.report.markdown_blocks``,
+``loadscope.loaders.rank_events``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.rank_records import OUT_OF_TIME, BroadcastReport
+from loadscope.loaders.rank_events import STACK_MODES
 from loadscope.report.content import Block, Bullets, Para, Section, Table
+from loadscope.report.markdown_blocks import render_section
 from loadscope.report.text import section_lines
 
 #: What each column of the table is (said under it).
@@ -134,7 +137,7 @@ def ranks_section(ranks: dict[str, Any]) -> Section:
     stor = STORAGE["request log" if "request log" in counters else None]
     legend = LEGEND.format(stor=stor) + ("; first: the warm-up round." if first else ".")
     blocks: list[Block] = [Table(header, rows), Para(legend)]
-    if any(s.get("mode") in ("mmap", "direct", "warm-node") for s in summary):
+    if any(s.get("mode") in STACK_MODES for s in summary):
         blocks.append(Para(STACKS + "."))
     failures = [str(f) for f in ranks.get("failures") or []]
     if failed := _failed(ranks):
@@ -182,8 +185,6 @@ def to_text(report: BroadcastReport) -> str:
 
 def to_markdown(report: BroadcastReport) -> str:
     """The same section as Markdown (for an issue)."""
-    from loadscope.report.markdown import render_section
-
     doc = report.to_dict()
     head = "target: {}; ranks: {}".format(*header_lines(doc))
     section = ranks_section(doc)

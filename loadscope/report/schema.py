@@ -12,7 +12,8 @@ list``). Fields a newer loadscope adds are allowed: only what the readers rely o
 required.
 
 May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
-:mod:`~loadscope.report.compare` (the fleet summary's types), ``loadscope.base``.
+:mod:`~loadscope.report.compare` (the fleet summary's types),
+``loadscope.probes.registry``, ``loadscope.base``.
 """
 
 from __future__ import annotations

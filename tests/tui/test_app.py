@@ -120,9 +120,21 @@ async def _run_to_the_end(app: LoadscopeApp, pilot: Any) -> None:
 
 
 def test_onboarding_refuses_zero_ranks() -> None:
+    """The dialog's choices are the CLI's (issue 50): ranks checked as ``doctor --ranks``
+    checks them, the device picker listing ``doctor --device``'s choices."""
+    from textual.widgets import Select
+
+    from loadscope.cli.common import DEVICE_CHOICES
+
     async def steps(app: LoadscopeApp, pilot: Any) -> None:
+        picker = app.screen.query_one("#device", Select)
+        assert [v for _, v in picker._options if v is not Select.BLANK] == [
+            v for v, _ in DEVICE_CHOICES
+        ]
         app.screen.query_one("#ranks").value = "0"  # type: ignore[attr-defined]
-        assert "ranks: at least 1" in await onboarding_error(app, pilot)
+        assert "ranks: must be between 1 and 1024, not '0'" in await onboarding_error(app, pilot)
+        app.screen.query_one("#ranks").value = "2000"  # type: ignore[attr-defined]
+        assert "ranks: must be between 1 and 1024, not '2000'" in await onboarding_error(app, pilot)
 
     drive(steps, size=(100, 30), settle=False)
 

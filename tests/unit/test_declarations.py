@@ -14,11 +14,11 @@ from loadscope.diagnosis import trial_plan
 from loadscope.loaders.strategies import FIX_STRATEGIES, ROUTES, STRATEGIES
 from tests.repo_sources import ROOT, sources
 
-#: Names that are ordinary words too: knob values (``auto``, ``direct``, ``mmap``,
-#: ``api``, as the issue counts them), a report field and read kind (``parallel``: the
-#: probe's parallel reads) and a recommendation id and the public function
-#: (``prewarm``). Their strategies' facts are declared on them all the same.
-ORDINARY_WORDS = {"auto", "direct", "mmap", "api", "parallel", "prewarm"}
+#: Names that are ordinary words too: knob values (``auto``, ``direct``, ``api``), a
+#: report field and read kind (``parallel``: the probe's parallel reads) and the public
+#: function (``prewarm``). Their strategies' facts are declared on them all the same.
+#: ``mmap`` is counted: outside the strategies it is ``DEFAULT`` or ``mapped.NAME``.
+ORDINARY_WORDS = {"auto", "direct", "api", "parallel", "prewarm"}
 #: Where names may be spelled: the registry and the strategies themselves; tests,
 #: benchmarks and the fuzzers name what they exercise.
 EXEMPT = ("loaders/strategies/", "tests/", "benchmarks/", "fuzz/")
@@ -88,3 +88,23 @@ def test_a_strategy_registered_after_the_lists_were_made_is_refused() -> None:
     with pytest.raises(RuntimeError, match="LOADSCOPE_STRATEGY_MODULES"):
         register(Late())
     assert "late-toy" not in STRATEGIES
+
+
+def test_recommendation_ids_are_spelled_once() -> None:
+    """A fix's id (``raise-readahead``, ``copy-to-local-disk``, ...) is spelled in
+    ``base/fix_ids.py`` only; ``prewarm`` and ``broadcast`` are also a function, a
+    strategy and a rank mode, and are not counted."""
+    from loadscope.base import fix_ids
+
+    ids = set(fix_ids.ALL) - {"prewarm", "broadcast"} - set(STRATEGIES)
+    assert len(ids) >= 10
+    found = []
+    for path in sources(EXEMPT):
+        if path.name == "fix_ids.py":
+            continue
+        found += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}"
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and node.value in ids
+        ]
+    assert not found, "\n".join(found)

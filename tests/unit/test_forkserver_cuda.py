@@ -35,8 +35,8 @@ def test_the_preloads_never_initialise_cuda() -> None:
         "import json, sys, torch\n"
         "calls = []\n"
         "torch.cuda._lazy_init = lambda *a, **k: calls.append('lazy_init')\n"
-        "from loadscope.loaders import forkserver\n"
-        "forkserver._preload(json.loads(sys.argv[1]), set())\n"
+        "from loadscope.loaders import forkserver, preload\n"
+        "preload.preload_once(json.loads(sys.argv[1]), set())\n"
         "print(json.dumps({'calls': calls, 'init': forkserver.cuda_initialized()}))\n"
     )
     out = subprocess.run(
