@@ -33,7 +33,7 @@ from loadscope.advice.results import WORTH_IT, Evidence, Recommendation
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.tempdirs import owned_tempdir
 from loadscope.base.units import format_bytes
-from loadscope.diagnosis.trial_plan import TRIAL_OVERHEAD_S
+from loadscope.diagnosis.trial_costs import TRIAL_OVERHEAD_S
 from loadscope.engine.bench import BenchCancelled, BenchError, BenchOptions, Summary, run_bench
 from loadscope.loaders.strategies import DEFAULT
 from loadscope.model.targets import Target, resolve

@@ -58,12 +58,12 @@ from loadscope.diagnosis.readahead_trial import (
 )
 from loadscope.diagnosis.redaction import redact
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
+from loadscope.diagnosis.trial_costs import TRIAL_OVERHEAD_S
 from loadscope.diagnosis.trial_plan import (
     BASELINE_STRATEGIES,
     FAVOURED,
     MAX_ROUNDS,
     RANK_MODES,
-    TRIAL_OVERHEAD_S,
     WARM_STRATEGIES,
     TrialPlan,
     hints_from,

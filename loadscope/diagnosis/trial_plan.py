@@ -23,9 +23,18 @@ from typing import Any
 
 from loadscope.advice.storage_rules import small_readahead
 from loadscope.base.errors import LoadscopeError
+from loadscope.diagnosis.trial_costs import (
+    HF_TRIAL_OVERHEAD_S,
+    SERVER_START_S,
+    TRIAL_OVERHEAD_S,
+    WARM_RATE,
+    cost_model,
+    direct_rate,
+    estimate_rates,
+)
 from loadscope.engine.bench import GPU_STRATEGIES, BenchError, describe_strategies
 from loadscope.engine.broadcast import MODES, Mode
-from loadscope.engine.planning import CostModel, plan_budget, runs_once
+from loadscope.engine.planning import plan_budget, runs_once
 from loadscope.engine.probing import ProbeReport
 from loadscope.loaders.strategies import (
     DEFAULT,
@@ -118,17 +127,6 @@ def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
     )
 
 
-#: A trial's fixed cost beyond its load: the worker's fork, the cache put in the asked
-#: state and verified (eviction, mincore), the digest check. Measured 0.2-0.5 s per
-#: trial on this project's 2-core VM (a doctor of an 8 MiB model without a config.json:
-#: 14 trials and the probes in 3.0 s of wall time).
-TRIAL_OVERHEAD_S = 0.4
-#: More for the trials that build a transformers model (the fork server imports
-#: transformers and the model's code once, ~3.3 s here; each trial's time includes that
-#: import of the model's code as measured there, as a user's fresh process pays it).
-HF_TRIAL_OVERHEAD_S = 2.0
-#: Once per run: the fork server starting (an interpreter importing torch, ~3 s here).
-SERVER_START_S = 3.0
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
 WARM_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.warm_trial)
 #: The rank modes worth a doctor's time: all but the synchronous broadcast (its async
@@ -146,85 +144,18 @@ PLANNED_REPEATS = (2, 1)
 FAVOURED = tuple(
     n for n, s in STRATEGIES.items() if s.routes or n in DEFAULT_LOADS or n == HF_DEFAULT
 )
-
-
-#: Strategies that read through the page cache in the mount's readahead windows.
-BUFFERED_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.reads == "buffered")
-#: Warm trials are memory copies; a deliberately slow figure for one.
-WARM_RATE = 1e9
-
-
-def estimate_rates(probe: ProbeReport) -> tuple[float, float]:
-    """Slow-side cold rates (buffered, parallel) for planning, from the probe.
-
-    A buffered load streams in readahead-sized requests, so its rate is the probe's
-    single-reader rate at a block the size of the readahead (interpolated between the
-    block sizes the probe measured; 4 KiB when readahead is off); the parallel family
-    is planned at the 1 MiB single-reader rate, which it beats.
-    """
-    thr = probe.throughput.data
-    if thr is None or not thr.sequential:
-        return 50e6, 50e6
-    bdi = probe.primary.storage.bdi.data
-    ra = (bdi.read_ahead_kb or 0) * 1024 if bdi and bdi.read_ahead_kb is not None else 128 << 10
-    window = max(4096, ra)
-    points = sorted(thr.sequential, key=lambda p: p.block_bytes)
-    under = [p for p in points if p.block_bytes <= window] or points[:1]
-    over = [p for p in points if p.block_bytes > window]
-    low = under[-1]
-    buffered = low.bytes_per_s
-    if over and low.block_bytes < window:
-        # Latency-bound between two measured sizes: the rate grows with the request,
-        # no faster than in proportion to it.
-        high = over[0]
-        step = (window - low.block_bytes) / (high.block_bytes - low.block_bytes)
-        buffered = min(
-            low.bytes_per_s * window / low.block_bytes,
-            low.bytes_per_s + step * (high.bytes_per_s - low.bytes_per_s),
-        )
-    mib = [p.bytes_per_s for p in points if p.block_bytes >= 1 << 20] or [points[-1].bytes_per_s]
-    return max(buffered, 1.0), max(min(mib), 1.0)
-
-
-#: Strategies that read cold files with many large O_DIRECT requests in flight where the
-#: filesystem takes them: priced at the probe's parallel read into fresh RAM, the rate
-#: they reach (0.9-1.0x of it on the emulated disk), not at one reader's. Priced at one
-#: reader's 1 MiB rate they were given 10 MiB samples of a 256 MiB model, whose fixed
-#: cost swamped the fit (±227%), where whole loads of 0.15 s fitted the budget.
-DIRECT_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.reads == "deep")
-
-
-def direct_rate(probe: ProbeReport) -> float | None:
-    """The rate deep O_DIRECT readers reach here (the into-RAM point, else the best
-    parallel read), or None where the probe did not read with O_DIRECT."""
-    thr = probe.throughput.data
-    if thr is None or thr.method != "o_direct" or not thr.parallel:
-        return None
-    if thr.into_ram is not None and thr.into_ram.bytes_per_s > 0:
-        return thr.into_ram.bytes_per_s
-    return max(p.bytes_per_s for p in thr.parallel)
-
-
-def cost_model(probe: ProbeReport, trials: list[tuple[str, str]]) -> CostModel:
-    """The planner's cost model before any trial has run: rates from the probe."""
-    buffered, parallel = estimate_rates(probe)
-    deep = direct_rate(probe) or parallel
-
-    def rate(strategy: str, cache: str) -> float:
-        if cache == "warm":
-            return WARM_RATE
-        if strategy in DIRECT_STRATEGIES:
-            return max(deep, parallel)
-        return buffered if strategy in BUFFERED_STRATEGIES else parallel
-
-    return CostModel(
-        seconds_per_byte={(s, c): 1.0 / rate(s, c) for s, c in trials},
-        fixed_s=TRIAL_OVERHEAD_S,
-        fixed_s_for=dict.fromkeys(TRANSFORMERS_STRATEGIES, HF_TRIAL_OVERHEAD_S),
-        # Warm trials' page cache is filled as `loadscope warm` fills it: parallel reads.
-        fill_s_per_byte=1.0 / parallel,
-        start_s=SERVER_START_S,
-    )
+#: The routes whose code is loadscope's own (its API, ``loadscope warm``,
+#: ``loadscope.from_pretrained``) and the defaults they are measured against: what every
+#: stack's answer must carry a number for. Where a tight budget leaves one of them that
+#: only runs whole without a trial, the peers' trials give way (said, with the budget
+#: that runs them).
+OWN_ROUTES = tuple(
+    n
+    for n in FAVOURED
+    if n in DEFAULT_LOADS
+    or n == HF_DEFAULT
+    or any("loadscope" in r.template and not r.proxy for r in STRATEGIES[n].routes)
+)
 
 
 #: The default loads every speed-up is taken against, and the least share of the model a
@@ -496,6 +427,11 @@ def plan_doctor(
             probe, strategies, trials, remaining, before, failures
         )
         repeats, sample, sample_sizes = planned or (repeats, sample, sample_sizes)
+        if _unrun(probe, trials, (repeats, sample, sample_sizes), OWN_ROUTES):
+            strategies, trials, planned = _make_room(
+                probe, strategies, trials, remaining, (repeats, sample, sample_sizes), failures
+            )
+            repeats, sample, sample_sizes = planned
     if formats != {"safetensors"}:
         sample, sample_sizes = None, {}  # torch checkpoints load whole
     plan = TrialPlan(
@@ -533,6 +469,71 @@ def _focused(
         " the answer prints (a larger --budget runs them too)"
     )
     return kept, fewer, after
+
+
+def _make_room(
+    probe: ProbeReport,
+    strategies: tuple[str, ...],
+    trials: list[tuple[str, str]],
+    remaining: float,
+    planned: tuple[int, int | None, dict[tuple[str, str], int]],
+    failures: list[str],
+) -> tuple[tuple[str, ...], list[tuple[str, str]], tuple[int, int | None, dict[Any, int]]]:
+    """Where one of loadscope's own routes that only runs whole (transformers' warm-first)
+    has no trial in ``planned``: the other trials left out one at a time until it has
+    one (the evidence first, then the peers that run whole, each a whole load, then the
+    plan's last); none when leaving all of them out does not give it one. Said, with the
+    budget that runs them."""
+    whole_only = _whole_only(probe, set(strategies))
+    peers = sorted(
+        (s for s in strategies if s not in OWN_ROUTES),
+        key=lambda s: (s in FAVOURED, s not in whole_only, -strategies.index(s)),
+    )
+    left_out: list[str] = []
+    kept, fewer, after = strategies, trials, planned
+    for peer in peers:
+        left_out.append(peer)
+        kept = tuple(s for s in strategies if s not in left_out)
+        fewer = [t for t in trials if t[0] in kept]
+        after = plan_trials(probe, fewer, remaining)
+        if not _unrun(probe, fewer, after, OWN_ROUTES):
+            break
+    else:
+        return strategies, trials, planned
+    evidence = [s for s in strategies if s in left_out and s not in FAVOURED]
+    peers = [s for s in strategies if s in left_out and s in FAVOURED]
+    if evidence:
+        failures.append(
+            f"evidence trials not run ({', '.join(evidence)}): the budget went to the"
+            " figures the answer prints (a larger --budget runs them too)"
+        )
+    if peers:
+        failures.append(
+            f"peer trials not run ({', '.join(peers)}): the budget went to loadscope's own"
+            " routes, which the answer prints in every stack (a larger --budget runs them"
+            " too)"
+        )
+    return kept, fewer, after
+
+
+def _unrun(
+    probe: ProbeReport,
+    trials: list[tuple[str, str]],
+    planned: tuple[int, int | None, dict[tuple[str, str], int]],
+    among: tuple[str, ...],
+) -> list[str]:
+    """The strategies of ``among`` that only run whole and get no whole load in
+    ``planned``: skipped."""
+    repeats, _sample, sizes = planned
+    total = int(probe.target["total_bytes"])
+    whole_only = _whole_only(probe, {s for s, _ in trials if s in among})
+    return [
+        s
+        for s, c in trials
+        if c == "cold"
+        and s in whole_only
+        and not runs_once(sizes.get((s, c), total), total, repeats)
+    ]
 
 
 def _worth(

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from loadscope.diagnosis import trial_plan
+from loadscope.diagnosis.trial_costs import cost_model
 from loadscope.diagnosis.trial_plan import (
     WARM_STRATEGIES,
     choose_strategies,
-    cost_model,
     plan_doctor,
     rank_round_s,
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from loadscope.diagnosis import trial_plan
+from loadscope.diagnosis import trial_costs, trial_plan
 from loadscope.loaders.strategies import FIX_STRATEGIES, ROUTES, STRATEGIES
 from tests.repo_sources import ROOT, sources
 
@@ -54,7 +54,7 @@ def test_the_count_sees_a_name_spelled_out() -> None:
 def test_the_plans_lists_are_read_from_the_declarations() -> None:
     for name in trial_plan.WARM_STRATEGIES:
         assert STRATEGIES[name].warm_trial
-    for name in trial_plan.BUFFERED_STRATEGIES:
+    for name in trial_costs.BUFFERED_STRATEGIES:
         assert STRATEGIES[name].reads == "buffered"
     orders = [STRATEGIES[n].doctor_order or 0 for n in trial_plan.CPU_ORDER]
     assert orders == sorted(orders) and trial_plan.CPU_ORDER[0] == trial_plan.DEFAULT
