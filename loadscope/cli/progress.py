@@ -120,20 +120,28 @@ class Progress:
                 added = event.total - self._planned if event.index > 0 else 0
                 self._planned = event.total
                 if added > 0:
-                    # One total per round: "round 2: trial 1/16", not "17/32".
-                    number = max(t.repeat, self._added[0] + 1 if self._added else 2)
+                    # One total per round: "round 2: trial 1/16", not "17/32". A trial of
+                    # round 1 added after the plan is a whole load the plan skipped (the
+                    # engine's late trials, run before any extra round): numbered 0.
+                    late = t.repeat == 1
+                    after = self._added[0] + 1 if self._added else 2
+                    number = 0 if late else max(t.repeat, after)
                     self._added = (number, event.index, added)
                 counted = self._added
             if added > 0 and counted is not None:
                 n = "trial" if added == 1 else "trials"
-                self._line(
-                    f"time is left in the budget: one more round (round {counted[0]}, {added} {n})"
+                more = (
+                    f"{added} more {n}, first the whole loads the plan skipped"
+                    if counted[0] == 0
+                    else f"one more round (round {counted[0]}, {added} {n})"
                 )
+                self._line(f"time is left in the budget: {more}")
             if counted is None:
                 k = f"trial {event.index + 1}/{event.total}"
             else:
                 number, first, size = counted
-                k = f"round {number}: trial {event.index - first + 1}/{size}"
+                where = f"round {number}" if number else "more"
+                k = f"{where}: trial {event.index - first + 1}/{size}"
             warm = " (warm-up)" if t.warmup else ""
             fit = " (fit)" if getattr(t, "fit", False) else ""
             self._started(f"{k} {t.strategy} {t.cache}{warm}{fit}")

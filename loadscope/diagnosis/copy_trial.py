@@ -133,7 +133,12 @@ def measure_copy(
         trial.reason = (
             f"copying {format_bytes(trial.sample_bytes)} and loading it {ROUNDS} times each way"
             f" needs ~{need:.0f} s, over the {max(0.0, left):.0f} s the budget leaves"
-            f" (--budget {math.ceil(need - left + 1)} more measures it)"
+            + (
+                f" (about --budget {math.ceil((facts.budget_s + need - left + 1) / 10) * 10:.0f}"
+                " measures it)"
+                if facts.budget_s
+                else f" (~{math.ceil(need - left + 1)} s more --budget measures it)"
+            )
         )
         return _say(rec, trial)
     try:

@@ -310,6 +310,8 @@ def _run_trials(
     except BenchError as exc:
         failures.append(f"bench: {exc}")
         return None
+    # The trials that gave way to loadscope's own routes are skipped with their reason.
+    bench.skipped.update({k: v for k, v in plan.left_out.items() if k not in bench.skipped})
     failures += [f"{k}: skipped: {v}" for k, v in bench.skipped.items()]
     failures += [
         f"trial #{t.id} {t.strategy} {t.cache}: {t.reason}"

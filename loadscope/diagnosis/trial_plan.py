@@ -15,9 +15,10 @@ strategies' declarations), ``loadscope.advice`` (where a fix applies), ``loadsco
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -308,6 +309,9 @@ class TrialPlan:
     trial_s: float
     #: Ranks for the multi-rank trials (None: none are run).
     ranks: int | None
+    #: The strategies whose trials gave way to loadscope's own routes, and why (with the
+    #: budget that runs them): the bench's skipped list takes them, their routes say it.
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def rank_target(target: Target) -> Target | None:
@@ -421,6 +425,7 @@ def plan_doctor(
         # "convert to safetensors" a measured number.
         remaining *= 0.5
     repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
+    left_out: dict[str, str] = {}
     if formats == {"safetensors"} and (sample is not None or repeats < max(PLANNED_REPEATS)):
         before = (repeats, sample, sample_sizes)
         strategies, trials, planned = _focused(
@@ -428,14 +433,30 @@ def plan_doctor(
         )
         repeats, sample, sample_sizes = planned or (repeats, sample, sample_sizes)
         if _unrun(probe, trials, (repeats, sample, sample_sizes), OWN_ROUTES):
+            every = strategies
             strategies, trials, planned = _make_room(
                 probe, strategies, trials, remaining, (repeats, sample, sample_sizes), failures
             )
             repeats, sample, sample_sizes = planned
+            peers = [s for s in every if s not in strategies and s in FAVOURED]
+            runs_them = _budget_for(probe, every, remaining, budget_s)
+            left_out = {
+                peer: f"its trials gave way at --budget {budget_s:g} to loadscope's own"
+                " routes, which the answer prints in every stack"
+                + (f" (about --budget {runs_them} measures it)" if runs_them else "")
+                for peer in peers
+            }
     if formats != {"safetensors"}:
         sample, sample_sizes = None, {}  # torch checkpoints load whole
     plan = TrialPlan(
-        device, strategies, repeats, sample, sample_sizes, remaining, ranks if multi else None
+        device,
+        strategies,
+        repeats,
+        sample,
+        sample_sizes,
+        remaining,
+        ranks if multi else None,
+        left_out,
     )
     if formats == {"safetensors"} and target.alternates:
         plan = _with_torch_files(plan, target, probe, trials, budget_s, failures)
@@ -501,19 +522,25 @@ def _make_room(
     else:
         return strategies, trials, planned
     evidence = [s for s in strategies if s in left_out and s not in FAVOURED]
-    peers = [s for s in strategies if s in left_out and s in FAVOURED]
     if evidence:
         failures.append(
             f"evidence trials not run ({', '.join(evidence)}): the budget went to the"
             " figures the answer prints (a larger --budget runs them too)"
         )
-    if peers:
-        failures.append(
-            f"peer trials not run ({', '.join(peers)}): the budget went to loadscope's own"
-            " routes, which the answer prints in every stack (a larger --budget runs them"
-            " too)"
-        )
     return kept, fewer, after
+
+
+def _budget_for(
+    probe: ProbeReport, strategies: tuple[str, ...], remaining: float, budget_s: float
+) -> int | None:
+    """About the ``--budget`` at which every one of ``strategies`` has its trial beside
+    loadscope's own routes (the trials' time grows with the budget), or None past 8x."""
+    trials = [(s, "cold") for s in strategies]
+    trials += [(s, "warm") for s in strategies if s in WARM_STRATEGIES]
+    for factor in (1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 8.0):
+        if not _unrun(probe, trials, plan_trials(probe, trials, remaining * factor), OWN_ROUTES):
+            return int(math.ceil(budget_s * factor / 10) * 10)
+    return None
 
 
 def _unrun(

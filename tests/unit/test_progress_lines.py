@@ -25,7 +25,7 @@ def _counters(lines: list[str]) -> list[str]:
 
 
 def test_a_round_added_by_the_budget_is_said_before_its_first_trial() -> None:
-    lines = _run([2, 2, 4, 4, 5])
+    lines = _run([2, 2, 4, 4, 5], [1, 1, 2, 2, 3])
     # One total per round: the plan's "1/2", then each added round counted on its own
     # (it said "3/4", "4/4", "5/5": a total that jumped as rounds were added).
     assert _counters(lines) == [
@@ -74,6 +74,19 @@ def test_trial_rates_are_decimal_as_in_every_report() -> None:
     # It said "1.4 GiB/s" mid-trial and "1.4 GiB/s" at the end, beside "1.5 GB/s" in reports.
     assert "1.5 GB/s" in live and "GiB/s" not in live, live
     assert out.getvalue().rstrip().endswith("trial 1/1 mmap cold: 2 s, 1.5 GB/s"), out.getvalue()
+
+
+def test_whole_loads_the_plan_skipped_are_not_called_a_round() -> None:
+    """Issue 49: the late whole trials (round 1, added after the plan) read "one more
+    round (round 2, 1 trial)"; then an extra round after them is numbered as the engine
+    numbers it."""
+    lines = _run([2, 2, 3, 4], [1, 1, 1, 2])
+    assert _counters(lines) == ["trial 1/2", "trial 2/2", "more: trial 1/1", "round 2: trial 1/1"]
+    said = [ln.split("] ", 1)[1] for ln in lines if "time is left" in ln]
+    assert said == [
+        "time is left in the budget: 1 more trial, first the whole loads the plan skipped",
+        "time is left in the budget: one more round (round 2, 1 trial)",
+    ]
 
 
 def test_a_plan_that_does_not_grow_says_nothing_of_rounds() -> None:
