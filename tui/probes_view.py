@@ -1,18 +1,20 @@
 """The app's probes view (``loadscope.tui.probes_view``), drawn from a probe report dict.
 
-The storage class and its evidence, the devices, cold read latency, throughput by
-request size and by readers, memory, page-cache residency and the local disks: each
-a small function from the probe JSON (``to_dict``) to text or bars, so a live run
-and a saved report draw the same.
+The probes' figures are the content every output lays out (``report/probe_text.py``'s
+blocks: what the terminal, the Markdown and the HTML show): its labelled lines as text,
+its bars as charts redrawn to the view's width. Beside them, what only a screen can
+show well: the latency percentiles and the memory as charts, residency per file. A live
+run and a saved report draw the same.
 
 Owns: :class:`ProbesView` and its :class:`BarChart`.
-May import: the core's units (``loadscope.base.units``), the probes' registry (each
-registered probe's lines: ``loadscope.probes.registry``), their text
-(``loadscope.report.probe_text``), the charts; nothing else of the app.
+May import: the core's units (``loadscope.base.units``), the probes' content
+(``loadscope.report.probe_text``, ``loadscope.report.content``), the charts; nothing
+else of the app.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
@@ -22,9 +24,9 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from loadscope.base.units import format_bytes, format_rate, format_us
-from loadscope.probes.registry import block_lines
-from loadscope.report.probe_text import latency_text
+from loadscope.base.units import format_bytes, format_us
+from loadscope.report.content import Bars, Code, Fields
+from loadscope.report.probe_text import probe_parts
 from loadscope.tui.charts import Bar, bar_lines, theme_color
 
 #: Residency lines shown before "... and N more".
@@ -55,72 +57,46 @@ class BarChart(Widget):
         return out
 
 
-def _result_line(name: str, result: dict[str, Any]) -> str:
-    return f"{name}: {result.get('status')}: {result.get('reason') or ''}"
-
-
 def _labelled(label: str, text: str) -> Text:
-    return Text.assemble((label, "bold"), " ", text)
+    return Text.assemble((label, "bold"), " ", text) if label else Text(f"  {text}")
 
 
-def _storage_lines(file: dict[str, Any]) -> list[Text]:
-    """The first file's storage: its class and mount, read-ahead, FUSE and disks."""
-    lines: list[Text] = []
-    m = file.get("mount", {})
-    if m.get("status") == "ok":
-        lines.append(
-            Text.assemble(
-                ("storage", "bold"),
-                " ",
-                (f" {m.get('storage_class')} ", "reverse"),
-                f" {m.get('reason')}",
+@dataclass(frozen=True, slots=True)
+class ProbeContent:
+    """The probes' blocks as the view lays them out: the labelled lines above the bars
+    (``summary``), the bars by request size and by readers (the read into fresh RAM
+    among the latter), the labelled lines after them (``rest``)."""
+
+    summary: tuple[tuple[str, str], ...]
+    by_block: tuple[Bar, ...]
+    by_readers: tuple[Bar, ...]
+    rest: tuple[tuple[str, str], ...]
+
+
+def probe_content(probe: dict[str, Any]) -> ProbeContent:
+    """:func:`~loadscope.report.probe_text.probe_parts` for the view's widgets; a caption
+    between two charts (each chart has its own title) is left to the chart."""
+    head, middle, tail = probe_parts(probe)
+    rest: list[tuple[str, str]] = []
+    charts: list[tuple[Bar, ...]] = []
+    for block in middle:
+        if isinstance(block, Bars):
+            into_ram = len(charts) == 2  # the third: the best parallel read into fresh RAM
+            charts.append(
+                tuple(
+                    Bar(f"{label} into RAM" if into_ram else label, value, figure)
+                    for label, figure, value, _remark in block.rows
+                )
             )
-        )
-        lines.append(Text(f"  mount {m.get('mount_point')} ({m.get('fstype')}, {m.get('source')})"))
-        if m.get("resolved_class"):
-            lines.append(Text(f"  under the overlay: {m['resolved_class']}"))
-    else:
-        lines.append(Text(_result_line("storage", m)))
-    bdi = file.get("bdi", {})
-    if bdi.get("read_ahead_kb") is not None:
-        lines.append(Text(f"  read_ahead_kb {bdi['read_ahead_kb']} ({bdi.get('path')})"))
-    fuse = file.get("fuse_connection", {})
-    if fuse.get("status") == "ok":
-        lines.append(
-            Text(
-                f"  FUSE max_background {fuse.get('max_background')},"
-                f" congestion {fuse.get('congestion_threshold')}"
-            )
-        )
-    for disk in file.get("device", {}).get("disks") or []:
-        lines.append(
-            Text(
-                f"  disk {disk.get('name')}: {disk.get('transport')},"
-                f" {disk.get('model') or 'no model string'}"
-            )
-        )
-    return lines
-
-
-def summary_lines(probe: dict[str, Any]) -> list[Text]:
-    """The summary: the target, its storage, the cold read latency."""
-    t = probe.get("target", {})
-    lines = [
-        _labelled(
-            "target",
-            f"{t.get('spec')} — {t.get('files')} file(s),"
-            f" {format_bytes(t.get('total_bytes') or 0)}",
-        )
-    ]
-    files = probe.get("files") or []
-    if files:
-        lines.extend(_storage_lines(files[0]))
-    lat = probe.get("latency", {})
-    if lat.get("status") == "ok":
-        lines.append(_labelled("latency", latency_text(lat)))
-    else:
-        lines.append(Text(_result_line("latency", lat)))
-    return lines
+        elif isinstance(block, Fields):
+            # The throughput's own line is the charts' title where there are charts.
+            drawn = any(isinstance(b, Bars) for b in middle)
+            rest.extend(r for r in block.rows if r[0] and not (drawn and r[0] == "throughput"))
+        elif isinstance(block, Code):
+            rest.extend(("", line.strip()) for line in block.text.splitlines())
+    by_block = charts[0] if charts else ()
+    by_readers = tuple(bar for chart in charts[1:] for bar in chart)
+    return ProbeContent(head.rows, by_block, by_readers, (*rest, *tail.rows))
 
 
 def latency_bars(probe: dict[str, Any]) -> tuple[Bar, ...]:
@@ -133,20 +109,6 @@ def latency_bars(probe: dict[str, Any]) -> tuple[Bar, ...]:
         for q in ("p50", "p90", "p99")
         if lat.get(f"{q}_us") is not None
     )
-
-
-def throughput_bars(probe: dict[str, Any]) -> tuple[tuple[Bar, ...], tuple[Bar, ...]]:
-    """Cold throughput by request size (one reader), and by parallel readers."""
-    thr = probe.get("throughput", {})
-    by_block = tuple(
-        Bar(format_bytes(p["block_bytes"]), p["bytes_per_s"], format_rate(p["bytes_per_s"]))
-        for p in thr.get("sequential") or []
-    )
-    by_readers = tuple(
-        Bar(f"{p['readers']} readers", p["bytes_per_s"], format_rate(p["bytes_per_s"]))
-        for p in thr.get("parallel") or []
-    )
-    return by_block, by_readers
 
 
 def memory_bars(probe: dict[str, Any]) -> tuple[Bar, ...]:
@@ -164,7 +126,7 @@ def memory_bars(probe: dict[str, Any]) -> tuple[Bar, ...]:
 
 
 def cache_lines(probe: dict[str, Any]) -> list[Text]:
-    """Page-cache residency per file, then the probe's notes."""
+    """Page-cache residency per file."""
     files = probe.get("files") or []
     lines = [_labelled("page cache", "residency per file, before probing")]
     for f in files[:SHOWN_FILES]:
@@ -176,18 +138,6 @@ def cache_lines(probe: dict[str, Any]) -> list[Text]:
         lines.append(Text(f"  {shown:>5}  {f.get('path')}"))
     if len(files) > SHOWN_FILES:
         lines.append(Text(f"  ... and {len(files) - SHOWN_FILES} more"))
-    for note in probe.get("notes") or []:
-        lines.append(_labelled("note", str(note)))
-    return lines
-
-
-def registered_lines(probe: dict[str, Any]) -> list[Text]:
-    """Each registered probe (``probes/registry.py``: the local disks, the HF cache, the
-    GPUs, a plugin's own) under its title: its lines, or why it did not run."""
-    lines: list[Text] = []
-    for spec, found in block_lines(probe):
-        lines.append(Text(spec.title, style="bold"))
-        lines += [_labelled(label, text) for label, text in found]
     return lines
 
 
@@ -228,13 +178,14 @@ class ProbesView(VerticalScroll):
             self.clear()
             return
         self.shown = True
+        content = probe_content(probe)
         # Text objects, not markup: paths and reasons may hold brackets.
-        self.query_one("#probe-summary", Static).update(Text("\n").join(summary_lines(probe)))
+        summary = Text("\n").join(_labelled(*row) for row in content.summary)
+        self.query_one("#probe-summary", Static).update(summary)
         self.query_one("#latency", BarChart).bars = latency_bars(probe)
-        by_block, by_readers = throughput_bars(probe)
-        self.query_one("#by-block", BarChart).bars = by_block
-        self.query_one("#by-readers", BarChart).bars = by_readers
+        self.query_one("#by-block", BarChart).bars = content.by_block
+        self.query_one("#by-readers", BarChart).bars = content.by_readers
         self.query_one("#memory", BarChart).bars = memory_bars(probe)
         self.query_one("#probe-cache", Static).update(Text("\n").join(cache_lines(probe)))
-        registered = Text("\n").join(registered_lines(probe))
-        self.query_one("#probe-registered", Static).update(registered)
+        rest = Text("\n").join(_labelled(*row) for row in content.rest)
+        self.query_one("#probe-registered", Static).update(rest)

@@ -32,9 +32,11 @@ from loadscope.engine.bench import Trial
 from loadscope.loaders.strategies import DEFAULT
 from loadscope.report.bench_text import TABLE_HEADER, summary_rows
 from loadscope.report.content import (
+    Bars,
     Block,
     Bullets,
     Code,
+    Fields,
     Para,
     Quote,
     Table,
@@ -43,7 +45,7 @@ from loadscope.report.content import (
     route_sections,
 )
 from loadscope.report.rank_text import ranks_section
-from loadscope.report.text import plain, section_lines
+from loadscope.report.text import block_lines, plain, section_lines
 from loadscope.tui.charts import (
     RateChart,
     Series,
@@ -92,6 +94,8 @@ def block_text(block: Block, code_style: str) -> Text:
     if isinstance(block, Table):
         rows = [" | ".join(block.header), *(" | ".join(r) for r in block.rows)]
         return Text("\n".join(rows) + "\n")
+    if isinstance(block, Fields | Bars):
+        return Text("\n".join(block_lines(block)) + "\n")
     text = block.text if isinstance(block, Para | Quote) else str(block)
     return _marked(text) + Text("\n")
 

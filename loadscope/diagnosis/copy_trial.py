@@ -179,13 +179,18 @@ def measure_copy(
         trial.removed = not folder.exists()
     _say(rec, trial)
     if trial.speedup is not None and not trial.reason:
-        # Optional unless a load from the copy beats the fastest load in place by WORTH_IT
-        # (as the estimate was ranked): a copy is a heavier change than a route in place.
-        scale = trial.model_bytes / max(1, trial.sample_bytes)
-        from_copy = statistics.median(trial.local_s) * scale
-        in_place = [t for name in facts.cold if (t := facts.seconds(name))]
-        rec.optional = bool(in_place) and from_copy * WORTH_IT > min(in_place)
+        rec.optional = _optional(trial, facts)
     return trial
+
+
+def _optional(trial: CopyTrial, facts: Facts) -> bool:
+    """Whether the copy fix is optional: unless a load from the copy beats the fastest
+    load in place by ``WORTH_IT`` (as the estimate was ranked), a copy is a heavier change
+    than a route in place."""
+    scale = trial.model_bytes / max(1, trial.sample_bytes)
+    from_copy = statistics.median(trial.local_s) * scale
+    in_place = [t for name in facts.cold if (t := facts.seconds(name))]
+    return bool(in_place) and from_copy * WORTH_IT > min(in_place)
 
 
 def _say(rec: Recommendation, trial: CopyTrial) -> CopyTrial:

@@ -43,6 +43,7 @@ from loadscope.base import fix_ids
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.copy_trial import measure_copy
+from loadscope.diagnosis.device_plan import hints_from
 from loadscope.diagnosis.doctor_report import (
     MAX_REPORT_BYTES,
     DoctorReport,
@@ -58,7 +59,7 @@ from loadscope.diagnosis.readahead_trial import (
 )
 from loadscope.diagnosis.redaction import redact
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
-from loadscope.diagnosis.trial_costs import TRIAL_OVERHEAD_S
+from loadscope.diagnosis.trial_costs import TRIAL_OVERHEAD_S, readahead_reserve_s
 from loadscope.diagnosis.trial_plan import (
     BASELINE_STRATEGIES,
     FAVOURED,
@@ -66,11 +67,9 @@ from loadscope.diagnosis.trial_plan import (
     RANK_MODES,
     WARM_STRATEGIES,
     TrialPlan,
-    hints_from,
     late_estimates,
     plan_doctor,
     rank_target,
-    readahead_reserve_s,
 )
 from loadscope.engine.bench import (
     BenchCancelled,

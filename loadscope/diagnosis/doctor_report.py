@@ -25,16 +25,13 @@ from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.timing import TimeReport
-from loadscope.diagnosis.timing_text import table_rows
 from loadscope.engine.bench import BenchReport
 from loadscope.engine.broadcast import BroadcastReport
 from loadscope.engine.probing import ProbeReport
-from loadscope.report.bench_text import to_text as bench_text
 from loadscope.report.content import Quote, Section, fix_sections
-from loadscope.report.probe_text import to_text as probe_text
 from loadscope.report.schema import SchemaError
 from loadscope.report.schema import check as check_schema
-from loadscope.report.sections import ceiling_line, sections
+from loadscope.report.sections import sections
 from loadscope.report.text import plain, section_lines
 
 SCHEMA_VERSION = 1
@@ -135,57 +132,51 @@ class DoctorReport:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
 
-#: The evidence the terminal lays out from the content model, as the Markdown and the HTML
-#: do (the probes' summary and the trial table are their own commands' text).
-SHARED_SECTIONS = ("user-command", "conversion", "ranks", "failures")
-
-
 def to_text(report: DoctorReport) -> str:
-    doc = report.to_dict()
-    lines = advice_lines(doc)
-    lines += ["", "evidence:", "", probe_text(report.probe)]
-    if report.bench is not None:
-        extra = table_rows(report.user_command) if report.user_command else []
-        lines += ["", bench_text(report.bench, extra)]
-        if line := ceiling_line(doc["probe"], doc["bench"]):
-            lines += ["", textwrap.fill(line.replace("`", ""), 80)]
-    return "\n".join(lines + shared_lines(doc))
-
-
-def shared_lines(doc: dict[str, Any]) -> list[str]:
-    """The :data:`SHARED_SECTIONS` of a doctor report's JSON, for a terminal: each under
-    its title, from the same content the Markdown and the HTML lay out."""
-    return [line for s in sections(doc) if s.id in SHARED_SECTIONS for line in _section_text(s)]
+    """``doctor --details``: the report as ``loadscope report --text`` lays out its JSON."""
+    return report_text(report.to_dict())
 
 
 def advice_lines(doc: dict[str, Any]) -> list[str]:
     """The verdict, each fix (``report/content.py``: what every output shows of it) and
     the notes, from a doctor report's JSON, for a terminal."""
     verdict = doc.get("verdict") or {}
-    lines = [f"verdict: {verdict.get('headline', '')}", ""]
+    lines = textwrap.wrap(f"verdict: {verdict.get('headline', '')}", 80, subsequent_indent="  ")
+    lines.append("")
     for section in fix_sections(doc):
-        lines += _section_text(section)[1:]  # one fix after another, as they always were
+        lines += section_text(section)[1:]  # one fix after another, as they always were
     return lines + [_note(str(n)) for n in doc.get("notes") or []]
 
 
+#: The sections a terminal shows after the evidence, last (the block pasted into an
+#: issue, which the Markdown puts first).
+_LAST = ("system",)
+
+
 def report_text(doc: dict[str, Any]) -> str:
-    """A saved report's JSON for a terminal (``loadscope report --text``): the verdict,
-    then every section the Markdown and the HTML lay out (``report/sections.py``), in
-    their order, from the same content."""
-    verdict = doc.get("verdict") or {}
-    lines = textwrap.wrap(f"verdict: {verdict.get('headline', '')}", 80, subsequent_indent="  ")
-    for section in sections(doc):
-        lines += _section_text(section)
+    """A doctor report's JSON for a terminal (``loadscope report --text``, ``doctor
+    --details``): the answer first (the verdict, each fix, the notes), then the evidence
+    (the probes' figures, the trials, what was not run and why, ...): every section the
+    Markdown and the HTML lay out (``report/sections.py``), from the same content."""
+    found = sections(doc)
+    lines = advice_lines(doc)
+    rest = [s for s in found if not s.id.startswith("fix-") and s.id != "notes"]
+    rest.sort(key=lambda s: s.id in _LAST)  # stable: the Markdown's order otherwise
+    for section in rest:
+        lines += section_text(section)
     return "\n".join(lines)
 
 
-def _section_text(section: Section) -> list[str]:
+def section_text(section: Section) -> list[str]:
     """One section for a terminal, after a blank line: a fix under its heading (its body
-    indented 3), the notes one per line, any other under ``title:`` (indented 2)."""
+    indented 3), the notes one per line, the probes' figures under "evidence:" in their
+    own gutter, any other under ``title:`` (indented 2)."""
     if section.id == "notes":
         return ["", *(_note(plain(b.text)) for b in section.blocks if isinstance(b, Quote))]
     if section.id.startswith("fix-"):
         return ["", section.title, *section_lines(section, indent=3)]
+    if section.id == "storage":
+        return ["", "evidence:", "", *section_lines(section)]
     return ["", plain(section.title) + ":", *section_lines(section, indent=2)]
 
 

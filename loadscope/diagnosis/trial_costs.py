@@ -7,11 +7,15 @@ read into fresh memory; a warm trial at memory speed. How each strategy reads is
 from its declaration in ``loaders/strategies``.
 
 May import: ``loadscope.engine.planning`` (the cost model's type),
-``loadscope.engine.probing`` (the probe report), ``loadscope.loaders.strategies``.
+``loadscope.engine.probing`` (the probe report), ``loadscope.loaders.strategies``,
+``loadscope.advice.storage_rules`` (where the readahead check runs).
 """
 
 from __future__ import annotations
 
+import os
+
+from loadscope.advice.storage_rules import small_readahead
 from loadscope.engine.planning import CostModel
 from loadscope.engine.probing import ProbeReport
 from loadscope.loaders.strategies import STRATEGIES
@@ -108,3 +112,37 @@ def cost_model(probe: ProbeReport, trials: list[tuple[str, str]]) -> CostModel:
         fill_s_per_byte=1.0 / parallel,
         start_s=SERVER_START_S,
     )
+
+
+def builds_with_transformers(probe: ProbeReport) -> bool:
+    """transformers is installed (found, not imported) and the model has a config.json."""
+    import importlib.util
+
+    root = str(probe.target.get("root", ""))
+    return (
+        bool(root)
+        and os.path.isfile(os.path.join(root, "config.json"))
+        and (importlib.util.find_spec("transformers") is not None)
+    )
+
+
+def readahead_reserve_s(probe: ProbeReport, allowed: bool) -> float:
+    """The time the readahead check after the trials takes, where it will run (``allowed``
+    to write the setting, on storage whose readahead is small): its fork server, two whole
+    loads at the parallel rate the raised readahead approaches, and where the model builds
+    with transformers ``from_pretrained`` once more. Kept out of the trials' time: at 1 GiB
+    it ran after their deadline and the doctor took 13% over its budget."""
+    mount = probe.primary.storage.mount.data
+    bdi = probe.primary.storage.bdi.data
+    if not allowed or mount is None or bdi is None:
+        return 0.0
+    if not small_readahead(mount.storage_class, bdi.read_ahead_kb):
+        return 0.0
+    # A raised readahead streams with many requests in flight: near the parallel read's
+    # rate (1 GiB in 1.2 s where the probe's best parallel read was 1.6 GB/s).
+    _buffered, parallel = estimate_rates(probe)
+    load = float(probe.target["total_bytes"]) / (direct_rate(probe) or parallel)
+    reserve = SERVER_START_S + 2 * (TRIAL_OVERHEAD_S + load)
+    if builds_with_transformers(probe):
+        reserve += SERVER_START_S + HF_TRIAL_OVERHEAD_S + load
+    return reserve

@@ -16,24 +16,22 @@ strategies' declarations), ``loadscope.advice`` (where a fix applies), ``loadsco
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadscope.advice.storage_rules import small_readahead
 from loadscope.base.errors import LoadscopeError
+from loadscope.diagnosis.device_plan import gpu_count, resolve_device
 from loadscope.diagnosis.trial_costs import (
-    HF_TRIAL_OVERHEAD_S,
-    SERVER_START_S,
     TRIAL_OVERHEAD_S,
     WARM_RATE,
+    builds_with_transformers,
     cost_model,
     direct_rate,
     estimate_rates,
 )
-from loadscope.engine.bench import GPU_STRATEGIES, BenchError, describe_strategies
+from loadscope.engine.bench import GPU_STRATEGIES
 from loadscope.engine.broadcast import MODES, Mode
 from loadscope.engine.planning import plan_budget, runs_once
 from loadscope.engine.probing import ProbeReport
@@ -56,18 +54,6 @@ TRANSFORMERS_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.builds_mod
 #: The baselines of the routes (from_pretrained as the user runs it): in a tight plan
 #: they get their whole load before the routes measured against them.
 BASELINES = frozenset(r.baseline for s in STRATEGIES.values() for r in s.routes if r.baseline)
-
-
-def builds_with_transformers(probe: ProbeReport) -> bool:
-    """transformers is installed (found, not imported) and the model has a config.json."""
-    import importlib.util
-
-    root = str(probe.target.get("root", ""))
-    return (
-        bool(root)
-        and os.path.isfile(os.path.join(root, "config.json"))
-        and (importlib.util.find_spec("transformers") is not None)
-    )
 
 
 def _in_doctor_order(names: Iterable[str]) -> tuple[str, ...]:
@@ -246,36 +232,6 @@ def late_estimates(probe: ProbeReport, plan: TrialPlan) -> dict[str, tuple[float
     return out
 
 
-def gpu_count(probe: ProbeReport) -> int:
-    """NVIDIA GPUs the probe saw (nvidia-smi rows, else PCI functions)."""
-    g = probe.gpus.data
-    return max(len(g.smi), len(g.pci)) if g else 0
-
-
-def resolve_device(device: str, probe: ProbeReport) -> tuple[str, str | None]:
-    """``auto``: cuda when the probe saw a GPU and a worker can use it; else cpu, and why."""
-    if device != "auto":
-        return device, None
-    if gpu_count(probe) == 0:
-        return "cpu", None
-    try:
-        info = describe_strategies().get(GPU_DEFAULT) or {}
-    except BenchError as exc:
-        return "cpu", f"GPU trials not run: {exc}"
-    if info.get("unavailable"):
-        return "cpu", f"a GPU is present but not usable from torch: {info['unavailable']}"
-    return "cuda", None
-
-
-def hints_from(probe: ProbeReport) -> dict[str, Any]:
-    """What ``auto`` should use for cold files: the reader count the parallel probe found best."""
-    thr = probe.throughput.data
-    if thr is None or not thr.parallel:
-        return {}
-    best = max(thr.parallel, key=lambda p: p.bytes_per_s)
-    return {"threads": max(4, best.readers), "block_bytes": best.block_bytes}
-
-
 #: torch.load onto the GPU, beside load_file(device="cuda") (seed 000 on the GPU).
 GPU_TORCH_STRATEGIES = tuple(
     n for n, s in STRATEGIES.items() if s.requires.formats == {"torch"} and s.requires.gpu
@@ -346,28 +302,6 @@ def rank_round_s(probe: ProbeReport, ranks: int) -> float:
     return 1.5 * len(RANK_MODES) * per_mode
 
 
-def readahead_reserve_s(probe: ProbeReport, allowed: bool) -> float:
-    """The time the readahead check after the trials takes, where it will run (``allowed``
-    to write the setting, on storage whose readahead is small): its fork server, two whole
-    loads at the parallel rate the raised readahead approaches, and where the model builds
-    with transformers ``from_pretrained`` once more. Kept out of the trials' time: at 1 GiB
-    it ran after their deadline and the doctor took 13% over its budget."""
-    mount = probe.primary.storage.mount.data
-    bdi = probe.primary.storage.bdi.data
-    if not allowed or mount is None or bdi is None:
-        return 0.0
-    if not small_readahead(mount.storage_class, bdi.read_ahead_kb):
-        return 0.0
-    # A raised readahead streams with many requests in flight: near the parallel read's
-    # rate (1 GiB in 1.2 s where the probe's best parallel read was 1.6 GB/s).
-    _buffered, parallel = estimate_rates(probe)
-    load = float(probe.target["total_bytes"]) / (direct_rate(probe) or parallel)
-    reserve = SERVER_START_S + 2 * (TRIAL_OVERHEAD_S + load)
-    if builds_with_transformers(probe):
-        reserve += SERVER_START_S + HF_TRIAL_OVERHEAD_S + load
-    return reserve
-
-
 def plan_doctor(
     target: Target,
     probe: ProbeReport,
@@ -427,25 +361,10 @@ def plan_doctor(
     repeats, sample, sample_sizes = plan_trials(probe, trials, remaining)
     left_out: dict[str, str] = {}
     if formats == {"safetensors"} and (sample is not None or repeats < max(PLANNED_REPEATS)):
-        before = (repeats, sample, sample_sizes)
-        strategies, trials, planned = _focused(
-            probe, strategies, trials, remaining, before, failures
-        )
-        repeats, sample, sample_sizes = planned or (repeats, sample, sample_sizes)
-        if _unrun(probe, trials, (repeats, sample, sample_sizes), OWN_ROUTES):
-            every = strategies
-            strategies, trials, planned = _make_room(
-                probe, strategies, trials, remaining, (repeats, sample, sample_sizes), failures
-            )
-            repeats, sample, sample_sizes = planned
-            peers = [s for s in every if s not in strategies and s in FAVOURED]
-            runs_them = _budget_for(probe, every, remaining, budget_s)
-            left_out = {
-                peer: f"its trials gave way at --budget {budget_s:g} to loadscope's own"
-                " routes, which the answer prints in every stack"
-                + (f" (about --budget {runs_them} measures it)" if runs_them else "")
-                for peer in peers
-            }
+        strategies, trials, (repeats, sample, sample_sizes), left_out = _tightened(
+            probe, strategies, trials, remaining, budget_s, (repeats, sample, sample_sizes),
+            failures,
+        )  # fmt: skip
     if formats != {"safetensors"}:
         sample, sample_sizes = None, {}  # torch checkpoints load whole
     plan = TrialPlan(
@@ -461,6 +380,41 @@ def plan_doctor(
     if formats == {"safetensors"} and target.alternates:
         plan = _with_torch_files(plan, target, probe, trials, budget_s, failures)
     return plan
+
+
+Planned = tuple[int, int | None, dict[tuple[str, str], int]]
+
+
+def _tightened(
+    probe: ProbeReport,
+    strategies: tuple[str, ...],
+    trials: list[tuple[str, str]],
+    remaining: float,
+    budget_s: float,
+    planned: Planned,
+    failures: list[str],
+) -> tuple[tuple[str, ...], list[tuple[str, str]], Planned, dict[str, str]]:
+    """A plan that cannot run every trial whole twice, focused: the evidence left out
+    where that buys the printed figures more (:func:`_focused`), then the peers where one
+    of loadscope's own routes still has no trial (:func:`_make_room`); the peers left out
+    with why and the budget that runs them."""
+    strategies, trials, focused = _focused(probe, strategies, trials, remaining, planned, failures)
+    planned = focused or planned
+    if not _unrun(probe, trials, planned, OWN_ROUTES):
+        return strategies, trials, planned, {}
+    every = strategies
+    strategies, trials, planned = _make_room(
+        probe, strategies, trials, remaining, planned, failures
+    )
+    runs_them = _budget_for(probe, every, remaining, budget_s)
+    left_out = {
+        peer: f"its trials gave way at --budget {budget_s:g} to loadscope's own routes,"
+        " which the answer prints in every stack"
+        + (f" (about --budget {runs_them} measures it)" if runs_them else "")
+        for peer in every
+        if peer not in strategies and peer in FAVOURED
+    }
+    return strategies, trials, planned, left_out
 
 
 def _focused(

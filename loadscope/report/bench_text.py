@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
-from loadscope.engine.bench_records import BenchReport, Summary, Trial
+from loadscope.engine.bench_records import BenchReport, Summary
 from loadscope.engine.sampling import error_text
 from loadscope.engine.summaries import shaky
 from loadscope.loaders.strategies import TORCH_MMAP, default_load, reads_torch
@@ -53,23 +53,27 @@ def _size(value: float | None) -> str:
     return format_bytes(value).replace(" ", "")
 
 
-def extrapolation_lines(report: BenchReport) -> list[str]:
-    """What each strategy read in a sampled run and how its whole-model time was made."""
-    smp = report.sample
-    assert smp is not None
-    lines = [
-        *textwrap.wrap(
-            f"whole-model times ({format_bytes(smp.total_bytes)}): fixed cost + bytes / rate,"
-            " fitted to each strategy's trials at up to three sizes: what 'read' says, a"
-            " quarter and a half of it (± one standard error of the line, which grows when"
-            " the times are off a line; ±? where the trials cannot measure it); 'whole':"
-            " loaded whole, measured, not extrapolated.",
-            80,
-        ),
-        f"{'strategy':<16}{'cache':<6}{'read':<14}{'time':>8}{'error':>7}{'fixed':>8}"
-        f"{'rate':>10}{'1st':>8}",
-    ]
-    for s in report.summary:
+#: The extrapolation table's columns (a sampled run's whole-model times).
+EXTRAPOLATION_HEADER = ("strategy", "cache", "read", "time", "error", "fixed", "rate", "1st")
+_EXTRAPOLATION_WIDTHS = (-16, -6, -14, 8, 7, 8, 10, 8)
+
+
+def extrapolation_note(total_bytes: int) -> str:
+    """What the extrapolation table's columns mean."""
+    return (
+        f"whole-model times ({format_bytes(total_bytes)}): fixed cost + bytes / rate,"
+        " fitted to each strategy's trials at up to three sizes: what 'read' says, a"
+        " quarter and a half of it (± one standard error of the line, which grows when"
+        " the times are off a line; ±? where the trials cannot measure it); 'whole':"
+        " loaded whole, measured, not extrapolated."
+    )
+
+
+def extrapolation_rows(bench: dict[str, Any]) -> list[tuple[str, ...]]:
+    """What each strategy read in a sampled run and how its whole-model time was made,
+    one row per strategy and cache state of a bench report's JSON."""
+    rows: list[tuple[str, ...]] = []
+    for s in (_summary(d) for d in bench.get("summary") or [] if isinstance(d, dict)):
         if s.median_seconds is None:
             continue
         read = (
@@ -80,18 +84,38 @@ def extrapolation_lines(report: BenchReport) -> list[str]:
         head = _short(s.median_first_tensor_s)
         if s.extrapolated_median_seconds is None:
             rate = format_rate(s.median_bytes_per_s) if s.median_bytes_per_s else "-"
-            lines.append(
-                f"{s.strategy:<16}{s.cache:<6}{read:<14}"
-                f"{_short(s.median_seconds):>8}{'-':>7}{'-':>8}{rate:>10}{head:>8}"
-            )
+            rows.append((s.strategy, s.cache, read, _short(s.median_seconds), "-", "-", rate, head))
             continue
         rate = format_rate(s.fit_bytes_per_s) if s.fit_bytes_per_s else "-"
-        lines.append(
-            f"{s.strategy:<16}{s.cache:<6}{read:<14}"
-            f"{'~' + _short(s.extrapolated_median_seconds):>8}{error_text(s.error_estimate):>7}"
-            f"{_short(s.fixed_seconds):>8}{rate:>10}{head:>8}"
+        rows.append(
+            (
+                s.strategy,
+                s.cache,
+                read,
+                "~" + _short(s.extrapolated_median_seconds),
+                error_text(s.error_estimate),
+                _short(s.fixed_seconds),
+                rate,
+                head,
+            )
         )
-    return lines
+    return rows
+
+
+def extrapolation_lines(report: BenchReport) -> list[str]:
+    """What each strategy read in a sampled run and how its whole-model time was made."""
+    smp = report.sample
+    assert smp is not None
+
+    def line(row: tuple[str, ...]) -> str:
+        return "".join(
+            f"{c:<{-w}}" if w < 0 else f"{c:>{w}}"
+            for c, w in zip(row, _EXTRAPOLATION_WIDTHS, strict=True)
+        )
+
+    rows = extrapolation_rows(report.to_dict())
+    note = textwrap.wrap(extrapolation_note(smp.total_bytes), 80)
+    return [*note, line(EXTRAPOLATION_HEADER), *(line(r) for r in rows)]
 
 
 def format_lines(bench: dict[str, Any]) -> list[str]:
@@ -190,16 +214,24 @@ def to_text(report: BenchReport, extra_rows: Sequence[str] = ()) -> str:
 
 
 def _sample_line(report: BenchReport) -> str:
-    smp = report.sample
-    assert smp is not None
+    return f"sample   {sample_text(report.to_dict())}"
+
+
+def sample_text(bench: dict[str, Any]) -> str:
+    """What a sampled run read, and why it sampled ("" for whole loads)."""
+    smp = bench.get("sample")
+    if not isinstance(smp, dict):
+        return ""
+    files = (bench.get("target") or {}).get("files")
     what = (
-        f"{smp.files} of {report.target['files']} whole files"
-        if smp.kind == "shards"
-        else f"{smp.tensors} tensors in {smp.files} file(s)"
+        f"{smp.get('files')} of {files} whole files"
+        if smp.get("kind") == "shards"
+        else f"{smp.get('tensors')} tensors in {smp.get('files')} file(s)"
     )
+    read, total = format_bytes(int(smp.get("bytes") or 0)), int(smp.get("total_bytes") or 0)
     return (
-        f"sample   {format_bytes(smp.bytes)} of {format_bytes(smp.total_bytes)}"
-        f" ({what}); times extrapolated to the whole model: {smp.reason}"
+        f"{read} of {format_bytes(total)} ({what}); times extrapolated to the whole model:"
+        f" {smp.get('reason')}"
     )
 
 
@@ -291,22 +323,44 @@ def _text_row(row: tuple[str, ...]) -> str:
     )
 
 
-def _warm(report: BenchReport) -> dict[str, Summary]:
-    return {w.strategy: w for w in report.summary if w.cache == "warm"}
+#: Said above the figures shown "?" in the table.
+SHAKY_TITLE = "not measured reliably (no speed-up shown; a larger --budget measures them whole)"
+
+
+def shaky_items(bench: dict[str, Any]) -> list[str]:
+    """The figures shown "?" in the table of a bench report's JSON, each with why it
+    cannot be trusted."""
+    summaries = [_summary(d) for d in bench.get("summary") or [] if isinstance(d, dict)]
+    warm = {w.strategy: w for w in summaries if w.cache == "warm"}
+    total = int((bench.get("target") or {}).get("total_bytes") or 0) or None
+    return [f"{s.strategy} {s.cache}: {w}" for s in summaries if (w := shaky(s, warm, total))]
+
+
+def unverified_items(bench: dict[str, Any]) -> list[str]:
+    """The trials kept out of the medians (their cache state not verified): how many, then
+    one line per reason (on tmpfs every cold trial has the same one: issue 41)."""
+    trials = [t for t in bench.get("trials") or [] if isinstance(t, dict)]
+    unverified = [t for t in trials if t.get("status") == "ok" and not t.get("cache_verified")]
+    if not unverified:
+        return []
+    by_note: dict[str, list[dict[str, Any]]] = {}
+    for t in unverified:
+        by_note.setdefault(str((t.get("detail") or {}).get("cache_note", "")), []).append(t)
+    lines = [f"{len(unverified)} trial(s) kept out of the medians: cache state not verified"]
+    for note, mine in by_note.items():
+        first = mine[0]
+        lines.append(
+            f"#{first.get('id')} {first.get('strategy')} {first.get('cache')}: {note}"
+            if len(mine) == 1
+            else f"{len(mine)} trials ({_id_ranges([int(t.get('id') or 0) for t in mine])}): {note}"
+        )
+    return lines
 
 
 def _shaky_lines(report: BenchReport) -> list[str]:
     """The figures shown "?" in the table, each with why it cannot be trusted."""
-    warm = _warm(report)
-    total = int(report.target.get("total_bytes") or 0) or None
-    why = [(s, w) for s in report.summary if (w := shaky(s, warm, total))]
-    if not why:
-        return []
-    return [
-        "",
-        "not measured reliably (no speed-up shown; a larger --budget measures them whole):",
-        *(f"  {s.strategy} {s.cache}: {w}" for s, w in why),
-    ]
+    items = shaky_items(report.to_dict())
+    return ["", SHAKY_TITLE + ":", *(f"  {item}" for item in items)] if items else []
 
 
 def _trailer(report: BenchReport) -> list[str]:
@@ -319,23 +373,8 @@ def _trailer(report: BenchReport) -> list[str]:
         lines += ["", "failed trials:"] + [
             f"  #{tr.id} {tr.strategy} {tr.cache}: {tr.reason}" for tr in failed
         ]
-    unverified = [tr for tr in report.trials if tr.status == "ok" and not tr.cache_verified]
-    if unverified:
-        lines += [
-            "",
-            f"{len(unverified)} trial(s) kept out of the medians: cache state not verified",
-        ]
-        # One line per reason: on tmpfs every cold trial has the same one (issue 41).
-        by_note: dict[str, list[Trial]] = {}
-        for tr in unverified:
-            by_note.setdefault(str(tr.detail.get("cache_note", "")), []).append(tr)
-        for note, trials in by_note.items():
-            first = trials[0]
-            lines.append(
-                f"  #{first.id} {first.strategy} {first.cache}: {note}"
-                if len(trials) == 1
-                else f"  {len(trials)} trials ({_id_ranges([t.id for t in trials])}): {note}"
-            )
+    if kept_out := unverified_items(report.to_dict()):
+        lines += ["", kept_out[0], *(f"  {item}" for item in kept_out[1:])]
     lines += [f"note: {note}" for note in report.notes]
     return lines
 

@@ -47,7 +47,27 @@ class Quote:
     text: str
 
 
-Block = Para | Bullets | Code | Table | Quote
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """Figures under short labels (``storage``, ``latency``): ``(label, text)`` rows; a row
+    with no label goes on with the one above it. The terminal puts the labels in a
+    gutter, Markdown and HTML in a column."""
+
+    rows: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Bars:
+    """Figures drawn as bars on one scale: ``(label, figure, value, remark)`` rows under
+    ``header`` (what the labels and the figures are); ``scale`` is the largest value on
+    the chart, which several blocks may share."""
+
+    header: tuple[str, str]
+    rows: tuple[tuple[str, str, float, str], ...]
+    scale: float
+
+
+Block = Para | Bullets | Code | Table | Quote | Fields | Bars
 
 
 @dataclass(frozen=True, slots=True)

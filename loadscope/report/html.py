@@ -16,8 +16,9 @@ from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.sampling import whole_rate
-from loadscope.report.content import Block, Bullets, Code, Para, Quote, Section, Table
+from loadscope.report.content import Bars, Block, Bullets, Code, Fields, Para, Quote, Section, Table
 from loadscope.report.sections import probe_best_read, sections
+from loadscope.report.text import blocks_text, preformatted_runs
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:2em auto;color:#1b1f24;padding:0 1em}
@@ -229,7 +230,7 @@ def to_html(doc: dict[str, Any]) -> str:
 def render_section(section: Section, opened: bool = False) -> list[str]:
     """A section's blocks and children; a section shown open (the top fix) shows its
     children open too: the reader sees the fix's code without a click."""
-    body = [part for block in section.blocks for part in _block(block)]
+    body = [part for run in preformatted_runs(section.blocks) for part in _run(run)]
     shown = not section.collapsed or opened
     body += [part for child in section.children for part in render_section(child, shown)]
     if section.collapsed:
@@ -238,7 +239,16 @@ def render_section(section: Section, opened: bool = False) -> list[str]:
     return ([f"<h2>{_inline(section.title)}</h2>"] if section.title else []) + body
 
 
+def _run(run: tuple[Block, ...]) -> list[str]:
+    """Labelled figures and bars as the terminal sets them (one ``<pre>``), else a block."""
+    if isinstance(run[0], Fields | Bars):
+        return [f"<pre>{_e(chr(10).join(blocks_text(run)))}</pre>"]
+    return _block(run[0])
+
+
 def _block(block: Block) -> list[str]:
+    if isinstance(block, Fields | Bars):
+        return _run((block,))
     if isinstance(block, Para):
         return [f"<p>{_inline(block.text)}</p>"]
     if isinstance(block, Quote):

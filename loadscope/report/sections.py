@@ -7,8 +7,9 @@ backticks and ``**bold**``, which each renderer turns into its own markup. A sec
 ``id`` lets a renderer add what only it can draw (the HTML's charts go with ``trials``
 and ``storage``).
 
-May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.probes`` (the
-registered probes' declarations), ``loadscope.base``.
+May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``, and this
+folder's content (:mod:`~loadscope.report.probe_text`, :mod:`~loadscope.report.bench_text`,
+:mod:`~loadscope.report.rank_text`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,19 @@ from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.engine.sampling import whole_rate
-from loadscope.probes.registry import block_lines
-from loadscope.report.bench_text import TABLE_HEADER, command_cells, format_lines, summary_rows
+from loadscope.report.bench_text import (
+    EXTRAPOLATION_HEADER,
+    SHAKY_TITLE,
+    TABLE_HEADER,
+    command_cells,
+    extrapolation_note,
+    extrapolation_rows,
+    format_lines,
+    sample_text,
+    shaky_items,
+    summary_rows,
+    unverified_items,
+)
 from loadscope.report.content import (
     Block,
     Bullets,
@@ -31,7 +43,7 @@ from loadscope.report.content import (
     Table,
     fix_sections,
 )
-from loadscope.report.probe_text import latency_text
+from loadscope.report.probe_text import probe_blocks
 from loadscope.report.rank_text import ranks_section
 
 
@@ -41,7 +53,6 @@ def sections(doc: dict[str, Any]) -> list[Section]:
     found = [
         _system_info(doc),
         _storage(doc),
-        *_registered(doc),
         *fix_sections(doc),
         _trials(doc),
         _user_command(doc),
@@ -111,73 +122,13 @@ def _gpu_line(gpu: Any) -> str:
 
 
 def _storage(doc: dict[str, Any]) -> Section | None:
-    """What the storage is and how it behaved cold: the evidence under the verdict."""
-    probe = doc.get("probe") or {}
-    files = probe.get("files") or []
-    if not files:
+    """What the storage is and how it behaved cold, the machine, the page cache and each
+    registered probe's lines (``report/probe_text.py``: what ``loadscope probe`` says):
+    the evidence under the verdict."""
+    probe = doc.get("probe")
+    if not isinstance(probe, dict) or not probe.get("files"):
         return None
-    first = files[0]
-    mount = first.get("mount") or {}
-    bdi = first.get("bdi") or {}
-    items: list[str] = []
-    if mount.get("status") == "ok":
-        item = (
-            f"mount: `{mount.get('fstype')}` at `{mount.get('mount_point')}`"
-            f" from `{mount.get('source')}`: **{mount.get('storage_class')}**"
-        )
-        if mount.get("reason"):
-            item += f"\n({mount['reason']})"
-        items.append(item)
-    device = first.get("device") or {}
-    for disk in device.get("disks") or []:
-        model = disk.get("model") or disk.get("name") or "?"
-        items.append(f"device: {model} ({disk.get('transport') or '?'})")
-    if bdi.get("read_ahead_kb") is not None:
-        items.append(f"readahead: {bdi['read_ahead_kb']} KiB")
-    lat = probe.get("latency") or {}
-    if lat.get("status") == "ok":
-        items.append(latency_text(lat))
-    thr = probe.get("throughput") or {}
-    if thr.get("status") == "ok":
-        seq = thr.get("sequential") or []
-        par = thr.get("parallel") or []
-        if seq:
-            best = max(seq, key=lambda p: p["bytes_per_s"])
-            items.append(
-                f"one reader: best {format_rate(best['bytes_per_s'])} at"
-                f" {format_bytes(best['block_bytes'])} requests"
-            )
-        if par:
-            best = max(par, key=lambda p: p["bytes_per_s"])
-            items.append(
-                f"parallel readers: best {format_rate(best['bytes_per_s'])} with"
-                f" {best['readers']} x {format_bytes(best['block_bytes'])}"
-            )
-        ram = thr.get("into_ram")
-        if isinstance(ram, dict) and ram.get("bytes_per_s"):
-            items.append(
-                f"the same into fresh RAM:"
-                f" {format_rate(ram['bytes_per_s'])} over"
-                f" {format_bytes(ram.get('bytes_read') or 0)}"
-            )
-    if len(files) > 1:
-        items.append(f"{len(files)} files; the first shown")
-    return Section("storage", "Storage", (Bullets(tuple(items)),))
-
-
-def _registered(doc: dict[str, Any]) -> list[Section]:
-    """Each registered probe that ran ok (``probes/registry.py``: the GPUs', a plugin's),
-    its declared lines under its title."""
-    probe = doc.get("probe") or {}
-    return [
-        Section(
-            f"probe-{spec.key}",
-            spec.title,
-            (Bullets(tuple(f"{label}: {text}" for label, text in found)),),
-        )
-        for spec, found in block_lines(probe, only_ok=True)
-        if found
-    ]
+    return Section("storage", "Storage and this machine (the probes)", probe_blocks(probe))
 
 
 def _trials(doc: dict[str, Any]) -> Section | None:
@@ -207,7 +158,10 @@ def _trials(doc: dict[str, Any]) -> Section | None:
         isinstance(s, dict) and s.get("extrapolated_median_seconds") is not None
         for s in bench.get("summary") or []
     )
-    blocks: list[Block] = [Table((*TABLE_HEADER, "trials", "first run", "min-max"), tuple(rows))]
+    blocks: list[Block] = []
+    if sample := sample_text(bench):
+        blocks.append(Para(f"sample: {sample}"))
+    blocks.append(Table((*TABLE_HEADER, "trials", "first run", "min-max"), tuple(rows)))
     blocks.append(
         Para(
             "x mmap: speed-up over mmap load_file in the same cache state; faults"
@@ -224,6 +178,16 @@ def _trials(doc: dict[str, Any]) -> Section | None:
     )
     if line := ceiling_line(doc.get("probe") or {}, bench):
         blocks.append(Para(line))
+    if sample:
+        total = int((bench.get("target") or {}).get("total_bytes") or 0)
+        blocks += [
+            Para(extrapolation_note(total)),
+            Table(EXTRAPOLATION_HEADER, tuple(extrapolation_rows(bench))),
+        ]
+    if shaky := shaky_items(bench):
+        blocks += [Para(SHAKY_TITLE + ":"), Bullets(tuple(shaky))]
+    if kept_out := unverified_items(bench):
+        blocks += [Para(kept_out[0] + ":"), Bullets(tuple(kept_out[1:]))]
     return Section("trials", "trials (median seconds)", tuple(blocks))
 
 

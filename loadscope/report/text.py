@@ -6,9 +6,13 @@ from __future__ import annotations
 import re
 import textwrap
 
-from loadscope.report.content import Block, Bullets, Code, Para, Quote, Section, Table
+from loadscope.report.content import Bars, Block, Bullets, Code, Fields, Para, Quote, Section, Table
 
 WIDTH = 80
+#: The gutter a :class:`~loadscope.report.content.Fields` block's labels take.
+LABEL_WIDTH = 11
+#: How wide a :class:`~loadscope.report.content.Bars` block's bars may grow.
+BAR_WIDTH = 20
 
 
 def plain(text: str) -> str:
@@ -46,7 +50,29 @@ def block_lines(block: Block, indent: int = 0, width: int = WIDTH) -> list[str]:
         return [pad + "  " + line for line in block.text.splitlines()]
     if isinstance(block, Table):
         return _table_lines(block, pad, width)
+    if isinstance(block, Fields):
+        return [
+            textwrap.fill(
+                text,
+                width=width,
+                initial_indent=f"{pad}{label:<{LABEL_WIDTH}}",
+                subsequent_indent=pad + " " * LABEL_WIDTH,
+                break_on_hyphens=False,
+            )
+            for label, text in block.rows
+        ]
+    if isinstance(block, Bars):
+        drawn = [(row, bar(row[2], block.scale)) for row in block.rows]
+        return [
+            f"{pad}  {label:>10}   {figure:>10}  {drawn:<{BAR_WIDTH}}{remark}".rstrip()
+            for (label, figure, _value, remark), drawn in drawn
+        ]
     raise TypeError(block)
+
+
+def bar(value: float, biggest: float, width: int = BAR_WIDTH) -> str:
+    """``value`` as a bar of ``#`` on a scale whose largest value fills ``width``."""
+    return "#" * (max(1, round(width * value / biggest)) if biggest > 0 and value > 0 else 0)
 
 
 def _table_lines(table: Table, pad: str, width: int) -> list[str]:
@@ -105,6 +131,19 @@ def _split_table(table: Table, widths: list[int], pad: str, width: int) -> list[
 #: A cell that is a figure: a number with its unit, a ratio, "-" for none or "?" for
 #: one that cannot be trusted.
 _FIGURE = re.compile(r"^(-|\?|[\d.]+\s?\w*(/s)?x?)$")
+
+
+def preformatted_runs(blocks: tuple[Block, ...]) -> list[tuple[Block, ...]]:
+    """``blocks`` with each run of :class:`Fields` and :class:`Bars` together (one
+    preformatted block), every other block alone."""
+    runs: list[list[Block]] = []
+    for block in blocks:
+        together = isinstance(block, Fields | Bars)
+        if together and runs and isinstance(runs[-1][-1], Fields | Bars):
+            runs[-1].append(block)
+        else:
+            runs.append([block])
+    return [tuple(run) for run in runs]
 
 
 def blocks_text(

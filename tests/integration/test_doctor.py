@@ -269,7 +269,11 @@ def test_markdown_and_html_of_a_real_run_match_golden() -> None:
     from loadscope.report.sections import sections
 
     titled = [s.title for s in sections(doc) if s.title]
-    assert {"System Info", "Storage", "trials (median seconds)"} <= set(titled), titled
+    assert {
+        "System Info",
+        "Storage and this machine (the probes)",
+        "trials (median seconds)",
+    } <= set(titled), titled
     for title in titled:
         assert f"<summary>{title}</summary>" in to_markdown(doc) or f"#### {title}" in to_markdown(
             doc
@@ -692,7 +696,7 @@ def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path)
     """Issue 20: on a folder with both formats the doctor ran torch.load without mmap=True
     only and printed no seed-000 ratio in its text, Markdown or HTML."""
     root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=12).root
-    md, page = tmp_path / "r.md", tmp_path / "r.html"
+    md, page, saved = tmp_path / "r.md", tmp_path / "r.html", tmp_path / "r.json"
     result = run_loadscope(
         "doctor",
         str(root),
@@ -703,17 +707,26 @@ def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path)
         str(md),
         "--html",
         str(page),
+        "--json",
+        str(saved),
         timeout=300,
     )
     assert result.code in (0, 10), result.err  # 10: a fix worth making was found
     doc_md, doc_html = md.read_text(), html.unescape(page.read_text())
+    text = " ".join(result.out.split())
     for cache in ("cold", "warm"):
-        said = [x for x in result.out.splitlines() if x.startswith(f"formats, {cache}:")]
-        assert said, result.out
+        said = [x[2:] for x in doc_md.splitlines() if x.startswith(f"- formats, {cache}:")]
+        assert said, doc_md
         line = said[0]
         assert " faster than " in line and "on CPU here" in line, line
         assert "torch.load(mmap=True)" in line and "digests checked" in line, line
-        assert line in doc_md and line in doc_html, line
+        assert " ".join(line.split()) in text and line in doc_html, line
+    # Issue 50: the full text is the saved report's, as `loadscope report --text` prints
+    # it, byte for byte (the lines after it say where the report was kept).
+    again = run_loadscope("report", str(saved), "--text")
+    assert again.code == 0, again.err
+    details = result.out.split("\nfull report: ")[0]
+    assert details + "\n" == again.out
 
 
 def test_the_markdown_of_a_1000_shard_model_fits_github(tmp_path: Path) -> None:
@@ -740,5 +753,9 @@ def test_the_markdown_of_a_1000_shard_model_fits_github(tmp_path: Path) -> None:
     text = md.read_text()
     assert len(text) < 65_536, len(text)
     assert text.startswith("### loadscope doctor:") and "1000 file(s)" in text
-    for section in ("System Info", "Storage", "trials (median seconds)"):
+    for section in (
+        "System Info",
+        "Storage and this machine (the probes)",
+        "trials (median seconds)",
+    ):
         assert f"<summary>{section}</summary>" in text, section

@@ -50,7 +50,7 @@ def test_the_readahead_check_after_the_trials_has_its_time_kept_out_of_theirs(
     (its own fork server, two loads, from_pretrained once more) ran after the trials'
     deadline. Where it will run, its time is taken from the trials' before they are
     planned; where it will not (not allowed, or a large readahead already), nothing is."""
-    from loadscope.diagnosis.trial_plan import readahead_reserve_s
+    from loadscope.diagnosis.trial_costs import readahead_reserve_s
 
     with slow_synthetic(tmp_path, 64 << 20, seed=44, latency_s=0.005) as model:
         target = resolve(str(model))

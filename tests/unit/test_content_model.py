@@ -31,7 +31,8 @@ def _doc() -> dict[str, Any]:
 
 def _text(doc: dict[str, Any]) -> str:
     """The terminal's fixes: between the verdict and the notes."""
-    lines = advice_lines(doc)[2:]
+    lines = advice_lines(doc)
+    lines = lines[lines.index("") + 1 :]  # after the verdict
     notes = next((i for i, line in enumerate(lines) if line.startswith("note: ")), len(lines))
     return "\n".join(lines[:notes])
 
@@ -160,13 +161,14 @@ def test_the_evidence_sections_show_the_same_numbers_in_the_terminal_markdown_an
     """The user's command, the conversion, the ranks and the failed steps: one content
     each, laid out by the terminal's full report (doctor --details) as by the Markdown and
     the HTML (the terminal's ranks table had other columns, and no conversion at all)."""
-    from loadscope.diagnosis.doctor_report import SHARED_SECTIONS, shared_lines
+    from loadscope.diagnosis.doctor_report import section_text
     from loadscope.report.sections import sections
 
     doc = _evidence_doc()
-    shared = [s for s in sections(doc) if s.id in SHARED_SECTIONS]
-    assert [s.id for s in shared] == ["user-command", "conversion", "ranks", "failures"]
-    text = "\n".join(shared_lines(doc))
+    ids = ("user-command", "conversion", "ranks", "failures")
+    shared = [s for s in sections(doc) if s.id in ids]
+    assert [s.id for s in shared] == list(ids)
+    text = "\n".join(line for s in shared for line in section_text(s))
     md = "\n".join(line for s in shared for line in markdown.render_section(s))
     page = "\n".join(part for s in shared for part in html_report.render_section(s))
     page = html.unescape(re.sub(r"<[^>]+>", " ", page))
