@@ -8,7 +8,8 @@ backticks and ``**bold**``, which each renderer turns into its own markup. A sec
 and ``storage``).
 
 May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``, and this
-folder's content (:mod:`~loadscope.report.probe_text`, :mod:`~loadscope.report.bench_text`,
+folder's content model and content (:mod:`~loadscope.report.content`,
+:mod:`~loadscope.report.probe_text`, :mod:`~loadscope.report.bench_text`,
 :mod:`~loadscope.report.rank_text`).
 """
 
