@@ -21,8 +21,9 @@ run (:data:`MUST`: the API for safetensors; readahead and warm-first for vLLM, S
 and the shell; for transformers, loadscope.from_pretrained, readahead and warm-first).
 Exit 1 when missed.
 
-Run (root, FUSE): ``.venv/bin/python benchmarks/bench_answer_steady.py
-[--sizes 256MiB] [--budget 30] [--runs 5] [--rounds 3]``
+Run (root, FUSE) on an otherwise idle machine (a type check and unit tests beside it
+moved two transformers figures by ±40%): ``.venv/bin/python
+benchmarks/bench_answer_steady.py [--sizes 256MiB] [--budget 30] [--runs 5] [--rounds 3]``
 """
 
 from __future__ import annotations
