@@ -539,7 +539,8 @@ def test_the_markdown_is_a_bug_report_and_fits_github() -> None:
     run and why; always under GitHub's 65,536-character body limit."""
     doc = json.loads((GOLDEN / "doctor_emulated.json").read_text())
     md = to_markdown(doc)
-    for section in ("<summary>System Info</summary>", "<summary>Storage</summary>"):
+    storage = "<summary>Storage and this machine (the probes)</summary>"
+    for section in ("<summary>System Info</summary>", storage):
         assert section in md, section
     assert "- Python version: 3.11.7" in md and "- torch version: 2.13.0+cpu" in md
     assert "cold 4 KiB reads (o_direct, 32 samples): p50 5.23 ms" in md

@@ -95,7 +95,8 @@ def test_a_probe_from_one_module_reaches_every_output(tmp_path: Path) -> None:
     )
     assert "FilesSeen" in got["defs"]  # its record's schema
     assert {"files", "bytes_on_disk", "given_s"} <= set(got["toy_schema"]["properties"])
-    assert line in got["markdown"] and "Toy files" in got["markdown"]
+    # Under the probes' figures, with its label, as the terminal shows it (issue 50).
+    assert f"toy        {line}" in got["markdown"]
     assert line in got["html"]
     assert got["facts"]["toy_bytes_on_disk"] == block["bytes_on_disk"]
 

@@ -292,8 +292,9 @@ def test_doctor_cmd_times_the_users_command_in_every_report(model: Path, tmp_pat
     assert result.code in (0, 10), result.err
     assert "your command, cold, one run each" in result.out
     # Its runs are rows of the trial table too, beside the strategies.
-    table = result.out.split("strategy        cache", 1)[1].split("x mmap: speed-up", 1)[0]
-    assert "cmd as is       cold" in table and "cmd warm first" in table
+    table = result.out.split("trials (median seconds):", 1)[1].split("x mmap: speed-up", 1)[0]
+    assert "your command: as is, cold" in table
+    assert "your command: loadscope warm first" in table
     assert f"html: {out['html']}" in result.out  # every written report's path is said
     doc = json.loads(out["json"].read_text())
     base = _variant(doc["user_command"], "as-is")
