@@ -140,12 +140,16 @@ def to_text(report: DoctorReport) -> str:
 def advice_lines(doc: dict[str, Any]) -> list[str]:
     """The verdict, each fix (``report/content.py``: what every output shows of it) and
     the notes, from a doctor report's JSON, for a terminal."""
+    return _verdict_and_fixes(doc) + [_note(str(n)) for n in doc.get("notes") or []]
+
+
+def _verdict_and_fixes(doc: dict[str, Any]) -> list[str]:
     verdict = doc.get("verdict") or {}
     lines = textwrap.wrap(f"verdict: {verdict.get('headline', '')}", 80, subsequent_indent="  ")
     lines.append("")
     for section in fix_sections(doc):
         lines += section_text(section)[1:]  # one fix after another, as they always were
-    return lines + [_note(str(n)) for n in doc.get("notes") or []]
+    return lines
 
 
 #: The sections a terminal shows after the evidence, last (the block pasted into an
@@ -159,7 +163,9 @@ def report_text(doc: dict[str, Any]) -> str:
     (the probes' figures, the trials, what was not run and why, ...): every section the
     Markdown and the HTML lay out (``report/sections.py``), from the same content."""
     found = sections(doc)
-    lines = advice_lines(doc)
+    lines = _verdict_and_fixes(doc)
+    # The doctor's notes and the trials' own, each once (the notes section has both).
+    lines += [line for s in found if s.id == "notes" for line in section_text(s)[1:]]
     rest = [s for s in found if not s.id.startswith("fix-") and s.id != "notes"]
     rest.sort(key=lambda s: s.id in _LAST)  # stable: the Markdown's order otherwise
     for section in rest:
