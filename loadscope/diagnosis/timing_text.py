@@ -1,5 +1,4 @@
-"""``loadscope time``'s report as text (:func:`to_text`) and as rows of the doctor's trial
-table (:func:`table_rows`).
+"""``loadscope time``'s report as text (:func:`to_text`).
 
 May import: :mod:`loadscope.diagnosis.timing`, ``loadscope.engine`` (the table's row
 format), ``loadscope.report.bench_text``, ``loadscope.base``.
@@ -134,37 +133,3 @@ def _read_line(report: TimeReport, v: Variant) -> str:
     elif r.device and not r.device.startswith("0:"):
         parts.append(f"request sizes not shown by device {r.device}")
     return ", ".join(parts)
-
-
-#: The user's command's rows in the trial table (16 characters at most).
-ROW_NAMES = {
-    "as-is": "cmd as is",
-    "readahead": "cmd readahead",
-    "warm": "cmd warm first",
-    "copy": "cmd local copy",
-}
-
-
-def table_rows(report: TimeReport) -> list[str]:
-    """The command's timed runs as rows of the doctor's trial table (the median run's
-    counters), one per variant that was timed."""
-    from loadscope.report.bench_text import command_row
-
-    rows = []
-    for v in report.variants:
-        median = v.median()
-        runs = sorted((r for r in v.runs if r.seconds is not None), key=lambda r: r.seconds or 0)
-        if median is None or not runs:
-            continue
-        r = runs[len(runs) // 2]
-        rows.append(
-            command_row(
-                ROW_NAMES[v.name],
-                median,
-                report.total_bytes,
-                r.major_faults,
-                r.device_request_bytes,
-                r.peak_rss_bytes,
-            )
-        )
-    return rows

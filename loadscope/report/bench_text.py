@@ -1,20 +1,20 @@
-"""The text of a ``bench`` report: the results table, the extrapolation, the formats line.
-
-Owns how a :class:`~loadscope.engine.bench_records.BenchReport` reads on a terminal
-(:func:`to_text`), what each strategy read in a sampled run and how its whole-model
-time was made (:func:`extrapolation_lines`), and safetensors against torch.load from a
-report's JSON (:func:`format_lines`, which the text, the Markdown and the HTML share).
+"""A bench report as content (``loadscope.report.bench_text``): the trial table with each
+figure's spread, what a sampled run read and how each whole-model time was made, the
+formats' comparison, the figures not measured reliably and the trials kept out of the
+medians (:func:`bench_blocks`), read from the report's JSON. ``loadscope bench``'s text
+(:func:`to_text`), the doctor's report in every medium and the app's Benchmark tab
+(:func:`summary_rows`) lay these out.
 
 May import: ``loadscope.engine.bench_records``, ``loadscope.engine.sampling``,
 ``loadscope.engine.trials``, ``loadscope.engine.summaries``,
-``loadscope.loaders.strategies``, ``loadscope.base``.
+``loadscope.loaders.strategies``, ``loadscope.report.content``, ``loadscope.report.text``,
+``loadscope.base``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
@@ -22,6 +22,8 @@ from loadscope.engine.bench_records import BenchReport, Summary
 from loadscope.engine.sampling import error_text
 from loadscope.engine.summaries import shaky
 from loadscope.loaders.strategies import TORCH_MMAP, default_load, reads_torch
+from loadscope.report.content import Block, Bullets, Para, Table
+from loadscope.report.text import blocks_text
 
 
 def _secs(value: float) -> str:
@@ -55,7 +57,6 @@ def _size(value: float | None) -> str:
 
 #: The extrapolation table's columns (a sampled run's whole-model times).
 EXTRAPOLATION_HEADER = ("strategy", "cache", "read", "time", "error", "fixed", "rate", "1st")
-_EXTRAPOLATION_WIDTHS = (-16, -6, -14, 8, 7, 8, 10, 8)
 
 
 def extrapolation_note(total_bytes: int) -> str:
@@ -100,22 +101,6 @@ def extrapolation_rows(bench: dict[str, Any]) -> list[tuple[str, ...]]:
             )
         )
     return rows
-
-
-def extrapolation_lines(report: BenchReport) -> list[str]:
-    """What each strategy read in a sampled run and how its whole-model time was made."""
-    smp = report.sample
-    assert smp is not None
-
-    def line(row: tuple[str, ...]) -> str:
-        return "".join(
-            f"{c:<{-w}}" if w < 0 else f"{c:>{w}}"
-            for c, w in zip(row, _EXTRAPOLATION_WIDTHS, strict=True)
-        )
-
-    rows = extrapolation_rows(report.to_dict())
-    note = textwrap.wrap(extrapolation_note(smp.total_bytes), 80)
-    return [*note, line(EXTRAPOLATION_HEADER), *(line(r) for r in rows)]
 
 
 def format_lines(bench: dict[str, Any]) -> list[str]:
@@ -178,43 +163,116 @@ def command_cells(
     return (name, "cold", _secs(seconds), rate, "-", faults, "-", _size(request), _size(rss))
 
 
-def command_row(
-    name: str, seconds: float, total_bytes: int, major_faults: int | None, request: float | None,
-    rss: int | None,
-) -> str:  # fmt: skip
-    """:func:`command_cells` as a row of the terminal's table."""
-    return _text_row(command_cells(name, seconds, total_bytes, major_faults, request, rss))
-
-
-def to_text(report: BenchReport, extra_rows: Sequence[str] = ()) -> str:
-    """The trial table; ``extra_rows`` (:func:`command_row`) go under the trials' rows."""
+def to_text(report: BenchReport) -> str:
+    """``loadscope bench``'s text: the target, then :func:`bench_blocks` in 80 columns."""
     t = report.target
-    lines = [f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"]
-    if report.sample:
-        lines.append(_sample_line(report))
-    header = _text_row(TABLE_HEADER)
-    lines += ["", header, "-" * len(header)]
-    lines += [_text_row(row) for row in summary_rows(report.to_dict())]
-    lines += extra_rows
-    lines.append(
-        textwrap.fill(
-            "x mmap: speed-up over mmap load_file in the same cache state. From one steady"
-            " trial: faults (major/minor), reads (read syscalls), avg req (block-layer request"
-            " size; '-' where storage has no block device) and peak RSS.",
-            80,
+    head = f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"
+    return "\n".join([head, *blocks_text(bench_blocks(report.to_dict()))])
+
+
+#: The trial table's columns beside :data:`TABLE_HEADER`: each figure's spread.
+SPREAD_HEADER = ("trials", "first run", "min-max")
+
+
+def bench_blocks(
+    bench: dict[str, Any],
+    *,
+    extra_rows: Sequence[tuple[str, ...]] = (),
+    under_table: Sequence[Block] = (),
+    in_report: bool = False,
+) -> tuple[Block, ...]:
+    """A bench report's JSON as content, one for every medium (the terminal, the
+    doctor's report in text, Markdown and HTML): what a sampled run read, the trial table
+    (``summary_rows``, then seed 004's spread of each: steady trials, the first run,
+    min-max) with ``extra_rows`` under its rows and ``under_table`` after its legend, the
+    extrapolation, the formats' comparison, the figures not measured reliably and the
+    trials kept out of the medians; then, unless ``in_report`` (a doctor's report has
+    sections of its own for them), what was skipped, what failed and the notes."""
+    trials = [t for t in bench.get("trials") or [] if isinstance(t, dict)]
+    spread = {
+        (s.get("strategy"), s.get("cache")): _trial_spread(trials, s)
+        for s in bench.get("summary") or []
+        if isinstance(s, dict)
+    }
+    width = len(TABLE_HEADER) + len(SPREAD_HEADER)
+    rows: list[tuple[str, ...]] = []
+    for row in summary_rows(bench):
+        name = f"`{row[0]}`"
+        if len(row) < len(TABLE_HEADER):  # no time: why, in the third cell
+            rows.append((name, *row[1:], *("",) * (width - len(row))))
+            continue
+        n, first, low, high = spread[(row[0], row[1])]
+        spans = f"{seconds_cell(low)}-{seconds_cell(high)}"
+        rows.append((name, *row[1:], str(n), seconds_cell(first), spans))
+    sample = sample_text(bench)
+    blocks: list[Block] = [Para(f"sample: {sample}")] if sample else []
+    blocks += [
+        Table((*TABLE_HEADER, *SPREAD_HEADER), (*rows, *extra_rows)),
+        Para(
+            "x mmap: speed-up over mmap load_file in the same cache state; faults"
+            " (major/minor), reads (read syscalls), avg req (block-layer request size) and RSS"
+            " (peak) from one steady trial; trials, first run and min-max (seconds): the"
+            " steady trials' spread."
+            + (
+                " ~: extrapolated to the whole model from a sample; first run and min-max are"
+                " then the sample's own times."
+                if sample
+                else ""
+            )
+        ),
+        *under_table,
+    ]
+    if sample:
+        total = int((bench.get("target") or {}).get("total_bytes") or 0)
+        blocks += [
+            Para(extrapolation_note(total)),
+            Table(EXTRAPOLATION_HEADER, tuple(extrapolation_rows(bench))),
+        ]
+    if not in_report and (formats := format_lines(bench)):
+        blocks.append(Bullets(tuple(formats)))
+    if shaky := shaky_items(bench):
+        blocks += [Para(SHAKY_TITLE + ":"), Bullets(tuple(shaky))]
+    if kept_out := unverified_items(bench):
+        blocks += [Para(kept_out[0] + ":"), Bullets(tuple(kept_out[1:]))]
+    if in_report:
+        return tuple(blocks)
+    if skipped := bench.get("skipped") or {}:
+        blocks += [Para("skipped:"), Bullets(tuple(f"{k}: {v}" for k, v in skipped.items()))]
+    failed = [t for t in trials if t.get("status") == "failed"]
+    if failed:
+        items = (
+            f"#{t.get('id')} {t.get('strategy')} {t.get('cache')}: {t.get('reason')}"
+            for t in failed
         )
-    )
-    if report.sample:
-        lines += ["", *extrapolation_lines(report)]
-    if formats := format_lines(report.to_dict()):
-        lines += ["", *formats]
-    lines += _shaky_lines(report)
-    lines += _trailer(report)
-    return "\n".join(lines)
+        blocks += [Para("failed trials:"), Bullets(tuple(items))]
+    blocks += [Para(f"note: {note}") for note in bench.get("notes") or []]
+    return tuple(blocks)
 
 
-def _sample_line(report: BenchReport) -> str:
-    return f"sample   {sample_text(report.to_dict())}"
+def seconds_cell(value: float | None) -> str:
+    """Seconds in three figures, "-" for none (the spread's columns)."""
+    return f"{value:.3g}" if value is not None else "-"
+
+
+def _trial_spread(
+    trials: list[dict[str, Any]], summary: Mapping[str, Any]
+) -> tuple[int, float | None, float | None, float | None]:
+    """Seed 004's columns for one strategy and cache state, from its trials in the order
+    they ran: how many steady trials, the first run's time (the warm-up when there was
+    one), the steady min and max."""
+    mine = [
+        t
+        for t in trials
+        if t.get("strategy") == summary.get("strategy")
+        and t.get("cache") == summary.get("cache")
+        and t.get("status") == "ok"
+        and not t.get("fit")
+        and t.get("seconds") is not None
+    ]
+    steady = [t for t in mine if not t.get("warmup") and t.get("cache_verified")]
+    first = mine[0]["seconds"] if mine else None
+    secs = [float(t["seconds"]) for t in steady]
+    return len(steady), first, min(secs) if secs else None, max(secs) if secs else None
 
 
 def sample_text(bench: dict[str, Any]) -> str:
@@ -310,19 +368,6 @@ def summary_rows(bench: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
-#: Each column's width in the terminal's table (the first two left-aligned).
-_WIDTHS = (16, 5, 8, 10, 7, 11, 6, 8, 8)
-
-
-def _text_row(row: tuple[str, ...]) -> str:
-    if len(row) == 3:  # no time: why
-        return f"{row[0]:<16}{row[1]:<5}{row[2]}"[:160]
-    return "".join(
-        f"{cell:<{w}}" if i < 2 else f"{cell:>{w}}"
-        for i, (cell, w) in enumerate(zip(row, _WIDTHS, strict=True))
-    )
-
-
 #: Said above the figures shown "?" in the table.
 SHAKY_TITLE = "not measured reliably (no speed-up shown; a larger --budget measures them whole)"
 
@@ -354,28 +399,6 @@ def unverified_items(bench: dict[str, Any]) -> list[str]:
             if len(mine) == 1
             else f"{len(mine)} trials ({_id_ranges([int(t.get('id') or 0) for t in mine])}): {note}"
         )
-    return lines
-
-
-def _shaky_lines(report: BenchReport) -> list[str]:
-    """The figures shown "?" in the table, each with why it cannot be trusted."""
-    items = shaky_items(report.to_dict())
-    return ["", SHAKY_TITLE + ":", *(f"  {item}" for item in items)] if items else []
-
-
-def _trailer(report: BenchReport) -> list[str]:
-    """What was skipped, what failed, what was kept out of the medians, and the notes."""
-    lines: list[str] = []
-    if report.skipped:
-        lines += ["", "skipped:"] + [f"  {k}: {v}" for k, v in report.skipped.items()]
-    failed = [tr for tr in report.trials if tr.status == "failed"]
-    if failed:
-        lines += ["", "failed trials:"] + [
-            f"  #{tr.id} {tr.strategy} {tr.cache}: {tr.reason}" for tr in failed
-        ]
-    if kept_out := unverified_items(report.to_dict()):
-        lines += ["", kept_out[0], *(f"  {item}" for item in kept_out[1:])]
-    lines += [f"note: {note}" for note in report.notes]
     return lines
 
 

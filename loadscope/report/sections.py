@@ -22,17 +22,10 @@ from typing import Any
 from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.engine.sampling import whole_rate
 from loadscope.report.bench_text import (
-    EXTRAPOLATION_HEADER,
-    SHAKY_TITLE,
-    TABLE_HEADER,
+    bench_blocks,
     command_cells,
-    extrapolation_note,
-    extrapolation_rows,
     format_lines,
-    sample_text,
-    shaky_items,
-    summary_rows,
-    unverified_items,
+    seconds_cell,
 )
 from loadscope.report.content import (
     Block,
@@ -133,63 +126,21 @@ def _storage(doc: dict[str, Any]) -> Section | None:
 
 
 def _trials(doc: dict[str, Any]) -> Section | None:
-    """The trial table: the rows the terminal and the app show (``summary_rows``: each
-    strategy's median, rate, speed-up and one steady trial's counters, or why it has
-    none), then seed 004's spread of each (steady trials, the first run, min-max)."""
+    """The trial table and what goes with it (``report/bench_text.py``'s content, as
+    ``loadscope bench`` shows it), the user's command's runs among its rows, the fastest
+    cold load against the probe's best read under it; what was skipped, what failed and
+    the notes have their own sections."""
     bench = doc.get("bench")
     if not bench:
         return None
-    trials = bench.get("trials") or []
-    spread = {
-        (s.get("strategy"), s.get("cache")): _trial_spread(trials, s)
-        for s in bench.get("summary") or []
-        if isinstance(s, dict)
-    }
-    width = len(TABLE_HEADER) + 3
-    rows: list[tuple[str, ...]] = []
-    for row in summary_rows(bench):
-        name = f"`{row[0]}`"
-        if len(row) < len(TABLE_HEADER):  # no time: why, in the third cell
-            rows.append((name, *row[1:], *("",) * (width - len(row))))
-            continue
-        n, first, low, high = spread[(row[0], row[1])]
-        rows.append((name, *row[1:], str(n), _g(first), f"{_g(low)}-{_g(high)}"))
-    rows += _user_command_rows(doc)
-    sampled = any(
-        isinstance(s, dict) and s.get("extrapolated_median_seconds") is not None
-        for s in bench.get("summary") or []
+    ceiling = ceiling_line(doc.get("probe") or {}, bench)
+    blocks = bench_blocks(
+        bench,
+        extra_rows=_user_command_rows(doc),
+        under_table=(Para(ceiling),) if ceiling else (),
+        in_report=True,
     )
-    blocks: list[Block] = []
-    if sample := sample_text(bench):
-        blocks.append(Para(f"sample: {sample}"))
-    blocks.append(Table((*TABLE_HEADER, "trials", "first run", "min-max"), tuple(rows)))
-    blocks.append(
-        Para(
-            "x mmap: speed-up over mmap load_file in the same cache state; faults"
-            " (major/minor), reads (read syscalls), avg req (block-layer request size) and RSS"
-            " (peak) from one steady trial; trials, first run and min-max (seconds): the"
-            " steady trials' spread."
-            + (
-                " ~: extrapolated to the whole model from a sample; first run and min-max are"
-                " then the sample's own times."
-                if sampled
-                else ""
-            )
-        )
-    )
-    if line := ceiling_line(doc.get("probe") or {}, bench):
-        blocks.append(Para(line))
-    if sample:
-        total = int((bench.get("target") or {}).get("total_bytes") or 0)
-        blocks += [
-            Para(extrapolation_note(total)),
-            Table(EXTRAPOLATION_HEADER, tuple(extrapolation_rows(bench))),
-        ]
-    if shaky := shaky_items(bench):
-        blocks += [Para(SHAKY_TITLE + ":"), Bullets(tuple(shaky))]
-    if kept_out := unverified_items(bench):
-        blocks += [Para(kept_out[0] + ":"), Bullets(tuple(kept_out[1:]))]
-    return Section("trials", "trials (median seconds)", tuple(blocks))
+    return Section("trials", "trials (median seconds)", blocks)
 
 
 def probe_best_read(probe: Mapping[str, Any]) -> float | None:
@@ -239,31 +190,6 @@ def ceiling_line(probe: Mapping[str, Any], bench: Mapping[str, Any]) -> str | No
         else ""
     )
     return f"{text} {rate / storage:.2f}x the probe's best read ({format_rate(storage)}){into}"
-
-
-def _g(value: float | None) -> str:
-    return f"{value:.3g}" if value is not None else "-"
-
-
-def _trial_spread(
-    trials: list[dict[str, Any]], summary: Mapping[str, Any]
-) -> tuple[int, float | None, float | None, float | None]:
-    """Seed 004's columns for one strategy and cache state, from its trials in the order
-    they ran: how many steady trials, the first run's time (the warm-up when there was
-    one), the steady min and max."""
-    mine = [
-        t
-        for t in trials
-        if t.get("strategy") == summary.get("strategy")
-        and t.get("cache") == summary.get("cache")
-        and t.get("status") == "ok"
-        and not t.get("fit")
-        and t.get("seconds") is not None
-    ]
-    steady = [t for t in mine if not t.get("warmup") and t.get("cache_verified")]
-    first = mine[0]["seconds"] if mine else None
-    secs = [float(t["seconds"]) for t in steady]
-    return len(steady), first, min(secs) if secs else None, max(secs) if secs else None
 
 
 def _conversion(doc: dict[str, Any]) -> Section | None:
@@ -316,7 +242,14 @@ def _user_command_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
             (float(r["seconds"]) for r in runs if isinstance(r.get("seconds"), int | float)), None
         )
         low, high = (times[0], times[-1]) if times else (None, None)
-        rows.append((*cells, str(len(times)), _g(first), f"{_g(low)}-{_g(high)}"))
+        rows.append(
+            (
+                *cells,
+                str(len(times)),
+                seconds_cell(first),
+                f"{seconds_cell(low)}-{seconds_cell(high)}",
+            )
+        )
     return rows
 
 

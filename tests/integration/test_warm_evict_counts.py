@@ -18,7 +18,7 @@ from loadscope.engine.bench_records import BenchReport, Trial
 from loadscope.loaders.cachestate import prepare_cache
 from loadscope.probes import pagecache
 from loadscope.probes.pagecache import ColdCache
-from loadscope.report.bench_text import _trailer
+from loadscope.report.bench_text import unverified_items
 from loadscope.tools.synth import synthesize
 from tests.conftest import CliRunner
 
@@ -147,7 +147,7 @@ def test_the_bench_lists_one_reason_once_for_the_trials_it_kept_out() -> None:
         Trial(9, "auto", "cold", 2, False, cache_verified=False, detail={"cache_note": "other"})
     )
     report = BenchReport({}, {}, trials, [], {}, None, [])
-    lines = _trailer(report)
-    assert "5 trial(s) kept out of the medians: cache state not verified" in lines
-    assert [line for line in lines if note in line] == [f"  4 trials (#1-3, #7): {note}"]
-    assert "  #9 auto cold: other" in lines
+    lines = unverified_items(report.to_dict())
+    assert lines[0] == "5 trial(s) kept out of the medians: cache state not verified"
+    assert [line for line in lines if note in line] == [f"4 trials (#1-3, #7): {note}"]
+    assert "#9 auto cold: other" in lines
