@@ -80,10 +80,14 @@ def _table_lines(table: Table, pad: str, width: int) -> list[str]:
     80 columns), figures right-aligned, a rule under the header; a last column too wide
     for the line (a reason, what a fix changes) wraps under itself."""
     rows = [tuple(plain(c) for c in r) for r in (table.header, *table.rows)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(table.header))]
+    # A row that says why it has no figures (its third cell, the rest empty) spans the
+    # columns after its name: its reason sizes none of them.
+    sized = [rows[0], *(r for r in rows[1:] if not _spans(r))]
+    widths = [max(len(r[i]) for r in sized) for i in range(len(table.header))]
     # A column of figures ("1.2 GB/s", "0.52x", "-") lines up on the right.
     right = [
-        i > 0 and all(_FIGURE.match(r[i]) or not r[i] for r in rows[1:]) for i in range(len(widths))
+        i > 0 and all(_FIGURE.match(r[i]) or not r[i] for r in sized[1:])
+        for i in range(len(widths))
     ]
     fixed = sum(widths[:-1])
     last_needs = widths[-1] if right[-1] else min(widths[-1], 24)
@@ -94,6 +98,15 @@ def _table_lines(table: Table, pad: str, width: int) -> list[str]:
     room = max(width - start, 24)
 
     def line(row: tuple[str, ...]) -> list[str]:
+        if _spans(row):
+            head = pad + gap.join(c.ljust(w) for c, w in zip(row[:2], widths[:2], strict=True))
+            return textwrap.wrap(
+                row[2],
+                width,
+                initial_indent=head + gap,
+                subsequent_indent=" " * (len(head) + len(gap)),
+                break_on_hyphens=False,
+            )
         laid = zip(row[:-1], widths[:-1], right[:-1], strict=True)
         head = pad + gap.join(c.rjust(w) if r else c.ljust(w) for c, w, r in laid)
         last = row[-1].rjust(widths[-1]) if right[-1] else row[-1]
@@ -106,6 +119,11 @@ def _table_lines(table: Table, pad: str, width: int) -> list[str]:
     header = line(rows[0])
     out = [*header, pad + "-" * (len(header[0]) - len(pad))]
     return out + [text for r in rows[1:] for text in line(r)]
+
+
+def _spans(row: tuple[str, ...]) -> bool:
+    """A row with a third cell and nothing after it: a reason, not figures."""
+    return len(row) > 3 and bool(row[2]) and not any(row[3:])
 
 
 def _split_table(table: Table, widths: list[int], pad: str, width: int) -> list[str]:

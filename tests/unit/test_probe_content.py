@@ -72,3 +72,20 @@ def test_the_probe_figures_are_the_same_in_the_four_renderers() -> None:
     for figure in shown_figures:
         assert figure in shown, figure
     assert set(shown_figures) <= set(numbers)
+
+
+def test_a_table_row_that_says_why_spans_the_columns_after_its_name() -> None:
+    """A strategy with no figures says why in its third cell; on a terminal the reason
+    sized the median column (80 characters wide) and pushed the figures off the line."""
+    from loadscope.report.content import Table
+
+    reason = "failed: its worker died with SIGKILL (out of memory?) after 3.2 s"
+    table = Table(
+        ("strategy", "cache", "median", "rate", "x mmap"),
+        (("mmap", "cold", "3.2s", "84 MB/s", "1.00x"), ("api", "cold", reason, "", "")),
+    )
+    lines = blocks_text([table])
+    assert lines[0].split() == ["strategy", "cache", "median", "rate", "x", "mmap"]
+    assert lines[2] == "mmap      cold     3.2s  84 MB/s   1.00x"  # not pushed right
+    assert lines[3].startswith("api       cold   failed: its worker died") and len(lines) == 5
+    assert max(map(len, lines)) <= 80
