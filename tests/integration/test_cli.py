@@ -123,11 +123,12 @@ def test_sigterm_during_synthetic_build_leaves_nothing(tmp_path: Path) -> None:
         while time.monotonic() < deadline and not any(tmp_path.glob("*/model.safetensors*")):
             time.sleep(0.05)
         if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        if proc.returncode != 0:
             break
-        # The build and the inspection ended between two polls (a fast disk): again.
-        proc.communicate(timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+        # The build and the inspection ended between two polls, or between the last poll
+        # and the signal (a fast disk): again.
     assert proc.returncode == 143, err
     assert "terminated" in err
     assert list(tmp_path.iterdir()) == []
