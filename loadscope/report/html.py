@@ -17,6 +17,7 @@ from typing import Any
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.sampling import whole_rate
 from loadscope.report.content import Bars, Block, Bullets, Code, Fields, Para, Quote, Section, Table
+from loadscope.report.probe_text import probe_parts
 from loadscope.report.sections import probe_best_read, sections
 from loadscope.report.text import blocks_text, preformatted_runs
 
@@ -64,9 +65,11 @@ def bar_chart(
     fmt: Any,
     width: int = 640,
     marker: tuple[str, float] | None = None,
+    texts: list[str] | None = None,
 ) -> str:
-    """Horizontal bars, each labelled with its value (``fmt`` formats a value with units);
-    ``marker`` (label, value) draws a dashed reference line across them (a ceiling)."""
+    """Horizontal bars, each labelled with its value (``fmt`` formats a value with units,
+    or ``texts`` gives each bar's figure as the content has it); ``marker`` (label, value)
+    draws a dashed reference line across them (a ceiling)."""
     if not rows:
         return ""
     biggest = max([v for _, v in rows] + ([marker[1]] if marker else [])) or 1.0
@@ -86,7 +89,8 @@ def bar_chart(
         parts.append(
             f'<rect x="{left}" y="{y + 2}" width="{w:.1f}" height="{bar_h - 6}" fill="{color}"/>'
         )
-        parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 13}">{_e(fmt(value))}</text>')
+        shown = texts[i] if texts else fmt(value)
+        parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 13}">{_e(shown)}</text>')
     if marker:
         x = left + span * marker[1] / biggest
         bottom = 24 + bar_h * len(rows)
@@ -341,23 +345,15 @@ def _storage_charts(doc: dict[str, Any]) -> list[str]:
                 lambda us: f"{us:.0f} us" if us < 1000 else f"{us / 1000:.3g} ms",
             )
         )
-    thr = probe.get("throughput") or {}
-    if thr.get("status") == "ok":
-        out.append(
-            bar_chart(
-                "cold throughput, one reader, by request size",
-                [
-                    (format_bytes(p["block_bytes"]), p["bytes_per_s"])
-                    for p in thr.get("sequential", [])
-                ],
-                format_rate,
-            )
-        )
-        out.append(
-            bar_chart(
-                "cold throughput by parallel readers (1 MiB requests)",
-                [(f"{p['readers']} readers", p["bytes_per_s"]) for p in thr.get("parallel", [])],
-                format_rate,
-            )
-        )
+    # The throughput's bars as the probes' content has them (``report/probe_text.py``):
+    # the terminal's, the Markdown's and the app's figures, each chart under its caption.
+    caption = ""
+    for block in probe_parts(probe)[1]:
+        if isinstance(block, Fields) and block.rows:
+            label, text = block.rows[-1]
+            caption = f"{label} {text}".strip().rstrip(":")
+        elif isinstance(block, Bars):
+            rows = [(label, value) for label, _figure, value, _remark in block.rows]
+            texts = [figure for _label, figure, _value, _remark in block.rows]
+            out.append(bar_chart(caption, rows, format_rate, texts=texts))
     return out

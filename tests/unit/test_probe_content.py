@@ -68,6 +68,11 @@ def test_the_probe_figures_are_the_same_in_the_four_renderers() -> None:
         await pilot.pause()
         return "\n".join(str(w.render()) for w in app.query("ProbesView Static, BarChart"))
 
+    # The HTML's charts draw the same bars, each figure beside its bar.
+    charts = html_report.to_html(doc).split("<svg")[1:]
+    for bar in (*content.by_block, *content.by_readers):
+        assert any(f">{html.escape(bar.text)}</text>" in chart for chart in charts), bar
+
     shown = _numbers(in_a_view(ProbesView(id="probes"), steps, size=(100, 80)))
     for figure in shown_figures:
         assert figure in shown, figure
