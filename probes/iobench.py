@@ -19,14 +19,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.memory import fresh_memory
 from loadscope.base.safeio import open_regular
+from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.probes.iosampler import IoDelta, IoSampler, delta
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.result import Unavailable
+from loadscope.probes.spec import BarRows, Lines, Shown, block_of, blocks_of, ok, status_text
 
 Method = Literal["o_direct", "evict-then-read"]
 ALIGN = 4096
@@ -445,3 +447,72 @@ def _quantiles(samples: list[float]) -> dict[int, float]:
         return {50: samples[0], 90: samples[0], 99: samples[0]}
     cuts = statistics.quantiles(samples, n=100, method="inclusive")
     return {50: cuts[49], 90: cuts[89], 99: cuts[98]}
+
+
+def latency_text(lat: dict[str, Any]) -> str:
+    """The cold read latency's figures, from its block in the probe report's JSON."""
+    return (
+        f"cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
+        f" p50 {format_us(lat['p50_us'])}, p90 {format_us(lat['p90_us'])},"
+        f" p99 {format_us(lat['p99_us'])}"
+    )
+
+
+def latency_lines(lat: dict[str, Any]) -> Lines:
+    """The cold read latency's line (or why it was not measured)."""
+    return [("latency", latency_text(lat) if ok(lat) else status_text(lat))]
+
+
+def throughput_shown(thr: dict[str, Any]) -> Shown:
+    """The cold throughput, from its block in the probe report's JSON: one reader by
+    request size, then by parallel readers, then the best of them into fresh memory,
+    as bars on one scale, each under its caption (or why it was not measured)."""
+    if not ok(thr):
+        return [("throughput", status_text(thr))]
+    seq, par = blocks_of(thr.get("sequential")), blocks_of(thr.get("parallel"))
+    ram = block_of(thr.get("into_ram"))
+    # The bars share one scale, the into-RAM point's too.
+    scale = max((_rate(p) for p in [*seq, *par, ram] if p), default=0.0)
+    method = thr.get("method")
+    out: Shown = [
+        ("throughput", f"cold, {method}; one reader, by request size:"),
+        BarRows(
+            ("request", "rate"),
+            tuple(_bar(p, format_bytes(int(p.get("block_bytes") or 0))) for p in seq),
+            scale,
+        ),
+    ]
+    if par:
+        readers = tuple(_bar(p, _readers(p)) for p in par)
+        out += [
+            ("", "parallel readers, 1 MiB requests:"),
+            BarRows(("readers", "rate"), readers, scale),
+        ]
+    if ram:
+        best = max(_rate(p) for p in par) if par else 0.0
+        share = f"  {_rate(ram) / best:.2f}x" if best > 0 else ""
+        landed = format_bytes(int(ram.get("bytes_read") or 0))
+        out += [
+            ("", f"into fresh RAM, where a loader lands it ({landed}):"),
+            BarRows(("readers", "rate"), (_bar(ram, _readers(ram), share),), scale),
+        ]
+    elif par and thr.get("into_ram_reason"):
+        out.append(("into RAM", str(thr["into_ram_reason"])))
+    return out
+
+
+def _rate(p: dict[str, Any]) -> float:
+    value = p.get("bytes_per_s")
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _bar(p: dict[str, Any], label: str, remark: str | None = None) -> tuple[str, str, float, str]:
+    if remark is None:
+        avg = p.get("avg_request_bytes")
+        remark = f"  kernel {format_bytes(avg)}/req" if avg else ""
+    return label, format_rate(_rate(p)), _rate(p), remark
+
+
+def _readers(p: dict[str, Any]) -> str:
+    n = p.get("readers")
+    return f"{n} reader{'s' if n != 1 else ''}"

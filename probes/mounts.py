@@ -9,7 +9,8 @@ local is really a cloud volume is the block-device probe's call, and its verdict
 passed in as ``device_network``. The mount table's names (:class:`Mount`,
 :func:`read_mountinfo`, :func:`mount_of`, ...) are importable from here too.
 
-May import: ``loadscope.probes.result``, ``loadscope.probes.mounttable``.
+May import: ``loadscope.probes.result``, ``loadscope.probes.mounttable``,
+``loadscope.probes.spec`` (how a probe's lines are declared).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import posixpath
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from loadscope.probes.mounttable import (
     MOUNTINFO_PATH,
@@ -34,6 +35,7 @@ from loadscope.probes.mounttable import (
     unescape,
 )
 from loadscope.probes.result import StorageClass, Unavailable
+from loadscope.probes.spec import Lines, block_of, blocks_of, ok, status_text
 
 __all__ = [
     "BLOCK_FILESYSTEMS",
@@ -540,3 +542,38 @@ def describe_mount(
         resolved_class=resolved_class,
         resolved_reason=resolved_reason,
     )
+
+
+def storage_lines(file: dict[str, Any]) -> Lines:
+    """The storage under one weight file, from its block in the probe report's JSON (the
+    mount's class and why, the overlay's, the mount, its disks, the readahead, the FUSE
+    connection): what every output shows of it."""
+    m = block_of(file.get("mount"))
+    if not ok(m):
+        return [("storage", status_text(m))]
+    rows = [("storage", f"{m.get('storage_class')}: {m.get('reason')}")]
+    if m.get("resolved_class"):
+        rows.append(("", f"under the overlay: {m['resolved_class']} ({m.get('resolved_reason')})"))
+    rows.append(("", f"mount {m.get('mount_point')} ({m.get('fstype')}, {m.get('source')})"))
+    device = block_of(file.get("device"))
+    if ok(device):
+        for disk in blocks_of(device.get("disks")):
+            bits = [str(disk.get("transport")), disk.get("model") or "no model string"]
+            if disk.get("rotational"):
+                bits.append("rotational")
+            if disk.get("scheduler"):
+                bits.append(f"scheduler {disk['scheduler']}")
+            if disk.get("max_sectors_kb"):
+                bits.append(f"max_sectors_kb {disk['max_sectors_kb']}")
+            rows.append(("", f"disk {disk.get('name')}: {', '.join(bits)}"))
+    bdi = block_of(file.get("bdi"))
+    if ok(bdi) and bdi.get("read_ahead_kb") is not None:
+        rows.append(("", f"read_ahead_kb {bdi['read_ahead_kb']} ({bdi.get('path')})"))
+    fuse = block_of(file.get("fuse_connection"))
+    if ok(fuse):
+        conn = (
+            f"max_background {fuse.get('max_background')},"
+            f" congestion {fuse.get('congestion_threshold')}"
+        )
+        rows.append(("", f"fuse connection: {conn}"))
+    return rows

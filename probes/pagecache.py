@@ -23,9 +23,11 @@ import ctypes
 import mmap
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from loadscope.base.safeio import open_regular
 from loadscope.probes.result import Unavailable
+from loadscope.probes.spec import Lines, block_of, blocks_of, ok
 
 PAGE_BYTES = mmap.PAGESIZE
 #: mincore is asked about this many bytes per call, so a 100 GB file needs no 25 MB vector.
@@ -375,3 +377,22 @@ def drop_caches() -> None:
             fh.write("1\n")
     except OSError as exc:
         raise Unavailable(f"cannot write {_DROP_CACHES}: {exc.strerror}") from None
+
+
+def residency_lines(files: Any) -> Lines:
+    """The model's page-cache residency before probing, from the files' blocks in the
+    probe report's JSON: the mean of the files measured, else why it is unknown."""
+    found = blocks_of(files)
+    known = [
+        float(r["fraction"])
+        for f in found
+        if ok(r := block_of(f.get("residency"))) and r.get("fraction") is not None
+    ]
+    if known:
+        mean = sum(known) / len(known)
+        return [("page cache", f"{mean:.0%} resident before probing ({len(known)} file(s))")]
+    if found:
+        first = block_of(found[0].get("residency"))
+        why = first.get("reason") or (first.get("note") if ok(first) else "") or ""
+        return [("page cache", f"unknown: {why}")]
+    return []

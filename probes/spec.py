@@ -13,7 +13,7 @@ view iterate over it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +85,36 @@ class ProbeSpec:
         return "after" if self.after_reads else "fixed"
 
 
-def status_text(block: dict[str, Any]) -> str:
+def status_text(block: Mapping[str, Any]) -> str:
     """A block that is not ok, in words: "unavailable: no NVIDIA GPU on the PCI bus"."""
     return f"{block.get('status', 'not run')}: {block.get('reason')}"
+
+
+@dataclass(frozen=True, slots=True)
+class BarRows:
+    """Figures a probe shows as bars on one scale (the content's ``Bars``):
+    ``(label, figure, value, remark)`` rows under ``header``; ``scale`` is the largest
+    value on the chart, which several may share."""
+
+    header: tuple[str, str]
+    rows: tuple[tuple[str, str, float, str], ...]
+    scale: float
+
+
+#: What a probe shows, in order: labelled lines and bars.
+Shown = list[tuple[str, str] | BarRows]
+
+
+def ok(block: Any) -> bool:
+    """Whether a probe's block in the report's JSON ran ok."""
+    return isinstance(block, dict) and block.get("status") == "ok"
+
+
+def block_of(value: Any) -> dict[str, Any]:
+    """A block of the report's JSON, or an empty one (an older report, a missing part)."""
+    return value if isinstance(value, dict) else {}
+
+
+def blocks_of(value: Any) -> list[dict[str, Any]]:
+    """The blocks of a list in the report's JSON (none where it is not a list)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -18,12 +18,15 @@ import platform
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from loadscope.base.units import format_bytes
 from loadscope.probes.memory import (
     CgroupMemory,
     cgroup_memory,
     headroom_bytes,
 )
+from loadscope.probes.spec import Lines, block_of, ok, status_text
 from loadscope.probes.sysfs import read_text
 
 _PACKAGES = (
@@ -248,3 +251,29 @@ def gpus_via_driver(root: Path = Path("/")) -> tuple[tuple[Gpu, ...], str]:
         for i, g in enumerate(smi)
     )
     return gpus, "nvidia-smi" if gpus else f"NVIDIA driver present; {note}"
+
+
+def system_lines(block: dict[str, Any], model_bytes: int) -> Lines:
+    """The machine, from its block in the probe report's JSON: the memory beside the
+    model's size (whether it fits), the CPUs, the kernel, where it runs."""
+    if not ok(block):
+        return [("system", status_text(block))]
+
+    def size(name: str) -> str:
+        value = block.get(name)
+        return format_bytes(int(value)) if isinstance(value, int | float) else "?"
+
+    limit = block_of(block.get("cgroup")).get("limit_bytes")
+    fits = "fits" if int(block.get("memory_headroom_bytes") or 0) >= model_bytes else "does NOT fit"
+    memory = (
+        f"{size('ram_available_bytes')} available of {size('ram_total_bytes')};"
+        f" cgroup limit {format_bytes(int(limit)) if limit else 'none'};"
+        f" model {format_bytes(model_bytes)} ({fits} in RAM)"
+    )
+    where = block.get("virtualization") or "bare metal?"
+    container = f", {block['container']}" if block.get("container") else ""
+    system = (
+        f"{block.get('cpus_usable')} CPUs ({block.get('cpu_model') or '?'}),"
+        f" kernel {block.get('kernel')}, {where}{container}"
+    )
+    return [("memory", memory), ("system", system)]
