@@ -19,7 +19,6 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loadscope.base.errors import LoadscopeError
 from loadscope.diagnosis.device_plan import gpu_count, resolve_device
@@ -152,9 +151,11 @@ BASELINE_STRATEGIES = DEFAULT_LOADS
 BASELINE_SHARE = 0.25
 
 
-def plan_trials(
-    probe: ProbeReport, trials: list[tuple[str, str]], budget_s: float
-) -> tuple[int, int | None, dict[tuple[str, str], int]]:
+#: A plan's repeats, sample and bytes per (strategy, cache) (:func:`plan_trials`).
+Planned = tuple[int, int | None, dict[tuple[str, str], int]]
+
+
+def plan_trials(probe: ProbeReport, trials: list[tuple[str, str]], budget_s: float) -> Planned:
     """Repeats and (when full loads cannot fit) a sample size for ``(strategy, cache)``
     trials, with the bytes each trial's sample may hold: the planner
     (:func:`~loadscope.engine.planning.plan_budget`) on the probe's rates."""
@@ -382,9 +383,6 @@ def plan_doctor(
     return plan
 
 
-Planned = tuple[int, int | None, dict[tuple[str, str], int]]
-
-
 def _tightened(
     probe: ProbeReport,
     strategies: tuple[str, ...],
@@ -422,9 +420,9 @@ def _focused(
     strategies: tuple[str, ...],
     trials: list[tuple[str, str]],
     remaining: float,
-    before: tuple[int, int | None, dict[tuple[str, str], int]],
+    before: Planned,
     failures: list[str],
-) -> tuple[tuple[str, ...], list[tuple[str, str]], tuple[int, int | None, dict[Any, int]] | None]:
+) -> tuple[tuple[str, ...], list[tuple[str, str]], Planned | None]:
     """Where every strategy cannot run whole twice: the routes' strategies and their
     defaults alone (:data:`FAVOURED`), when that buys them more than ``before`` (the plan
     of every strategy) does: more of them run, more rounds, or bigger samples;
@@ -439,11 +437,15 @@ def _focused(
     after = plan_trials(probe, fewer, remaining)
     if _worth(probe, fewer, after) <= _worth(probe, fewer, before):
         return strategies, trials, None
-    failures.append(
-        f"evidence trials not run ({', '.join(left_out)}): the budget went to the figures"
-        " the answer prints (a larger --budget runs them too)"
-    )
+    failures.append(_evidence_left_out(left_out))
     return kept, fewer, after
+
+
+def _evidence_left_out(names: list[str]) -> str:
+    return (
+        f"evidence trials not run ({', '.join(names)}): the budget went to the figures the"
+        " answer prints (a larger --budget runs them too)"
+    )
 
 
 def _make_room(
@@ -451,9 +453,9 @@ def _make_room(
     strategies: tuple[str, ...],
     trials: list[tuple[str, str]],
     remaining: float,
-    planned: tuple[int, int | None, dict[tuple[str, str], int]],
+    planned: Planned,
     failures: list[str],
-) -> tuple[tuple[str, ...], list[tuple[str, str]], tuple[int, int | None, dict[Any, int]]]:
+) -> tuple[tuple[str, ...], list[tuple[str, str]], Planned]:
     """Where one of loadscope's own routes that only runs whole (transformers' warm-first)
     has no trial in ``planned``: the other trials left out one at a time until it has
     one (the evidence first, then the peers that run whole, each a whole load, then the
@@ -477,10 +479,7 @@ def _make_room(
         return strategies, trials, planned
     evidence = [s for s in strategies if s in left_out and s not in FAVOURED]
     if evidence:
-        failures.append(
-            f"evidence trials not run ({', '.join(evidence)}): the budget went to the"
-            " figures the answer prints (a larger --budget runs them too)"
-        )
+        failures.append(_evidence_left_out(evidence))
     return kept, fewer, after
 
 
@@ -500,7 +499,7 @@ def _budget_for(
 def _unrun(
     probe: ProbeReport,
     trials: list[tuple[str, str]],
-    planned: tuple[int, int | None, dict[tuple[str, str], int]],
+    planned: Planned,
     among: tuple[str, ...],
 ) -> list[str]:
     """The strategies of ``among`` that only run whole and get no whole load in
@@ -520,7 +519,7 @@ def _unrun(
 def _worth(
     probe: ProbeReport,
     trials: list[tuple[str, str]],
-    planned: tuple[int, int | None, dict[tuple[str, str], int]],
+    planned: Planned,
 ) -> tuple[int, int, int]:
     """How much a plan gives ``trials``: how many of them run at all (a whole-only trial
     given less than one whole load over its rounds is skipped), its rounds, the bytes
