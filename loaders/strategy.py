@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from loadscope.loaders.cuda import cuda_unavailable
+from loadscope.probes.sources import ONLY_FILES
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +40,9 @@ class Requirements:
     extra: str | None = None
     #: A filesystem that takes O_DIRECT (the doctor plans it only where the probe read so).
     o_direct: bool = False
+    #: The kinds of source it reads (``probes/sources.py``): files unless it says so; a
+    #: model in another source runs only the strategies that declare that source.
+    sources: frozenset[str] = ONLY_FILES
 
 
 #: How a strategy reads cold files, for the doctor's cost model: "buffered" through the
@@ -198,6 +202,7 @@ class Strategy:
             "name": self.name,
             "summary": self.summary,
             "formats": sorted(r.formats),
+            "sources": sorted(r.sources),
             "gpu": r.gpu,
             "ram_multiple": r.ram_multiple,
             "package": r.package,

@@ -133,7 +133,8 @@ def run(spec: dict[str, Any], emitter: Emitter) -> int:
             strategy.name, os.getpid(), time.monotonic(), spec["total_bytes"], spec["total_tensors"]
         )
     )
-    resident = _mean_residency([f.path for f in files])
+    # (A model in another source than files has no page cache here to read.)
+    resident = None if spec.get("source") else _mean_residency([f.path for f in files])
     tensors: dict[str, torch.Tensor] = {}
     done_bytes = 0
     first: float | None = None

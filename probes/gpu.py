@@ -25,6 +25,7 @@ from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.probes.result import ProbeResult, Unavailable, run_probe
+from loadscope.probes.sources import EVERY_SOURCE
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec
 from loadscope.probes.sysfs import read_int, read_text
 
@@ -285,4 +286,4 @@ def _run(ctx: ProbeContext) -> GpuFacts:
 
 
 #: The GPU probe's declaration (``probes/spec.py``).
-SPEC = ProbeSpec("gpus", "GPUs", GpuFacts, _run, _lines, facts=_facts)
+SPEC = ProbeSpec("gpus", "GPUs", GpuFacts, _run, _lines, facts=_facts, sources=EVERY_SOURCE)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadscope.probes.sources import EVERY_SOURCE
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec
 
 
@@ -76,4 +77,12 @@ def _lines(block: dict[str, Any]) -> Lines:
 
 
 #: The Hugging Face cache probe's declaration (``probes/spec.py``).
-SPEC = ProbeSpec("hf_cache", "Hugging Face cache", HubCacheProbe, _run, _lines, label="hf cache")
+SPEC = ProbeSpec(
+    "hf_cache",
+    "Hugging Face cache",
+    HubCacheProbe,
+    _run,
+    _lines,
+    label="hf cache",
+    sources=EVERY_SOURCE,
+)

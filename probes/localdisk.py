@@ -26,6 +26,7 @@ from typing import Any
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.result import Skipped, Unavailable
+from loadscope.probes.sources import EVERY_SOURCE, FILES
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec
 
 #: Big enough to get past the first readahead windows, small enough to cost < 1 s locally.
@@ -144,10 +145,11 @@ def candidate_dirs() -> list[str]:
 
 
 def local_candidates(
-    mount_of: Callable[[str], tuple[str, str] | None], model_bytes: int, model_dev: int
+    mount_of: Callable[[str], tuple[str, str] | None], model_bytes: int, model_dev: int | None
 ) -> list[LocalDisk]:
     """Local-disk directories (one per filesystem, not the model's) with room for a copy;
-    ``mount_of`` gives a path's mount point and storage class."""
+    ``mount_of`` gives a path's mount point and storage class; ``model_dev`` None: the
+    model is not on a file system here (another source)."""
     found: list[LocalDisk] = []
     seen = {model_dev}
     for directory in candidate_dirs():
@@ -176,12 +178,16 @@ def local_candidates(
 
 
 def _run(ctx: ProbeContext) -> LocalDisks:
+    total = sum(size for _, size in ctx.files)
+    if ctx.source != FILES:  # a model in another source: any local disk is a copy's place
+        if ctx.mount_of(tempfile.gettempdir()) is None:
+            raise Unavailable("mount table unavailable")
+        return LocalDisks(local_candidates(ctx.mount_of, total, None))
     if ctx.storage_class in ("local-block", "memory"):
         raise Skipped(f"the model is on {ctx.storage_class}")
     if ctx.mount_of(ctx.root) is None:
         raise Unavailable("mount table unavailable")
     largest = max(ctx.files, key=lambda f: f[1])[0]
-    total = sum(size for _, size in ctx.files)
     return LocalDisks(local_candidates(ctx.mount_of, total, os.stat(largest).st_dev))
 
 
@@ -234,4 +240,5 @@ SPEC = ProbeSpec(
     facts=_facts,
     after_reads=True,
     label="local disk",
+    sources=EVERY_SOURCE,
 )

@@ -1,5 +1,6 @@
 """Every registered probe, by its key: the built-in ones declared in their modules, and a
-user's own from ``$LOADSCOPE_PROBE_MODULES`` (``base/plugins.py``).
+user's own from ``$LOADSCOPE_PROBE_MODULES`` (``base/plugins.py``), with the sources such a
+module declares (``probes/sources.py``: another kind of storage than files).
 
 Probing runs them (:func:`run_registered`); the text summary, the report's sections, the
 JSON schema, the advice's facts and the app's probe view read their declarations
@@ -16,6 +17,7 @@ from typing import Any
 from loadscope.base.plugins import PROBE_MODULES, import_named
 from loadscope.probes import gpu, hfcache, localdisk
 from loadscope.probes.result import ProbeResult, Status, run_probe
+from loadscope.probes.sources import SOURCES, Source, supports
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec, status_text
 
 PROBES: dict[str, ProbeSpec] = {s.key: s for s in (localdisk.SPEC, hfcache.SPEC, gpu.SPEC)}
@@ -64,11 +66,13 @@ def run_registered(
     for spec in PROBES.values():
         if spec.phase != phase:
             continue
+        ctx = context(spec.budget_share * measured_s)
+        if not supports(spec.sources, ctx.source):
+            continue  # another kind of storage's probe: not this model's
         if skip and spec.key in skip:
             out[spec.key] = ProbeResult(spec.key, Status.SKIPPED, reason=skip[spec.key])
             continue
         say(spec.title)
-        ctx = context(spec.budget_share * measured_s)
         started = time.monotonic()
         result = run_probe(spec.key, functools.partial(spec.run, ctx))
         result.elapsed_s = time.monotonic() - started
@@ -107,5 +111,12 @@ def contributed_facts(probe: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# The user's own probes, once the built-in ones are in.
+def source_for(spec: str) -> Source | None:
+    """The registered source ``spec`` names by its prefix (a probe module registers its
+    source with its probes: those of ``$LOADSCOPE_PROBE_MODULES`` are in once this module
+    is); None for files (a path, a repo id, ``synthetic:``)."""
+    return next((s for s in SOURCES.values() if s.takes(spec)), None)
+
+
+# The user's own probes (and the sources they declare), once the built-in ones are in.
 import_named(PROBE_MODULES)

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loadscope.probes.sources import FILES, ONLY_FILES
+
 
 def _cannot_classify(path: str) -> tuple[str | None, str | None]:
     return None, "the mount table was not read"
@@ -50,6 +52,10 @@ class ProbeContext:
     #: Any path's mount point and storage class (the class a FUSE or overlay mount
     #: resolves to), or None where the mount table was not read.
     mount_of: Callable[[str], tuple[str, str] | None] = _no_mount
+    #: The kind of source the model is in (``probes/sources.py``; files unless a
+    #: registered source's prefix named another); ``root`` is then the model's address
+    #: there and ``files`` its objects' addresses.
+    source: str = FILES
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,9 @@ class ProbeSpec:
     #: A fixed-cost probe that runs after the measured reads instead (outside the budget,
     #: as fio does: the local disks' writes must not stand beside the model's reads).
     after_reads: bool = False
+    #: The kinds of source it measures (``probes/sources.py``): files unless it says so;
+    #: a model in another source is probed only by the probes that declare that source.
+    sources: frozenset[str] = ONLY_FILES
 
     @property
     def phase(self) -> str:

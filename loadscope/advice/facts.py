@@ -364,15 +364,17 @@ def facts_from(
     failures: Sequence[str] = (),
     conversion: ConversionTrial | None = None,
 ) -> Facts:
-    primary = probe.primary
-    mount = primary.storage.mount.data
+    # (A model in another source than files has no file probes: no mount, no readahead.)
+    primary = probe.primary if probe.files else None
+    storage = primary.storage if primary is not None else None
+    mount = storage.mount.data if storage else None
     system = probe.system.data
     thr = probe.throughput.data
     rates = [p.bytes_per_s for p in (list(thr.sequential) + list(thr.parallel))] if thr else []
     scaling = None
     if thr and thr.parallel and thr.parallel[0].bytes_per_s > 0:
         scaling = max(p.bytes_per_s for p in thr.parallel) / thr.parallel[0].bytes_per_s
-    bdi = primary.storage.bdi.data
+    bdi = storage.bdi.data if storage else None
     cold, warm, ids = _timed(bench)
     # Safetensors beside a torch model whose trials found other tensors: not the model.
     differ = bench.other_format_differs() if bench else None
@@ -402,7 +404,7 @@ def facts_from(
         read_ahead_kb=bdi.read_ahead_kb if bdi else None,
         bdi_path=bdi.path if bdi else None,
         fuse=mount is not None and mount.fstype.startswith("fuse"),
-        fuse_connection_path=primary.storage.fuse.data.path if primary.storage.fuse.data else None,
+        fuse_connection_path=storage.fuse.data.path if storage and storage.fuse.data else None,
         formats=set(bench.target["formats"]) if bench else {"safetensors"},
         cold=cold,
         warm=warm,

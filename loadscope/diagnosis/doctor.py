@@ -39,6 +39,7 @@ from loadscope.advice.rules import (
     problem_words,
     rank_key,
 )
+from loadscope.advice.source_rules import advise_source
 from loadscope.base import fix_ids
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
@@ -70,6 +71,7 @@ from loadscope.diagnosis.trial_plan import (
     late_estimates,
     plan_doctor,
     rank_target,
+    source_plan,
 )
 from loadscope.engine.bench import (
     BenchCancelled,
@@ -149,6 +151,8 @@ def run_doctor(
     options = options or DoctorOptions()
     failures: list[str] = []
     failures += [f"host settings: {line}" for line in restore_stale()]
+    if not target.on_files:  # another source: no mount here that two runs could share
+        return _source_doctor(target, options, listener, on_probes, progress, failures)
     with MountLock(device_of(target), on_wait=progress) as lock:
         if lock.waited_s:
             failures.append(
@@ -236,6 +240,33 @@ def _run_doctor(
         user = _time_user_command(target, command, advice, progress, failures)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return DoctorReport(probe, bench, advice, created, failures, rank_report, conversion, user)
+
+
+def _source_doctor(
+    target: Target,
+    options: DoctorOptions,
+    listener: Listener | None,
+    on_probes: Callable[[ProbeReport], None] | None,
+    progress: Callable[[str], None] | None,
+    failures: list[str],
+) -> DoctorReport:
+    """A model in another source than files (``probes/sources.py``): the machine's probes
+    and the source's own, its strategies' whole loads, then the verdict from them. The
+    file checks (the readahead, a copy, the conversion, the ranks' round) have no files
+    to run on."""
+    say = progress or (lambda _step: None)
+    probe = run_probes(target, budget_s=min(15.0, options.budget_s * 0.15), progress=say)
+    if on_probes is not None:
+        on_probes(probe)
+    say("trials")
+    if options.command is not None:
+        failures.append("your command: not timed: --cmd times a model in files")
+    plan = source_plan(target, probe, options.budget_s)
+    bench = _run_trials(target, probe, plan, options.budget_s, listener, options.cancel, failures)
+    facts = facts_from(probe, bench, None, failures, None)
+    advice = advise_source(facts, target.detail or target.source)
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return DoctorReport(probe, bench, advice, created, failures)
 
 
 def _time_user_command(

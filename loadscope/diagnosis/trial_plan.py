@@ -10,7 +10,8 @@ What each strategy is (its device, how it reads, its place in the order, whether
 warm trial matters) is read from its declaration in ``loaders/strategies``.
 
 May import: ``loadscope.engine``, ``loadscope.model``, ``loadscope.loaders`` (the
-strategies' declarations), ``loadscope.advice`` (where a fix applies), ``loadscope.base``.
+strategies' declarations), ``loadscope.advice`` (where a fix applies),
+``loadscope.probes.sources`` (which strategies read a source), ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from loadscope.loaders.strategies import (
     TORCH_DEFAULT,
 )
 from loadscope.model.targets import Target, resolve_path
+from loadscope.probes.sources import supports
 
 #: The user's own load end to end (with transformers installed and a config.json beside
 #: the weights): from_pretrained as is, after loadscope warm (the no-code-change fix), and
@@ -301,6 +303,19 @@ def rank_round_s(probe: ProbeReport, ranks: int) -> float:
     model = float(probe.target["total_bytes"])
     per_mode = RANK_START_S + model / rate + ranks * model / WARM_RATE
     return 1.5 * len(RANK_MODES) * per_mode
+
+
+def source_plan(target: Target, probe: ProbeReport, budget_s: float) -> TrialPlan:
+    """The trials of a model in another source than files (``probes/sources.py``): the
+    CPU strategies that declare its source, whole loads, interleaved, as often as the
+    budget lets the bench's rounds go (no page cache here to sample a cold load by)."""
+    strategies = tuple(
+        n
+        for n, s in STRATEGIES.items()
+        if not s.requires.gpu and supports(s.requires.sources, target.source)
+    )
+    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0)
+    return TrialPlan("cpu", strategies, 1, None, {}, remaining, None)
 
 
 def plan_doctor(

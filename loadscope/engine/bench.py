@@ -83,6 +83,7 @@ from loadscope.loaders.strategies import GPU_STRATEGIES, reads_torch
 from loadscope.model.targets import Target, WeightFile
 from loadscope.probes.memory import memory_headroom, page_cache_room
 from loadscope.probes.pagecache import ColdCache
+from loadscope.probes.sources import FILES, SOURCES, supports
 
 __all__ = [
     "GPU_STRATEGIES",
@@ -136,7 +137,15 @@ def _applicable(
     gpu_run = device != "cpu"
     formats = target.all_formats
     chosen, skipped = [], {}
-    for name in names or tuple(n for n, i in available.items() if bool(i.get("gpu")) == gpu_run):
+    every = tuple(
+        n
+        for n, i in available.items()
+        if bool(i.get("gpu")) == gpu_run
+        # A model in another source: the strategies that read it (not every file one, each
+        # skipped with the same reason).
+        and supports(frozenset(i.get("sources", [FILES])), target.source)
+    )
+    for name in names or every:
         info = available.get(name)
         if info is None:
             raise BenchError(f"unknown strategy {name!r} (known: {', '.join(available)})")
@@ -145,6 +154,11 @@ def _applicable(
         elif not info.get("gpu") and gpu_run and not (cpu_too and names):
             skipped[name] = (
                 f"a CPU strategy: it does not load to {device} (run it without --device)"
+            )
+        elif not supports(frozenset(info.get("sources", [FILES])), target.source):
+            skipped[name] = (
+                f"reads {' or '.join(info.get('sources', [FILES]))}; this model is in"
+                f" {target.detail or target.source}"
             )
         elif not formats & set(info["formats"]):
             skipped[name] = (
@@ -243,7 +257,9 @@ class _Run:
         self.say, self.scratch = say, scratch
         self.files = list(target.files)
         self.total = target.total_bytes
-        self.sampleable = target.formats == {"safetensors"}
+        #: The model's source when it is not files: no page cache to set or sample by.
+        self.source = None if target.on_files else SOURCES[target.source]
+        self.sampleable = target.formats == {"safetensors"} and self.source is None
         # Said, not passed over: the other format's files in the folder that cannot be used.
         self.notes: list[str] = [target.alternates_problem] if target.alternates_problem else []
         #: The sample's bytes (the smallest any strategy reads); None: whole loads.
@@ -278,7 +294,7 @@ class _Run:
                     skipped[name] = why
                     names.remove(name)
         _no_strategy_left(names, skipped)
-        self.block_stat = _block_stat_of(self.files[0].path)
+        self.block_stat = _block_stat_of(self.files[0].path) if self.source is None else None
         sizes: dict[TrialKey, int] = {}
         reason = options.sample_reason
         if options.budget_s is not None and self.sampling is None and self.sampleable and not other:
@@ -404,6 +420,9 @@ class _Run:
     def caches(self) -> list[CacheMode]:
         """The cache states asked for that can run: warm only where the files fit."""
         caches = list(self.options.cache)
+        if self.source is not None and "warm" in caches:
+            caches.remove("warm")
+            self.notes.append(f"warm trials not run: {self.source.cold_means}")
         if "warm" in caches:
             room, what = page_cache_room()
             if self.total > WARM_ENOUGH * room:
@@ -468,10 +487,13 @@ class _Run:
                 else sample_size(self.files, chosen)[0]
             ),
             scratch_dir=self.scratch,
+            source=self.source,
+            address=self.target.address,
         )
         if not self.sampleable and not self.learned and finished.status == "ok" and digests:
-            # Torch checkpoints have no header to read a reference from: the first trial's
-            # tensors become the reference every later trial must match.
+            # Torch checkpoints have no header to read a reference from (nor is another
+            # source's model read here but by its strategies): the first trial's tensors
+            # become the reference every later trial must match.
             self.learned.update(digests)
             return replace(finished, detail={**finished.detail, "reference": True})
         return finished

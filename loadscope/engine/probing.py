@@ -41,8 +41,9 @@ from loadscope.probes.iobench import (
 )
 from loadscope.probes.iosampler import IoSampler, blind_signals
 from loadscope.probes.pagecache import ColdCache, residency
-from loadscope.probes.registry import measured_share, run_registered
+from loadscope.probes.registry import PROBES, measured_share, run_registered
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe
+from loadscope.probes.sources import supports
 from loadscope.probes.spec import ProbeContext
 from loadscope.probes.system import probe_system
 
@@ -131,9 +132,8 @@ def run_probes(
     local_disks: bool = True,
     run_fio: bool = False,
 ) -> ProbeReport:
-    """Probe the storage under ``target``; never raises for a probe that cannot run.
-
-    With ``run_fio``, the fio jobs that reproduce the latency, sequential and parallel
+    """Probe the storage under ``target``; never raises for a probe that cannot run. With
+    ``run_fio``, the fio jobs that reproduce the latency, sequential and parallel
     measurements run after them (outside the budget: up to ~30 s more) on the largest file."""
     say = progress or (lambda _msg: None)
     start = time.monotonic()
@@ -141,6 +141,8 @@ def run_probes(
     say("system")
     system = run_probe("system", probe_system)
     wsl = bool(system.data and system.data.wsl)
+    if not target.on_files:  # another source: the machine's probes and its own
+        return _source_probes(target, budget_s, start, system, say, local_disks)
     say("mounts and devices")
     table_result = run_probe("mountinfo", mounts.read_mountinfo)
     table = table_result.data or []
@@ -200,6 +202,61 @@ def run_probes(
         stalled=reads.stalled[0] if reads.stalled else None,
         fio_jobs=jobs,
         fio=fio_result,
+    )
+
+
+def _source_probes(
+    target: Target,
+    budget_s: float,
+    start: float,
+    system: ProbeResult[Any],
+    say: Progress,
+    local_disks: bool,
+) -> ProbeReport:
+    """A model in another source than files (``probes/sources.py``): the machine's probes
+    and the ones that declare the source, which share the measured budget; the file
+    probes (the mounts under the files, cold latency, throughput, fio) say why not. (The
+    mount table is read for the local disks a copy could go to.)"""
+    wsl = bool(system.data and system.data.wsl)
+    table = run_probe("mountinfo", mounts.read_mountinfo).data or []
+    context = functools.partial(
+        ProbeContext,
+        target.spec,
+        tuple((target.address(f), f.size_bytes) for f in target.files),
+        target.source,
+        wsl,
+        classify=functools.partial(_classified, table, wsl),
+        mount_of=functools.partial(mount_and_class, table, wsl),
+        source=target.source,
+    )
+    skip = {} if local_disks else {"local_disks": "not asked for"}
+    registered = run_registered(context, 0.0, say, phase="fixed", skip=skip)
+    mine = [
+        s for s in PROBES.values() if s.phase == "measured" and supports(s.sources, target.source)
+    ]
+    # No file reads here: the source's own probes take the whole measured budget.
+    whole = max(0.0, start + budget_s - _MARGIN_S - time.monotonic())
+    share = sum(s.budget_share for s in mine) or 1.0
+    registered |= run_registered(context, whole / share, say, phase="measured", skip=skip)
+    registered |= run_registered(context, 0.0, say, phase="after", skip=skip)
+    why = f"{target.spec} is in {target.detail or target.source}, not in files on a mount here"
+
+    def not_files(name: str) -> ProbeResult[Any]:
+        return ProbeResult(name, Status.SKIPPED, reason=f"reads files; {why}")
+
+    return ProbeReport(
+        target=_target_dict(target),
+        budget_s=budget_s,
+        elapsed_s=time.monotonic() - start,
+        system=system,
+        files=[],
+        latency=not_files("latency"),
+        throughput=not_files("throughput"),
+        notes=[],
+        registered=registered,
+        stalled=None,
+        fio_jobs=[],
+        fio=not_files("fio"),
     )
 
 

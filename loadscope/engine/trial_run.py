@@ -21,7 +21,7 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from loadscope.loaders.events import Done, Failed, Progress, ProtocolError, Star
 from loadscope.model.targets import WeightFile
 from loadscope.probes.memory import oom_kills
 from loadscope.probes.pagecache import ColdCache
+from loadscope.probes.sources import Source
 
 _SERIES_POINTS = 50
 #: A trial running when the deadline passes may finish within this much more.
@@ -244,19 +245,33 @@ def run_trial(
     listener: Listener,
     total_bytes: int,
     scratch_dir: str | None = None,
+    source: Source | None = None,
+    address: Callable[[WeightFile], str] = lambda wf: str(wf.path),
 ) -> tuple[Trial, dict[str, str]]:
     """Run one planned trial; returns it finished and its tensors' digests.
-    ``scratch_dir``: where the worker's libraries may write caches (removed by the caller)."""
+    ``scratch_dir``: where the worker's libraries may write caches (removed by the caller).
+    ``source``: the model's source when it is not files (``probes/sources.py``): no page
+    cache here to set, its trials cold as the source says; ``address`` where the worker
+    reads each file (its object's address there)."""
     began = time.monotonic()
-    verified, resident, note = prepare_cache(
-        [(str(wf.path), wf.size_bytes) for wf in files], trial.cache, cold
-    )
+    if source is None:
+        verified, resident, note = prepare_cache(
+            [(str(wf.path), wf.size_bytes) for wf in files], trial.cache, cold
+        )
+    else:
+        verified, resident, note = True, None, source.cold_means
     detail = dict(trial.detail)
     if note:
         detail["cache_note"] = note
     spec = _spec(trial, files, sample, options, block_stat, scratch_dir, total_bytes)
+    chosen = [f for f in files if sample is None or f.path in sample]
+    for entry, wf in zip(spec["files"], chosen, strict=True):
+        entry["path"] = address(wf)
+    if source is not None:
+        spec["source"] = source.name  # no files here: no residency to read
     oom_before = oom_kills()
-    worker = _Worker(spec, options.worker_argv, _preload_for(trial.strategy, files))
+    preload = _preload_for(trial.strategy, files) if source is None else []
+    worker = _Worker(spec, options.worker_argv, preload)
     watched = _watch(worker, trial, options, listener, total_bytes, oom_before)
     if watched.protocol:
         detail["protocol_errors"] = watched.protocol[:5]

@@ -237,7 +237,10 @@ def target_record(target: Target) -> dict[str, Any]:
         "total_bytes": target.total_bytes,
         "formats": sorted(target.formats),
     }
-    if target.formats == {"torch"}:
+    if not target.on_files:  # another kind of storage: which (files keep the old shape)
+        record["source_kind"] = target.source
+        record["source_title"] = target.detail
+    if target.formats == {"torch"} and target.on_files:
         # What the advice's conversion code names: the user's own files (and index).
         record["torch_files"] = [os.path.relpath(f.path, target.root) for f in target.files]
         if target.index is not None:

@@ -207,7 +207,17 @@ def check_target(target: Target, *, loads: bool = False) -> Inspection:
     and no pickle would run code; with ``loads``, that this torch may load pickles.
 
     Headers only, each read bounded by its file's size: fast, and before any probe,
-    worker, fork server or write."""
+    worker, fork server or write. A model in another source than files
+    (``probes/sources.py``) is read only by its source's strategies: nothing to check
+    here (their trials' tensors are checked against each other)."""
+    if not target.on_files:
+        return Inspection(
+            spec=target.report_spec,
+            kind=target.kind,
+            root=target.report_root,
+            index=None,
+            files=[],
+        )
     report = bounded(
         lambda: inspect_target(target),
         stall_timeout_s(),

@@ -64,6 +64,8 @@ from loadscope.model.weightfiles import (
     shard_file,
     weight_file,
 )
+from loadscope.probes.registry import source_for
+from loadscope.probes.sources import FILES, Source, SourceError, object_address
 
 if TYPE_CHECKING:
     from loadscope.tools.synth import SynthFormat
@@ -106,12 +108,13 @@ __all__ = [
     "resolve",
     "resolve_path",
     "resolve_repo_id",
+    "resolve_source",
     "safetensors_twin",
     "shard_file",
     "weight_file",
 ]
 
-TargetKind = Literal["file", "directory", "hf-cache", "synthetic"]
+TargetKind = Literal["file", "directory", "hf-cache", "synthetic", "source"]
 
 _HF_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
@@ -143,6 +146,19 @@ class Target:
     #: The model's own folder when this target is the emulator's mount of it (the
     #: mount is gone after the run: advice and fixes name this folder instead).
     served_from: Path | None = None
+    #: The kind of source its bytes come from (``probes/sources.py``): files, or a
+    #: registered source that ``spec`` named by its prefix; then ``spec`` is the model's
+    #: address there and each of ``files`` an object's name under it (:meth:`address`).
+    source: str = FILES
+
+    @property
+    def on_files(self) -> bool:
+        """Whether the model is files on a file system here (not another source)."""
+        return self.source == FILES
+
+    def address(self, wf: WeightFile) -> str:
+        """Where a loader reads ``wf``: its path, or its object's address in the source."""
+        return str(wf.path) if self.on_files else object_address(self.spec, str(wf.path))
 
     @property
     def total_bytes(self) -> int:
@@ -153,7 +169,7 @@ class Target:
         """The spec as a report keeps it: a path made absolute, so that a report opened
         from another directory (the app's apply, ``copy --report``) still names this
         model; repo ids and ``synthetic:`` specs as given."""
-        if self.spec.startswith("synthetic:"):
+        if self.spec.startswith("synthetic:") or not self.on_files:
             return self.spec
         path = os.path.expanduser(self.spec)
         try:
@@ -164,8 +180,9 @@ class Target:
 
     @property
     def report_root(self) -> str:
-        """The model's folder as a report keeps it: absolute, like :attr:`report_spec`."""
-        return os.path.abspath(self.root)
+        """The model's folder as a report keeps it: absolute, like :attr:`report_spec`
+        (another source's address as given)."""
+        return os.path.abspath(self.root) if self.on_files else self.spec
 
     @property
     def formats(self) -> set[WeightFormat]:
@@ -408,6 +425,25 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
     yield resolve(spec)
 
 
+def resolve_source(source: Source, spec: str) -> Target:
+    """A model in a registered source: its weight objects, by the source's listing."""
+    try:
+        objects = source.listing(spec)
+    except SourceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a source's own module: one line, no traceback
+        raise SourceError(f"{source.title}: {type(exc).__name__}: {exc}", path=spec) from None
+    files = []
+    for obj in objects:
+        fmt = format_of(Path(obj.name))
+        if fmt is None:
+            raise UnsupportedFile(f"{obj.name!r} is not a weight file", path=spec)
+        files.append(WeightFile(Path(obj.name), obj.size_bytes, fmt))
+    if not files:
+        raise NoWeightFiles(f"{source.title} holds no weight objects here", path=spec)
+    return Target(spec, "source", Path(spec), tuple(files), detail=source.title, source=source.name)
+
+
 def scratch_dir(prefix: str, parent: Path, need: int, what: str, instead: str) -> Path:
     """A new folder of this process under ``parent`` for ``what`` (``need`` bytes), or one
     line why not: no such directory, no space (``instead`` says what to do), no right."""
@@ -434,9 +470,12 @@ def _scratch_error(exc: OSError, parent: Path, what: str) -> LoadscopeError:
 
 
 def resolve(spec: str) -> Target:
-    """Resolve a path or a repo id (not ``synthetic:``; use :func:`open_target` for those)."""
+    """Resolve a path, a repo id or a registered source's address (``probes/sources.py``;
+    not ``synthetic:``: use :func:`open_target` for those)."""
     if not spec:
         raise BadTargetSpec("empty target: give a file, a directory, org/name, or synthetic:SIZE")
+    if (source := source_for(spec)) is not None:
+        return resolve_source(source, spec)
     try:
         path = Path(spec).expanduser()
         os.lstat(path)

@@ -7,8 +7,8 @@ medians (:func:`bench_blocks`), read from the report's JSON. ``loadscope bench``
 
 May import: ``loadscope.engine.bench_records``, ``loadscope.engine.sampling``,
 ``loadscope.engine.trials``, ``loadscope.engine.summaries``,
-``loadscope.loaders.strategies``, ``loadscope.report.content``, ``loadscope.report.text``,
-``loadscope.base``.
+``loadscope.loaders.strategies``, ``loadscope.probes.sources``,
+``loadscope.report.content``, ``loadscope.report.text``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from loadscope.engine.bench_records import BenchReport, Summary
 from loadscope.engine.sampling import error_text
 from loadscope.engine.summaries import shaky
 from loadscope.loaders.strategies import TORCH_MMAP, default_load, reads_torch
+from loadscope.probes.sources import target_words
 from loadscope.report.content import Block, Bullets, Para, Table
 from loadscope.report.text import blocks_text
 
@@ -166,7 +167,7 @@ def command_cells(
 def to_text(report: BenchReport) -> str:
     """``loadscope bench``'s text: the target, then :func:`bench_blocks` in 80 columns."""
     t = report.target
-    head = f"target   {t['spec']} ({t['files']} file(s), {format_bytes(t['total_bytes'])})"
+    head = f"target   {t['spec']} ({target_words(t)})"
     return "\n".join([head, *blocks_text(bench_blocks(report.to_dict()))])
 
 

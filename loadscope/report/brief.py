@@ -25,6 +25,7 @@ from typing import Any
 
 from loadscope.base import fix_ids
 from loadscope.base.units import format_rate, format_us, speedup_shown
+from loadscope.probes.sources import source_title
 from loadscope.report.content import Fix, Route, fixes
 from loadscope.report.sections import probe_best_read
 
@@ -206,6 +207,8 @@ def _evidence(doc: dict[str, Any]) -> str:
     files = probe.get("files") or []
     mount = (files[0].get("mount") or {}) if files else {}
     parts = [f"{mount.get('storage_class', 'unknown')} storage"]
+    if title := source_title(probe.get("target")):
+        parts = [f"the model is in {title}"]
     lat = probe.get("latency") or {}
     if lat.get("status") == "ok" and lat.get("p50_us") is not None:
         parts.append(f"cold 4 KiB read p50 {format_us(lat['p50_us'])}")

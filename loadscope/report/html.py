@@ -17,7 +17,7 @@ from typing import Any
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.sampling import whole_rate
 from loadscope.report.content import Bars, Block, Bullets, Code, Fields, Para, Quote, Section, Table
-from loadscope.report.probe_text import probe_parts
+from loadscope.report.probe_text import probe_parts, target_words
 from loadscope.report.sections import probe_best_read, sections
 from loadscope.report.text import blocks_text, preformatted_runs
 
@@ -197,7 +197,7 @@ def to_html(doc: dict[str, Any]) -> str:
         f"<title>loadscope doctor: {_e(t['spec'])}</title><style>{_CSS}</style></head><body>",
         "<h1>loadscope doctor</h1>",
         f'<p class="verdict {_e(v["status"])}">{_e(v["headline"])}</p>',
-        f"<p>target <code>{_e(t['spec'])}</code>: {t['files']} file(s), {_e(format_bytes(t['total_bytes']))};"
+        f"<p>target <code>{_e(t['spec'])}</code>: {_e(target_words(t))};"
         f" loadscope {_e(doc['tool']['version'])}, {_e(doc['created'])}</p>",
     ]
     # The fixes first, the top one open with its code per stack: what the reader came for.

@@ -11,9 +11,9 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from loadscope.base.units import format_bytes
 from loadscope.report.content import Block, Bullets, Section, Table
 from loadscope.report.markdown_blocks import block_lines, render_section
+from loadscope.report.probe_text import target_words
 from loadscope.report.sections import sections
 
 #: GitHub's limit on an issue body.
@@ -27,7 +27,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     out = [
         f"### loadscope doctor: {v['headline']}",
         "",
-        f"- target: `{t['spec']}` ({t['files']} file(s), {format_bytes(t['total_bytes'])})",
+        f"- target: `{t['spec']}` ({target_words(t)})",
         f"- loadscope {doc['tool']['version']}, {doc['created']}",
         "",
     ]

@@ -26,6 +26,8 @@ from loadscope.probes.iobench import latency_lines, throughput_shown
 from loadscope.probes.mounts import storage_lines
 from loadscope.probes.pagecache import residency_lines
 from loadscope.probes.registry import block_lines
+from loadscope.probes.sources import source_title as source_title  # noqa: PLC0414
+from loadscope.probes.sources import target_words as target_words  # noqa: PLC0414
 from loadscope.probes.spec import BarRows, Shown, block_of, blocks_of, ok, status_text
 from loadscope.probes.system import system_lines
 from loadscope.report.content import Bars, Block, Code, Fields
@@ -50,9 +52,9 @@ def probe_parts(probe: Doc) -> tuple[Fields, list[Block], Fields]:
     and the latency (labelled lines); the throughput (bars) and fio; the registered
     probes' lines, the notes and the time the probes took."""
     rows = []
-    if isinstance(t := probe.get("target"), Mapping):
-        size = _size(t.get("total_bytes"))
-        rows.append(("target", f"{t.get('spec')} ({t.get('files')} file(s), {size})"))
+    title = source_title(probe.get("target"))
+    if isinstance(t := probe.get("target"), dict):
+        rows.append(("target", f"{t.get('spec')} ({target_words(t)})"))
     seen: set[str] = set()
     for f in blocks_of(probe.get("files")):
         # Files on one filesystem share its storage probe: said once.
@@ -63,11 +65,14 @@ def probe_parts(probe: Doc) -> tuple[Fields, list[Block], Fields]:
     if "system" in probe:
         model = int((probe.get("target") or {}).get("total_bytes") or 0)
         rows += system_lines(block_of(probe.get("system")), model)
-    rows += residency_lines(probe.get("files"))
-    if "latency" in probe:
+    if title:  # another source than files: the file probes did not run, said once
+        rows.append(("files", f"not probed: the model is in {title}; its own probes follow"))
+    else:
+        rows += residency_lines(probe.get("files"))
+    if "latency" in probe and not title:
         rows += latency_lines(block_of(probe.get("latency")))
     middle = []
-    if "throughput" in probe:
+    if "throughput" in probe and not title:
         middle = _content(throughput_shown(block_of(probe["throughput"])))
     middle += _fio_blocks(block_of(probe.get("fio")))
     tail = [row for _spec, found in block_lines(dict(probe)) for row in found]

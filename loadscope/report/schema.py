@@ -470,6 +470,9 @@ _TARGET: dict[str, Any] = {
         "files": {"type": "integer", "minimum": 0},
         "total_bytes": {"type": "integer", "minimum": 0},
         "source": {"type": "string"},
+        # A model in another source than files (probes/sources.py): which, in words too.
+        "source_kind": {"type": "string"},
+        "source_title": {"type": "string"},
     },
     "required": ["spec", "files", "total_bytes"],
 }

@@ -37,7 +37,7 @@ from loadscope.report.content import (
     Table,
     fix_sections,
 )
-from loadscope.report.probe_text import probe_blocks
+from loadscope.report.probe_text import probe_blocks, source_title
 from loadscope.report.rank_text import ranks_section
 
 
@@ -120,7 +120,7 @@ def _storage(doc: dict[str, Any]) -> Section | None:
     registered probe's lines (``report/probe_text.py``: what ``loadscope probe`` says):
     the evidence under the verdict."""
     probe = doc.get("probe")
-    if not isinstance(probe, dict) or not probe.get("files"):
+    if not isinstance(probe, dict) or not (probe.get("files") or source_title(probe.get("target"))):
         return None
     return Section("storage", "Storage and this machine (the probes)", probe_blocks(probe))
 
