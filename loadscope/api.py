@@ -61,7 +61,7 @@ __all__ = [
 
 def _checked_target(target: str | os.PathLike[str]) -> Target:
     from loadscope.model.inspection import check_target
-    from loadscope.model.targets import BadTargetSpec, resolve
+    from loadscope.model.targets import BadTargetSpec, files_only, resolve
 
     spec = os.fspath(target)
     if spec.startswith("synthetic:"):
@@ -69,7 +69,7 @@ def _checked_target(target: str | os.PathLike[str]) -> Target:
             BadTargetSpec("synthetic: targets are for the CLI; give a path or org/name")
         )
     try:
-        resolved = resolve(spec)
+        resolved = files_only(resolve(spec), "loadscope.load_model")
         check_target(resolved, loads=True)
     except LoadscopeError as exc:
         raise as_api_error(exc) from None

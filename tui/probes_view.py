@@ -26,7 +26,7 @@ from textual.widgets import Static
 
 from loadscope.base.units import format_bytes, format_us
 from loadscope.report.content import Bars, Code, Fields
-from loadscope.report.probe_text import probe_parts
+from loadscope.report.probe_text import probe_parts, source_title
 from loadscope.tui.charts import Bar, bar_lines, theme_color
 
 #: Residency lines shown before "... and N more".
@@ -185,6 +185,10 @@ class ProbesView(VerticalScroll):
         self.query_one("#latency", BarChart).bars = latency_bars(probe)
         self.query_one("#by-block", BarChart).bars = content.by_block
         self.query_one("#by-readers", BarChart).bars = content.by_readers
+        # A model in another source than files: no file reads to chart ("no data" x3).
+        files = not source_title(probe.get("target"))
+        for chart in ("#latency", "#by-block", "#by-readers"):
+            self.query_one(chart, BarChart).display = files
         self.query_one("#memory", BarChart).bars = memory_bars(probe)
         self.query_one("#probe-cache", Static).update(Text("\n").join(cache_lines(probe)))
         rest = Text("\n").join(_labelled(*row) for row in content.rest)

@@ -157,7 +157,9 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         trial_timeout_s=args.trial_timeout if args.trial_timeout != TRIAL_TIMEOUT_S else None,
     )
     with (
-        open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target,
+        open_checked(
+            args.target, synth_dir=args.synth_dir, loads=True, only_files="bench --ranks"
+        ) as target,
         Progress(mode_for(args, sys.stderr), budget_s=args.budget) as progress,
     ):
         check(target, options)  # a refusal stands alone, before any progress line

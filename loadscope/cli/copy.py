@@ -29,7 +29,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.model.inspection import open_checked
     from loadscope.model.targets import SAFETENSORS_SUFFIXES, TORCH_SUFFIXES
 
-    with open_checked(args.target, synth_dir=args.synth_dir) as target:
+    with open_checked(args.target, synth_dir=args.synth_dir, only_files="loadscope copy") as target:
         if args.dest is None:
             return _suggest_destinations(target, out)
         if args.dest == "-":

@@ -11,10 +11,10 @@ from loadscope.cli.common import SYNTH_DIR, Command, opt
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.model.inspection import inspect_target, to_json, to_text
-    from loadscope.model.targets import open_target
+    from loadscope.model.targets import files_only, open_target
 
     with open_target(args.target, synth_dir=args.synth_dir) as target:
-        report = inspect_target(target)
+        report = inspect_target(files_only(target, "loadscope inspect"))
         out.write((to_json(report) if args.json else to_text(report)) + "\n")
     return ExitCode.OK
 

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         raise UsageError("--for goes with --lock (how long to hold the pages)")
     if args.allow_drop_caches and not args.evict:
         raise UsageError("--allow-drop-caches goes with --evict")
-    with open_checked(args.target, synth_dir=args.synth_dir) as target:
+    with open_checked(args.target, synth_dir=args.synth_dir, only_files="loadscope warm") as target:
         if args.evict:
             report = evict(target, allow_drop_caches=args.allow_drop_caches)
         else:

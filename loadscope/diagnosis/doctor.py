@@ -261,6 +261,8 @@ def _source_doctor(
     say("trials")
     if options.command is not None:
         failures.append("your command: not timed: --cmd times a model in files")
+    if options.ranks is not None and options.ranks >= 2:
+        failures.append("ranks: not run: the multi-rank round reads files")
     plan = source_plan(target, probe, options.budget_s)
     bench = _run_trials(target, probe, plan, options.budget_s, listener, options.cancel, failures)
     facts = facts_from(probe, bench, None, failures, None)

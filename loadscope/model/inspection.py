@@ -29,7 +29,7 @@ from loadscope.loaders.errors import DuplicateTensor, UnsafePickle
 from loadscope.loaders.safetensors_format import read_header
 from loadscope.loaders.torch_format import read_torch_info
 from loadscope.loaders.torch_safety import refuse_unsafe_torch
-from loadscope.model.targets import InvalidIndex, Target, open_target
+from loadscope.model.targets import InvalidIndex, Target, files_only, open_target
 
 SCHEMA_VERSION = 1
 
@@ -230,10 +230,17 @@ def check_target(target: Target, *, loads: bool = False) -> Inspection:
 
 @contextlib.contextmanager
 def open_checked(
-    spec: str, *, synth_dir: str | os.PathLike[str] | None = None, loads: bool = False
+    spec: str,
+    *,
+    synth_dir: str | os.PathLike[str] | None = None,
+    loads: bool = False,
+    only_files: str = "",
 ) -> Iterator[Target]:
-    """:func:`~loadscope.model.targets.open_target`, then :func:`check_target`."""
+    """:func:`~loadscope.model.targets.open_target`, then :func:`check_target`;
+    ``only_files`` names a command that reads files only, refused another source."""
     with open_target(spec, synth_dir=synth_dir) as target:
+        if only_files:
+            files_only(target, only_files)
         check_target(target, loads=loads)
         yield target
 

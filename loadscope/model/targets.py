@@ -84,6 +84,7 @@ __all__ = [
     "InvalidIndex",
     "NoWeightFiles",
     "NotEnoughSpace",
+    "NotFiles",
     "Other",
     "ShardMissing",
     "ShardOutsideModel",
@@ -95,6 +96,7 @@ __all__ = [
     "WeightFile",
     "WeightFormat",
     "check_shard_name",
+    "files_only",
     "format_of",
     "hub_cache_dir",
     "index_files",
@@ -423,6 +425,21 @@ def open_target(spec: str, *, synth_dir: str | os.PathLike[str] | None = None) -
             shutil.rmtree(tmp, ignore_errors=True)
         return
     yield resolve(spec)
+
+
+class NotFiles(TargetError):
+    """A command that reads files, given a model in another source (``probes/sources.py``)."""
+
+
+def files_only(target: Target, what: str) -> Target:
+    """``target`` when it is files; else one line: ``what`` reads files, the model is not."""
+    if not target.on_files:
+        raise NotFiles(
+            f"{what} reads files, and this model is in {target.detail or target.source}"
+            " (loadscope doctor, probe and bench measure it there)",
+            path=target.spec,
+        )
+    return target
 
 
 def resolve_source(source: Source, spec: str) -> Target:

@@ -135,9 +135,13 @@ def test_the_app_shows_the_source_and_its_probe(
         await pilot.pause()
         for name in ("probe-summary", "probe-registered", "verdict"):
             seen[name] = " ".join(str(app.query_one(f"#{name}", Static).render()).split())
+        # No file reads to chart: the file probes' charts are not drawn empty.
+        for chart in ("latency", "by-block", "by-readers"):
+            seen[chart] = str(app.query_one(f"#{chart}").display)
 
     drive(steps, report=str(path), size=(100, 40))
     assert WHERE in seen["probe-summary"]
+    assert [seen[c] for c in ("latency", "by-block", "by-readers")] == ["False"] * 3
     assert "objects 2 (8 MiB)" in seen["probe-registered"]
     assert json.loads(path.read_text())["verdict"]["headline"][:30] in seen["verdict"]
 
@@ -151,6 +155,24 @@ def test_a_bad_address_is_one_line_and_without_the_module_it_is_a_path() -> None
     gone = _loadscope("probe", MODEL, "--quiet", env=bare)
     assert gone.returncode == 3 and "no such file or directory" in gone.stderr
     assert "Traceback" not in bad.stderr + gone.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "what"),
+    [
+        (["warm", MODEL], "loadscope warm"),
+        (["copy", MODEL, "/nonexistent/dest"], "loadscope copy"),
+        (["inspect", MODEL], "loadscope inspect"),
+        (["bench", MODEL, "--ranks", "2"], "bench --ranks"),
+    ],
+)
+def test_a_command_that_reads_files_says_so_in_one_line(command: list[str], what: str) -> None:
+    done = _loadscope(*command)
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.strip() == (
+        f"loadscope: {MODEL}: {what} reads files, and this model is in a toy store in memory"
+        " (loadscope doctor, probe and bench measure it there)"
+    )
 
 
 def _listing(address: str) -> tuple[SourceObject, ...]:
