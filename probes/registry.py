@@ -15,17 +15,26 @@ from collections.abc import Callable
 from typing import Any
 
 from loadscope.base.plugins import PROBE_MODULES, import_named
-from loadscope.probes import gpu, hfcache, localdisk
+from loadscope.probes import coldreads, filestorage, fio_probe, gpu, hfcache, localdisk, system
 from loadscope.probes.result import ProbeResult, Status, run_probe
 from loadscope.probes.sources import SOURCES, Source, supports
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec, status_text
 
-PROBES: dict[str, ProbeSpec] = {s.key: s for s in (localdisk.SPEC, hfcache.SPEC, gpu.SPEC)}
-#: The report's blocks no registered probe may take (the core's own).
-RESERVED = frozenset(
-    {"schema_version", "target", "budget_s", "elapsed_s", "system", "files", "latency"}
-    | {"throughput", "notes", "stalled", "fio"}
+#: Every probe, in the order the probe block shows them: the core's own first (the
+#: storage under the files, the machine, the page cache, the cold latency, the
+#: throughput, fio: the engine runs them among the model's reads), then the registered
+#: ones (the local disks, the Hugging Face cache, the GPUs, a plugin's).
+CORE: tuple[ProbeSpec, ...] = (
+    filestorage.SPEC,
+    system.SPEC,
+    filestorage.PAGE_CACHE,
+    coldreads.LATENCY,
+    coldreads.THROUGHPUT,
+    fio_probe.SPEC,
 )
+PROBES: dict[str, ProbeSpec] = {s.key: s for s in (*CORE, localdisk.SPEC, hfcache.SPEC, gpu.SPEC)}
+#: The report's blocks that are no probe's, which no registered probe may take.
+RESERVED = frozenset({"schema_version", "target", "budget_s", "elapsed_s", "notes", "stalled"})
 
 
 def register_probe(spec: ProbeSpec) -> ProbeSpec:
@@ -64,8 +73,8 @@ def run_registered(
     raises says so in its result, as every probe does."""
     out: dict[str, ProbeResult[Any]] = {}
     for spec in PROBES.values():
-        if spec.phase != phase:
-            continue
+        if spec.core or spec.phase != phase:
+            continue  # (the core's probes run in their places among the reads)
         ctx = context(spec.budget_share * measured_s)
         if not supports(spec.sources, ctx.source):
             continue  # another kind of storage's probe: not this model's
@@ -91,6 +100,8 @@ def block_lines(probe: dict[str, Any], *, only_ok: bool = False) -> list[tuple[P
     that did not apply (skipped: the local disks of a model on one) is left out."""
     out = []
     for spec in PROBES.values():
+        if spec.core:
+            continue  # (shown by their own declarations: ``ProbeSpec.shown``)
         block = probe.get(spec.key)
         if not isinstance(block, dict) or block.get("status") == "skipped":
             continue

@@ -14,8 +14,8 @@ view iterate over it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from loadscope.probes.sources import FILES, ONLY_FILES
 
@@ -31,6 +31,48 @@ def _no_mount(path: str) -> tuple[str, str] | None:
 #: A probe's summary: ``(label, text)`` lines (the terminal puts the label in its gutter,
 #: Markdown and HTML bold it, the app too).
 Lines = list[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class BarRows:
+    """Figures a probe shows as bars on one scale (the content's ``Bars``):
+    ``(label, figure, value, remark)`` rows under ``header``; ``scale`` is the largest
+    value on the chart, which several may share."""
+
+    header: tuple[str, str]
+    rows: tuple[tuple[str, str, float, str], ...]
+    scale: float
+
+
+@dataclass(frozen=True, slots=True)
+class Commands:
+    """Shell commands a probe shows to run (fio's jobs): a code block in every medium."""
+
+    text: str
+
+
+#: What a probe shows, in order: labelled lines, bars and commands.
+Shown = list[tuple[str, str] | BarRows | Commands]
+
+
+T = TypeVar("T")
+
+
+class Reads(Protocol):
+    """The model's measured reads, shared by the core probes that read it (the engine's:
+    the reader, how it bypasses or evicts the cache, and the guard that bounds each read
+    and stops all of them after one stall)."""
+
+    #: The reader (:class:`~loadscope.probes.iobench.IoBench`).
+    bench: Any
+    #: Whether the reads bypass the page cache (O_DIRECT) or evict and read buffered.
+    direct: bool
+    #: What a network mount's eviction cannot reach ("" for local storage).
+    remote: str
+    stalled: list[str]
+    notes: list[str]
+
+    def guarded(self, fn: Callable[[], T], seconds: float) -> Callable[[], T]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +98,13 @@ class ProbeContext:
     #: registered source's prefix named another); ``root`` is then the model's address
     #: there and ``files`` its objects' addresses.
     source: str = FILES
+    #: For the core probes that read the model (latency, throughput, fio): the shared
+    #: reads, when the measured reads must end, the memory headroom (None: unknown) and
+    #: the results of the probes before them, by key.
+    reads: Reads | None = None
+    deadline: float = 0.0
+    headroom: int | None = None
+    earlier: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +133,20 @@ class ProbeSpec:
     #: The kinds of source it measures (``probes/sources.py``): files unless it says so;
     #: a model in another source is probed only by the probes that declare that source.
     sources: frozenset[str] = ONLY_FILES
+    #: One of the core's own probes (the machine, the files' storage and page cache, the
+    #: cold latency, the throughput, fio): its block is one of the report's own and the
+    #: engine runs it in its place among the reads (``engine/probing.py``); a registered
+    #: probe's result goes with the others' under its key.
+    core: bool = False
+    #: Where its figures go in the probe block: "head" (the labelled lines at the top),
+    #: "middle" (bars and commands) or "tail" (after them: the registered probes).
+    part: str = "tail"
+    #: What it shows, from the whole probe report's JSON (a core probe reads the target
+    #: and the files too); None: its :attr:`lines` from its block, or its status line.
+    shown: Callable[[Mapping[str, Any]], Shown] | None = None
+    #: Its block in the report's JSON when it is not ``key`` (the page cache's figures
+    #: are in each file's block, beside the storage's).
+    block: str = ""
 
     @property
     def phase(self) -> str:
@@ -97,21 +160,6 @@ class ProbeSpec:
 def status_text(block: Mapping[str, Any]) -> str:
     """A block that is not ok, in words: "unavailable: no NVIDIA GPU on the PCI bus"."""
     return f"{block.get('status', 'not run')}: {block.get('reason')}"
-
-
-@dataclass(frozen=True, slots=True)
-class BarRows:
-    """Figures a probe shows as bars on one scale (the content's ``Bars``):
-    ``(label, figure, value, remark)`` rows under ``header``; ``scale`` is the largest
-    value on the chart, which several may share."""
-
-    header: tuple[str, str]
-    rows: tuple[tuple[str, str, float, str], ...]
-    scale: float
-
-
-#: What a probe shows, in order: labelled lines and bars.
-Shown = list[tuple[str, str] | BarRows]
 
 
 def ok(block: Any) -> bool:

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import platform
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from loadscope.probes.memory import (
     cgroup_memory,
     headroom_bytes,
 )
-from loadscope.probes.spec import Lines, block_of, ok, status_text
+from loadscope.probes.sources import EVERY_SOURCE
+from loadscope.probes.spec import Lines, ProbeSpec, Shown, block_of, ok, status_text
 from loadscope.probes.sysfs import read_text
 
 _PACKAGES = (
@@ -277,3 +279,21 @@ def system_lines(block: dict[str, Any], model_bytes: int) -> Lines:
         f" kernel {block.get('kernel')}, {where}{container}"
     )
     return [("memory", memory), ("system", system)]
+
+
+def _shown(doc: Mapping[str, Any]) -> Shown:
+    model = int(block_of(doc.get("target")).get("total_bytes") or 0)
+    return list(system_lines(block_of(doc.get("system")), model))
+
+
+SPEC = ProbeSpec(
+    "system",
+    "system",
+    SystemInfo,
+    lambda _ctx: probe_system(),
+    lambda _block: [],
+    core=True,
+    part="head",
+    shown=_shown,
+    sources=EVERY_SOURCE,
+)

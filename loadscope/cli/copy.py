@@ -265,10 +265,10 @@ def _already_local(target: Any, table: list[Any]) -> tuple[str | None, str | Non
     """The model's storage class, and what a person is told when it already lives on a
     local disk (or in RAM): what a copy would and would not change; None when it does not
     (or that cannot be told)."""
-    from loadscope.engine.probing import _storage
+    from loadscope.probes.filestorage import storage_of
 
     path = Path(target.files[0].path)
-    m = _storage(path, table, False).mount.data
+    m = storage_of(path, table, False).mount.data
     klass = (m.resolved_class or m.storage_class) if m else None
     if m is None or klass not in ("local-block", "memory"):
         return klass, None

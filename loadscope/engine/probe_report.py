@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadscope.probes import blockdev, fio, mounts
+from loadscope.probes import fio
+from loadscope.probes.filestorage import FileProbe as FileProbe  # noqa: PLC0414
+from loadscope.probes.filestorage import StorageProbe as StorageProbe  # noqa: PLC0414
 from loadscope.probes.fio import FioJob
 from loadscope.probes.gpu import GpuFacts
 from loadscope.probes.iobench import (
@@ -26,26 +28,6 @@ from loadscope.probes.result import ProbeResult, Status, to_jsonable
 from loadscope.probes.system import SystemInfo
 
 SCHEMA_VERSION = 1
-
-
-@dataclass(slots=True)
-class StorageProbe:
-    """Mount, device chain and bdi of one filesystem (shared by the files on it)."""
-
-    mount: ProbeResult[mounts.MountReport]
-    device: ProbeResult[blockdev.DeviceReport]
-    bdi: ProbeResult[blockdev.BdiSettings]
-    fuse: ProbeResult[blockdev.FuseConnection]
-    block_stat_path: str | None = None
-    blind_signals: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class FileProbe:
-    path: str
-    size_bytes: int
-    storage: StorageProbe
-    residency: ProbeResult[Residency]
 
 
 @dataclass(slots=True)

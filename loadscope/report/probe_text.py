@@ -6,30 +6,25 @@ notes, read from a probe report's JSON. ``loadscope probe``, the doctor's full t
 (:func:`probe_blocks`): a terminal sets them in 80 columns with an 11-column gutter
 of labels; the JSON has everything.
 
-Owns :func:`probe_blocks` (:func:`probe_parts`) and :func:`to_text`: the order and the
-layout; each probe's lines are declared with it (``storage_lines``, ``system_lines``,
-``residency_lines``, ``latency_lines``, ``throughput_shown``).
+Owns :func:`probe_blocks` (:func:`probe_parts`) and :func:`to_text`: the layout; what
+each probe shows, and where, is declared with it (``probes/registry.py``: the core's
+probes' ``shown`` and ``part``, the registered ones' ``lines``).
 May import: :mod:`~loadscope.engine.probe_report`, ``loadscope.probes``,
 ``loadscope.report.content``, ``loadscope.report.text``, ``loadscope.base``.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.base.units import format_bytes
 from loadscope.engine.probe_report import ProbeReport
-from loadscope.probes.iobench import latency_lines, throughput_shown
-from loadscope.probes.mounts import storage_lines
-from loadscope.probes.pagecache import residency_lines
-from loadscope.probes.registry import block_lines
+from loadscope.probes.registry import PROBES, block_lines
+from loadscope.probes.sources import FILES, supports
 from loadscope.probes.sources import source_title as source_title  # noqa: PLC0414
 from loadscope.probes.sources import target_words as target_words  # noqa: PLC0414
-from loadscope.probes.spec import BarRows, Shown, block_of, blocks_of, ok, status_text
-from loadscope.probes.system import system_lines
+from loadscope.probes.spec import BarRows, Commands, Shown, block_of
 from loadscope.report.content import Bars, Block, Code, Fields
 from loadscope.report.text import blocks_text
 
@@ -48,40 +43,38 @@ def probe_blocks(probe: Doc) -> tuple[Block, ...]:
 
 
 def probe_parts(probe: Doc) -> tuple[Fields, list[Block], Fields]:
-    """:func:`probe_blocks` in its three parts: the storage, the machine, the page cache
-    and the latency (labelled lines); the throughput (bars) and fio; the registered
-    probes' lines, the notes and the time the probes took."""
-    rows = []
+    """:func:`probe_blocks` in its three parts, each probe's figures where its declaration
+    puts them (``ProbeSpec.part``, in the registry's order): the target, then the storage,
+    the machine, the page cache and the latency (labelled lines); the throughput (bars)
+    and fio; the registered probes' lines, the notes and the time the probes took. A
+    model in another source than files says once that the file probes did not run."""
     title = source_title(probe.get("target"))
+    kind = str(block_of(probe.get("target")).get("source_kind") or FILES)
+    parts: dict[str, Shown] = {"head": [], "middle": [], "tail": []}
     if isinstance(t := probe.get("target"), dict):
-        rows.append(("target", f"{t.get('spec')} ({target_words(t)})"))
-    seen: set[str] = set()
-    for f in blocks_of(probe.get("files")):
-        # Files on one filesystem share its storage probe: said once.
-        key = json.dumps([f.get(k) for k in ("mount", "device", "bdi")], sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            rows += storage_lines(f)
-    if "system" in probe:
-        model = int((probe.get("target") or {}).get("total_bytes") or 0)
-        rows += system_lines(block_of(probe.get("system")), model)
-    if title:  # another source than files: the file probes did not run, said once
-        rows.append(("files", f"not probed: the model is in {title}; its own probes follow"))
-    else:
-        rows += residency_lines(probe.get("files"))
-    if "latency" in probe and not title:
-        rows += latency_lines(block_of(probe.get("latency")))
-    middle = []
-    if "throughput" in probe and not title:
-        middle = _content(throughput_shown(block_of(probe["throughput"])))
-    middle += _fio_blocks(block_of(probe.get("fio")))
-    tail = [row for _spec, found in block_lines(dict(probe)) for row in found]
-    tail += [("note", str(n)) for n in probe.get("notes") or []]
+        parts["head"].append(("target", f"{t.get('spec')} ({target_words(t)})"))
+    if title:
+        parts["head"].append(
+            ("files", f"not probed: the model is in {title}; its own probes follow")
+        )
+    for spec in PROBES.values():
+        shown = spec.shown if spec.core and supports(spec.sources, kind) else None
+        if shown is not None and (spec.block or spec.key) in probe:
+            parts[spec.part] += shown(probe)
+    parts["tail"] += [row for _spec, found in block_lines(dict(probe)) for row in found]
+    parts["tail"] += [("note", str(n)) for n in probe.get("notes") or []]
     if "elapsed_s" in probe:
         # In a doctor run the probes have a share of its budget: said as theirs.
         took = f"{_num(probe.get('elapsed_s')):.1f} s of the probes'"
-        tail.append(("took", f"{took} {_num(probe.get('budget_s')):g} s budget"))
-    return Fields(tuple(rows)), middle, Fields(tuple(tail))
+        parts["tail"].append(("took", f"{took} {_num(probe.get('budget_s')):g} s budget"))
+    head, tail = (_content(parts[p]) for p in ("head", "tail"))
+    return _fields(head), _content(parts["middle"]), _fields(tail)
+
+
+def _fields(blocks: list[Block]) -> Fields:
+    """The one :class:`Fields` the head's or the tail's lines make."""
+    rows = [row for b in blocks if isinstance(b, Fields) for row in b.rows]
+    return Fields(tuple(rows))
 
 
 def _content(shown: Shown) -> list[Block]:
@@ -90,6 +83,8 @@ def _content(shown: Shown) -> list[Block]:
     for part in shown:
         if isinstance(part, BarRows):
             out.append(Bars(part.header, part.rows, part.scale))
+        elif isinstance(part, Commands):
+            out.append(Code(part.text, "sh"))
         else:
             out.append(Fields((part,)))
     return list(_merged(out))
@@ -105,47 +100,6 @@ def _merged(blocks: list[Block]) -> tuple[Block, ...]:
         elif not isinstance(block, Fields) or block.rows:
             out.append(block)
     return tuple(out)
-
-
-def _fio_blocks(fio: Doc) -> list[Block]:
-    """fio's figures beside the probe's (with --fio), else how to reproduce with fio."""
-    jobs = blocks_of(fio.get("jobs"))
-    if not jobs:
-        return []
-    if not ok(fio):
-        rows = [] if fio.get("status") == "skipped" else [("fio", status_text(fio))]
-        hint = (
-            "loadscope probe --fio runs the fio jobs that reproduce these numbers"
-            " (their command lines: fio.jobs[].command in --json)"
-        )
-        return [Fields((*rows, ("fio", hint)))]
-    rows = []
-    for job in jobs:
-        if job.get("fio") is None:
-            continue
-        if job.get("metric") == "p50_us":
-            mine = format_us(job["probe"]) if job.get("probe") else "-"
-            text = f"{job.get('label')}: p50 {format_us(job['fio'])} (probe {mine})"
-        else:
-            mine = format_rate(job["probe"]) if job.get("probe") else "-"
-            text = f"{job.get('label')}: {format_rate(job['fio'])} (probe {mine})"
-        ratio = job.get("fio_over_probe")
-        rows.append(("fio", text + (f", fio/probe {ratio:.2f}x" if ratio else "")))
-    rows.append(("fio", "the jobs (read-only):"))
-    commands = "\n".join(line for job in jobs for line in _shell_lines(str(job.get("command"))))
-    return [Fields(tuple(rows)), Code(commands, "sh")]
-
-
-def _shell_lines(command: str, width: int = 78) -> list[str]:
-    """A long shell command as lines continued with a backslash, broken between words."""
-    words = shlex.split(command)
-    lines, line = [], ""
-    for word in (shlex.quote(w) for w in words):
-        if len(line) + 1 + len(word) > width - 2 and line.strip():
-            lines.append(line + " \\")
-            line = "  "
-        line += (" " if line.strip() else "") + word
-    return [*lines, line]
 
 
 def _num(value: Any) -> float:

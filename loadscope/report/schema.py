@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import sys
-import typing
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -191,16 +190,18 @@ def generate() -> dict[str, Any]:
     }
 
 
-#: The ProbeReport's own sections whose data is a ProbeResult's (each gets its
-#: ``probe_*_data``); the registered probes' blocks (``probes/registry.py``: the GPUs', a
-#: plugin's) get theirs from each one's declared record.
-_CORE_SECTIONS = ("system", "latency", "throughput")
+#: The probe blocks the report writes in a shape of its own (schema below: the files'
+#: storage and page cache per file, fio's jobs beside the probe's figures); every other
+#: probe's block is a ProbeResult of its declared record (``probes/registry.py``).
+_OWN_SHAPES = ("files", "fio")
 
 
 def _probe_sections() -> tuple[str, ...]:
+    """The probe blocks whose data is a ProbeResult's, in the registry's order (each gets
+    its ``probe_*_data`` from its declared record)."""
     from loadscope.probes.registry import PROBES
 
-    return (*_CORE_SECTIONS, *PROBES)
+    return tuple(k for k, s in PROBES.items() if not s.block and k not in _OWN_SHAPES)
 
 
 def _ref(model: str) -> dict[str, str]:
@@ -257,7 +258,6 @@ def _report_types() -> dict[str, Any]:
     from loadscope.advice.rules import Recommendation, Verdict
     from loadscope.engine.bench import Sample, Summary, Trial
     from loadscope.engine.broadcast import BroadcastSummary, BroadcastTrial, RankInfo
-    from loadscope.engine.probing import ProbeReport
     from loadscope.engine.usercmd import RunResult
     from loadscope.report.compare import FleetNode
 
@@ -276,12 +276,8 @@ def _report_types() -> dict[str, Any]:
     }
     from loadscope.probes.registry import PROBES
 
-    hints = typing.get_type_hints(ProbeReport)
-    for name in _CORE_SECTIONS:
-        (inner,) = typing.get_args(hints[name])
-        types[f"probe_{name}_data"] = inner
-    for key, spec in PROBES.items():
-        types[f"probe_{key}_data"] = spec.record
+    for key in _probe_sections():
+        types[f"probe_{key}_data"] = PROBES[key].record
     return types
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadscope.engine.probing import _storage
 from loadscope.probes import mounts
+from loadscope.probes.filestorage import storage_of as _storage
 from loadscope.tools.synth import synthesize
 from tests.conftest import CliRunner
 

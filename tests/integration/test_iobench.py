@@ -156,7 +156,7 @@ def test_into_ram_lands_the_region_in_fresh_memory_within_its_cap(
 
 
 def test_the_probe_names_why_it_did_not_land_reads_in_ram(big_file: Path) -> None:
-    from loadscope.engine.probing import _into_ram
+    from loadscope.probes.coldreads import _into_ram
 
     bench = IoBench([(str(big_file), big_file.stat().st_size)], cold=ColdCache(), direct=False)
     par = bench.parallel(4, 0.3)
@@ -180,7 +180,7 @@ def test_a_read_error_into_ram_is_the_error_not_the_buffer(
     it measured before it."""
     import errno
 
-    from loadscope.engine.probing import _into_ram
+    from loadscope.probes.coldreads import _into_ram
 
     bench = IoBench([(str(big_file), big_file.stat().st_size)], cold=ColdCache(), direct=False)
     par = bench.parallel(4, 0.3)
