@@ -26,7 +26,7 @@ from loadscope.probes import blockdev, mounts
 from loadscope.probes.iosampler import blind_signals
 from loadscope.probes.pagecache import Residency, residency, residency_lines
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe
-from loadscope.probes.spec import ProbeContext, ProbeSpec, Shown, blocks_of
+from loadscope.probes.spec import ProbeContext, ProbeSpec, Shown, block_of, blocks_of
 
 
 @dataclass(slots=True)
@@ -48,6 +48,50 @@ class FileProbe:
     storage: StorageProbe
     residency: ProbeResult[Residency]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The file's block in the probe report's JSON: its storage and its residency."""
+        residency = self.residency.to_dict()
+        if self.residency.data is not None:
+            residency["fraction"] = self.residency.data.fraction
+            residency["resident_bytes"] = self.residency.data.resident_bytes
+        return {
+            "path": self.path,
+            "size_bytes": self.size_bytes,
+            "mount": self.storage.mount.to_dict(),
+            "device": self.storage.device.to_dict(),
+            "bdi": self.storage.bdi.to_dict(),
+            "fuse_connection": self.storage.fuse.to_dict(),
+            "block_stat_path": self.storage.block_stat_path,
+            "blind_signals": self.storage.blind_signals,
+            "residency": residency,
+        }
+
+
+#: A probe result's status fields in the report's JSON (its data's beside them).
+_STATUS_ONLY: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "status": {"enum": ["ok", "unavailable", "failed", "skipped"]},
+        "reason": {"type": ["string", "null"]},
+        "elapsed_s": {"type": "number"},
+    },
+}
+#: The JSON schema of a file's block (:meth:`FileProbe.to_dict`), which the report's
+#: schema carries for ``probe.files``.
+FILE_BLOCK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "size_bytes": {"type": "integer", "minimum": 0},
+        "mount": _STATUS_ONLY,
+        "device": _STATUS_ONLY,
+        "bdi": _STATUS_ONLY,
+        "fuse_connection": _STATUS_ONLY,
+        "block_stat_path": {"type": ["string", "null"]},
+        "blind_signals": {"type": "object", "additionalProperties": {"type": "string"}},
+        "residency": _STATUS_ONLY,
+    },
+}
 
 #: Where a loop device's image lives decides what its reads wait on: these are remote.
 _REMOTE_CLASSES = ("network-fs", "fuse", "network-block", "wsl")
@@ -214,3 +258,22 @@ PAGE_CACHE = ProbeSpec(
     shown=_residency_shown,
     block="files",
 )
+
+
+def storage_class_of(doc: Mapping[str, Any]) -> str | None:
+    """The storage class of the model's first file, from a probe report's JSON (None:
+    no file probed, or its mount not classified)."""
+    files = blocks_of(doc.get("files"))
+    mount = block_of(files[0].get("mount")) if files else {}
+    value = mount.get("storage_class")
+    return str(value) if isinstance(value, str) else None
+
+
+def mount_names(doc: Mapping[str, Any]) -> list[str]:
+    """Where the model's filesystems come from, as a report names them (a server and its
+    export, a FUSE daemon's source, the mount point): what redaction replaces."""
+    out = []
+    for f in blocks_of(doc.get("files")):
+        mount = block_of(f.get("mount"))
+        out += [v for k in ("source", "mount_point") if isinstance(v := mount.get(k), str)]
+    return out

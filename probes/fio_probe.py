@@ -79,6 +79,53 @@ def _run(ctx: ProbeContext) -> list[fio.FioMeasure]:
     return measured
 
 
+def probe_value(
+    job: fio.FioJob,
+    latency: ProbeResult[LatencyResult],
+    throughput: ProbeResult[ThroughputResult],
+) -> float | None:
+    """The probe's own figure ``job`` stands beside."""
+    if job.measures == "latency":
+        return latency.data.p50_us if latency.data else None
+    thr = throughput.data
+    if thr is None:
+        return None
+    if job.measures == "sequential":
+        same = [p for p in thr.sequential if p.block_bytes == job.block_bytes]
+        return same[0].bytes_per_s if same else None
+    best = max(thr.parallel, key=lambda p: p.bytes_per_s, default=None)
+    return best.bytes_per_s if best else None
+
+
+def fio_block(
+    result: ProbeResult[list[fio.FioMeasure]],
+    jobs: list[fio.FioJob],
+    latency: ProbeResult[LatencyResult],
+    throughput: ProbeResult[ThroughputResult],
+) -> dict[str, Any]:
+    """fio's block in the probe report's JSON: its status, and every job (run or not)
+    with its command line, the probe's figure, fio's and their ratio."""
+    measured = {m.job: m for m in result.data or []}
+    out = []
+    for job in jobs:
+        mine = probe_value(job, latency, throughput)
+        got = measured.get(job)
+        out.append(
+            {
+                "measures": job.measures,
+                "label": job.label,
+                **({"block_bytes": job.block_bytes} if job.block_bytes else {}),
+                "metric": job.metric,
+                "command": fio.command_line(job),
+                "probe": mine,
+                "fio": got.value if got else None,
+                "fio_over_probe": got.value / mine if got and mine else None,
+                "detail": got.detail if got else None,
+            }
+        )
+    return {"status": result.status.value, "reason": result.reason, "jobs": out}
+
+
 def fio_shown(block: Mapping[str, Any]) -> Shown:
     """fio's figures beside the probe's (with --fio), else how to reproduce with fio."""
     jobs = blocks_of(block.get("jobs"))
@@ -106,6 +153,19 @@ def fio_shown(block: Mapping[str, Any]) -> Shown:
     shown.append(("fio", "the jobs (read-only):"))
     commands = "\n".join(line for job in jobs for line in _shell_lines(str(job.get("command"))))
     return [*shown, Commands(commands)]
+
+
+def job_said(job: Mapping[str, Any]) -> str:
+    """One fio job of the report's JSON in words: what it reproduces, the probe's figure
+    and fio's ("cold 4 KiB random reads (probe p50 210 us, fio p50 190 us)")."""
+    mine, theirs = job.get("probe"), job.get("fio")
+    if job.get("metric") == "p50_us":
+        said = f"probe p50 {format_us(mine)}" if mine else "probe: not measured"
+        said += f", fio p50 {format_us(theirs)}" if theirs else ""
+    else:
+        said = f"probe {format_rate(mine)}" if mine else "probe: not measured"
+        said += f", fio {format_rate(theirs)}" if theirs else ""
+    return f"{job.get('label') or job.get('measures')} ({said})"
 
 
 def _shell_lines(command: str, width: int = 78) -> list[str]:

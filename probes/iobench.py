@@ -16,7 +16,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -501,7 +501,7 @@ def throughput_shown(thr: dict[str, Any]) -> Shown:
     return out
 
 
-def _rate(p: dict[str, Any]) -> float:
+def _rate(p: Mapping[str, Any]) -> float:
     value = p.get("bytes_per_s")
     return float(value) if isinstance(value, int | float) else 0.0
 
@@ -516,3 +516,41 @@ def _bar(p: dict[str, Any], label: str, remark: str | None = None) -> tuple[str,
 def _readers(p: dict[str, Any]) -> str:
     n = p.get("readers")
     return f"{n} reader{'s' if n != 1 else ''}"
+
+
+def latency_chart(lat: Mapping[str, Any]) -> tuple[str, BarRows] | None:
+    """The cold latency's percentiles as bars under their caption (the HTML's chart and
+    the app's), from its block in the probe report's JSON; None when it did not run ok."""
+    if not ok(lat):
+        return None
+    rows = tuple(
+        (q, format_us(float(v)), float(v), "")
+        for q, v in (
+            ("p50", lat.get("p50_us")),
+            ("p90", lat.get("p90_us")),
+            ("p99", lat.get("p99_us")),
+        )
+        if isinstance(v, int | float)
+    )
+    caption = f"cold 4 KiB read latency ({lat.get('method')}, {lat.get('samples')} samples)"
+    return caption, BarRows(("percentile", "latency"), rows, max((r[2] for r in rows), default=0.0))
+
+
+def latency_p50(lat: Mapping[str, Any]) -> float | None:
+    """The cold 4 KiB reads' median in microseconds, or None (not measured, or not a
+    number: a block holds its figures only when its probe ran ok)."""
+    value = lat.get("p50_us")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def best_read(thr: Mapping[str, Any]) -> float | None:
+    """The fastest read the throughput probe measured (parallel readers into reused
+    buffers), or None without a parallel scan."""
+    par = [_rate(p) for p in blocks_of(thr.get("parallel")) if _rate(p)]
+    return max(par) if ok(thr) and par else None
+
+
+def into_ram_rate(thr: Mapping[str, Any]) -> float | None:
+    """The best parallel point again, landing in fresh memory (None: not measured)."""
+    rate = _rate(block_of(thr.get("into_ram")))
+    return rate or None

@@ -242,3 +242,23 @@ SPEC = ProbeSpec(
     label="local disk",
     sources=EVERY_SOURCE,
 )
+
+
+def fastest_disk(block: Any) -> tuple[str, float] | None:
+    """``(directory, cold read rate)`` of the fastest measured local disk in the local
+    disks' block of the probe report's JSON, or None."""
+    measured = [
+        (str(d.get("directory")), float(rate))
+        for d in (block.get("disks") or [] if isinstance(block, dict) else [])
+        if isinstance(d, dict) and isinstance(d.get("speed"), dict)
+        if isinstance(rate := d["speed"].get("cold_read_bytes_per_s"), int | float)
+    ]
+    return max(measured, key=lambda pair: pair[1], default=None)
+
+
+def disk_directories(block: Any) -> list[str]:
+    """The local disks' folders in their block of the probe report's JSON."""
+    disks = block.get("disks") or [] if isinstance(block, dict) else []
+    return [
+        d["directory"] for d in disks if isinstance(d, dict) and isinstance(d.get("directory"), str)
+    ]

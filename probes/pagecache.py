@@ -396,3 +396,19 @@ def residency_lines(files: Any) -> Lines:
         why = first.get("reason") or (first.get("note") if ok(first) else "") or ""
         return [("page cache", f"unknown: {why}")]
     return []
+
+
+def residency_per_file(files: Any) -> list[tuple[str, str]]:
+    """``(residency, path)`` of each file's block in the probe report's JSON: "42%", or
+    "unknown (why)"."""
+    out = []
+    for f in blocks_of(files):
+        r = block_of(f.get("residency"))
+        frac = r.get("fraction")
+        shown = (
+            f"{frac:.0%}"
+            if isinstance(frac, int | float)
+            else f"unknown ({r.get('reason') or r.get('note')})"
+        )
+        out.append((shown, str(f.get("path"))))
+    return out

@@ -297,3 +297,65 @@ SPEC = ProbeSpec(
     shown=_shown,
     sources=EVERY_SOURCE,
 )
+
+
+def system_info_lines(block: Mapping[str, Any], host_kernel: str = "?") -> list[str]:
+    """The machine as the block people paste into an issue has it (the shape of
+    ``transformers env``, after loadscope's own version line), from its block in the
+    probe report's JSON; none when it did not run ok."""
+    if not ok(block):
+        return []
+    lines = [
+        f"- Platform: Linux-{block.get('kernel') or host_kernel}-{block.get('machine', '?')}",
+        f"- Python version: {block.get('python', '?')}",
+    ]
+    packages = block.get("packages")
+    for name, version in (packages if isinstance(packages, dict) else {}).items():
+        if version:
+            lines.append(f"- {name} version: {version}")
+    cpus = f"{block.get('cpus_usable', '?')} usable of {block.get('cpus_online', '?')}"
+    lines.append(f"- CPU: {block.get('cpu_model', '?')} ({cpus})")
+    available, limit = memory_figures(block)
+    ram = block.get("ram_total_bytes")
+    if ram:
+        lines.append(f"- RAM: {format_bytes(ram)} ({format_bytes(available or 0)} available)")
+    cgroup = block_of(block.get("cgroup"))
+    lines.append(
+        f"- cgroup v{cgroup.get('version', '?')} memory limit: "
+        f"{format_bytes(limit) if limit else 'none'}"
+    )
+    virt = [x for x in (block.get("virtualization"), block.get("container")) if x]
+    if virt or block.get("wsl"):
+        lines.append(f"- Environment: {', '.join(virt + (['WSL'] if block.get('wsl') else []))}")
+    cuda = block.get("torch_cuda")
+    if cuda:
+        lines.append(f"- torch CUDA build: {'none (CPU-only torch)' if cuda == 'cpu' else cuda}")
+    if block.get("nvidia_driver"):
+        lines.append(f"- NVIDIA driver version: {block['nvidia_driver']}")
+    found = block.get("gpus")
+    gpus: list[Any] = found if isinstance(found, list) else []
+    note = f" ({block['gpu_note']})" if not gpus and block.get("gpu_note") else ""
+    lines.append(f"- GPUs: {len(gpus) or 'none'}{note}")
+    return lines + [_gpu_line(g) for g in gpus]
+
+
+def _gpu_line(gpu: Any) -> str:
+    """``  - GPU 0: NVIDIA H100 80GB HBM3, 80 GiB`` (a report's GPU entry, any shape)."""
+    if not isinstance(gpu, dict):
+        return f"  - {gpu}"
+    memory = gpu.get("memory_bytes")
+    size = f", {format_bytes(memory)}" if isinstance(memory, int) and memory > 0 else ""
+    return f"  - GPU {gpu.get('index', '?')}: {gpu.get('name', '?')}{size}"
+
+
+def memory_figures(block: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """``(RAM available, the cgroup's limit)`` in bytes from the machine's block (None:
+    not known, or no limit)."""
+    if not ok(block):
+        return None, None
+    available = block.get("ram_available_bytes")
+    limit = block_of(block.get("cgroup")).get("limit_bytes")
+    return (
+        int(available) if isinstance(available, int | float) else None,
+        int(limit) if isinstance(limit, int | float) and limit else None,
+    )

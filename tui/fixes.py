@@ -8,8 +8,9 @@ outcome, and builds the job.
 
 Owns: the copy and apply decisions and texts. The app runs the jobs and the dialogs.
 May import: the core's advice (``loadscope.advice.rules``, ``loadscope.advice.snippets``),
-its engine-process jobs (``loadscope.diagnosis.engine_process``), ``loadscope.base``, the
-screens and the views; never the app (its Textual base class is enough).
+its engine-process jobs (``loadscope.diagnosis.engine_process``), the local disks' block
+(``loadscope.probes.localdisk``), ``loadscope.base``, the screens and the views; never the
+app (its Textual base class is enough).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from loadscope.advice.snippets import snippet_heading
 from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.diagnosis.engine_process import copy_job, warm_job
+from loadscope.probes.localdisk import fastest_disk
 from loadscope.tui.screens import ConfirmScreen, TextScreen
 from loadscope.tui.views import APPLICABLE
 
@@ -101,11 +103,9 @@ def destination(rec: dict[str, Any] | None, report: dict[str, Any] | None, spec:
     dest = ((rec or {}).get("apply") or {}).get("dest")
     if dest:
         return str(dest)  # the one the advice's snippet names
-    disks = (((report or {}).get("probe") or {}).get("local_disks") or {}).get("disks")
-    fast = [d for d in disks or [] if d.get("speed")]
-    best = max(fast, key=lambda d: d["speed"]["cold_read_bytes_per_s"], default=None)
+    best = fastest_disk(((report or {}).get("probe") or {}).get("local_disks"))
     # A report from before recommendations carried their apply: the same rule.
-    return copy_destination(best["directory"] if best else str(Path.home()), spec)
+    return copy_destination(best[0] if best else str(Path.home()), spec)
 
 
 def confirmation(

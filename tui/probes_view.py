@@ -8,8 +8,8 @@ run and a saved report draw the same.
 
 Owns: :class:`ProbesView` and its :class:`BarChart`.
 May import: the core's units (``loadscope.base.units``), the probes' content
-(``loadscope.report.probe_text``, ``loadscope.report.content``), the charts; nothing
-else of the app.
+(``loadscope.report.probe_text``, ``loadscope.report.content``) and how their blocks
+read (``loadscope.probes``), the charts; nothing else of the app.
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from loadscope.base.units import format_bytes, format_us
+from loadscope.base.units import format_bytes
+from loadscope.probes.iobench import latency_chart
+from loadscope.probes.pagecache import residency_per_file
+from loadscope.probes.spec import block_of, ok
+from loadscope.probes.system import memory_figures
 from loadscope.report.content import Bars, Code, Fields
 from loadscope.report.probe_text import probe_parts, source_title
 from loadscope.tui.charts import Bar, bar_lines, theme_color
@@ -100,42 +104,35 @@ def probe_content(probe: dict[str, Any]) -> ProbeContent:
 
 
 def latency_bars(probe: dict[str, Any]) -> tuple[Bar, ...]:
-    """The cold 4 KiB read latency percentiles, when the latency probe ran."""
-    lat = probe.get("latency", {})
-    if lat.get("status") != "ok":
-        return ()
-    return tuple(
-        Bar(q, lat[f"{q}_us"], format_us(lat[f"{q}_us"]))
-        for q in ("p50", "p90", "p99")
-        if lat.get(f"{q}_us") is not None
+    """The cold 4 KiB read latency percentiles, when the latency probe ran (the HTML's
+    chart's bars: ``probes/iobench.py``'s ``latency_chart``)."""
+    chart = latency_chart(block_of(probe.get("latency")))
+    return (
+        tuple(Bar(label, value, figure) for label, figure, value, _ in chart[1].rows)
+        if chart
+        else ()
     )
 
 
 def memory_bars(probe: dict[str, Any]) -> tuple[Bar, ...]:
     """The model's size beside the available RAM and the cgroup's limit."""
-    sysr = probe.get("system", {})
-    model = probe.get("target", {}).get("total_bytes") or 0
+    model = int(block_of(probe.get("target")).get("total_bytes") or 0)
     mem: list[Bar] = [Bar("model", model, format_bytes(model))]
-    if sysr.get("status") == "ok":
-        avail = sysr.get("ram_available_bytes") or 0
-        mem.append(Bar("available", avail, format_bytes(avail)))
-        limit = (sysr.get("cgroup") or {}).get("limit_bytes")
-        if limit:
-            mem.append(Bar("cgroup limit", limit, format_bytes(limit)))
+    system = block_of(probe.get("system"))
+    available, limit = memory_figures(system)
+    if ok(system):
+        mem.append(Bar("available", available or 0, format_bytes(available or 0)))
+    if limit:
+        mem.append(Bar("cgroup limit", limit, format_bytes(limit)))
     return tuple(mem)
 
 
 def cache_lines(probe: dict[str, Any]) -> list[Text]:
     """Page-cache residency per file."""
-    files = probe.get("files") or []
+    files = residency_per_file(probe.get("files"))
     lines = [_labelled("page cache", "residency per file, before probing")]
-    for f in files[:SHOWN_FILES]:
-        r = f.get("residency", {})
-        frac = r.get("fraction")
-        shown = (
-            f"{frac:.0%}" if frac is not None else f"unknown ({r.get('reason') or r.get('note')})"
-        )
-        lines.append(Text(f"  {shown:>5}  {f.get('path')}"))
+    for shown, path in files[:SHOWN_FILES]:
+        lines.append(Text(f"  {shown:>5}  {path}"))
     if len(files) > SHOWN_FILES:
         lines.append(Text(f"  ... and {len(files) - SHOWN_FILES} more"))
     return lines

@@ -17,6 +17,7 @@ from loadscope.cli.common import THREADS, Command, UsageError, acting, emit, opt
 from loadscope.cli.progress import ByteMeter, mode_for, rate_suffix
 from loadscope.diagnosis.doctor import load_report
 from loadscope.loaders.strategies import DEFAULT
+from loadscope.probes.localdisk import fastest_disk
 
 if TYPE_CHECKING:
     from loadscope.actions.localcopy import CopyReport
@@ -65,8 +66,8 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             ),
             None,
         )
-        disks = ((doc.get("probe") or {}).get("local_disks") or {}).get("disks") or []
-        speeds = [d["speed"]["cold_read_bytes_per_s"] for d in disks if d.get("speed")]
+        fastest = fastest_disk((doc.get("probe") or {}).get("local_disks"))
+        speeds = [fastest[1]] if fastest else []
         if cold and speeds:
             here = cold.get("extrapolated_median_seconds") or cold["median_seconds"]
             there = report.files and sum(f.size_bytes for f in report.files) / max(speeds)

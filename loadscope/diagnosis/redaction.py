@@ -4,7 +4,8 @@ Owns :func:`redact` and the labels it puts in place of names (``<model>``, ``<mo
 ``<host>``, ``<user>``, ``~``, ``<local-disk-N>``), found in the report itself.
 
 May import: ``loadscope.engine`` (the conventional local folders),
-``loadscope.probes.localdisk``, ``loadscope.base``.
+``loadscope.probes.localdisk`` and ``loadscope.probes.filestorage`` (the folders and
+mounts the report names), ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import os
 import posixpath
 import re
 from typing import Any
+
+from loadscope.probes.filestorage import mount_names
+from loadscope.probes.localdisk import disk_directories
 
 #: One replacement: the text, where it matches, and the label put in its place.
 _Sub = tuple[str, re.Pattern[str], str]
@@ -55,12 +59,8 @@ def _labels(doc: dict[str, Any], target: dict[str, Any]) -> dict[str, str]:
     }
     # Where the model's filesystems come from (an NFS server and export, a FUSE daemon's
     # source, a device): names and paths too.
-    for f in (doc.get("probe") or {}).get("files") or []:
-        mount = f.get("mount") if isinstance(f, dict) else None
-        if isinstance(mount, dict):
-            for key in ("source", "mount_point"):
-                if isinstance(mount.get(key), str) and mount[key] not in labels:
-                    labels[mount[key]] = "<mount>"
+    for name in mount_names(doc.get("probe") or {}):
+        labels.setdefault(name, "<mount>")
     labels[host] = "<host>"
     return labels
 
@@ -78,9 +78,8 @@ def _paths(
                 paths.setdefault(above, label)
     if home.count("/") >= 1 and len(home) > 2:
         paths.setdefault(home, "~")
-    local = ((doc.get("probe") or {}).get("local_disks") or {}).get("disks") or []
-    folders = {d.get("directory") for d in local if isinstance(d, dict)}
-    for folder in sorted(posixpath.normpath(f) for f in folders if isinstance(f, str)):
+    folders = set(disk_directories((doc.get("probe") or {}).get("local_disks")))
+    for folder in sorted(posixpath.normpath(f) for f in folders):
         if folder not in public and folder not in paths and folder not in labels:
             paths[folder] = (
                 f"<local-disk-{sum(v.startswith('<local') for v in paths.values()) + 1}>"

@@ -16,13 +16,13 @@ from typing import Any
 from loadscope.probes import fio
 from loadscope.probes.filestorage import FileProbe as FileProbe  # noqa: PLC0414
 from loadscope.probes.filestorage import StorageProbe as StorageProbe  # noqa: PLC0414
-from loadscope.probes.fio import FioJob
+from loadscope.probes.fio_probe import fio_block
+from loadscope.probes.gpu import SPEC as GPUS
 from loadscope.probes.gpu import GpuFacts
 from loadscope.probes.iobench import (
     LatencyResult,
     ThroughputResult,
 )
-from loadscope.probes.pagecache import Residency
 from loadscope.probes.registry import skipped
 from loadscope.probes.result import ProbeResult, Status, to_jsonable
 from loadscope.probes.system import SystemInfo
@@ -54,28 +54,13 @@ class ProbeReport:
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        files = []
-        for f in self.files:
-            files.append(
-                {
-                    "path": f.path,
-                    "size_bytes": f.size_bytes,
-                    "mount": f.storage.mount.to_dict(),
-                    "device": f.storage.device.to_dict(),
-                    "bdi": f.storage.bdi.to_dict(),
-                    "fuse_connection": f.storage.fuse.to_dict(),
-                    "block_stat_path": f.storage.block_stat_path,
-                    "blind_signals": f.storage.blind_signals,
-                    "residency": _residency_dict(f.residency),
-                }
-            )
         return {
             "schema_version": self.schema_version,
             "target": self.target,
             "budget_s": self.budget_s,
             "elapsed_s": round(self.elapsed_s, 3),
             "system": self.system.to_dict(),
-            "files": files,
+            "files": [f.to_dict() for f in self.files],
             "latency": self.latency.to_dict(),
             "throughput": self.throughput.to_dict(),
             **{key: r.to_dict() for key, r in self.registered.items()},
@@ -87,42 +72,12 @@ class ProbeReport:
     @property
     def gpus(self) -> ProbeResult[GpuFacts]:
         """The GPU probe's result (registered as ``gpus``)."""
-        found = self.registered.get("gpus")
-        return found if found is not None else skipped("gpus")
-
-    def probe_value(self, job: FioJob) -> float | None:
-        """The probe's own figure ``job`` stands beside."""
-        if job.measures == "latency":
-            return self.latency.data.p50_us if self.latency.data else None
-        thr = self.throughput.data
-        if thr is None:
-            return None
-        if job.measures == "sequential":
-            same = [p for p in thr.sequential if p.block_bytes == job.block_bytes]
-            return same[0].bytes_per_s if same else None
-        best = max(thr.parallel, key=lambda p: p.bytes_per_s, default=None)
-        return best.bytes_per_s if best else None
+        found = self.registered.get(GPUS.key)
+        return found if found is not None else skipped(GPUS.key)
 
     def fio_dict(self) -> dict[str, Any]:
-        measured = {m.job: m for m in self.fio.data or []}
-        jobs = []
-        for job in self.fio_jobs:
-            mine = self.probe_value(job)
-            got = measured.get(job)
-            jobs.append(
-                {
-                    "measures": job.measures,
-                    "label": job.label,
-                    **({"block_bytes": job.block_bytes} if job.block_bytes else {}),
-                    "metric": job.metric,
-                    "command": fio.command_line(job),
-                    "probe": mine,
-                    "fio": got.value if got else None,
-                    "fio_over_probe": got.value / mine if got and mine else None,
-                    "detail": got.detail if got else None,
-                }
-            )
-        return {"status": self.fio.status.value, "reason": self.fio.reason, "jobs": jobs}
+        """fio's block: each job beside the probe's own figure (``probes/fio_probe.py``)."""
+        return fio_block(self.fio, self.fio_jobs, self.latency, self.throughput)
 
     def to_json(self) -> str:
         return json.dumps(to_jsonable(self.to_dict()), indent=2)
@@ -131,11 +86,3 @@ class ProbeReport:
     def primary(self) -> FileProbe:
         """The largest file: the one throughput is measured on."""
         return max(self.files, key=lambda f: f.size_bytes)
-
-
-def _residency_dict(r: ProbeResult[Residency]) -> dict[str, Any]:
-    out = r.to_dict()
-    if r.data is not None:
-        out["fraction"] = r.data.fraction
-        out["resident_bytes"] = r.data.resident_bytes
-    return out

@@ -25,7 +25,10 @@ from typing import Any
 
 from loadscope.base import fix_ids
 from loadscope.base.units import format_rate, format_us, speedup_shown
+from loadscope.probes.filestorage import storage_class_of
+from loadscope.probes.iobench import latency_p50
 from loadscope.probes.sources import source_title
+from loadscope.probes.spec import block_of
 from loadscope.report.content import Fix, Route, fixes
 from loadscope.report.sections import probe_best_read
 
@@ -204,14 +207,11 @@ def _clipped(block: list[str], rows: int) -> list[str]:
 
 def _evidence(doc: dict[str, Any]) -> str:
     probe = doc.get("probe") or {}
-    files = probe.get("files") or []
-    mount = (files[0].get("mount") or {}) if files else {}
-    parts = [f"{mount.get('storage_class', 'unknown')} storage"]
+    parts = [f"{storage_class_of(probe) or 'unknown'} storage"]
     if title := source_title(probe.get("target")):
         parts = [f"the model is in {title}"]
-    lat = probe.get("latency") or {}
-    if lat.get("status") == "ok" and lat.get("p50_us") is not None:
-        parts.append(f"cold 4 KiB read p50 {format_us(lat['p50_us'])}")
+    if (p50 := latency_p50(block_of(probe.get("latency")))) is not None:
+        parts.append(f"cold 4 KiB read p50 {format_us(p50)}")
     best = probe_best_read(probe)
     if best:
         parts.append(f"best read {format_rate(best)}")

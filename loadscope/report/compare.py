@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.probes.filestorage import storage_class_of
+from loadscope.probes.iobench import latency_p50
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +92,6 @@ def row_of(source: str, doc: dict[str, Any]) -> Row:
     """One report's row; every field read defensively (a node's report is another
     machine's word: a wrong type shows as "?" or "-", it does not end the comparison)."""
     probe = _object(doc.get("probe"))
-    files = probe.get("files")
-    first = _object(files[0]) if isinstance(files, list) and files else {}
-    mount = _object(first.get("mount"))
-    lat = _object(probe.get("latency"))
     summary = _object(doc.get("bench")).get("summary")
     cold = [
         s
@@ -106,8 +104,8 @@ def row_of(source: str, doc: dict[str, Any]) -> Row:
     return Row(
         source=source,
         host=_text(_object(doc.get("host")).get("hostname")),
-        storage_class=_text(mount.get("storage_class")),
-        latency_p50_us=_number(lat.get("p50_us")),
+        storage_class=_text(storage_class_of(probe)),
+        latency_p50_us=latency_p50(_object(probe.get("latency"))),
         best_strategy=_text(best.get("strategy")) if best else None,
         best_bytes_per_s=_number(best.get("median_bytes_per_s")) if best else None,
         verdict=_text(_object(doc.get("verdict")).get("status")),

@@ -16,6 +16,8 @@ from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.sampling import whole_rate
+from loadscope.probes.iobench import latency_chart
+from loadscope.probes.spec import block_of
 from loadscope.report.content import Bars, Block, Bullets, Code, Fields, Para, Quote, Section, Table
 from loadscope.report.probe_text import probe_parts, target_words
 from loadscope.report.sections import probe_best_read, sections
@@ -336,12 +338,13 @@ def _user_command_charts(doc: dict[str, Any]) -> list[str]:
 def _storage_charts(doc: dict[str, Any]) -> list[str]:
     probe = doc.get("probe") or {}
     out: list[str] = []
-    lat = probe.get("latency") or {}
-    if lat.get("status") == "ok":
+    latency = latency_chart(block_of(probe.get("latency")))
+    if latency is not None:
+        caption, bars = latency
         out.append(
             bar_chart(
-                f"cold 4 KiB read latency ({lat.get('method')}, {lat.get('samples')} samples)",
-                [("p50", lat["p50_us"]), ("p90", lat["p90_us"]), ("p99", lat["p99_us"])],
+                caption,
+                [(label, value) for label, _figure, value, _remark in bars.rows],
                 lambda us: f"{us:.0f} us" if us < 1000 else f"{us / 1000:.3g} ms",
             )
         )

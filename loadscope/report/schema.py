@@ -13,7 +13,8 @@ required.
 
 May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
 :mod:`~loadscope.report.compare` (the fleet summary's types),
-``loadscope.probes.registry``, ``loadscope.base``.
+``loadscope.probes.registry``, ``loadscope.probes.filestorage`` (a file block's shape),
+``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from loadscope.probes.filestorage import FILE_BLOCK_SCHEMA
 
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 #: The report kinds the schema holds, by the name a reader asks for.
@@ -481,21 +484,8 @@ _PROBE_STATUS: dict[str, Any] = {
     "reason": {"type": ["string", "null"]},
     "elapsed_s": {"type": "number"},
 }
-_STATUS_ONLY: dict[str, Any] = {"type": "object", "properties": _PROBE_STATUS}
-_FILE: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "path": {"type": "string"},
-        "size_bytes": {"type": "integer", "minimum": 0},
-        "mount": _STATUS_ONLY,
-        "device": _STATUS_ONLY,
-        "bdi": _STATUS_ONLY,
-        "fuse_connection": _STATUS_ONLY,
-        "block_stat_path": {"type": ["string", "null"]},
-        "blind_signals": {"type": "object", "additionalProperties": {"type": "string"}},
-        "residency": _STATUS_ONLY,
-    },
-}
+#: A file's block: its storage and page cache, as the files' probe declares it.
+_FILE: dict[str, Any] = FILE_BLOCK_SCHEMA
 
 
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:

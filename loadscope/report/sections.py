@@ -7,7 +7,8 @@ backticks and ``**bold**``, which each renderer turns into its own markup. A sec
 ``id`` lets a renderer add what only it can draw (the HTML's charts go with ``trials``
 and ``storage``).
 
-May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.base``, and this
+May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.probes`` (how each
+probe's block reads), ``loadscope.base``, and this
 folder's content model and content (:mod:`~loadscope.report.content`,
 :mod:`~loadscope.report.probe_text`, :mod:`~loadscope.report.bench_text`,
 :mod:`~loadscope.report.rank_text`).
@@ -19,8 +20,12 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.sampling import whole_rate
+from loadscope.probes.fio_probe import job_said
+from loadscope.probes.iobench import best_read, into_ram_rate
+from loadscope.probes.spec import block_of
+from loadscope.probes.system import system_info_lines
 from loadscope.report.bench_text import (
     bench_blocks,
     command_cells,
@@ -62,57 +67,15 @@ def sections(doc: dict[str, Any]) -> list[Section]:
 
 
 def _system_info(doc: dict[str, Any]) -> Section | None:
-    """The block people paste into an issue (the shape of `transformers env`)."""
+    """The block people paste into an issue (the shape of `transformers env`): loadscope's
+    version, then the machine's lines (``probes/system.py``)."""
     probe = doc.get("probe") or {}
-    sysinfo = probe.get("system") or {}
-    if sysinfo.get("status") != "ok":
-        return None
     host = doc.get("host") or {}
-    lines = [
-        f"- loadscope version: {doc['tool']['version']}",
-        f"- Platform: Linux-{sysinfo.get('kernel') or host.get('kernel', '?')}-"
-        f"{sysinfo.get('machine', '?')}",
-        f"- Python version: {sysinfo.get('python', '?')}",
-    ]
-    for name, version in (sysinfo.get("packages") or {}).items():
-        if version:
-            lines.append(f"- {name} version: {version}")
-    cpus = f"{sysinfo.get('cpus_usable', '?')} usable of {sysinfo.get('cpus_online', '?')}"
-    lines.append(f"- CPU: {sysinfo.get('cpu_model', '?')} ({cpus})")
-    ram = sysinfo.get("ram_total_bytes")
-    avail = sysinfo.get("ram_available_bytes")
-    if ram:
-        lines.append(f"- RAM: {format_bytes(ram)} ({format_bytes(avail or 0)} available)")
-    cg = sysinfo.get("cgroup") or {}
-    limit = cg.get("limit_bytes")
-    lines.append(
-        f"- cgroup v{cg.get('version', '?')} memory limit: "
-        f"{format_bytes(limit) if limit else 'none'}"
-    )
-    virt = [x for x in (sysinfo.get("virtualization"), sysinfo.get("container")) if x]
-    if virt or sysinfo.get("wsl"):
-        lines.append(f"- Environment: {', '.join(virt + (['WSL'] if sysinfo.get('wsl') else []))}")
-    cuda = sysinfo.get("torch_cuda")
-    if cuda:
-        lines.append(f"- torch CUDA build: {'none (CPU-only torch)' if cuda == 'cpu' else cuda}")
-    if sysinfo.get("nvidia_driver"):
-        lines.append(f"- NVIDIA driver version: {sysinfo['nvidia_driver']}")
-    gpus = sysinfo.get("gpus") or []
-    lines.append(
-        f"- GPUs: {len(gpus) or 'none'}"
-        + (f" ({sysinfo['gpu_note']})" if not gpus and sysinfo.get("gpu_note") else "")
-    )
-    lines += [_gpu_line(g) for g in gpus]
+    machine = system_info_lines(block_of(probe.get("system")), str(host.get("kernel", "?")))
+    if not machine:
+        return None
+    lines = [f"- loadscope version: {doc['tool']['version']}", *machine]
     return Section("system", "System Info", (Code("\n".join(lines)),))
-
-
-def _gpu_line(gpu: Any) -> str:
-    """``  - GPU 0: NVIDIA H100 80GB HBM3, 80 GiB`` (a report's GPU entry, any shape)."""
-    if not isinstance(gpu, dict):
-        return f"  - {gpu}"
-    memory = gpu.get("memory_bytes")
-    size = f", {format_bytes(memory)}" if isinstance(memory, int) and memory > 0 else ""
-    return f"  - GPU {gpu.get('index', '?')}: {gpu.get('name', '?')}{size}"
 
 
 def _storage(doc: dict[str, Any]) -> Section | None:
@@ -147,11 +110,7 @@ def probe_best_read(probe: Mapping[str, Any]) -> float | None:
     """The fastest read the probe measured on the model's mount (parallel readers into
     reused buffers): the one reference value the text, the Markdown and the HTML chart
     draw, or None without a parallel scan."""
-    thr = probe.get("throughput") or {}
-    par = [p for p in thr.get("parallel") or [] if isinstance(p, dict) and p.get("bytes_per_s")]
-    if thr.get("status") != "ok" or not par:
-        return None
-    return max(float(p["bytes_per_s"]) for p in par)
+    return best_read(block_of(probe.get("throughput")))
 
 
 #: A loader this far above the probe's best read means the probe's short scan under-read
@@ -178,17 +137,13 @@ def ceiling_line(probe: Mapping[str, Any], bench: Mapping[str, Any]) -> str | No
         return None
     rate, name = max(cold)
     text = f"fastest cold load (measured whole): `{name}` at {format_rate(rate)},"
-    ram = ((probe.get("throughput") or {}).get("into_ram")) or {}
+    ram = into_ram_rate(block_of(probe.get("throughput")))
     if rate > CEILING_SLACK * storage:
         return (
             f"{text} {rate / storage:.2f}x the probe's best read ({format_rate(storage)}):"
             " the probe's short scan under-read this storage, so its figure is no limit here"
         )
-    into = (
-        f"; into fresh RAM the probe read {format_rate(float(ram['bytes_per_s']))}"
-        if isinstance(ram, dict) and ram.get("bytes_per_s")
-        else ""
-    )
+    into = f"; into fresh RAM the probe read {format_rate(ram)}" if ram else ""
     return f"{text} {rate / storage:.2f}x the probe's best read ({format_rate(storage)}){into}"
 
 
@@ -310,15 +265,8 @@ def _fio(doc: dict[str, Any]) -> Section | None:
         return None
     blocks: list[Block] = []
     for job in jobs:
-        mine, theirs = job.get("probe"), job.get("fio")
-        if job.get("metric") == "p50_us":
-            said = f"probe p50 {format_us(mine)}" if mine else "probe: not measured"
-            said += f", fio p50 {format_us(theirs)}" if theirs else ""
-        else:
-            said = f"probe {format_rate(mine)}" if mine else "probe: not measured"
-            said += f", fio {format_rate(theirs)}" if theirs else ""
         blocks += [
-            Bullets((f"{job.get('label') or job.get('measures')} ({said}):",)),
+            Bullets((f"{job_said(job)}:",)),
             Code(str(job.get("command")), "sh"),
         ]
     return Section("fio", "reproduce the storage numbers with fio", tuple(blocks))
