@@ -24,11 +24,20 @@ from typing import Any, Literal
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.memory import fresh_memory
 from loadscope.base.safeio import open_regular
-from loadscope.base.units import format_bytes, format_rate, format_us
+from loadscope.base.units import format_bytes
 from loadscope.probes.iosampler import IoDelta, IoSampler, delta
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.result import Unavailable
-from loadscope.probes.spec import BarRows, Lines, Shown, block_of, blocks_of, ok, status_text
+from loadscope.probes.spec import (
+    BarRows,
+    Lines,
+    Shown,
+    block_of,
+    blocks_of,
+    figure,
+    ok,
+    status_text,
+)
 
 Method = Literal["o_direct", "evict-then-read"]
 ALIGN = 4096
@@ -453,8 +462,8 @@ def latency_text(lat: dict[str, Any]) -> str:
     """The cold read latency's figures, from its block in the probe report's JSON."""
     return (
         f"cold 4 KiB reads ({lat.get('method')}, {lat.get('samples')} samples):"
-        f" p50 {format_us(lat['p50_us'])}, p90 {format_us(lat['p90_us'])},"
-        f" p99 {format_us(lat['p99_us'])}"
+        f" p50 {figure('p50_us', lat.get('p50_us'))}, p90 {figure('p90_us', lat.get('p90_us'))},"
+        f" p99 {figure('p99_us', lat.get('p99_us'))}"
     )
 
 
@@ -510,7 +519,7 @@ def _bar(p: dict[str, Any], label: str, remark: str | None = None) -> tuple[str,
     if remark is None:
         avg = p.get("avg_request_bytes")
         remark = f"  kernel {format_bytes(avg)}/req" if avg else ""
-    return label, format_rate(_rate(p)), _rate(p), remark
+    return label, figure("bytes_per_s", _rate(p)), _rate(p), remark
 
 
 def _readers(p: dict[str, Any]) -> str:
@@ -524,7 +533,7 @@ def latency_chart(lat: Mapping[str, Any]) -> tuple[str, BarRows] | None:
     if not ok(lat):
         return None
     rows = tuple(
-        (q, format_us(float(v)), float(v), "")
+        (q, figure(f"{q}_us", v), float(v), "")
         for q, v in (
             ("p50", lat.get("p50_us")),
             ("p90", lat.get("p90_us")),

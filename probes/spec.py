@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from loadscope.base.units import format_bytes, format_rate, format_us
 from loadscope.probes.sources import FILES, ONLY_FILES
 
 
@@ -175,3 +176,53 @@ def block_of(value: Any) -> dict[str, Any]:
 def blocks_of(value: Any) -> list[dict[str, Any]]:
     """The blocks of a list in the report's JSON (none where it is not a list)."""
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+#: Each figure's unit, declared once: by its field's name (the first rule that matches:
+#: a whole name, a prefix or a suffix). The report's JSON schema carries it (``x-unit``),
+#: and :func:`figure` lays any field out by it for the terminal, Markdown, HTML and the
+#: app alike. A field none matches is a count, an id or a word.
+UNIT_RULES: tuple[tuple[str, str, str], ...] = (
+    ("name", "seconds", "s"),
+    ("suffix", "_seconds", "s"),
+    ("suffix", "bytes_per_s", "bytes/s"),
+    ("suffix", "bytes", "bytes"),
+    ("prefix", "bytes_", "bytes"),
+    ("suffix", "_us", "us"),
+    ("suffix", "_kb", "KiB"),
+    ("suffix", "_ratio", "%"),
+    ("suffix", "_gts", "GT/s"),
+    ("suffix", "_s", "s"),
+)
+
+
+def unit_of(name: str) -> str | None:
+    """The unit of a record's field ``name`` ("bytes", "bytes/s", "us", "KiB", "s", "%",
+    "GT/s"), or None for a count, an id or a word."""
+    for kind, text, unit in UNIT_RULES:
+        if (
+            (kind == "name" and name == text)
+            or (kind == "prefix" and name.startswith(text))
+            or (kind == "suffix" and name.endswith(text))
+        ):
+            return unit
+    return None
+
+
+def figure(name: str, value: Any) -> str:
+    """Field ``name``'s ``value`` in its unit ("1.2 GiB", "3.4 GB/s", "210 us", "8192
+    KiB", "0.52 s", "20%", "16 GT/s"), "?" when it is not a number."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "?"
+    unit = unit_of(name)
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "bytes/s":
+        return format_rate(value)
+    if unit == "us":
+        return format_us(value)
+    if unit == "KiB":
+        return f"{int(value)} KiB"
+    if unit in ("s", "%", "GT/s"):
+        return f"{value:.3g} {unit}" if unit != "%" else f"{value:g}%"
+    return f"{value:g}"

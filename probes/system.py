@@ -28,7 +28,7 @@ from loadscope.probes.memory import (
     headroom_bytes,
 )
 from loadscope.probes.sources import EVERY_SOURCE
-from loadscope.probes.spec import Lines, ProbeSpec, Shown, block_of, ok, status_text
+from loadscope.probes.spec import Lines, ProbeSpec, Shown, block_of, figure, ok, status_text
 from loadscope.probes.sysfs import read_text
 
 _PACKAGES = (
@@ -262,14 +262,13 @@ def system_lines(block: dict[str, Any], model_bytes: int) -> Lines:
         return [("system", status_text(block))]
 
     def size(name: str) -> str:
-        value = block.get(name)
-        return format_bytes(int(value)) if isinstance(value, int | float) else "?"
+        return figure(name, block.get(name))
 
-    limit = block_of(block.get("cgroup")).get("limit_bytes")
+    _available, limit = memory_figures(block)
     fits = "fits" if int(block.get("memory_headroom_bytes") or 0) >= model_bytes else "does NOT fit"
     memory = (
         f"{size('ram_available_bytes')} available of {size('ram_total_bytes')};"
-        f" cgroup limit {format_bytes(int(limit)) if limit else 'none'};"
+        f" cgroup limit {figure('limit_bytes', limit) if limit else 'none'};"
         f" model {format_bytes(model_bytes)} ({fits} in RAM)"
     )
     where = block.get("virtualization") or "bare metal?"
@@ -318,11 +317,14 @@ def system_info_lines(block: Mapping[str, Any], host_kernel: str = "?") -> list[
     available, limit = memory_figures(block)
     ram = block.get("ram_total_bytes")
     if ram:
-        lines.append(f"- RAM: {format_bytes(ram)} ({format_bytes(available or 0)} available)")
+        lines.append(
+            f"- RAM: {figure('ram_total_bytes', ram)}"
+            f" ({figure('ram_available_bytes', available or 0)} available)"
+        )
     cgroup = block_of(block.get("cgroup"))
     lines.append(
         f"- cgroup v{cgroup.get('version', '?')} memory limit: "
-        f"{format_bytes(limit) if limit else 'none'}"
+        f"{figure('limit_bytes', limit) if limit else 'none'}"
     )
     virt = [x for x in (block.get("virtualization"), block.get("container")) if x]
     if virt or block.get("wsl"):

@@ -146,12 +146,17 @@ def _type(node: dict[str, Any]) -> str:
     return f"{kind} {said}".strip()
 
 
+def _typed(node: dict[str, Any]) -> str:
+    """:func:`_type`, with the field's unit where its name declares one (``x-unit``)."""
+    return _type(node) + (f" ({node['x-unit']})" if node.get("x-unit") else "")
+
+
 def _fields(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str, bool, str]]:
     """(path, type, required, description) of every field, nested objects flattened."""
     required = set(node.get("required", ()))
     for name, sub in node.get("properties", {}).items():
         path = f"{prefix}{name}"
-        yield path, _type(sub), name in required, sub.get("description", "")
+        yield path, _typed(sub), name in required, sub.get("description", "")
         if sub.get("type") == "object" and sub.get("properties"):
             yield from _fields(sub, f"{path}.")
         items = sub.get("items", {})

@@ -14,7 +14,7 @@ required.
 May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
 :mod:`~loadscope.report.compare` (the fleet summary's types),
 ``loadscope.probes.registry``, ``loadscope.probes.filestorage`` (a file block's shape),
-``loadscope.base``.
+``loadscope.probes.spec`` (each field's unit), ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from loadscope.probes.filestorage import FILE_BLOCK_SCHEMA
+from loadscope.probes.spec import unit_of
 
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")
 #: The report kinds the schema holds, by the name a reader asks for.
@@ -238,7 +239,7 @@ def _type_defs() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     for name, schema in schemas.items():
         if "$ref" not in schema:
             defs[name] = schema
-    defs = {k: _loosen(v) for k, v in defs.items()}
+    defs = {k: _with_units(_loosen(v)) for k, v in defs.items()}
     for name, schema in defs.items():
         # Required: what the readers index, not every field today's types declare (a
         # report from an earlier version of schema 1 lacks the later fields).
@@ -253,6 +254,15 @@ def _type_defs() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         "anyOf": [snippets, {"type": "object", "additionalProperties": {"type": "string"}}]
     }
     return schemas, defs
+
+
+def _with_units(schema: dict[str, Any]) -> dict[str, Any]:
+    """Each property whose name declares a unit (``probes/spec.py``'s ``UNIT_RULES``)
+    says it (``x-unit``): what a figure in the JSON is in, for whoever reads it."""
+    for name, prop in (schema.get("properties") or {}).items():
+        if isinstance(prop, dict) and (unit := unit_of(name)) is not None:
+            prop["x-unit"] = unit
+    return schema
 
 
 def _report_types() -> dict[str, Any]:

@@ -124,3 +124,77 @@ def test_every_other_meaning_is_still_a_field_name() -> None:
     for spec in PROBES.values():
         names |= _fields(spec.record, set())
     assert sorted(set(OTHER_MEANINGS) - names) == []
+
+
+#: The numeric fields that have no unit: counts, ids, settings in their own terms.
+COUNTS = {
+    "nr_requests": "requests the block layer queues",
+    "conn_id": "a FUSE connection's id",
+    "waiting": "requests a FUSE connection has waiting",
+    "max_background": "requests a FUSE connection sends at once",
+    "congestion_threshold": "requests a FUSE connection counts as congested",
+    "pages_total": "pages",
+    "pages_resident": "pages",
+    "cpus_online": "CPUs",
+    "cpus_usable": "CPUs",
+    "version": "the cgroup's version",
+    "index": "a GPU's index",
+    "samples": "reads",
+    "files_sampled": "files",
+    "readers": "threads",
+    "requests": "requests",
+    "device_requests": "requests",
+    "value": "fio's figure, in the unit its job's metric names",
+    "detail": "fio's figures, each named with its unit",
+    "numa_node": "a NUMA node's id",
+    "width": "PCIe lanes",
+    "generation": "a PCIe generation",
+    "pcie_generation": "a PCIe generation",
+    "pcie_width": "PCIe lanes",
+}
+
+
+def _numeric(record: Any, seen: set[Any], out: set[str]) -> set[str]:
+    if record in seen:
+        return out
+    seen.add(record)
+    for arg in typing.get_args(record):
+        _numeric(arg, seen, out)
+    if typing.get_origin(record) is not None or not dataclasses.is_dataclass(record):
+        return out
+    if record is ProbeResult:
+        return out
+    hints = typing.get_type_hints(record)
+    for f in dataclasses.fields(record):
+        kinds = (hints[f.name], *typing.get_args(hints[f.name]))
+        if any(k in (int, float) for k in kinds) and bool not in kinds:
+            out.add(f.name)
+        _numeric(hints[f.name], seen, out)
+    return out
+
+
+def test_every_figure_of_a_probe_declares_its_unit_once() -> None:
+    """By its name (``probes/spec.py``'s ``UNIT_RULES``): the schema says it, and one
+    formatter lays it out for every medium."""
+    from loadscope.probes.spec import figure, unit_of
+    from loadscope.report.schema import generate
+
+    numeric: set[str] = set()
+    for spec in PROBES.values():
+        _numeric(spec.record, set(), numeric)
+    unitless = sorted(n for n in numeric if unit_of(n) is None)
+    assert unitless == sorted(COUNTS), "a figure without a unit: name it by its unit"
+    defs = generate()["$defs"]
+    latency = defs["LatencyResult"]["properties"]
+    assert latency["p50_us"]["x-unit"] == "us" and "x-unit" not in latency["samples"]
+    point = defs["ThroughputPoint"]["properties"]
+    assert (point["bytes_per_s"]["x-unit"], point["seconds"]["x-unit"]) == ("bytes/s", "s")
+    assert [
+        figure("ram_available_bytes", 3 << 30),
+        figure("bytes_per_s", 1.5e9),
+        figure("p50_us", 2100.0),
+        figure("read_ahead_kb", 8192),
+        figure("max_ratio", 20),
+        figure("readers", 16),
+        figure("p50_us", None),
+    ] == ["3 GiB", "1.5 GB/s", "2.1 ms", "8192 KiB", "20%", "16", "?"]
