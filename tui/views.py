@@ -30,7 +30,7 @@ from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.bench import Trial
 from loadscope.loaders.strategies import DEFAULT
-from loadscope.report.bench_text import TABLE_HEADER, summary_rows
+from loadscope.report.bench_text import TABLE_HEADER, charted_trials, summary_rows
 from loadscope.report.content import (
     Bars,
     Block,
@@ -334,8 +334,8 @@ class BenchView(Vertical):
             lt.points = deque((float(a), int(b)) for a, b in t.get("series") or [])
             lt.note = f"{t['seconds']:.3g} s" if t.get("seconds") else str(t.get("status"))
             self.live[t["id"]] = lt
-            if t.get("cache") == "cold" or t["strategy"] not in self.chart_of:
-                self.chart_of[t["strategy"]] = t["id"]
+        # The trial each strategy's chart draws: the HTML's too (report/bench_text.py).
+        self.chart_of.update({name: t["id"] for name, t in charted_trials(bench).items()})
         # A finished run's table: the medians per strategy and cache state, the rows the
         # terminal's table and the Advice's figures come from (report/bench_text.py).
         table = self.query_one("#results", DataTable)

@@ -314,6 +314,22 @@ def _summary(d: dict[str, Any]) -> Summary:
     return Summary(**values)
 
 
+def charted_trials(bench: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The trial each strategy's chart draws, for the HTML's bytes-over-time chart and the
+    app's rate charts alike: its first timed (not warm-up) cold trial that completed, else
+    its last timed trial (one that failed shows how far it got)."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in bench.get("trials") or []:
+        if not isinstance(t, dict) or t.get("warmup"):
+            continue
+        name = str(t.get("strategy"))
+        mine = out.get(name)
+        settled = mine is not None and mine.get("cache") == "cold" and mine.get("status") == "ok"
+        if not settled:
+            out[name] = t
+    return out
+
+
 def summary_rows(bench: dict[str, Any]) -> list[tuple[str, ...]]:
     """One row per strategy and cache state of a bench report's JSON: its median time
     (``~`` extrapolated), rate, speed-up ("?" for a figure that cannot be trusted) and one

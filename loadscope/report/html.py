@@ -18,6 +18,7 @@ from loadscope.base.units import format_bytes, format_rate
 from loadscope.engine.sampling import whole_rate
 from loadscope.probes.iobench import latency_chart
 from loadscope.probes.spec import block_of
+from loadscope.report.bench_text import charted_trials
 from loadscope.report.content import Bars, Block, Bullets, Code, Fields, Para, Quote, Section, Table
 from loadscope.report.probe_text import probe_parts, target_words
 from loadscope.report.sections import probe_best_read, sections
@@ -288,17 +289,12 @@ def _trial_charts(doc: dict[str, Any]) -> list[str]:
     if not summary:
         return []
     ceiling = probe_best_read(doc.get("probe") or {}) or 0.0
-    series: dict[str, list[tuple[float, float]]] = {}
-    for trial in bench.get("trials", []):
-        if (
-            trial.get("cache") == "cold"
-            and trial.get("status") == "ok"
-            and not trial.get("warmup")
-            and trial["strategy"] not in series
-        ):
-            series[trial["strategy"]] = [
-                (float(p[0]), float(p[1])) for p in trial.get("series", [])
-            ]
+    # Each strategy's charted trial, the app's too (``report/bench_text.py``): cold ones.
+    series = {
+        name: [(float(p[0]), float(p[1])) for p in trial.get("series", [])]
+        for name, trial in charted_trials(bench).items()
+        if trial.get("cache") == "cold" and trial.get("status") == "ok"
+    }
     return [
         bar_chart(
             "median throughput per strategy (cold)",
