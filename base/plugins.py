@@ -24,13 +24,21 @@ def named(variable: str) -> list[str]:
     return [m.strip() for m in os.environ.get(variable, "").split(",") if m.strip()]
 
 
+#: The modules that could not be imported, said once each (several places import them).
+_FAILED: set[str] = set()
+
+
 def import_named(variable: str) -> list[str]:
-    """Import every module ``variable`` names; returns the ones imported."""
+    """Import every module ``variable`` names; returns the ones imported (a module
+    already imported costs nothing: any caller may ask first)."""
     imported = []
     for module in named(variable):
+        if module in _FAILED:
+            continue
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - a user's module: said, never a traceback
+            _FAILED.add(module)
             sys.stderr.write(f"loadscope: ${variable}: {module}: {type(exc).__name__}: {exc}\n")
             continue
         imported.append(module)

@@ -17,7 +17,7 @@ from typing import Any
 from loadscope.base.plugins import PROBE_MODULES, import_named
 from loadscope.probes import coldreads, filestorage, fio_probe, gpu, hfcache, localdisk, system
 from loadscope.probes.result import ProbeResult, Status, run_probe
-from loadscope.probes.sources import SOURCES, Source, supports
+from loadscope.probes.sources import supports
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec, status_text
 
 #: Every probe, in the order the probe block shows them: the core's own first (the
@@ -120,13 +120,6 @@ def contributed_facts(probe: dict[str, Any]) -> dict[str, Any]:
         if spec.facts is not None and isinstance(block, dict) and block.get("status") == "ok":
             out.update(spec.facts(block))
     return out
-
-
-def source_for(spec: str) -> Source | None:
-    """The registered source ``spec`` names by its prefix (a probe module registers its
-    source with its probes: those of ``$LOADSCOPE_PROBE_MODULES`` are in once this module
-    is); None for files (a path, a repo id, ``synthetic:``)."""
-    return next((s for s in SOURCES.values() if s.takes(spec)), None)
 
 
 # The user's own probes (and the sources they declare), once the built-in ones are in.

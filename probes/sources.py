@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadscope.base.errors import ExitCode, LoadscopeError
+from loadscope.base.plugins import PROBE_MODULES, import_named
 from loadscope.base.units import format_bytes
 
 #: The built-in source: files on a file system this machine mounts.
@@ -97,6 +98,15 @@ def register_source(source: Source) -> Source:
             )
     SOURCES[source.name] = source
     return source
+
+
+def source_for(spec: str) -> Source | None:
+    """The registered source ``spec`` names by its prefix; None for files (a path, a repo
+    id, ``synthetic:``). A probe module registers its source with its probes: the ones
+    ``$LOADSCOPE_PROBE_MODULES`` names are imported first (nothing is, without any: a
+    command's start-up does not pay for the probes' registry)."""
+    import_named(PROBE_MODULES)
+    return next((s for s in SOURCES.values() if s.takes(spec)), None)
 
 
 def object_address(address: str, name: str) -> str:

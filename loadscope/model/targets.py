@@ -64,8 +64,7 @@ from loadscope.model.weightfiles import (
     shard_file,
     weight_file,
 )
-from loadscope.probes.registry import source_for
-from loadscope.probes.sources import FILES, Source, SourceError, object_address
+from loadscope.probes.sources import FILES, Source, SourceError, object_address, source_for
 
 if TYPE_CHECKING:
     from loadscope.tools.synth import SynthFormat

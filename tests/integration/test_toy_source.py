@@ -119,7 +119,6 @@ def test_the_app_shows_the_source_and_its_probe(
     path, _text = doctored
     monkeypatch.setattr(registry, "PROBES", dict(registry.PROBES))
     monkeypatch.setattr(sources, "SOURCES", dict(sources.SOURCES))
-    monkeypatch.setattr(registry, "SOURCES", sources.SOURCES)
     monkeypatch.syspath_prepend(str(PLUGINS))
     monkeypatch.delitem(sys.modules, "toy_memory_probe", raising=False)
     importlib.import_module("toy_memory_probe")
@@ -192,3 +191,19 @@ def test_a_source_is_refused_a_taken_name_or_prefix(monkeypatch: pytest.MonkeyPa
             register_source(clash)
     assert list(sources.SOURCES) == ["one"]
     assert isinstance(BadAddress("x"), sources.SourceError)
+
+
+def test_a_probe_module_that_cannot_be_imported_is_said_once() -> None:
+    """The targets' source lookup and the probes' registry both import the modules
+    ``$LOADSCOPE_PROBE_MODULES`` names: one that fails is one line, not one per import,
+    and the command goes on without it."""
+    env = _env()
+    env["LOADSCOPE_PROBE_MODULES"] = "no_such_probe_module"
+    env.pop("LOADSCOPE_STRATEGY_MODULES")
+    done = _loadscope("probe", "synthetic:1MiB", "--quiet", "--budget", "2", env=env)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "no_such_probe_module" in line]
+    assert said == [
+        "loadscope: $LOADSCOPE_PROBE_MODULES: no_such_probe_module: ModuleNotFoundError:"
+        " No module named 'no_such_probe_module'"
+    ]
