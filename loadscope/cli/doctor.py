@@ -53,7 +53,8 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             progress.note(
                 f"note: --budget {args.budget:g} is under the ~{MIN_BUDGET_S:g} s a diagnosis"
                 " takes at least (the probes, one round of trials); it will take about that,"
-                " and what does not fit is reported as not measured reliably"
+                " most likely with that one round (its figures' spread not measured), and"
+                " what does not fit is reported as not measured reliably"
             )
         progress.note(f"diagnosing {spec} (budget {args.budget:g} s)")
         options = DoctorOptions(

@@ -44,7 +44,7 @@ from loadscope.base import fix_ids
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.copy_trial import measure_copy
-from loadscope.diagnosis.device_plan import hints_from
+from loadscope.diagnosis.device_plan import RANK_MODES, hints_from, rank_target
 from loadscope.diagnosis.doctor_report import (
     MAX_REPORT_BYTES,
     DoctorReport,
@@ -65,12 +65,10 @@ from loadscope.diagnosis.trial_plan import (
     BASELINE_STRATEGIES,
     FAVOURED,
     MAX_ROUNDS,
-    RANK_MODES,
     WARM_STRATEGIES,
     TrialPlan,
     late_estimates,
     plan_doctor,
-    rank_target,
     source_plan,
 )
 from loadscope.engine.bench import (
@@ -322,8 +320,9 @@ def _run_trials(
                 hints=hints,
                 repeats=plan.repeats,
                 # The plan is drawn before any trial, from the probe's rates; rounds
-                # that the measured ones show still fit are run too (up to 3).
-                more_rounds=max(0, MAX_ROUNDS - plan.repeats),
+                # that the measured ones show still fit are run too (up to 3), unless
+                # the budget asked for was under one round's.
+                more_rounds=0 if plan.at_least else max(0, MAX_ROUNDS - plan.repeats),
                 favoured=FAVOURED,
                 late=late_estimates(probe, plan),
                 denominators=BASELINE_STRATEGIES,

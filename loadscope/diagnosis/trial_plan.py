@@ -19,20 +19,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from loadscope.base.errors import LoadscopeError
-from loadscope.diagnosis.device_plan import gpu_count, resolve_device
+from loadscope.diagnosis.device_plan import (
+    gpu_count,
+    rank_round_s,
+    rank_target,
+    resolve_device,
+)
 from loadscope.diagnosis.trial_costs import (
     TRIAL_OVERHEAD_S,
-    WARM_RATE,
     builds_with_transformers,
     cost_model,
-    direct_rate,
-    estimate_rates,
 )
 from loadscope.engine.bench import GPU_STRATEGIES
-from loadscope.engine.broadcast import MODES, Mode
 from loadscope.engine.planning import plan_budget, runs_once
 from loadscope.engine.probing import ProbeReport
 from loadscope.loaders.strategies import (
@@ -45,7 +44,7 @@ from loadscope.loaders.strategies import (
     STRATEGIES,
     TORCH_DEFAULT,
 )
-from loadscope.model.targets import Target, resolve_path
+from loadscope.model.targets import Target
 from loadscope.probes.sources import supports
 
 #: The user's own load end to end (with transformers installed and a config.json beside
@@ -117,10 +116,6 @@ def choose_strategies(probe: ProbeReport) -> tuple[str, ...]:
 
 #: Warm trials that matter for the advice: the default (for prewarm) and the fast path.
 WARM_STRATEGIES = tuple(n for n, s in STRATEGIES.items() if s.warm_trial)
-#: The rank modes worth a doctor's time: all but the synchronous broadcast (its async
-#: twin reads the same and overlaps): loadscope's, and what the stacks do with N ranks
-#: (their routes say how often the node reads the model).
-RANK_MODES: tuple[Mode, ...] = tuple(m for m in MODES if m != "broadcast")
 MIN_SAMPLE_BYTES = 8 << 20
 #: The most rounds of trials a diagnosis runs when the measured ones show they fit.
 MAX_ROUNDS = 3
@@ -271,38 +266,23 @@ class TrialPlan:
     #: The strategies whose trials gave way to loadscope's own routes, and why (with the
     #: budget that runs them): the bench's skipped list takes them, their routes say it.
     left_out: dict[str, str] = field(default_factory=dict)
+    #: The budget asked for was under what one round of trials needs: ``trial_s`` is that
+    #: least time, and no round is added after the first (whoever asks for a short budget
+    #: would rather have the answer than steadier figures; they show their spread as
+    #: unmeasured).
+    at_least: bool = False
 
 
-def rank_target(target: Target) -> Target | None:
-    """What the multi-rank round loads: a safetensors model itself, a torch model's
-    safetensors twins (by their index, or the one file), else None."""
-    if target.formats == {"safetensors"}:
-        return target
-    if target.formats != {"torch"} or not target.alternates:
-        return None
-    try:
-        if target.alternates_index is not None:
-            return resolve_path(target.alternates_index)
-        if len(target.alternates) == 1:
-            return resolve_path(Path(target.alternates[0].path))
-    except LoadscopeError:  # gone or changed since the target was resolved
-        return None
-    return None
+#: The least seconds a plan gives the trials, whatever the budget: one round of them.
+LEAST_TRIAL_S = 10.0
 
 
-#: A rank round's start-up per mode: N ranks' interpreters, torch and a process group.
-RANK_START_S = 4.0
-
-
-def rank_round_s(probe: ProbeReport, ranks: int) -> float:
-    """About what the doctor's rank round takes (its three modes, one cold round each):
-    each mode's start-up and the model read at the probe's parallel rate, with the copies
-    ranks exchange at memory speed; with room for the slower modes (x1.5)."""
-    _buffered, parallel = estimate_rates(probe)
-    rate = direct_rate(probe) or parallel
-    model = float(probe.target["total_bytes"])
-    per_mode = RANK_START_S + model / rate + ranks * model / WARM_RATE
-    return 1.5 * len(RANK_MODES) * per_mode
+def trial_seconds(budget_s: float, spent_s: float) -> tuple[float, bool]:
+    """The seconds the trials get of ``budget_s`` once ``spent_s`` (the probes, the
+    checks after the trials, a margin) is taken off, never under :data:`LEAST_TRIAL_S`;
+    and whether that floor was what decided."""
+    left = budget_s - spent_s
+    return max(LEAST_TRIAL_S, left), left < LEAST_TRIAL_S
 
 
 def source_plan(target: Target, probe: ProbeReport, budget_s: float) -> TrialPlan:
@@ -314,8 +294,8 @@ def source_plan(target: Target, probe: ProbeReport, budget_s: float) -> TrialPla
         for n, s in STRATEGIES.items()
         if not s.requires.gpu and supports(s.requires.sources, target.source)
     )
-    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0)
-    return TrialPlan("cpu", strategies, 1, None, {}, remaining, None)
+    remaining, at_least = trial_seconds(budget_s, probe.elapsed_s + 2.0)
+    return TrialPlan("cpu", strategies, 1, None, {}, remaining, None, at_least=at_least)
 
 
 def plan_doctor(
@@ -365,7 +345,7 @@ def plan_doctor(
             + " and ".join(sorted(formats))
             + (" with no safetensors beside it" if formats == {"torch"} else "")
         )
-    remaining = max(10.0, budget_s - probe.elapsed_s - 2.0 - reserve_s)
+    remaining, at_least = trial_seconds(budget_s, probe.elapsed_s + 2.0 + reserve_s)
     if multi:
         # What the rank round needs, not a fixed share: a fixed 40% sampled the single-rank
         # trials where whole loads of them and the round both fitted (issue 41).
@@ -392,6 +372,7 @@ def plan_doctor(
         remaining,
         ranks if multi else None,
         left_out,
+        at_least,
     )
     if formats == {"safetensors"} and target.alternates:
         plan = _with_torch_files(plan, target, probe, trials, budget_s, failures)
@@ -586,5 +567,12 @@ def _with_torch_files(
         )
     repeats, sample, sample_sizes = planned
     return TrialPlan(
-        plan.device, strategies, repeats, sample, sample_sizes, plan.trial_s, plan.ranks
+        plan.device,
+        strategies,
+        repeats,
+        sample,
+        sample_sizes,
+        plan.trial_s,
+        plan.ranks,
+        at_least=plan.at_least,
     )
