@@ -314,7 +314,10 @@ class Launch:
             rank.failed = True
             where = f" in trial #{item.trial}" if item.trial is not None else " at start-up"
             reason = _SOURCE_LOCATION.sub("", item.reason)
-            out.problem(1, f"rank {rank.rank} failed{where}: {reason}"[:400])
+            # A rank whose peer went away failed because that peer did: the peer's own
+            # reason comes first in what is said, whichever arrived first.
+            priority = 2 if _PEER_GONE.search(reason) else 1
+            out.problem(priority, f"rank {rank.rank} failed{where}: {reason}"[:400])
         elif isinstance(item, RankDone):
             rank.done = True
             if item.trials < len(self.plan):
@@ -372,6 +375,11 @@ class Launch:
 
 #: gloo and c10 prefix errors with their source file: "[/__w/.../pair.cc:553] ".
 _SOURCE_LOCATION = re.compile(r"\[[^\]\s]+\.(?:cc|cpp|h|hpp):\d+\] ")
+#: What a rank says when another rank of its group died under it (gloo, NCCL, sockets).
+_PEER_GONE = re.compile(
+    r"closed by peer|reset by peer|remote worker crash|broken pipe|remote process exited",
+    re.IGNORECASE,
+)
 _STATES = {
     "R": "running",
     "S": "waiting (on another rank?)",
