@@ -15,7 +15,16 @@ from collections.abc import Callable
 from typing import Any
 
 from loadscope.base.plugins import PROBE_MODULES, import_named
-from loadscope.probes import coldreads, filestorage, fio_probe, gpu, hfcache, localdisk, system
+from loadscope.probes import (
+    coldreads,
+    filestorage,
+    fio_probe,
+    gpu,
+    hfcache,
+    localdisk,
+    objstore,
+    system,
+)
 from loadscope.probes.result import ProbeResult, Status, run_probe
 from loadscope.probes.sources import supports
 from loadscope.probes.spec import Lines, ProbeContext, ProbeSpec, status_text
@@ -32,7 +41,9 @@ CORE: tuple[ProbeSpec, ...] = (
     coldreads.THROUGHPUT,
     fio_probe.SPEC,
 )
-PROBES: dict[str, ProbeSpec] = {s.key: s for s in (*CORE, localdisk.SPEC, hfcache.SPEC, gpu.SPEC)}
+PROBES: dict[str, ProbeSpec] = {
+    s.key: s for s in (*CORE, localdisk.SPEC, hfcache.SPEC, gpu.SPEC, objstore.SPEC)
+}
 #: The report's blocks that are no probe's, which no registered probe may take.
 RESERVED = frozenset({"schema_version", "target", "budget_s", "elapsed_s", "notes", "stalled"})
 

@@ -17,6 +17,7 @@ May import: ``loadscope.base`` only.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -100,11 +101,22 @@ def register_source(source: Source) -> Source:
     return source
 
 
+#: The built-in sources other than files, by their prefixes: the probe module that
+#: registers them, imported when a target names one.
+BUILT_IN: dict[tuple[str, ...], str] = {
+    ("s3://", "gs://", "az://"): "loadscope.probes.objstore",
+}
+
+
 def source_for(spec: str) -> Source | None:
     """The registered source ``spec`` names by its prefix; None for files (a path, a repo
-    id, ``synthetic:``). A probe module registers its source with its probes: the ones
-    ``$LOADSCOPE_PROBE_MODULES`` names are imported first (nothing is, without any: a
-    command's start-up does not pay for the probes' registry)."""
+    id, ``synthetic:``). A probe module registers its source with its probes: a built-in
+    one's when ``spec`` has its prefix, and the ones ``$LOADSCOPE_PROBE_MODULES`` names,
+    are imported first (nothing is, without either: a command's start-up does not pay
+    for the probes' registry)."""
+    for prefixes, module in BUILT_IN.items():
+        if spec.startswith(prefixes):
+            importlib.import_module(module)
     import_named(PROBE_MODULES)
     return next((s for s in SOURCES.values() if s.takes(spec)), None)
 

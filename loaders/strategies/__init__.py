@@ -5,7 +5,8 @@ CPU strategies for safetensors (``mmap``, ``pread``, ``fullread``, ``prefetch``,
 torch checkpoints (``pickle``, ``pickle-mmap``; ``pickle-cuda`` on the GPU), peers when installed
 (``fastsafetensors``, ``runai``), and GPU strategies for ``--device cuda``
 (``mmap-cuda``, ``api-cuda``, ``read-to-cuda``, ``staged``, ``gds``, and the peers'
-``fastsafetensors-cuda``, ``fastsafetensors-gds``, ``runai-cuda``). Broadcast strategies register
+``fastsafetensors-cuda``, ``fastsafetensors-gds``, ``runai-cuda``), and for a model in
+an object store ``store-ranged`` and ``store-get``. Broadcast strategies register
 here too when they arrive.
 """
 
@@ -23,6 +24,7 @@ from loadscope.loaders.strategies.fullread import FullRead
 from loadscope.loaders.strategies.gds import Gds
 from loadscope.loaders.strategies.mmap_cuda import MmapCuda
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
+from loadscope.loaders.strategies.objstore import StoreGet, StoreRanged
 from loadscope.loaders.strategies.parallel import Parallel
 from loadscope.loaders.strategies.peers import (
     FastSafetensors,
@@ -74,6 +76,8 @@ STRATEGIES: dict[str, Strategy] = {
         FastSafetensorsCuda(),
         FastSafetensorsGds(),
         RunAICuda(),
+        StoreRanged(),
+        StoreGet(),
     )
 }
 
