@@ -56,9 +56,9 @@ class RatePoint:
 
 @dataclass(frozen=True, slots=True)
 class FlightPoint:
-    """The rate of ``in_flight`` ranged GETs of ``request_bytes`` kept going together."""
+    """The rate of ``gets_in_flight`` ranged GETs of ``request_bytes`` kept going together."""
 
-    in_flight: int
+    gets_in_flight: int
     request_bytes: int
     bytes_per_s: float
 
@@ -69,14 +69,14 @@ class ObjectStoreProbe:
 
     address: str
     objects: int
-    total_bytes: int
+    stored_bytes: int
     largest_bytes: int
     list_s: float
     first_byte_p50_s: float
     first_byte_p99_s: float
     first_byte_gets: int
     per_connection: list[RatePoint]
-    in_flight: list[FlightPoint]
+    flights: list[FlightPoint]
     #: The best rate of the scan, and the fewest GETs in flight within 10% of it.
     ceiling_bytes_per_s: float
     saturates_at: int | None
@@ -121,7 +121,7 @@ def _run(ctx: ProbeContext) -> ObjectStoreProbe:
         per_connection.append(RatePoint(size, got / (time.perf_counter() - started)))
     flights = _scan(get, objects, deadline)
     ceiling = max((p.bytes_per_s for p in flights), default=0.0)
-    saturates = next((p.in_flight for p in flights if p.bytes_per_s >= 0.9 * ceiling), None)
+    saturates = next((p.gets_in_flight for p in flights if p.bytes_per_s >= 0.9 * ceiling), None)
     bound, why = _bound(per_connection, flights, statistics.median(waits) if waits else 0.0)
     waits.sort()
     return ObjectStoreProbe(
@@ -182,7 +182,7 @@ def _bound(
     if rising:
         return (
             "per-connection bandwidth",
-            f"the rate still rose at {top.in_flight} GETs in flight"
+            f"the rate still rose at {top.gets_in_flight} GETs in flight"
             f" ({format_rate(top.bytes_per_s)}, {format_rate(one.bytes_per_s)} with one):"
             " more GETs in flight would go faster",
         )
@@ -210,13 +210,13 @@ def _lines(block: dict[str, Any]) -> Lines:
         for p in block["per_connection"]
     )
     flights = "; ".join(
-        f"{p['in_flight']}: {format_rate(p['bytes_per_s'])}" for p in block["in_flight"]
+        f"{p['gets_in_flight']}: {format_rate(p['bytes_per_s'])}" for p in block["flights"]
     )
     sat = block.get("saturates_at")
     return [
         (
             "objects",
-            f"{block['objects']} ({format_bytes(block['total_bytes'])}; largest"
+            f"{block['objects']} ({format_bytes(block['stored_bytes'])}; largest"
             f" {format_bytes(block['largest_bytes'])}); listing {block['list_s'] * 1e3:.0f} ms",
         ),
         (

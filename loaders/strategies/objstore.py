@@ -1,7 +1,7 @@
 """Loading safetensors straight from an object store (``s3://``, ``gs://``, ``az://``).
 
 ``store-ranged`` is loadscope's own: each object's header with one small GET, then its
-tensors' bytes as ranged GETs of ``chunk_bytes``, ``in_flight`` of them going at once
+tensors' bytes as ranged GETs of ``chunk_bytes``, ``concurrency`` of them going at once
 across every object (a store serves each connection at a fraction of the node's link: the
 rate comes from many GETs in flight), each landing in place in one buffer per object
 whose tensors are views on it. ``store-get`` is the naive route: one GET of each object
@@ -64,7 +64,7 @@ class StoreRanged(strategy.Strategy):
         sources=OBJECT_STORES, ram_multiple=1.0, package="obstore", extra="object-store"
     )
     knobs = (
-        strategy.Knob("in_flight", 32, "ranged GETs going at once"),
+        strategy.Knob("concurrency", 32, "ranged GETs going at once"),
         strategy.Knob("chunk_bytes", 8 << 20, "bytes per ranged GET"),
     )
     own_copy = True
@@ -75,13 +75,13 @@ class StoreRanged(strategy.Strategy):
     def load(
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
     ) -> strategy.Tensors:
-        in_flight, chunk = (int(v) for v in ctx.knob_values(self, "in_flight", "chunk_bytes"))
-        in_flight = max(1, in_flight)
-        # A model smaller than in_flight chunks still keeps every slot busy: smaller GETs,
+        concurrency, chunk = (int(v) for v in ctx.knob_values(self, "concurrency", "chunk_bytes"))
+        concurrency = max(1, concurrency)
+        # A model smaller than concurrency chunks still keeps every slot busy: smaller GETs,
         # never under 1 MiB (below that each one is mostly its wait for the first byte).
         total = sum(f.size_bytes for f in files)
-        chunk = max(1, min(chunk, max(MIN_CHUNK_BYTES, -(-total // in_flight))))
-        with ThreadPoolExecutor(in_flight) as pool:
+        chunk = max(1, min(chunk, max(MIN_CHUNK_BYTES, -(-total // concurrency))))
+        with ThreadPoolExecutor(concurrency) as pool:
             headers = list(pool.map(lambda f: read_header_at(f.path, f.size_bytes), files))
             plans = []
             jobs = []
