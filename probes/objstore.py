@@ -235,6 +235,13 @@ def _lines(block: dict[str, Any]) -> Lines:
     ]
 
 
+def concurrency_hint(result: Any) -> int | None:
+    """The GETs in flight the probe found the rate stops rising at (a probe result), for
+    the strategies that take the probe's settings."""
+    data = getattr(result, "data", None)
+    return getattr(data, "saturates_at", None) if data is not None else None
+
+
 def _facts(block: dict[str, Any]) -> dict[str, Any]:
     return {
         "store_ceiling_bytes_per_s": block["ceiling_bytes_per_s"],

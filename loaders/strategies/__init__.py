@@ -24,7 +24,12 @@ from loadscope.loaders.strategies.fullread import FullRead
 from loadscope.loaders.strategies.gds import Gds
 from loadscope.loaders.strategies.mmap_cuda import MmapCuda
 from loadscope.loaders.strategies.mmap_file import MmapLoadFile
-from loadscope.loaders.strategies.objstore import StoreGet, StoreRanged
+from loadscope.loaders.strategies.objstore import (
+    RunAIStore,
+    RunAIStoreTuned,
+    StoreGet,
+    StoreRanged,
+)
 from loadscope.loaders.strategies.parallel import Parallel
 from loadscope.loaders.strategies.peers import (
     FastSafetensors,
@@ -78,6 +83,8 @@ STRATEGIES: dict[str, Strategy] = {
         RunAICuda(),
         StoreRanged(),
         StoreGet(),
+        RunAIStore(),
+        RunAIStoreTuned(),
     )
 }
 

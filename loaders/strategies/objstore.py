@@ -143,3 +143,86 @@ class StoreGet(strategy.Strategy):
             for name, tensor in load(data).items():
                 if f.tensors is None or name in f.tensors:
                     yield name, tensor
+
+
+#: Run:ai's settings for a store that is not AWS's own (MinIO, Ceph, R2, a local bed):
+#: path-style addressing, and no region lookup on the instance metadata service (its SDK
+#: waits ~5 s for it otherwise). Set in a trial only where ``AWS_ENDPOINT_URL`` names such
+#: a store and the user has not set them; the printed commands carry them then too.
+RUNAI_COMPATIBLE_ENV = {
+    "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+def runai_env(concurrency: int | None, chunk_bytes: int | None) -> dict[str, str]:
+    """The environment a Run:ai streamer load from a store runs with: its concurrency and
+    chunk size where given (else the streamer's defaults: 8 GETs of 8 MiB for a store),
+    and :data:`RUNAI_COMPATIBLE_ENV` where an S3-compatible endpoint is set."""
+    import os
+
+    env: dict[str, str] = {}
+    if concurrency:
+        env["RUNAI_STREAMER_CONCURRENCY"] = str(concurrency)
+    if chunk_bytes:
+        env["RUNAI_STREAMER_CHUNK_BYTESIZE"] = str(chunk_bytes)
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        env.update({k: v for k, v in RUNAI_COMPATIBLE_ENV.items() if k not in os.environ})
+    return env
+
+
+class RunAIStore(strategy.Strategy):
+    """vLLM's and SGLang's ``--load-format runai_streamer`` on a bucket: every object
+    streamed together (``stream_files``, as their loaders call it), at the streamer's
+    defaults."""
+
+    name = "runai-store"
+    summary = "runai-model-streamer stream_files from the store, at its defaults"
+    requires = strategy.Requirements(
+        sources=OBJECT_STORES,
+        ram_multiple=1.0,
+        package="runai_model_streamer_s3",
+        extra="object-store",
+    )
+    samples = False  # it streams whole objects
+    sample_shards = False
+    own_copy = True
+    #: The streamer's own defaults for an object store: a trial at them sets nothing.
+    knobs = (
+        strategy.Knob("concurrency", 8, "GETs in flight (RUNAI_STREAMER_CONCURRENCY)"),
+        strategy.Knob("chunk_bytes", 8 << 20, "bytes per GET (RUNAI_STREAMER_CHUNK_BYTESIZE)"),
+    )
+
+    def prepare(self, files: list[strategy.FileRequest], ctx: strategy.LoadContext) -> None:
+        import runai_model_streamer  # noqa: F401
+
+    def load(
+        self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
+    ) -> strategy.Tensors:
+        import os
+
+        from runai_model_streamer import SafetensorsStreamer
+
+        concurrency, chunk = (int(v) for v in ctx.knob_values(self, "concurrency", "chunk_bytes"))
+        defaults = {k.name: k.default for k in self.knobs}
+        settings = runai_env(
+            concurrency if concurrency != defaults["concurrency"] else None,
+            chunk if chunk != defaults["chunk_bytes"] else None,
+        )
+        os.environ.update(settings)  # this trial's own process: read when the streamer starts
+        ctx.notes["env"] = dict(sorted(settings.items()))
+        wanted = {f.path: f for f in files}
+        with SafetensorsStreamer() as streamer:
+            streamer.stream_files(list(wanted))
+            # The streamer reuses its buffer: copy each tensor out.
+            for name, tensor in streamer.get_tensors():
+                yield name, tensor.clone()
+
+
+class RunAIStoreTuned(RunAIStore):
+    """The same, at the concurrency the object-store probe found the rate stops rising
+    at (its ``--model-loader-extra-config '{"concurrency": N}'``)."""
+
+    name = "runai-store-tuned"
+    summary = "runai-model-streamer from the store at the probe's concurrency"
+    tuned = True

@@ -6,7 +6,8 @@ its modes, about how long it takes).
 May import: ``loadscope.engine.bench`` (asking a worker), ``loadscope.engine.probing``
 (the probe report), ``loadscope.engine.broadcast`` (the rank modes),
 ``loadscope.loaders.strategies``, ``loadscope.model.targets``,
-``loadscope.diagnosis.trial_costs`` (the rates), ``loadscope.base``.
+``loadscope.diagnosis.trial_costs`` (the rates), ``loadscope.probes.objstore`` (its
+concurrency), ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from loadscope.engine.broadcast import MODES, Mode
 from loadscope.engine.probing import ProbeReport
 from loadscope.loaders.strategies import GPU_DEFAULT
 from loadscope.model.targets import Target, resolve_path
+from loadscope.probes.objstore import SPEC as OBJECT_STORE
+from loadscope.probes.objstore import concurrency_hint
 
 #: The rank modes worth a doctor's time: all but the synchronous broadcast (its async
 #: twin reads the same and overlaps): loadscope's, and what the stacks do with N ranks
@@ -50,7 +53,12 @@ def resolve_device(device: str, probe: ProbeReport) -> tuple[str, str | None]:
 
 
 def hints_from(probe: ProbeReport) -> dict[str, Any]:
-    """What ``auto`` should use for cold files: the reader count the parallel probe found best."""
+    """What ``auto`` should use for cold files: the reader count the parallel probe found
+    best; for a model in an object store, the GETs in flight its probe found the rate
+    stops rising at."""
+    concurrency = concurrency_hint(probe.registered.get(OBJECT_STORE.key))
+    if concurrency:
+        return {"concurrency": concurrency}
     thr = probe.throughput.data
     if thr is None or not thr.parallel:
         return {}
