@@ -173,7 +173,7 @@ def import_for_load(record: LoadRecord | None) -> float:
 _reaped: list[str | None] = []
 
 
-def _to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
+def to_device(tensors: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
     if device == "cpu":
         return tensors
     return {name: t.to(device) for name, t in tensors.items()}
@@ -291,7 +291,7 @@ def _load_file(spath: str, checked: CheckedOptions) -> dict[str, torch.Tensor]:
         raise as_api_error(exc) from None
     request = FileRequest(spath, header.file_size, "safetensors")
     if device.startswith("cuda"):
-        return _load_to_device(request, device, knobs, record)
+        return _loadto_device(request, device, knobs, record)
     if checked.keep_cache:
         knobs["direct"] = "no"  # buffered: the page cache keeps what was read
     shared = _node_shared(request, header, knobs, hinted, checked.local_ranks, record)
@@ -325,7 +325,7 @@ def _load_file(spath: str, checked: CheckedOptions) -> dict[str, torch.Tensor]:
     if record is not None:
         record.files.append(made)
     log.info("%s: %s (%s) in %.3g s", spath, made.strategy, made.reason, seconds)
-    return _to_device(tensors, device)
+    return to_device(tensors, device)
 
 
 def _node_shared(
@@ -407,7 +407,7 @@ def staging_device(device: str) -> Any:
     return CudaDevice(device)
 
 
-def _load_to_device(
+def _loadto_device(
     request: FileRequest, device: str, knobs: dict[str, Any], record: LoadRecord | None
 ) -> dict[str, torch.Tensor]:
     """One file straight onto an accelerator through the ``staged`` path: large preads
@@ -502,4 +502,4 @@ def load_torch_file(
     if record is not None:
         record.files.append(choice)
     log.info("%s: torch.load(weights_only=True, mmap=True) in %.3g s", spath, seconds)
-    return _to_device(tensors, device)
+    return to_device(tensors, device)

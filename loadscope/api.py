@@ -4,8 +4,9 @@ What a training script or a server imports to apply loadscope's fix without the 
 
 - :func:`load_file` — a drop-in for ``safetensors.torch.load_file`` (``loaders/api.py``);
 - :func:`load_model` — every weight file of a model folder, a sharded index, a single
-  file or an ``org/name[@revision]`` from the local Hugging Face cache, as one state
-  dict (safetensors through :func:`load_file`; torch checkpoints through
+  file or an ``org/name[@revision]`` from the local Hugging Face cache, or a model in
+  an object store (``s3://``, ``gs://``, ``az://``: many ranged GETs in flight), as one
+  state dict (safetensors through :func:`load_file`; torch checkpoints through
   ``torch.load(weights_only=True, mmap=True)``, never executing pickled code);
 - :func:`from_pretrained` — the transformers model ``from_pretrained`` returns, its
   weights read by :func:`load_model` and put in without a random init, tied weights
@@ -19,7 +20,8 @@ can say what it chose and why: pass a :class:`LoadRecord` as ``record`` (or read
 the ``loadscope`` logger at INFO); :func:`prewarm` returns its report. Errors are
 one line naming the file, in the exception family the caller already catches.
 
-May import: ``loadscope.loaders`` (what a load runs), ``loadscope.model`` (the target's
+May import: ``loadscope.loaders`` (what a load runs), ``loadscope.probes.objclient`` (an
+object-store address), ``loadscope.model`` (the target's
 checks), ``loadscope.actions.warm`` (the fill :func:`prewarm` runs), ``loadscope.base``;
 the last three when a call needs them, so a first call stays light.
 """
@@ -36,10 +38,13 @@ from loadscope.loaders.api import (
     check_options,
     load_file,
     load_torch_file,
+    to_device,
 )
 from loadscope.loaders.apichecks import check_knobs
 from loadscope.loaders.loadrecord import FileChoice, LoadRecord, timed_call
 from loadscope.loaders.requests import WARM_BLOCK_BYTES, WARM_THREADS
+from loadscope.loaders.storeread import load_store
+from loadscope.probes.objclient import source_of
 
 if TYPE_CHECKING:
     import torch
@@ -92,6 +97,15 @@ def load_model(
     # Every argument checked before the first shard is read, not after it.
     with timed_call(options.get("record")):
         checked = check_options(options, "load_model", device)
+        spec = os.fspath(target)
+        if source_of(spec) is not None:
+            # A bucket's model (s3://, gs://, az://): many ranged GETs in flight;
+            # ``threads`` are the GETs in flight, ``block_bytes`` the bytes of each.
+            try:
+                state = load_store(spec, options.get("threads"), options.get("block_bytes"))
+            except LoadscopeError as exc:
+                raise as_api_error(exc) from None
+            return to_device(state, checked.device)
         resolved = _checked_target(target)
         return _read(resolved, checked.device, options, checked.record)
 

@@ -1,11 +1,12 @@
 """Loading safetensors straight from an object store (``s3://``, ``gs://``, ``az://``).
 
-``store-ranged`` is loadscope's own: each object's header with one small GET, then its
-tensors' bytes as ranged GETs of ``chunk_bytes``, ``concurrency`` of them going at once
-across every object (a store serves each connection at a fraction of the node's link: the
-rate comes from many GETs in flight), each landing in place in one buffer per object
-whose tensors are views on it. ``store-get`` is the naive route: one GET of each object
-whole on one connection, then ``safetensors.torch.load`` of its bytes.
+``store-ranged`` is loadscope's own, ``loadscope.load_model("s3://...")``: many ranged
+GETs in flight into one buffer per object (``loaders/storeread.py``); a whole load runs
+that very call (the listing included), a sample the same reader on its tensors' spans.
+``store-get`` is the naive route: one GET of each object whole on one connection, then
+``safetensors.torch.load`` of its bytes. ``runai-store`` and ``runai-store-tuned`` are
+Run:ai's streamer as vLLM and SGLang run it on a bucket, at its defaults and at the
+probe's concurrency.
 
 Each trial's :class:`~loadscope.loaders.strategy.FileRequest` ``path`` is the object's
 address (``s3://bucket/model/model-00001-of-00002.safetensors``).
@@ -13,48 +14,10 @@ address (``s3://bucket/model/model-00001-of-00002.safetensors``).
 
 from __future__ import annotations
 
-import struct
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
 from loadscope.loaders import strategy
-from loadscope.loaders.buffers import group_by_span, selected, tensors_from_buffer
-from loadscope.loaders.safetensors_format import MAX_HEADER_BYTES, parse_header
+from loadscope.loaders.storeread import CHUNK_BYTES, CONCURRENCY, load_store, read_objects
 from loadscope.probes.objclient import OBJECT_STORES, call, object_key
-
-#: The smallest ranged GET ``store-ranged`` makes of a model too small to fill its slots.
-MIN_CHUNK_BYTES = 1 << 20
-#: The first GET of an object: its header length and, most often, the header itself.
-HEAD_BYTES = 64 << 10
-
-
-def _get(address: str, start: int, length: int) -> Any:
-    import obstore
-
-    st, key = object_key(address)
-    return call(address, lambda: obstore.get_range(st, key, start=start, length=length))
-
-
-def read_header_at(address: str, size: int) -> Any:
-    """The safetensors header of the object at ``address`` (one GET, two for a header
-    over 64 KiB), validated as a file's is."""
-    first = bytes(_get(address, 0, min(HEAD_BYTES, size)))
-    if len(first) < 8:
-        raise strategy_error(address, f"is {size} bytes, shorter than a safetensors header")
-    (length,) = struct.unpack("<Q", first[:8])
-    if length > MAX_HEADER_BYTES or 8 + length > size:
-        raise strategy_error(address, f"declares a {length}-byte header (not safetensors?)")
-    raw = first[8 : 8 + length]
-    if len(raw) < length:
-        raw += bytes(_get(address, len(first), 8 + length - len(first)))
-    return parse_header(raw, file_size=size, path=address)
-
-
-def strategy_error(address: str, text: str) -> Exception:
-    from loadscope.probes.sources import SourceError
-
-    return SourceError(f"{address}: {text}")
+from loadscope.probes.sources import split_address
 
 
 class StoreRanged(strategy.Strategy):
@@ -64,8 +27,8 @@ class StoreRanged(strategy.Strategy):
         sources=OBJECT_STORES, ram_multiple=1.0, package="obstore", extra="object-store"
     )
     knobs = (
-        strategy.Knob("concurrency", 32, "ranged GETs going at once"),
-        strategy.Knob("chunk_bytes", 8 << 20, "bytes per ranged GET"),
+        strategy.Knob("concurrency", CONCURRENCY, "ranged GETs going at once"),
+        strategy.Knob("chunk_bytes", CHUNK_BYTES, "bytes per ranged GET"),
     )
     own_copy = True
 
@@ -76,43 +39,13 @@ class StoreRanged(strategy.Strategy):
         self, files: list[strategy.FileRequest], ctx: strategy.LoadContext
     ) -> strategy.Tensors:
         concurrency, chunk = (int(v) for v in ctx.knob_values(self, "concurrency", "chunk_bytes"))
-        concurrency = max(1, concurrency)
-        # A model smaller than concurrency chunks still keeps every slot busy: smaller GETs,
-        # never under 1 MiB (below that each one is mostly its wait for the first byte).
-        total = sum(f.size_bytes for f in files)
-        chunk = max(1, min(chunk, max(MIN_CHUNK_BYTES, -(-total // concurrency))))
-        with ThreadPoolExecutor(concurrency) as pool:
-            headers = list(pool.map(lambda f: read_header_at(f.path, f.size_bytes), files))
-            plans = []
-            jobs = []
-            for f, header in zip(files, headers, strict=True):
-                spans = group_by_span(header, selected(header, f))
-                for start, end, entries in spans:
-                    buffer = bytearray(end - start)
-                    plans.append((buffer, start, header, entries))
-                    for offset in range(start, end, chunk):
-                        jobs.append((f.path, buffer, start, offset, min(chunk, end - offset)))
-            failed: list[BaseException] = []
-            lock = threading.Lock()
-
-            def fetch(job: tuple[str, bytearray, int, int, int]) -> None:
-                address, buffer, base, offset, length = job
-                try:
-                    got = _get(address, offset, length)
-                    if len(got) != length:
-                        raise strategy_error(
-                            address, f"ended at {offset + len(got)}, short of {offset + length}"
-                        )
-                    buffer[offset - base : offset - base + length] = memoryview(got)
-                except BaseException as exc:  # noqa: BLE001 - the first one is re-raised
-                    with lock:
-                        failed.append(exc)
-
-            list(pool.map(fetch, jobs))
-            if failed:
-                raise failed[0]
-        for buffer, start, header, entries in plans:
-            yield from tensors_from_buffer(buffer, start, header, entries)
+        if all(f.tensors is None for f in files):
+            # The whole model: what loadscope.load_model(address) runs, its listing too.
+            address = files[0].path if len(files) == 1 else split_address(files[0].path)[0]
+            yield from load_store(address, concurrency, chunk).items()
+            return
+        objects = [(f.path, f.size_bytes, f.tensors) for f in files]
+        yield from read_objects(objects, concurrency, chunk)
 
 
 class StoreGet(strategy.Strategy):

@@ -17,6 +17,7 @@ May import: ``loadscope.advice``, ``loadscope.engine``, ``loadscope.actions``,
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import shutil
 import threading
 import time
@@ -31,6 +32,7 @@ from loadscope.actions.convert import (
     convert,
 )
 from loadscope.actions.hostsettings import MountLock, restore_stale
+from loadscope.advice.objstore_rules import advise_object_store
 from loadscope.advice.rules import (
     Advice,
     advise_facts,
@@ -89,6 +91,7 @@ from loadscope.engine.probing import ProbeReport, run_probes
 from loadscope.loaders.strategies import DEFAULT, TORCH_DEFAULT
 from loadscope.model.targets import Target
 from loadscope.probes.memory import memory_headroom
+from loadscope.probes.objclient import OBJECT_STORES
 
 __all__ = [
     "DEFAULT_BUDGET_S",
@@ -264,7 +267,12 @@ def _source_doctor(
     plan = source_plan(target, probe, options.budget_s)
     bench = _run_trials(target, probe, plan, options.budget_s, listener, options.cancel, failures)
     facts = facts_from(probe, bench, None, failures, None)
-    advice = advise_source(facts, target.detail or target.source)
+    title = target.detail or target.source
+    if target.source in OBJECT_STORES:
+        compatible = bool(os.environ.get("AWS_ENDPOINT_URL"))
+        advice = advise_object_store(facts, title, target.spec, compatible)
+    else:
+        advice = advise_source(facts, title)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return DoctorReport(probe, bench, advice, created, failures)
 

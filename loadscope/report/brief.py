@@ -242,6 +242,11 @@ def brief_lines(
         return head + ([""] if tips else []) + tips + tail
     chosen = stacks or FALLBACK
     blocks, used, shown = _stack_blocks(found, top, chosen[:SHOWN_STACKS])
+    if not blocks and not asked:
+        # None of the stacks found here has a route of this fix (a bucket's fix is the
+        # servers' flag): the stacks it has routes for, rather than no code at all.
+        chosen = tuple(dict.fromkeys(r.stack for r in top.routes))
+        blocks, used, shown = _stack_blocks(found, top, chosen[:SHOWN_STACKS])
     # The verdict's number is the top route's: said only where that route is printed
     # below; else the problem alone, and each stack's routes carry their own numbers.
     if not _top_route_shown(top, shown) and verdict.get("problem"):
