@@ -164,11 +164,16 @@ def _concurrency_fix(
     )
 
 
+def load_model_code(address: str) -> str:
+    """The code the many-GETs fix prints for a model at ``address``."""
+    return f"import loadscope\nstate = loadscope.load_model({address!r})"
+
+
 def _own_reader_fix(address: str, baseline: str, base_s: float, own_s: float) -> Recommendation:
     """``loadscope.load_model(address)``: its trial is ``store-ranged``, that very call."""
     speedup = base_s / own_s
     against = "Run:ai streamer at its defaults" if baseline == BASELINE else "one GET per object"
-    code = f"import loadscope\nstate = loadscope.load_model({address!r})"
+    code = load_model_code(address)
     return Recommendation(
         MANY_GETS,
         "Read with many ranged GETs in flight",

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from loadscope.advice.objstore_rules import load_model_code
 from loadscope.diagnosis.doctor_report import load_report
 from loadscope.loaders.strategies import STRATEGIES
 from loadscope.loaders.strategy import FileRequest, LoadContext
@@ -153,7 +154,7 @@ def doctored(bed: tuple[ObjectStore, Path], tmp_path_factory: pytest.TempPathFac
     store, _folder = bed
     out = tmp_path_factory.mktemp("doctor out") / "doctor.json"
     env = _env(store, XDG_STATE_HOME=str(out.parent / "state"))
-    done = _loadscope("doctor", "s3://models/llm", "--budget", "20", "--json", str(out), env=env)
+    done = _loadscope("doctor", "s3://models/llm", "--budget", "12", "--json", str(out), env=env)
     assert done.returncode in (0, 10), done.stderr[-3000:]  # 10: a problem found
     return out, done
 
@@ -306,14 +307,16 @@ def test_the_printed_code_runs_as_printed_and_loads_the_files_tensors(
     store, folder = bed
     out, _done = doctored
     doc = load_report(str(out))
+    code = load_model_code("s3://models/llm")
     snippets = [
         s for r in doc["recommendations"] for s in r["snippets"]
         if s["stack"] == "safetensors"
     ]  # fmt: skip
-    assert snippets and snippets[0]["strategy"] == "store-ranged"
-    assert snippets[0]["speedup"] and snippets[0]["speedup"] > 1
-    code = snippets[0]["code"]
-    assert "loadscope.load_model('s3://models/llm')" in code
+    # Printed where it measured faster than Run:ai at its defaults (at least 1.2x): then
+    # with that trial's number, and this code.
+    for snippet in snippets:
+        assert snippet["strategy"] == "store-ranged" and snippet["speedup"] >= 1.2
+        assert snippet["code"] == code
     script = tmp_path / "load.py"
     script.write_text(code + "\nimport torch\ntorch.save(state, __import__('sys').argv[1])\n")
     saved = tmp_path / "state.pt"
