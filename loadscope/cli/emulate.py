@@ -15,6 +15,7 @@ from loadscope.cli.common import (
     KIB,
     MAX_BACKGROUND,
     MAX_READ,
+    PORT,
     PROBABILITY,
     SEED,
     SERVER_THREADS,
@@ -22,6 +23,7 @@ from loadscope.cli.common import (
     Terminated,
     UsageError,
     duration_arg,
+    on_sigterm,
     opt,
     size_arg,
 )
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    if args.object_store:
+        return _object_store(args, out)
     if args.unmount:
         return _unmount(args, out)
     if not args.source or not args.mountpoint:
@@ -44,6 +48,57 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         _serve_here(args, settings)
         return ExitCode.OK
     return _supervise(args, settings, out)
+
+
+def _object_store(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    """``--object-store``: SRC served as an S3-compatible store on 127.0.0.1 (each folder
+    a bucket) with a wait before each first byte and bandwidth caps, in the foreground
+    until Ctrl-C or SIGTERM."""
+    from loadscope.tools.objstore import ObjectStore, StoreSettings
+
+    if not args.source or args.mountpoint:
+        raise UsageError(
+            "emulate --object-store takes SRC only (a folder whose folders are buckets)"
+        )
+    root = Path(args.source)
+    if not root.is_dir():
+        raise UsageError(f"{args.source}: not a folder")
+    buckets = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not buckets:
+        raise UsageError(f"{args.source}: no folder in it to serve as a bucket")
+    settings = StoreSettings(
+        first_byte_s=args.first_byte,
+        per_connection_bps=args.per_connection,
+        total_bps=args.bandwidth,
+    )
+    log = Path(args.log_requests) if args.log_requests else None
+    try:
+        store = ObjectStore(root, settings, port=args.port or 0, log=log)
+    except OSError as exc:
+        raise UsageError(f"--port {args.port}: {exc.strerror or exc}") from None
+    caps = [f"{args.first_byte * 1e3:g} ms to first byte"]
+    if args.per_connection:
+        caps.append(f"{args.per_connection / 1e6:g} MB/s per connection")
+    if args.bandwidth:
+        caps.append(f"{args.bandwidth / 1e6:g} MB/s in all")
+    out.write(
+        f"serving {root} as an S3-compatible store at {store.url} ({', '.join(caps)});"
+        f" buckets: {', '.join(buckets)}\n"
+        f"  export AWS_ENDPOINT_URL={store.url} AWS_ACCESS_KEY_ID=emulated"
+        " AWS_SECRET_ACCESS_KEY=emulated\n"
+        f"  loadscope doctor s3://{buckets[0]}/PREFIX\n"
+        "Ctrl-C stops it.\n"
+    )
+    out.flush()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        store.serve()
+    except (KeyboardInterrupt, Terminated):
+        pass
+    finally:
+        store.stop()
+    return ExitCode.OK
 
 
 def _check_log_outside(log: str | None, mountpoint: str) -> None:
@@ -181,6 +236,25 @@ COMMAND = Command(
     " SIGTERM, then unmounts; it also exits and unmounts when its parent dies.",
     arguments=(
         opt("source", metavar="SRC", nargs="?", help="directory to serve"),
+        opt(
+            "--object-store",
+            action="store_true",
+            help="serve SRC as an S3-compatible store on 127.0.0.1 instead (each folder a"
+            " bucket), with --first-byte, --per-connection and --bandwidth",
+        ),
+        opt(
+            "--first-byte",
+            type=duration_arg,
+            default=0.02,
+            help="--object-store: wait before each response's first byte (default 20ms)",
+        ),
+        opt(
+            "--per-connection",
+            type=BANDWIDTH,
+            default=50e6,
+            help="--object-store: each connection's cap (default 50MB/s)",
+        ),
+        opt("--port", type=PORT, default=None, help="--object-store: the port (default: any)"),
         opt("mountpoint", metavar="MOUNTPOINT", nargs="?", help="empty directory to mount on"),
         opt("--latency", type=duration_arg, default=0.002, help="per-request delay (default 2ms)"),
         opt(

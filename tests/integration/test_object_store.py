@@ -330,3 +330,34 @@ def test_the_printed_code_runs_as_printed_and_loads_the_files_tensors(
         want.update(load_file(p))
     assert got.keys() == want.keys()
     assert all(got[k].equal(want[k]) for k in want)
+
+
+def test_emulate_object_store_serves_a_folder_until_sigterm(
+    bed: tuple[ObjectStore, Path], tmp_path: Path
+) -> None:
+    """``loadscope emulate --object-store SRC``: what to export and run, a store that
+    serves the bed's folder, gone on SIGTERM with exit 0."""
+    import signal
+    import subprocess
+
+    root = bed[1].parent.parent
+    log = tmp_path / "requests.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadscope", "emulate", "--object-store", str(root),
+         "--first-byte", "5ms", "--log-requests", str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        head = proc.stdout.readline()
+        assert "as an S3-compatible store at http://127.0.0.1:" in head, head
+        url = head.split(" at ", 1)[1].split(" ", 1)[0]
+        assert proc.stdout.readline().strip().startswith(f"export AWS_ENDPOINT_URL={url}")
+        env = {**_env(bed[0]), "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "emulated"}
+        done = _loadscope("probe", "s3://models/llm", env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "first byte" in done.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    assert any(json.loads(line)["op"] == "get" for line in log.read_text().splitlines())
