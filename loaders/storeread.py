@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from loadscope.base.memory import fresh_memory
 from loadscope.loaders.buffers import group_by_span, tensors_from_buffer
 from loadscope.loaders.safetensors_format import MAX_HEADER_BYTES, parse_header
 from loadscope.probes.objclient import call, object_key
@@ -80,14 +81,17 @@ def read_objects(
         for (address, _size, names), header in zip(objects, headers, strict=True):
             entries = [t for t in header.tensors if names is None or t.name in names]
             for start, end, group in group_by_span(header, entries):
-                buffer = bytearray(end - start)
+                # Fresh anonymous memory, 4 KiB pages: 10-20% less of the client's CPU
+                # than a bytearray; huge pages cost more here (compaction): 512 MiB
+                # loaded in 1.01-1.10 s against 1.18-1.33 and 1.36-1.51 s.
+                buffer = fresh_memory(end - start)
                 plans.append((buffer, start, header, group))
                 for offset in range(start, end, chunk):
                     jobs.append((address, buffer, start, offset, min(chunk, end - offset)))
         failed: list[BaseException] = []
         lock = threading.Lock()
 
-        def fetch(job: tuple[str, bytearray, int, int, int]) -> None:
+        def fetch(job: tuple[str, Any, int, int, int]) -> None:
             address, buffer, base, offset, length = job
             try:
                 got = _get(address, offset, length)
