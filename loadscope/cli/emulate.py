@@ -76,11 +76,13 @@ def _object_store(args: argparse.Namespace, out: TextIO) -> ExitCode:
         store = ObjectStore(root, settings, port=args.port or 0, log=log)
     except OSError as exc:
         raise UsageError(f"--port {args.port}: {exc.strerror or exc}") from None
+    from loadscope.base.units import format_rate
+
     caps = [f"{args.first_byte * 1e3:g} ms to first byte"]
     if args.per_connection:
-        caps.append(f"{args.per_connection / 1e6:g} MB/s per connection")
+        caps.append(f"{format_rate(args.per_connection)} per connection")
     if args.bandwidth:
-        caps.append(f"{args.bandwidth / 1e6:g} MB/s in all")
+        caps.append(f"{format_rate(args.bandwidth)} in all")
     out.write(
         f"serving {root} as an S3-compatible store at {store.url} ({', '.join(caps)});"
         f" buckets: {', '.join(buckets)}\n"
