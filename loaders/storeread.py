@@ -8,7 +8,7 @@ the rate comes from many GETs in flight), each landing in place in one buffer pe
 of tensors, whose tensors are views on it (no copy after the GET's own).
 
 May import: ``loadscope.loaders`` (the header reader, the buffers), ``loadscope.probes``
-(the object-store client).
+(the object-store client), ``loadscope.base`` (fresh memory).
 """
 
 from __future__ import annotations
@@ -44,9 +44,11 @@ def _get(address: str, start: int, length: int) -> Any:
 def read_header_at(address: str, size: int) -> Any:
     """The safetensors header of the object at ``address`` (one GET, two for a header
     over 64 KiB), validated as a file's is."""
+    if size < 8:
+        raise strategy_error(address, f"is {size} bytes, shorter than a safetensors header")
     first = bytes(_get(address, 0, min(HEAD_BYTES, size)))
     if len(first) < 8:
-        raise strategy_error(address, f"is {size} bytes, shorter than a safetensors header")
+        raise strategy_error(address, f"ended at {len(first)} bytes, short of its {size}")
     (length,) = struct.unpack("<Q", first[:8])
     if length > MAX_HEADER_BYTES or 8 + length > size:
         raise strategy_error(address, f"declares a {length}-byte header (not safetensors?)")

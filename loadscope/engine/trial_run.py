@@ -380,6 +380,9 @@ def _watch(
             seen.rss.append((round(time.monotonic() - t_spawn, 3), kib * 1024))
 
     def exited(_child: int, code: int) -> None:
+        # Its pipes read to their end first: its last stderr line is the reason's (under
+        # load the reader thread was still behind, and the reason lost that line).
+        worker.pipes.join(1)
         reason = exit_reason("worker", code, worker.pipes.stderr, oom_before)
         seen.result = Failed(time.monotonic(), reason)
 

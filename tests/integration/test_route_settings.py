@@ -58,7 +58,9 @@ def test_route_strategies_ignore_probe_hints() -> None:
         else:
             assert settings == defaults, name
     # The tuned ones are loadscope's evidence, never a route a user pastes.
-    assert tuned <= {"auto", "direct", "parallel", "staged"}
+    # (runai-store-tuned is the one route that takes a hint: the command printed under
+    # it carries that very concurrency, --model-loader-extra-config '{"concurrency": N}'.)
+    assert tuned <= {"auto", "direct", "parallel", "staged", "runai-store-tuned"}
     assert {"api", "prewarm", "vllm-prefetch", "hf-prewarm"} & tuned == set()
 
 
