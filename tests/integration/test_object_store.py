@@ -367,3 +367,35 @@ def test_emulate_object_store_serves_a_folder_until_sigterm(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     assert any(json.loads(line)["op"] == "get" for line in log.read_text().splitlines())
+
+
+def test_copy_from_a_bucket_is_verified_and_resumable(
+    bed: tuple[ObjectStore, Path], tmp_path: Path
+) -> None:
+    """``loadscope copy s3://... DEST``: the same bytes as the bucket's objects, the small
+    files beside them; a rerun keeps what is verified, a damaged copy is refused, and
+    ``--force`` replaces it."""
+    store, folder = bed
+    dest = tmp_path / "local copy"
+    env = _env(store)
+    done = _loadscope("copy", "s3://models/llm", str(dest), "--quiet", env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("copied 4 object(s)"), done.stdout
+    for name in ("config.json", "model.safetensors.index.json"):
+        assert (dest / name).read_bytes() == (folder / name).read_bytes()
+    for shard in folder.glob("*.safetensors"):
+        assert (dest / shard.name).read_bytes() == shard.read_bytes()
+    assert not list(dest.glob("*.loadscope-partial"))
+    again = _loadscope("copy", "s3://models/llm", str(dest), "--quiet", env=env)
+    assert again.returncode == 0 and "0 object(s)" in again.stdout and "4 already" in again.stdout
+    # A copy damaged since (same size): not taken for the store's; refused, then replaced.
+    shard = sorted(dest.glob("*.safetensors"))[0]
+    with open(shard, "r+b") as fh:
+        fh.seek(1000)
+        fh.write(b"\xff" * 16)
+    refused = _loadscope("copy", "s3://models/llm", str(dest), "--quiet", env=env)
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1
+    assert "refusing to overwrite" in refused.stderr
+    forced = _loadscope("copy", "s3://models/llm", str(dest), "--force", "--quiet", env=env)
+    assert forced.returncode == 0, forced.stderr[-2000:]
+    assert shard.read_bytes() == (folder / shard.name).read_bytes()

@@ -1,0 +1,306 @@
+"""``loadscope copy s3://... DEST``: a bucket's model to a local disk with many ranged GETs
+in flight, verified, resumable, never touching the bucket.
+
+What is copied: the model's safetensors objects (as the source lists them: the index's
+shards, or every ``*.safetensors`` under the prefix) and the small objects beside them a
+loader needs (``*.json``, ``*.txt``, ``*.model``, ``*.tiktoken``, ``*.py``).
+
+How, for each object: free space for everything still to copy is checked before the
+first byte is written; the object is fetched as ranged GETs of ``chunk_bytes``,
+``concurrency`` of them in flight across the object, each written in place (``pwrite``)
+into ``NAME.loadscope-partial`` with its crc32 kept; the file is fsynced, evicted from the
+page cache and read back to compare each block's crc32 with what arrived, and only then
+renamed to its final name (then the folder is fsynced). Each object's ETag, size and crc32 go
+into ``.loadscope-store.json`` in DEST once it is verified: a rerun after an interruption
+skips the objects whose final file still has that size and crc32 and whose ETag the
+store still gives,
+removes stale partial files and copies the rest; a final file that differs is never
+overwritten without ``force``. DEST is locked with ``flock`` for the whole copy
+(:mod:`loadscope.actions.copydest`).
+
+May import: ``loadscope.probes`` (the object-store client), ``loadscope.base``,
+:mod:`loadscope.actions.copydest`, :mod:`loadscope.actions.localcopy` (its report).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from loadscope.actions.copydest import CopyError, CopyRefused, _prepare_dest
+from loadscope.actions.localcopy import PARTIAL_SUFFIX, SPACE_MARGIN, CopyReport, FileCopy
+from loadscope.base.units import format_bytes
+from loadscope.probes.objclient import call, listing, object_key, split, store
+from loadscope.probes.sources import object_address
+
+#: The small objects beside the weights that a loader needs.
+SMALL_SUFFIXES = (".json", ".txt", ".model", ".tiktoken", ".py")
+#: What each verified object was when copied: its ETag and size, by relative name.
+STATE_NAME = ".loadscope-store.json"
+CONCURRENCY = 32
+CHUNK_BYTES = 8 << 20
+
+Progress = Callable[[int, int, float], None]
+
+
+class StoreCopyCancelled(CopyError):
+    """Stopped before every object was copied (a rerun resumes)."""
+
+
+def _objects(address: str) -> list[tuple[str, int, str]]:
+    """``(name, size, etag)`` of the model's weights and the small objects beside them."""
+    import obstore
+
+    weights = {o.name: o.size_bytes for o in listing(address)}
+    base = address if not address.endswith(".safetensors") else address.rpartition("/")[0]
+    source, bucket, key = split(base)
+    st = store(source, bucket)
+    prefix = key.strip("/") + "/" if key.strip("/") else ""
+    found = call(base, lambda: obstore.list_with_delimiter(st, prefix or None))
+    out = []
+    for o in found["objects"]:
+        name = str(o["path"]).rpartition("/")[2]
+        if name in weights or name.lower().endswith(SMALL_SUFFIXES):
+            if address.endswith(".safetensors") and name not in weights:
+                continue  # one object named: that object alone
+            out.append((name, int(o["size"]), str(o.get("e_tag") or "")))
+    return sorted(out)
+
+
+def copy_from_store(
+    address: str,
+    dest: str | os.PathLike[str],
+    *,
+    concurrency: int = CONCURRENCY,
+    chunk_bytes: int = CHUNK_BYTES,
+    force: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> CopyReport:
+    """Copy the model at ``address`` into ``dest`` (see the module's docstring)."""
+    dest_dir = Path(dest)
+    base = address if not address.endswith(".safetensors") else address.rpartition("/")[0]
+    objects = _objects(address)
+    files = [FileCopy(object_address(base, n), n, size) for n, size, _ in objects]
+    etags = {n: e for n, _, e in objects}
+    report = CopyReport(address, str(dest_dir), files, threads=concurrency, block_bytes=chunk_bytes)
+    stop = cancel or threading.Event()
+    created, lock_fd = _prepare_dest(dest_dir)
+    try:
+        state_path = dest_dir / STATE_NAME
+        state = _read_state(state_path)
+        todo = []
+        for f in files:
+            final = dest_dir / f.relative
+            stale = final.with_name(final.name + PARTIAL_SUFFIX)
+            if stale.exists():
+                stale.unlink()  # ours, from an interrupted run
+            if final.exists() or final.is_symlink():
+                kept = state.get(f.relative) or {}
+                if (
+                    final.is_file()
+                    and final.stat().st_size == f.size_bytes
+                    and kept.get("etag") == etags[f.relative]
+                    and kept.get("size") == f.size_bytes
+                    and kept.get("crc32") == _crc_of(final)
+                ):
+                    f.status, f.crc32 = "already-there", kept.get("crc32")
+                    continue
+                if not force:
+                    raise CopyRefused(
+                        f"{final} exists and is not this copy of {f.source}: refusing to"
+                        " overwrite it (--force to replace it)"
+                    )
+            todo.append(f)
+        need = sum(f.size_bytes for f in todo)
+        free = shutil.disk_usage(dest_dir).free
+        if todo and need + SPACE_MARGIN > free:
+            raise CopyError(
+                f"{dest_dir}: the copy needs {format_bytes(need)} (+{format_bytes(SPACE_MARGIN)}"
+                f" margin) and it has {format_bytes(free)} free; nothing was written"
+            )
+        start = time.monotonic()
+        done = [0]
+        lock = threading.Lock()
+
+        def tick(n: int) -> None:
+            with lock:
+                done[0] += n
+            if progress is not None:
+                progress(done[0], need, time.monotonic() - start)
+
+        try:
+            # Every object's GETs in one pool, so that the GETs in flight stay at
+            # ``concurrency`` across objects; each object is verified as its last
+            # block lands, while the others' GETs go on.
+            with ThreadPoolExecutor(max(1, concurrency)) as pool:
+                fetches = [_Fetch(f, dest_dir, chunk_bytes, tick, stop) for f in todo]
+                jobs = [(job, offset) for job in fetches for offset in job.offsets()]
+                try:
+                    for job in pool.map(lambda j: j[0].fetch(j[1]), jobs):
+                        if job is not None and stop.is_set() is False:
+                            report.verify_seconds += job.finish()
+                            state[job.f.relative] = {
+                                "etag": etags[job.f.relative],
+                                "size": job.f.size_bytes,
+                                "crc32": job.f.crc32,
+                            }
+                            _write_state(state_path, state)
+                finally:
+                    for job in fetches:
+                        job.close()
+        finally:
+            report.seconds = time.monotonic() - start
+            report.bytes_copied = report.source_bytes_read = done[0]
+        if stop.is_set() and any(f.status == "pending" for f in files):
+            raise StoreCopyCancelled(
+                "stopped: some objects not copied yet; rerun the same command to resume"
+                " (the ones already verified are kept)"
+            )
+        report.notes.append(
+            f"read from the store as ranged GETs of {format_bytes(chunk_bytes)},"
+            f" {concurrency} in flight"
+        )
+        return report
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                dest_dir.rmdir()  # only if nothing was written into it
+        raise
+    finally:
+        os.close(lock_fd)
+
+
+class _Fetch:
+    """One object fetched block by block into its partial file (from any thread), then
+    fsynced, verified and renamed by :meth:`finish` once its last block has landed."""
+
+    def __init__(
+        self,
+        f: FileCopy,
+        dest_dir: Path,
+        chunk_bytes: int,
+        tick: Callable[[int], None],
+        stop: threading.Event,
+    ) -> None:
+        self.f, self.dest_dir, self.chunk, self.tick, self.stop = (
+            f,
+            dest_dir,
+            chunk_bytes,
+            tick,
+            stop,
+        )
+        self.final = dest_dir / f.relative
+        self.partial = self.final.with_name(self.final.name + PARTIAL_SUFFIX)
+        self.store, self.key = object_key(f.source)
+        self.crcs: dict[int, tuple[int, int]] = {}
+        self.left = len(self.offsets())
+        self.lock = threading.Lock()
+        self.fd: int | None = os.open(
+            self.partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644
+        )
+        os.ftruncate(self.fd, f.size_bytes)
+
+    def offsets(self) -> range:
+        return range(0, max(self.f.size_bytes, 1), self.chunk)
+
+    def fetch(self, offset: int) -> _Fetch | None:
+        """One block; this object when it was its last one (else None)."""
+        import obstore
+
+        if self.stop.is_set() or self.fd is None:
+            return None
+        length = min(self.chunk, self.f.size_bytes - offset)
+        if length > 0:
+            data = call(
+                self.f.source,
+                lambda: obstore.get_range(self.store, self.key, start=offset, length=length),
+            )
+            view = memoryview(data)
+            if len(view) != length:
+                raise CopyError(
+                    f"{self.f.source}: ended at {offset + len(view)} of {self.f.size_bytes}"
+                )
+            written = 0
+            while written < length:
+                written += os.pwrite(self.fd, view[written:], offset + written)
+            self.crcs[offset] = (length, zlib.crc32(view))
+            self.tick(length)
+        with self.lock:
+            self.left -= 1
+            return self if self.left == 0 else None
+
+    def finish(self) -> float:
+        """fsync, read back against what arrived, rename; the seconds it took."""
+        started = time.monotonic()
+        assert self.fd is not None
+        os.fsync(self.fd)
+        self.close()
+        bad, crc = _verify(self.partial, self.crcs)
+        if bad is not None:
+            self.partial.unlink()
+            raise CopyError(f"{self.final}: read back, {bad}; the partial copy was removed")
+        os.replace(self.partial, self.final)
+        dir_fd = os.open(self.dest_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self.f.status, self.f.crc32, self.f.read = "copied", f"{crc:08x}", "ranged GETs"
+        return time.monotonic() - started
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _verify(path: Path, crcs: dict[int, tuple[int, int]]) -> tuple[str | None, int]:
+    """Each block of ``path``, evicted from the page cache and read back, against the
+    crc32 of what arrived: why not (None when every one matches), and the whole file's
+    crc32 as read back."""
+    whole = 0
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        for offset, (length, crc) in sorted(crcs.items()):
+            data = os.pread(fd, length, offset)
+            if zlib.crc32(data) != crc:
+                return f"bytes {offset}-{offset + length} differ from what the store sent", 0
+            whole = zlib.crc32(data, whole)
+    finally:
+        os.close(fd)
+    return None, whole
+
+
+def _crc_of(path: Path) -> str:
+    """The crc32 of the file at ``path`` (a kept copy, checked against its record)."""
+    crc = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            crc = zlib.crc32(block, crc)
+    return f"{crc:08x}"
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _write_state(path: Path, state: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + PARTIAL_SUFFIX)
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    os.replace(tmp, path)
