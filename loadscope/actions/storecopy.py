@@ -142,22 +142,31 @@ def copy_from_store(
             # Every object's GETs in one pool, so that the GETs in flight stay at
             # ``concurrency`` across objects; each object is verified as its last
             # block lands, while the others' GETs go on.
-            with ThreadPoolExecutor(max(1, concurrency)) as pool:
-                fetches = [_Fetch(f, dest_dir, chunk_bytes, tick, stop) for f in todo]
-                jobs = [(job, offset) for job in fetches for offset in job.offsets()]
-                try:
-                    for job in pool.map(lambda j: j[0].fetch(j[1]), jobs):
-                        if job is not None and stop.is_set() is False:
-                            report.verify_seconds += job.finish()
-                            state[job.f.relative] = {
-                                "etag": etags[job.f.relative],
-                                "size": job.f.size_bytes,
-                                "crc32": job.f.crc32,
-                            }
-                            _write_state(state_path, state)
-                finally:
-                    for job in fetches:
-                        job.close()
+            fetches: list[_Fetch] = []
+            try:
+                with ThreadPoolExecutor(max(1, concurrency)) as pool:
+                    try:
+                        fetches += [_Fetch(f, dest_dir, chunk_bytes, tick, stop) for f in todo]
+                        jobs = [(job, offset) for job in fetches for offset in job.offsets()]
+                        for job in pool.map(lambda j: j[0].fetch(j[1]), jobs):
+                            if job is not None and not stop.is_set():
+                                report.verify_seconds += job.finish()
+                                state[job.f.relative] = {
+                                    "etag": etags[job.f.relative],
+                                    "size": job.f.size_bytes,
+                                    "crc32": job.f.crc32,
+                                }
+                                _write_state(state_path, state)
+                    except BaseException:
+                        stop.set()  # the GETs queued return at once; those in flight end
+                        raise
+            finally:
+                # Only once no thread writes to them: their descriptors closed, and the
+                # partial files of what was not verified removed (never a final name).
+                for job in fetches:
+                    job.close()
+                    if job.f.status != "copied":
+                        job.partial.unlink(missing_ok=True)
         finally:
             report.seconds = time.monotonic() - start
             report.bytes_copied = report.source_bytes_read = done[0]
