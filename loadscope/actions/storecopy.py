@@ -146,7 +146,8 @@ def copy_from_store(
             try:
                 with ThreadPoolExecutor(max(1, concurrency)) as pool:
                     try:
-                        fetches += [_Fetch(f, dest_dir, chunk_bytes, tick, stop) for f in todo]
+                        for f in todo:  # one by one: a failure leaves the earlier ones listed
+                            fetches.append(_Fetch(f, dest_dir, chunk_bytes, tick, stop))
                         jobs = [(job, offset) for job in fetches for offset in job.offsets()]
                         for job in pool.map(lambda j: j[0].fetch(j[1]), jobs):
                             if job is not None and not stop.is_set():

@@ -98,6 +98,7 @@ def advise_object_store(
         and base.median_seconds
         and tuned.median_seconds
         and base.median_seconds / tuned.median_seconds >= WORTH_IT
+        and f.probed.get("store_saturates_at")  # the N the command prints
     ):
         recommendations.append(
             _concurrency_fix(f, address, compatible_endpoint, base.median_seconds, tuned)
