@@ -226,8 +226,7 @@ def listing(address: str) -> tuple[SourceObject, ...]:
         meta = call(address, lambda: obstore.head(st, key))
         return (SourceObject(key.rpartition("/")[2], int(meta["size"])),)
     prefix = key.rstrip("/") + "/" if key.strip("/") else ""
-    found = call(address, lambda: obstore.list_with_delimiter(st, prefix or None))
-    sizes = {o["path"].rpartition("/")[2]: int(o["size"]) for o in found["objects"]}
+    sizes = {name: size for name, size, _etag in folder_objects(address)}
     if INDEX in sizes:
         raw = call(address, lambda: bytes(obstore.get(st, prefix + INDEX).bytes()))
         try:
@@ -250,3 +249,20 @@ def listing(address: str) -> tuple[SourceObject, ...]:
             + "; loadscope reads safetensors from object stores"
         )
     return tuple(SourceObject(n, sizes[n]) for n in names)
+
+
+def folder_objects(address: str) -> list[tuple[str, int, str]]:
+    """``(name, size, etag)`` of every object directly under ``address``'s folder (the
+    folder itself when the address names one ``.safetensors`` object), by name."""
+    import obstore
+
+    source, bucket, key = split(address)
+    if key.endswith(".safetensors"):
+        key = key.rpartition("/")[0]
+    prefix = key.strip("/") + "/" if key.strip("/") else ""
+    st = store(source, bucket)
+    found = call(address, lambda: obstore.list_with_delimiter(st, prefix or None))
+    return sorted(
+        (str(o["path"]).rpartition("/")[2], int(o["size"]), str(o.get("e_tag") or ""))
+        for o in found["objects"]
+    )

@@ -39,7 +39,7 @@ from typing import Any
 from loadscope.actions.copydest import CopyError, CopyRefused, _prepare_dest
 from loadscope.actions.localcopy import PARTIAL_SUFFIX, SPACE_MARGIN, CopyReport, FileCopy
 from loadscope.base.units import format_bytes
-from loadscope.probes.objclient import call, listing, object_key, split, store
+from loadscope.probes.objclient import call, folder_objects, listing, object_key
 from loadscope.probes.sources import object_address
 
 #: The small objects beside the weights that a loader needs.
@@ -57,23 +57,15 @@ class StoreCopyCancelled(CopyError):
 
 
 def _objects(address: str) -> list[tuple[str, int, str]]:
-    """``(name, size, etag)`` of the model's weights and the small objects beside them."""
-    import obstore
-
-    weights = {o.name: o.size_bytes for o in listing(address)}
-    base = address if not address.endswith(".safetensors") else address.rpartition("/")[0]
-    source, bucket, key = split(base)
-    st = store(source, bucket)
-    prefix = key.strip("/") + "/" if key.strip("/") else ""
-    found = call(base, lambda: obstore.list_with_delimiter(st, prefix or None))
-    out = []
-    for o in found["objects"]:
-        name = str(o["path"]).rpartition("/")[2]
-        if name in weights or name.lower().endswith(SMALL_SUFFIXES):
-            if address.endswith(".safetensors") and name not in weights:
-                continue  # one object named: that object alone
-            out.append((name, int(o["size"]), str(o.get("e_tag") or "")))
-    return sorted(out)
+    """``(name, size, etag)`` of the model's weights and the small objects beside them
+    (its one object alone, where the address names one)."""
+    weights = {o.name for o in listing(address)}
+    one = address.endswith(".safetensors")
+    return [
+        (name, size, etag)
+        for name, size, etag in folder_objects(address)
+        if name in weights or (not one and name.lower().endswith(SMALL_SUFFIXES))
+    ]
 
 
 def copy_from_store(
@@ -98,29 +90,7 @@ def copy_from_store(
     try:
         state_path = dest_dir / STATE_NAME
         state = _read_state(state_path)
-        todo = []
-        for f in files:
-            final = dest_dir / f.relative
-            stale = final.with_name(final.name + PARTIAL_SUFFIX)
-            if stale.exists():
-                stale.unlink()  # ours, from an interrupted run
-            if final.exists() or final.is_symlink():
-                kept = state.get(f.relative) or {}
-                if (
-                    final.is_file()
-                    and final.stat().st_size == f.size_bytes
-                    and kept.get("etag") == etags[f.relative]
-                    and kept.get("size") == f.size_bytes
-                    and kept.get("crc32") == _crc_of(final)
-                ):
-                    f.status, f.crc32 = "already-there", kept.get("crc32")
-                    continue
-                if not force:
-                    raise CopyRefused(
-                        f"{final} exists and is not this copy of {f.source}: refusing to"
-                        " overwrite it (--force to replace it)"
-                    )
-            todo.append(f)
+        todo = _still_to_copy(files, dest_dir, state, etags, force)
         need = sum(f.size_bytes for f in todo)
         free = shutil.disk_usage(dest_dir).free
         if todo and need + SPACE_MARGIN > free:
@@ -139,35 +109,8 @@ def copy_from_store(
                 progress(done[0], need, time.monotonic() - start)
 
         try:
-            # Every object's GETs in one pool, so that the GETs in flight stay at
-            # ``concurrency`` across objects; each object is verified as its last
-            # block lands, while the others' GETs go on.
-            fetches: list[_Fetch] = []
-            try:
-                with ThreadPoolExecutor(max(1, concurrency)) as pool:
-                    try:
-                        for f in todo:  # one by one: a failure leaves the earlier ones listed
-                            fetches.append(_Fetch(f, dest_dir, chunk_bytes, tick, stop))
-                        jobs = [(job, offset) for job in fetches for offset in job.offsets()]
-                        for job in pool.map(lambda j: j[0].fetch(j[1]), jobs):
-                            if job is not None and not stop.is_set():
-                                report.verify_seconds += job.finish()
-                                state[job.f.relative] = {
-                                    "etag": etags[job.f.relative],
-                                    "size": job.f.size_bytes,
-                                    "crc32": job.f.crc32,
-                                }
-                                _write_state(state_path, state)
-                    except BaseException:
-                        stop.set()  # the GETs queued return at once; those in flight end
-                        raise
-            finally:
-                # Only once no thread writes to them: their descriptors closed, and the
-                # partial files of what was not verified removed (never a final name).
-                for job in fetches:
-                    job.close()
-                    if job.f.status != "copied":
-                        job.partial.unlink(missing_ok=True)
+            settings = (concurrency, chunk_bytes)
+            _fetch_all(todo, dest_dir, settings, tick, stop, report, (state, etags))
         finally:
             report.seconds = time.monotonic() - start
             report.bytes_copied = report.source_bytes_read = done[0]
@@ -188,6 +131,51 @@ def copy_from_store(
         raise
     finally:
         os.close(lock_fd)
+
+
+def _fetch_all(
+    todo: list[FileCopy],
+    dest_dir: Path,
+    settings: tuple[int, int],
+    tick: Callable[[int], None],
+    stop: threading.Event,
+    report: CopyReport,
+    recorded: tuple[dict[str, Any], dict[str, str]],
+) -> None:
+    """Every object of ``todo`` into DEST (``settings``: GETs in flight, bytes per GET);
+    each one verified goes into the ``recorded`` state with its ETag, written at once."""
+    concurrency, chunk_bytes = settings
+    state, etags = recorded
+    state_path = dest_dir / STATE_NAME
+    # Every object's GETs in one pool, so that the GETs in flight stay at
+    # ``concurrency`` across objects; each object is verified as its last
+    # block lands, while the others' GETs go on.
+    fetches: list[_Fetch] = []
+    try:
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:
+            try:
+                for f in todo:  # one by one: a failure leaves the earlier ones listed
+                    fetches.append(_Fetch(f, dest_dir, chunk_bytes, tick, stop))
+                jobs = [(job, offset) for job in fetches for offset in job.offsets()]
+                for job in pool.map(lambda j: j[0].fetch(j[1]), jobs):
+                    if job is not None and not stop.is_set():
+                        report.verify_seconds += job.finish()
+                        state[job.f.relative] = {
+                            "etag": etags[job.f.relative],
+                            "size": job.f.size_bytes,
+                            "crc32": job.f.crc32,
+                        }
+                        _write_state(state_path, state)
+            except BaseException:
+                stop.set()  # the GETs queued return at once; those in flight end
+                raise
+    finally:
+        # Only once no thread writes to them: their descriptors closed, and the
+        # partial files of what was not verified removed (never a final name).
+        for job in fetches:
+            job.close()
+            if job.f.status != "copied":
+                job.partial.unlink(missing_ok=True)
 
 
 class _Fetch:
@@ -291,6 +279,41 @@ def _verify(path: Path, crcs: dict[int, tuple[int, int]]) -> tuple[str | None, i
     finally:
         os.close(fd)
     return None, whole
+
+
+def _still_to_copy(
+    files: list[FileCopy],
+    dest_dir: Path,
+    state: dict[str, Any],
+    etags: dict[str, str],
+    force: bool,
+) -> list[FileCopy]:
+    """The files DEST does not hold yet as verified copies (the others marked so); a
+    final file that differs is refused unless ``force``; stale partial files removed."""
+    todo = []
+    for f in files:
+        final = dest_dir / f.relative
+        stale = final.with_name(final.name + PARTIAL_SUFFIX)
+        if stale.exists():
+            stale.unlink()  # ours, from an interrupted run
+        if final.exists() or final.is_symlink():
+            kept = state.get(f.relative) or {}
+            if (
+                final.is_file()
+                and final.stat().st_size == f.size_bytes
+                and kept.get("etag") == etags[f.relative]
+                and kept.get("size") == f.size_bytes
+                and kept.get("crc32") == _crc_of(final)
+            ):
+                f.status, f.crc32 = "already-there", kept.get("crc32")
+                continue
+            if not force:
+                raise CopyRefused(
+                    f"{final} exists and is not this copy of {f.source}: refusing to"
+                    " overwrite it (--force to replace it)"
+                )
+        todo.append(f)
+    return todo
 
 
 def _crc_of(path: Path) -> str:

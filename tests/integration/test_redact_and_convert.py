@@ -316,8 +316,14 @@ def test_doctor_on_a_model_that_is_a_mount_point_says_where_it_converted(
         assert conv.where.startswith(f"in {tmp} (another filesystem: "), conv.where
         assert f"the model's: ext4 at {root})" in conv.where
         assert "its folder is a mount point" in conv.where
-        if conv.reason is None:
-            rec = next(r for r in report.advice.recommendations if r.id == "convert-to-safetensors")
+        verdict = report.advice.verdict
+        if conv.reason is None and verdict.status != "unmeasured":
+            # (Unmeasured: a figure broke a bound under the suite's load; no fix printed.)
+            ids = [r.id for r in report.advice.recommendations]
+            rec = next(
+                (r for r in report.advice.recommendations if r.id == "convert-to-safetensors"), None
+            )
+            assert rec is not None, (verdict.headline, ids, report.failures)
             assert "another filesystem" in rec.action
             assert "another filesystem" in to_markdown(json.loads(report.to_json()))
         assert conv.removed and not list(Path(tmp).glob(f"{PREFIX}{os.getpid()}-*"))
