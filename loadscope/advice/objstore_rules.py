@@ -10,7 +10,8 @@ concurrency raised to where the probe found the rate stops rising, timed as
 run says so, with no number.
 
 May import: ``loadscope.advice.facts``, ``loadscope.advice.results``,
-``loadscope.advice.snippets``, ``loadscope.base``.
+``loadscope.advice.snippets``, ``loadscope.advice.source_rules`` (the cold medians),
+``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import shlex
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import Advice, Evidence, Recommendation, Verdict
 from loadscope.advice.snippets import Snippet
+from loadscope.advice.source_rules import cold_medians, unmeasured
 from loadscope.base.units import format_bytes, format_rate, format_speedup
 
 #: The store strategies (``loaders/strategies/objstore.py``), by role.
@@ -54,16 +56,9 @@ def advise_object_store(
     f: Facts, source_title: str, address: str, compatible_endpoint: bool
 ) -> Advice:
     """The verdict, and the streamer's concurrency as the fix where it measured faster."""
-    timed = sorted(
-        ((s.median_seconds, name) for name, s in f.cold.items() if s.median_seconds),
-        key=lambda pair: pair[0],
-    )
+    timed = cold_medians(f)
     if not timed:
-        return Advice(
-            Verdict("unmeasured", f"could not measure: no trial of {source_title} completed"),
-            [],
-            [],
-        )
+        return unmeasured(source_title)
     best_s, best = timed[0]
     problem = f"{source_title}, {bound_words(f)}"
     headline = (

@@ -15,18 +15,26 @@ from loadscope.advice.results import Advice, Verdict
 from loadscope.base.units import format_bytes, format_rate, format_speedup
 
 
-def advise_source(f: Facts, source_title: str) -> Advice:
-    """The verdict from the source's strategies' cold medians (unmeasured without one)."""
-    timed = sorted(
+def cold_medians(f: Facts) -> list[tuple[float, str]]:
+    """``(median seconds, strategy)`` of every cold trial that has a median, fastest first."""
+    return sorted(
         ((s.median_seconds, name) for name, s in f.cold.items() if s.median_seconds),
         key=lambda pair: pair[0],
     )
+
+
+def unmeasured(source_title: str) -> Advice:
+    """The verdict where no trial of the source completed."""
+    return Advice(
+        Verdict("unmeasured", f"could not measure: no trial of {source_title} completed"), [], []
+    )
+
+
+def advise_source(f: Facts, source_title: str) -> Advice:
+    """The verdict from the source's strategies' cold medians (unmeasured without one)."""
+    timed = cold_medians(f)
     if not timed:
-        return Advice(
-            Verdict("unmeasured", f"could not measure: no trial of {source_title} completed"),
-            [],
-            [],
-        )
+        return unmeasured(source_title)
     best_s, best = timed[0]
     headline = (
         f"{best} loads the {format_bytes(f.model_bytes)} from {source_title} fastest here:"
