@@ -165,6 +165,21 @@ class CopyReport:
         }
 
 
+class Ticker:
+    """The bytes a copy has written so far, from any thread, said to ``progress``
+    (done, of ``need``, seconds since the start) at each block."""
+
+    def __init__(self, need: int, progress: Progress | None) -> None:
+        self.need, self.progress = need, progress
+        self.done, self.start, self.lock = 0, time.monotonic(), threading.Lock()
+
+    def __call__(self, n: int) -> None:
+        with self.lock:
+            self.done += n
+        if self.progress is not None:
+            self.progress(self.done, self.need, time.monotonic() - self.start)
+
+
 def plan(target: Target) -> list[FileCopy]:
     """The weight files and the loader's small files beside them, relative to the model root."""
     root = target.root if target.root.is_dir() else target.root.parent
@@ -302,24 +317,15 @@ def _copy_into(
             f" {format_bytes(need + SPACE_MARGIN - free)} missing; nothing was written"
         )
     stop = run.stop
-    start = time.monotonic()
-    done = [0]
-    lock = threading.Lock()
-
-    def tick(n: int) -> None:
-        with lock:
-            done[0] += n
-        if progress is not None:
-            progress(done[0], need, time.monotonic() - start)
-
+    tick = Ticker(need, progress)
     try:
         for f in todo:
             if stop.is_set():
                 break
             _copy_one(f, dest_dir, run, tick)
     finally:
-        report.seconds = time.monotonic() - start
-        report.bytes_copied = done[0]
+        report.seconds = time.monotonic() - tick.start
+        report.bytes_copied = tick.done
     if stop.is_set() and any(f.status == "pending" for f in files):
         left = sum(1 for f in files if f.status == "pending")
         raise CopyCancelled(

@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from loadscope.actions.copydest import CopyError, CopyRefused, _prepare_dest
-from loadscope.actions.localcopy import PARTIAL_SUFFIX, SPACE_MARGIN, CopyReport, FileCopy
+from loadscope.actions.localcopy import (
+    PARTIAL_SUFFIX,
+    SPACE_MARGIN,
+    CopyReport,
+    FileCopy,
+    Ticker,
+)
 from loadscope.base.units import format_bytes
 from loadscope.probes.objclient import call, folder_objects, listing, object_key
 from loadscope.probes.sources import object_address
@@ -98,22 +104,13 @@ def copy_from_store(
                 f"{dest_dir}: the copy needs {format_bytes(need)} (+{format_bytes(SPACE_MARGIN)}"
                 f" margin) and it has {format_bytes(free)} free; nothing was written"
             )
-        start = time.monotonic()
-        done = [0]
-        lock = threading.Lock()
-
-        def tick(n: int) -> None:
-            with lock:
-                done[0] += n
-            if progress is not None:
-                progress(done[0], need, time.monotonic() - start)
-
+        tick = Ticker(need, progress)
         try:
             settings = (concurrency, chunk_bytes)
             _fetch_all(todo, dest_dir, settings, tick, stop, report, (state, etags))
         finally:
-            report.seconds = time.monotonic() - start
-            report.bytes_copied = report.source_bytes_read = done[0]
+            report.seconds = time.monotonic() - tick.start
+            report.bytes_copied = report.source_bytes_read = tick.done
         if stop.is_set() and any(f.status == "pending" for f in files):
             raise StoreCopyCancelled(
                 "stopped: some objects not copied yet; rerun the same command to resume"

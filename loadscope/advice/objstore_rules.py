@@ -74,29 +74,15 @@ def advise_object_store(
     recommendations = []
     # Against the servers' route at its defaults where it ran, else a single stream.
     baseline = BASELINE if base is not None and base.median_seconds else NAIVE
-    reference = f.cold.get(baseline)
-    own = f.cold.get(OWN)
-    if (
-        reference is not None
-        and own is not None
-        and reference.median_seconds
-        and own.median_seconds
-        and reference.median_seconds / own.median_seconds >= WORTH_IT
-    ):
-        recommendations.append(
-            _own_reader_fix(address, baseline, reference.median_seconds, own.median_seconds)
-        )
+    own = _gain(f, baseline, OWN)
+    if own is not None and own[1] >= WORTH_IT:
+        recommendations.append(_own_reader_fix(address, baseline, *own))
     tuned = f.cold.get(TUNED)
-    if (
-        base is not None
-        and tuned is not None
-        and base.median_seconds
-        and tuned.median_seconds
-        and base.median_seconds / tuned.median_seconds >= WORTH_IT
-        and f.probed.get("store_saturates_at")  # the N the command prints
-    ):
+    by_tuning = _gain(f, BASELINE, TUNED)
+    # (Printed only with the probe's N, which the command carries.)
+    if by_tuning is not None and by_tuning[1] >= WORTH_IT and f.probed.get("store_saturates_at"):
         recommendations.append(
-            _concurrency_fix(f, address, compatible_endpoint, base.median_seconds, tuned)
+            _concurrency_fix(f, address, compatible_endpoint, by_tuning[0], by_tuning[1])
         )
     elif base is None or tuned is None:
         notes.append(
@@ -108,12 +94,19 @@ def advise_object_store(
     return Advice(verdict, recommendations, notes)
 
 
+def _gain(f: Facts, base: str, other: str) -> tuple[float, float] | None:
+    """``base``'s cold median, and it over ``other``'s; None where either has none."""
+    a, b = f.cold.get(base), f.cold.get(other)
+    if a is None or b is None or not a.median_seconds or not b.median_seconds:
+        return None
+    return a.median_seconds, a.median_seconds / b.median_seconds
+
+
 def _concurrency_fix(
-    f: Facts, address: str, compatible: bool, base_s: float, tuned: object
+    f: Facts, address: str, compatible: bool, base_s: float, speedup: float
 ) -> Recommendation:
     concurrency = f.probed.get("store_saturates_at") or 0
-    median = getattr(tuned, "median_seconds", None) or base_s
-    speedup = base_s / median
+    median = base_s / speedup
     config = shlex.quote(json.dumps({"concurrency": concurrency}))
     env = f"{COMPATIBLE_ENV} " if compatible else ""
     flag = f"--load-format runai_streamer --model-loader-extra-config {config}"
@@ -165,9 +158,9 @@ def load_model_code(address: str) -> str:
     return f"import loadscope\nstate = loadscope.load_model({address!r})"
 
 
-def _own_reader_fix(address: str, baseline: str, base_s: float, own_s: float) -> Recommendation:
+def _own_reader_fix(address: str, baseline: str, base_s: float, speedup: float) -> Recommendation:
     """``loadscope.load_model(address)``: its trial is ``store-ranged``, that very call."""
-    speedup = base_s / own_s
+    own_s = base_s / speedup
     against = "Run:ai streamer at its defaults" if baseline == BASELINE else "one GET per object"
     code = load_model_code(address)
     return Recommendation(
