@@ -226,8 +226,11 @@ class _Fetch:
                     f"{self.f.source}: ended at {offset + len(view)} of {self.f.size_bytes}"
                 )
             written = 0
-            while written < length:
-                written += os.pwrite(self.fd, view[written:], offset + written)
+            try:
+                while written < length:
+                    written += os.pwrite(self.fd, view[written:], offset + written)
+            except OSError as exc:  # a full disk, a quota: said with the file's name
+                raise CopyError(f"{self.final}: cannot write it: {exc.strerror}") from None
             self.crcs[offset] = (length, zlib.crc32(view))
             self.tick(length)
         with self.lock:
