@@ -79,6 +79,7 @@ from loadscope.engine.bench import (
     BenchOptions,
     BenchReport,
     Listener,
+    memory_guard,
     run_bench,
 )
 from loadscope.engine.broadcast import (
@@ -88,7 +89,7 @@ from loadscope.engine.broadcast import (
     run_broadcast,
 )
 from loadscope.engine.probing import ProbeReport, run_probes
-from loadscope.loaders.strategies import DEFAULT, TORCH_DEFAULT
+from loadscope.loaders.strategies import DEFAULT, STRATEGIES, TORCH_DEFAULT
 from loadscope.model.targets import Target
 from loadscope.probes.memory import memory_headroom
 from loadscope.probes.objclient import OBJECT_STORES
@@ -303,6 +304,15 @@ def _time_user_command(
     return report
 
 
+def _too_big(name: str, target: Target) -> str | None:
+    """Why the memory guard refuses ``name`` a whole load of ``target``, or None."""
+    known = STRATEGIES.get(name)
+    if known is None:
+        return None
+    info = {"ram_multiple": known.requires.ram_multiple}
+    return memory_guard(name, info, target.total_bytes, memory_headroom())
+
+
 def _run_trials(
     target: Target,
     probe: ProbeReport,
@@ -349,8 +359,11 @@ def _run_trials(
     except BenchError as exc:
         failures.append(f"bench: {exc}")
         return None
-    # The trials that gave way to loadscope's own routes are skipped with their reason.
-    bench.skipped.update({k: v for k, v in plan.left_out.items() if k not in bench.skipped})
+    # The trials that gave way to loadscope's own routes are skipped with their reason,
+    # unless the whole model would not fit in RAM for them: no budget runs those.
+    bench.skipped.update(
+        {k: _too_big(k, target) or v for k, v in plan.left_out.items() if k not in bench.skipped}
+    )
     failures += [f"{k}: skipped: {v}" for k, v in bench.skipped.items()]
     failures += [
         f"trial #{t.id} {t.strategy} {t.cache}: {t.reason}"
