@@ -51,6 +51,7 @@ from loadscope.loaders.strategies.transformers_load import (
 )
 from loadscope.loaders.strategies.vllm_prefetch import VllmPrefetch
 from loadscope.loaders.strategy import StackRoute, Strategy
+from loadscope.probes.sources import ONLY_FILES
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
@@ -145,11 +146,17 @@ GPU_TORCH_DEFAULT = default_load(gpu=True, fmt="torch")
 WHOLE_FILE_READ = FullRead.name  # the folklore fix: each file read whole, then load()ed
 TORCH_MMAP = PickleMmap.name
 HF_DEFAULT = FromPretrained.name  # transformers' from_pretrained as users call it
-#: loadscope's own tuned readers, on the CPU and to the GPU: evidence that deep reads pay,
-#: never a route a user pastes.
+#: loadscope's own tuned readers of files, on the CPU and to the GPU: evidence that deep
+#: reads pay, never a route a user pastes (a bucket's tuned Run:ai trial is a route, and
+#: reads no file: it once led this list, and so a torch model's safetensors twins, for
+#: lack of a doctor order).
 INTERNAL_READERS = tuple(
     sorted(
-        (n for n, s in STRATEGIES.items() if s.tuned and not s.requires.gpu),
+        (
+            n
+            for n, s in STRATEGIES.items()
+            if s.tuned and not s.requires.gpu and s.requires.sources == ONLY_FILES
+        ),
         key=lambda n: STRATEGIES[n].doctor_order or 0,
     )
 )

@@ -34,7 +34,8 @@ ANSWER_OPTIONS = (
         choices=STACKS,
         metavar="NAME",
         help="the stack whose code the answer shows (repeatable; default: the ones"
-        f" installed here, else safetensors and the shell): {', '.join(STACKS)}",
+        f" installed here, else safetensors and the shell): {', '.join(STACKS)}; doctor"
+        " then also leaves out the trials of the other stacks' routes (default: all run)",
     ),
 )
 

@@ -64,6 +64,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             try_readahead=args.try_readahead,
             fio=args.fio,
             command=command,
+            stacks=tuple(dict.fromkeys(args.stack or ())),
         )
         report = run_doctor(target, options, listener=progress.listener, progress=progress.step)
     from loadscope.report.html import to_html

@@ -61,6 +61,7 @@ from loadscope.diagnosis.readahead_trial import (
     verify_readahead,
 )
 from loadscope.diagnosis.redaction import redact
+from loadscope.diagnosis.stack_scope import scoped
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
 from loadscope.diagnosis.trial_costs import TRIAL_OVERHEAD_S, readahead_reserve_s
 from loadscope.diagnosis.trial_plan import (
@@ -89,7 +90,7 @@ from loadscope.engine.broadcast import (
     run_broadcast,
 )
 from loadscope.engine.probing import ProbeReport, run_probes
-from loadscope.loaders.strategies import DEFAULT, STRATEGIES, TORCH_DEFAULT
+from loadscope.loaders.strategies import DEFAULT, HF_DEFAULT, STRATEGIES, TORCH_DEFAULT
 from loadscope.model.targets import Target
 from loadscope.probes.memory import memory_headroom
 from loadscope.probes.objclient import OBJECT_STORES
@@ -134,6 +135,8 @@ class DoctorOptions:
     fio: bool = False
     command: UserCommand | None = None
     cancel: threading.Event | None = None
+    #: The user's stacks (``--stack``): the trials of the others' routes are left out.
+    stacks: tuple[str, ...] = ()
 
 
 def run_doctor(
@@ -193,9 +196,15 @@ def _run_doctor(
     # 30 all of it (9 s) left from_pretrained no whole load, and transformers no figure.
     reserve = min(
         RESERVE_SHARE * budget_s,
-        readahead_reserve_s(probe, readahead_allowed(probe, options.try_readahead)),
+        readahead_reserve_s(
+            probe,
+            readahead_allowed(probe, options.try_readahead),
+            with_hf=not scoped((HF_DEFAULT,), options.stacks)[1],
+        ),
     )
-    plan = plan_doctor(target, probe, budget_s, options.device, options.ranks, failures, reserve)
+    plan = plan_doctor(
+        target, probe, budget_s, options.device, options.ranks, failures, reserve, options.stacks
+    )
     bench = _run_trials(target, probe, plan, budget_s, listener, cancel, failures)
     conversion = None
     if target.formats == {"torch"} and not target.alternates and not probe.stalled:

@@ -126,11 +126,12 @@ def builds_with_transformers(probe: ProbeReport) -> bool:
     )
 
 
-def readahead_reserve_s(probe: ProbeReport, allowed: bool) -> float:
+def readahead_reserve_s(probe: ProbeReport, allowed: bool, with_hf: bool = True) -> float:
     """The time the readahead check after the trials takes, where it will run (``allowed``
     to write the setting, on storage whose readahead is small): its fork server, two whole
     loads at the parallel rate the raised readahead approaches, and where the model builds
-    with transformers ``from_pretrained`` once more. Kept out of the trials' time: at 1 GiB
+    with transformers (and its trials are run: ``with_hf``) ``from_pretrained`` once
+    more. Kept out of the trials' time: at 1 GiB
     it ran after their deadline and the doctor took 13% over its budget."""
     mount = probe.primary.storage.mount.data
     bdi = probe.primary.storage.bdi.data
@@ -143,6 +144,6 @@ def readahead_reserve_s(probe: ProbeReport, allowed: bool) -> float:
     _buffered, parallel = estimate_rates(probe)
     load = float(probe.target["total_bytes"]) / (direct_rate(probe) or parallel)
     reserve = SERVER_START_S + 2 * (TRIAL_OVERHEAD_S + load)
-    if builds_with_transformers(probe):
+    if with_hf and builds_with_transformers(probe):
         reserve += SERVER_START_S + HF_TRIAL_OVERHEAD_S + load
     return reserve

@@ -26,6 +26,7 @@ from loadscope.diagnosis.device_plan import (
     rank_target,
     resolve_device,
 )
+from loadscope.diagnosis.stack_scope import scoped
 from loadscope.diagnosis.trial_costs import (
     TRIAL_OVERHEAD_S,
     builds_with_transformers,
@@ -306,13 +307,16 @@ def plan_doctor(
     ranks: int | None,
     failures: list[str],
     reserve_s: float = 0.0,
+    stacks: tuple[str, ...] = (),
 ) -> TrialPlan:
     """The trials for what is left of ``budget_s`` after the probes; what the plan leaves
     out or cannot use (an unusable GPU, torch files that do not fit) goes to ``failures``.
 
     ``device`` "auto" is resolved (:func:`resolve_device`); ``ranks`` None means one rank
     per GPU when there are several, and multi-rank trials take 40% of the time.
-    ``reserve_s``: what the checks after the trials need (:func:`readahead_reserve_s`)."""
+    ``reserve_s``: what the checks after the trials need (:func:`readahead_reserve_s`).
+    ``stacks``: the user's stacks (``--stack``; empty: every stack's trials run), the
+    others' routes left out, said (:func:`~loadscope.diagnosis.stack_scope.scoped`)."""
     formats = target.formats
     device, device_note = resolve_device(device, probe)
     if device_note:
@@ -331,6 +335,7 @@ def plan_doctor(
         strategies = gpu_plan(probe)
     else:
         strategies = choose_strategies(probe)
+    strategies, not_theirs = scoped(strategies, stacks)
     trials = [(s, "cold") for s in strategies]
     trials += [(s, "warm") for s in strategies if s in WARM_STRATEGIES]
     if ranks is None and device != "cpu" and gpu_count(probe) >= 2:
@@ -371,7 +376,7 @@ def plan_doctor(
         sample_sizes,
         remaining,
         ranks if multi else None,
-        left_out,
+        {**not_theirs, **left_out},
         at_least,
     )
     if formats == {"safetensors"} and target.alternates:
