@@ -154,7 +154,9 @@ def test_the_doctor_names_the_regime_with_its_latency(tmp_path: Path) -> None:
     src = synthesize(tmp_path / "src", 32 << 20, seed=9)
     slow = EmulatorSettings(latency_s=0.005, jitter_s=0.0, readahead_kb=128)
     with emulated_block_disk(src.root, tmp_path / "mnt", slow) as vol:
-        report = run_doctor(resolve(str(vol.path)), DoctorOptions(budget_s=25, device="cpu"))
+        # --stack safetensors: the regime is the subject, not which stack's code wins.
+        options = DoctorOptions(budget_s=25, device="cpu", stacks=("safetensors",))
+        report = run_doctor(resolve(str(vol.path)), options)
     verdict = report.advice.verdict
     assert verdict.status == "problem", verdict.headline
     assert verdict.headline.startswith("network block volume (cold 4 KiB reads p50 ")

@@ -285,8 +285,8 @@ def test_doctor_cmd_times_the_users_command_in_every_report(model: Path, tmp_pat
     )
     out = {ext: tmp_path / f"report.{ext}" for ext in ("json", "md", "html")}
     result = run_loadscope(
-        "doctor", str(model), "--budget", "15", "--quiet", "--details", "--cmd",
-        f"{PY} {script} {{model}}", "--json", str(out["json"]), "--md", str(out["md"]),
+        "doctor", str(model), "--budget", "15", "--quiet", "--details", "--stack", "safetensors",
+        "--cmd", f"{PY} {script} {{model}}", "--json", str(out["json"]), "--md", str(out["md"]),
         "--html", str(out["html"]), timeout=180,
     )  # fmt: skip
     assert result.code in (0, 10), result.err

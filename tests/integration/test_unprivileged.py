@@ -138,7 +138,9 @@ def test_bench_as_nobody_verifies_cold_by_sampling(
 
 def test_doctor_as_nobody(nobody: Nobody, shared_model: Path, outdir: Path) -> None:
     out = outdir / "doctor.json"
-    done = nobody.run("doctor", str(shared_model), "--budget", "20", "--json", str(out))
+    done = nobody.run(
+        "doctor", str(shared_model), "--budget", "20", "--stack", "safetensors", "--json", str(out)
+    )
     assert done.returncode in (0, 10), done.stderr
     assert "Traceback" not in done.stderr
     report = json.loads(out.read_text())
