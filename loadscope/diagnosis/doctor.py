@@ -192,19 +192,7 @@ def _run_doctor(
     for name, result in (("latency", probe.latency), ("throughput", probe.throughput)):
         if not result.ok:
             failures.append(f"probe {name}: {result.status.value}: {result.reason}")
-    # The readahead check's time, at most a share of the budget: at 256 MiB and --budget
-    # 30 all of it (9 s) left from_pretrained no whole load, and transformers no figure.
-    reserve = min(
-        RESERVE_SHARE * budget_s,
-        readahead_reserve_s(
-            probe,
-            readahead_allowed(probe, options.try_readahead),
-            with_hf=not scoped((HF_DEFAULT,), options.stacks)[1],
-        ),
-    )
-    plan = plan_doctor(
-        target, probe, budget_s, options.device, options.ranks, failures, reserve, options.stacks
-    )
+    plan = _plan(target, probe, options, failures)
     bench = _run_trials(target, probe, plan, budget_s, listener, cancel, failures)
     conversion = None
     if target.formats == {"torch"} and not target.alternates and not probe.stalled:
@@ -251,6 +239,32 @@ def _run_doctor(
         user = _time_user_command(target, command, advice, progress, failures)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return DoctorReport(probe, bench, advice, created, failures, rank_report, conversion, user)
+
+
+def _plan(
+    target: Target, probe: ProbeReport, options: DoctorOptions, failures: list[str]
+) -> TrialPlan:
+    """The single-rank and rank trials for what the probes left of the budget."""
+    # The readahead check's time, at most a share of the budget: at 256 MiB and --budget
+    # 30 all of it (9 s) left from_pretrained no whole load, and transformers no figure.
+    reserve = min(
+        RESERVE_SHARE * options.budget_s,
+        readahead_reserve_s(
+            probe,
+            readahead_allowed(probe, options.try_readahead),
+            with_hf=not scoped((HF_DEFAULT,), options.stacks)[1],
+        ),
+    )
+    return plan_doctor(
+        target,
+        probe,
+        options.budget_s,
+        options.device,
+        options.ranks,
+        failures,
+        reserve,
+        options.stacks,
+    )
 
 
 def _source_doctor(

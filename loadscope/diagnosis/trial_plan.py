@@ -299,6 +299,22 @@ def source_plan(target: Target, probe: ProbeReport, budget_s: float) -> TrialPla
     return TrialPlan("cpu", strategies, 1, None, {}, remaining, None, at_least=at_least)
 
 
+def _strategies(target: Target, probe: ProbeReport, device: str) -> tuple[str, ...]:
+    """Every trial a model of these formats gets on ``device``, in the order they run."""
+    if target.formats == {"safetensors"}:
+        return choose_strategies(probe) if device == "cpu" else gpu_plan(probe)
+    strategies: tuple[str, ...] = TORCH_STRATEGIES
+    if target.alternates:
+        # The same model as safetensors beside the pickles: the default and the fast path
+        # on those too, loaded whole like the pickles; the pair "load those" rests on
+        # (torch.load, load_file) first, should the budget cut the rest.
+        strategies = TORCH_WITH_SAFETENSORS
+    if device != "cpu":
+        # On a GPU box, torch.load(map_location="cuda:N") too: the load its users run.
+        strategies = (*strategies, *GPU_TORCH_STRATEGIES)
+    return strategies
+
+
 def plan_doctor(
     target: Target,
     probe: ProbeReport,
@@ -321,21 +337,7 @@ def plan_doctor(
     device, device_note = resolve_device(device, probe)
     if device_note:
         failures.append(device_note)
-    if formats != {"safetensors"}:
-        strategies: tuple[str, ...] = TORCH_STRATEGIES
-        if target.alternates:
-            # The same model as safetensors beside the pickles: the default and the fast
-            # path on those too, loaded whole like the pickles; the pair "load those"
-            # rests on (torch.load, load_file) first, should the budget cut the rest.
-            strategies = TORCH_WITH_SAFETENSORS
-        if device != "cpu":
-            # On a GPU box, torch.load(map_location="cuda:N") too: the load its users run.
-            strategies = (*strategies, *GPU_TORCH_STRATEGIES)
-    elif device != "cpu":
-        strategies = gpu_plan(probe)
-    else:
-        strategies = choose_strategies(probe)
-    strategies, not_theirs = scoped(strategies, stacks)
+    strategies, not_theirs = scoped(_strategies(target, probe, device), stacks)
     trials = [(s, "cold") for s in strategies]
     trials += [(s, "warm") for s in strategies if s in WARM_STRATEGIES]
     if ranks is None and device != "cpu" and gpu_count(probe) >= 2:
