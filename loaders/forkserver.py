@@ -22,6 +22,7 @@ descriptors (stdout, stderr) with their first byte (``SCM_RIGHTS``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import importlib
@@ -416,11 +417,20 @@ _shared_lock = threading.Lock()
 
 
 def shared_server() -> ForkServer:
-    """This process's fork server, started on first use and again if it died."""
+    """This process's fork server, started on first use and again if it died; closed,
+    and waited for, when this process exits (none is left running after it)."""
     with _shared_lock:
+        if not _shared:
+            atexit.register(_close_shared)
         if not _shared or _shared[0].dead:
             _shared[:] = [ForkServer()]
         return _shared[0]
+
+
+def _close_shared() -> None:
+    with _shared_lock:
+        for server in _shared:
+            server.close()
 
 
 def enabled() -> bool:
@@ -432,4 +442,9 @@ if __name__ == "__main__":
     # Run as a program, this module is __main__: what imports it by its name must find
     # this one, not a fresh copy.
     sys.modules.setdefault("loadscope.loaders.forkserver", sys.modules[__name__])
-    sys.exit(main())
+    code = main()
+    # Its folder removed, nothing is left to do: the interpreter's teardown with torch
+    # imported took ~1 s, which the parent waits for at exit (a process left behind).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -105,3 +105,24 @@ def test_bench_without_the_fork_server_still_works(
     )
     (trial,) = report.trials
     assert trial.status == "ok" and trial.verified is True
+
+
+def test_a_process_that_used_the_server_leaves_none_running_when_it_exits() -> None:
+    """The server ended only after its parent had exited (its teardown with torch imported
+    took ~1 s): a command timed from outside, or a script that deletes the model right
+    after, met a loadscope process still running. Now the parent waits for it at exit."""
+    import sys
+
+    code = (
+        "from loadscope.loaders.forkserver import shared_server\n"
+        "s = shared_server()\n"
+        "p = s.spawn(['-c', 'pass'], env=None)\n"
+        "s.wait_for(p.pid, 30)\n"
+        "print(s._proc.pid, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    pid = int(done.stdout.split()[-1])
+    gone = not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    assert gone, psutil.Process(pid).cmdline()
