@@ -45,6 +45,7 @@ __all__ = [
     "MOUNTINFO_PATH",
     "NETWORK_FILESYSTEMS",
     "NETWORK_FUSE_SUBTYPES",
+    "OBJECT_STORE_FUSE",
     "OVERLAY_FILESYSTEMS",
     "PSEUDO_FILESYSTEMS",
     "Classification",
@@ -59,6 +60,7 @@ __all__ = [
     "fuse_subtype",
     "interesting_options",
     "mount_of",
+    "object_store_behind",
     "overlay_dirs",
     "parse_mountinfo",
     "parse_mountinfo_line",
@@ -150,6 +152,20 @@ FUSE_SUBTYPES: dict[str, str] = {
     "lxcfs": "LXCFS, the container's views of /proc and /sys; not storage",
     "portal": "the xdg document portal; not storage",
 }
+
+#: FUSE daemons that serve an object store's bucket as files: each read a ranged GET (or
+#: a stream of them), so a load meets the store's request latency and per-connection
+#: bandwidth through the daemon.
+OBJECT_STORE_FUSE: frozenset[str] = frozenset(
+    {"gcsfuse", "blobfuse2", "blobfuse", "s3fs", "goofys", "mountpoint-s3", "geesefs", "rclone"}
+)
+
+
+def object_store_behind(subtype: str | None) -> str | None:
+    """What serves a FUSE mount of ``subtype`` when it is an object store's bucket (the
+    daemon's words: "an S3 bucket (Mountpoint for Amazon S3)"), else None."""
+    return FUSE_SUBTYPES[subtype] if subtype in OBJECT_STORE_FUSE else None
+
 
 #: FUSE clients that are the native client of a network filesystem, not an object-store shim.
 NETWORK_FUSE_SUBTYPES: dict[str, str] = {

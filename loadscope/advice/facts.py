@@ -6,7 +6,8 @@ the fastest local disk; its methods give a strategy's speed-up and rate over the
 whole model. :func:`facts_from` builds it from the reports; every rule reads only it.
 May import: ``loadscope.engine`` and ``loadscope.actions`` (their report types),
 ``loadscope.base``, ``loadscope.loaders.mapped``, ``loadscope.loaders.strategies``,
-``loadscope.probes.localdisk``, ``loadscope.probes.registry``.
+``loadscope.probes.localdisk``, ``loadscope.probes.registry``, ``loadscope.probes.mounts``
+(which FUSE daemons serve a bucket).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from loadscope.engine.summaries import is_estimate, shaky, whole_seconds
 from loadscope.loaders import mapped
 from loadscope.loaders.strategies import DEFAULT
 from loadscope.probes.localdisk import LocalDiskFacts
+from loadscope.probes.mounts import object_store_behind
 from loadscope.probes.registry import contributed_facts
 
 #: Repeats of one trial this far apart (slowest over fastest) are more than this machine's
@@ -187,6 +189,9 @@ class Facts:
     torch_index: str | None = None
     #: The FUSE mount's fusectl folder (/sys/fs/fuse/connections/N), when the probe found it.
     fuse_connection_path: str | None = None
+    #: The object store behind a FUSE mount, in its daemon's words ("an S3 bucket
+    #: (Mountpoint for Amazon S3)"); None where the mount is not a bucket's.
+    fuse_store: str | None = None
     #: Which library ``model_root`` is saved for (``base/hf_layout.py``), "" when unknown:
     #: the snippets show a library's code only for its own folders.
     layout: str = ""
@@ -405,6 +410,7 @@ def facts_from(
         bdi_path=bdi.path if bdi else None,
         fuse=mount is not None and mount.fstype.startswith("fuse"),
         fuse_connection_path=storage.fuse.data.path if storage and storage.fuse.data else None,
+        fuse_store=object_store_behind(mount.subtype) if mount else None,
         formats=set(bench.target["formats"]) if bench else {"safetensors"},
         cold=cold,
         warm=warm,

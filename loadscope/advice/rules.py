@@ -395,7 +395,24 @@ def _kind(f: Facts) -> str:
     }.get(f.storage_class, f"{f.storage_class} storage")
     name += lat if f.storage_class == "network-block" else ""
     bound = boundness(f) if f.storage_class not in ("local-block", "memory") else ""
+    if f.fuse_store and f.storage_class == "fuse":
+        return f"{f.fuse_store} behind FUSE{_store_bound(bound)}"
     return f"{name}, {bound}" if bound else name
+
+
+def _store_bound(bound: str) -> str:
+    """What :func:`boundness` means for a bucket behind FUSE: each read is a request to
+    the store, so many in flight paying is its request latency; none paying, the
+    bandwidth of the connection the daemon reads on (or the link)."""
+    if bound.startswith("latency-bound"):
+        return f", bound by the store's request latency ({bound.removeprefix('latency-bound (')}"
+    if bound.startswith("throughput-bound"):
+        figures = bound.removeprefix("throughput-bound (").split(":")[0]
+        return (
+            f", bound by the bandwidth of the daemon's connection to the store or the link"
+            f" ({figures}: more requests in flight do not help)"
+        )
+    return f", {bound}" if bound else ""
 
 
 def advice_dict(a: Advice) -> dict[str, Any]:

@@ -47,6 +47,7 @@ def facts(
         "bdi_path": "/sys/class/bdi/0:42",
         "fuse": storage == "fuse",
         "fuse_connection_path": extra.get("fuse_connection_path"),
+        "fuse_store": extra.get("fuse_store"),
     }
     return Facts(
         model_bytes=model,
@@ -776,3 +777,31 @@ def test_each_stacks_route_says_how_often_the_node_reads_the_model() -> None:
     assert "slowest rank 2.5x faster" in by["prewarm"].ranks
     assert by["fastsafetensors"].ranks in by["fastsafetensors"].label()
     assert all(r.strategy not in ("mmap", "direct", "warm-node") for r in a.recommendations)
+
+
+def test_a_bucket_behind_fuse_is_named_with_what_bounds_it() -> None:
+    """Issue 51: a bucket mounted through FUSE is an object store; the verdict says so and
+    reads the probe's figures as the store's bounds: many reads in flight paying is its
+    request latency, none paying the daemon's connection (or the link)."""
+    store = "an S3 bucket (Mountpoint for Amazon S3)"
+    a = advise_facts(facts({"mmap": 15.5, "api": 0.84}, scaling=8.0, fuse_store=store))
+    assert a.verdict.headline.startswith(
+        f"{store} behind FUSE, bound by the store's request latency (one reader 250 MB/s,"
+        " many in flight 2 GB/s: 8.0x)"
+    ), a.verdict.headline
+    f = facts({"mmap": 40.0, "api": 39.0}, scaling=1.05, limit=25e6, read_ahead_kb=8192)
+    f.local_disk, f.fuse_store = _disk(read=2e9), store
+    a = advise_facts(f)
+    assert "bound by the bandwidth of the daemon's connection to the store or the link" in (
+        a.verdict.headline
+    ), a.verdict.headline
+    assert a.recommendations[0].id == "copy-to-local-disk"
+
+
+def test_only_a_bucket_daemon_is_taken_for_an_object_store() -> None:
+    from loadscope.probes.mounts import FUSE_SUBTYPES, object_store_behind
+
+    assert object_store_behind("mountpoint-s3") == FUSE_SUBTYPES["mountpoint-s3"]
+    assert object_store_behind("rclone") and object_store_behind("gcsfuse")
+    for other in ("sshfs", "squashfuse", "lxcfs", None, "glusterfs"):
+        assert object_store_behind(other) is None, other
