@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TextIO
 
+from loadscope.advice.snippets import STACKS
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import (
     HEARTBEAT_TIMEOUT_S,
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             budget_s=args.budget,
             env=env,
             synth_dir=args.synth_dir,
+            stacks=tuple(dict.fromkeys(args.stack or ())),
             join_timeout_s=args.join_timeout,
             heartbeat_timeout_s=args.heartbeat_timeout,
             listener=progress.listener,
@@ -88,6 +90,8 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
         forwarded += ["--heartbeat-timeout", f"{args.heartbeat_timeout:g}"]
     if args.synth_dir:
         forwarded += ["--synth-dir", args.synth_dir]
+    for stack in dict.fromkeys(args.stack or ()):
+        forwarded += ["--stack", stack]
     return forwarded
 
 
@@ -194,6 +198,14 @@ COMMAND = Command(
             help="a node silent this long is reported failed (default 10)",
         ),
         opt("--synth-dir", help="where synthetic checkpoints are built"),
+        opt(
+            "--stack",
+            action="append",
+            choices=STACKS,
+            metavar="NAME",
+            help="the stack the fleet runs (repeatable): each node times only its routes,"
+            f" as doctor --stack does (default: every stack's): {', '.join(STACKS)}",
+        ),
     ),
     run=run,
 )

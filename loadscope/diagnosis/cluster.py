@@ -222,14 +222,16 @@ def diagnose_node(
     budget_s: float,
     synth_dir: str | None = None,
     doctor: Callable[..., Any] = run_doctor,
+    stacks: tuple[str, ...] = (),
     **watch: Any,
 ) -> NodeResult:
     """This node's diagnosis as a result for rank 0; ``watch`` (``listener``, ``progress``)
-    goes to the doctor for the node's own progress line."""
+    goes to the doctor for the node's own progress line; ``stacks`` (``--stack``) scope
+    its trials."""
     host = platform.node()
     try:
         with open_checked(target, synth_dir=synth_dir, loads=True) as t:
-            report = doctor(t, DoctorOptions(budget_s=budget_s), **watch)
+            report = doctor(t, DoctorOptions(budget_s=budget_s, stacks=stacks), **watch)
         doc = json.loads(report.to_json())
         if (why := _unmeasured(doc)) is not None:
             # Its storage stalled, or no trial completed: a node that measured nothing is a
@@ -404,12 +406,13 @@ def run_cluster(
     budget_s: float = DEFAULT_BUDGET_S,
     env: ClusterEnv | None = None,
     synth_dir: str | None = None,
+    stacks: tuple[str, ...] = (),
     join_timeout_s: float = 120.0,
     heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
     **watch: Any,
 ) -> Fleet | None:
     """This node's part; on rank 0 also the fleet (returned), elsewhere None. ``watch``
-    (``listener``, ``progress``) follows this node's diagnosis."""
+    (``listener``, ``progress``) follows this node's diagnosis, ``stacks`` scope it."""
     env = env or ClusterEnv.from_environ()
     refused: LoadscopeError | None = None
     if env.rank == 0:
@@ -436,7 +439,7 @@ def run_cluster(
         _wait_for_go(store, env.rank)
     beat = _Heartbeat(env, timeout_s=join_timeout_s)
     try:
-        mine = diagnose_node(env.rank, target, budget_s, synth_dir, **watch)
+        mine = diagnose_node(env.rank, target, budget_s, synth_dir, stacks=stacks, **watch)
         store.set(f"{PREFIX}/result/{env.rank}", mine.to_json())
         if env.rank != 0:
             # Rank 0 reads the results after its own diagnosis: wait that long for it to

@@ -21,6 +21,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: What each node is told of the fleet's stack (see :func:`_launch`).
+ONE_STACK = ("--stack", "safetensors")
+
+
 def _launch(node: int, port: int, out: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
@@ -44,6 +48,10 @@ def _launch(node: int, port: int, out: Path, *extra: str) -> subprocess.Popen[st
             # under the test's own directory, not the system temp dir.
             "--synth-dir",
             str(out.parent),
+            # The fleet's stack: each node times its routes only (the nodes' reports, not
+            # which stack's code wins, are these tests' subject).
+            "--stack",
+            "safetensors",
             *extra,
         ],
         stdout=subprocess.PIPE,
@@ -126,7 +134,7 @@ def _node(env: dict[str, str], out: Path, *args: str) -> subprocess.Popen[str]:
     torchrun = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
     base = {k: v for k, v in os.environ.items() if k not in torchrun and not k.startswith("SLURM")}
     return subprocess.Popen(
-        [sys.executable, "-m", "loadscope", "cluster", *args, "--out", str(out)],
+        [sys.executable, "-m", "loadscope", "cluster", *args, "--out", str(out), *ONE_STACK],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -146,6 +146,10 @@ def test_printed_cluster_lines_paste_as_the_same_arguments(cli: CliRunner) -> No
         "5",
         "--synth-dir",
         "/scratch/a b",
+        "--stack",
+        "vllm",
+        "--stack",
+        "sglang",
     )
     assert result.code == 0, result
     lines = [ln for ln in result.out.splitlines() if ln.startswith("  [")]
@@ -167,6 +171,7 @@ def test_printed_cluster_lines_paste_as_the_same_arguments(cli: CliRunner) -> No
         assert rest[rest.index("--join-timeout") + 1] == "30"
         assert rest[rest.index("--heartbeat-timeout") + 1] == "5"
         assert rest[rest.index("--synth-dir") + 1] == "/scratch/a b"
+        assert [rest[i + 1] for i, w in enumerate(rest) if w == "--stack"] == ["vllm", "sglang"]
 
 
 def test_run_bench_refuses_a_bad_knob_before_any_trial(tmp_path: Path) -> None:

@@ -200,10 +200,15 @@ def test_a_node_that_measured_nothing_is_failed_and_old_reports_are_cleared(
                 {"verdict": {"status": "unmeasured", "headline": "could not measure: stalled"}}
             )
 
-    node = diagnose_node(
-        1, "synthetic:1MiB", 5, str(tmp_path), doctor=lambda t, *a, **k: Unmeasured()
-    )
+    asked: list[object] = []
+
+    def doctor(_target: object, options: object, **_watch: object) -> Unmeasured:
+        asked.append(options)
+        return Unmeasured()
+
+    node = diagnose_node(1, "synthetic:1MiB", 5, str(tmp_path), doctor=doctor, stacks=("vllm",))
     assert node.status == "failed" and node.reason == "could not measure: stalled"
+    assert [getattr(o, "stacks", None) for o in asked] == [("vllm",)]  # --stack reached it
     out = tmp_path / "fleet"
     ok = {"verdict": {"status": "healthy", "headline": "fine"}}
     write_fleet([NodeResult(0, "a", "ok", report=ok), NodeResult(1, "b", "ok", report=ok)], out)
