@@ -109,6 +109,34 @@ def residency(path: str | os.PathLike[str]) -> Residency:
         os.close(fd)
 
 
+#: What :func:`keeps_pages` reads, at the file's end (the part probes read least).
+KEEP_CHECK_BYTES = 1 << 20
+
+
+def keeps_pages(path: str | os.PathLike[str], nbytes: int = KEEP_CHECK_BYTES) -> bool | None:
+    """Whether pages read from ``path`` are still in the page cache at its next open: its
+    last ``nbytes`` read, the file closed, opened again and mincore asked. False where
+    the mount bypasses the page cache (FUSE ``direct_io``) or its daemon drops the pages
+    at each open (no ``keep_cache``): there a load always reads the storage, and warming
+    first cannot help. None where mincore is hidden from this user or the file is small."""
+    spath = os.fspath(path)
+    fd = open_regular(spath)
+    try:
+        st = os.fstat(fd)
+        if st.st_size < 2 * nbytes or not mincore_visible(spath, st):
+            return None
+        offset = (st.st_size - nbytes) // PAGE_BYTES * PAGE_BYTES
+        got = len(os.pread(fd, nbytes, offset))
+    finally:
+        os.close(fd)
+    fd = open_regular(spath)
+    try:
+        resident = _mincore_window(fd, offset, got)
+    finally:
+        os.close(fd)
+    return resident * PAGE_BYTES >= got // 2
+
+
 def sampled_residency(
     path: str | os.PathLike[str], windows: int = 64, window_bytes: int = 256 << 10
 ) -> float | None:

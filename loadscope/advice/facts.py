@@ -192,6 +192,10 @@ class Facts:
     #: The object store behind a FUSE mount, in its daemon's words ("an S3 bucket
     #: (Mountpoint for Amazon S3)"); None where the mount is not a bucket's.
     fuse_store: str | None = None
+    #: Whether the mount keeps read pages cached to the next open (False: FUSE direct_io
+    #: or a daemon that drops them at each open; warming first cannot help). None: not
+    #: asked (local disks keep them) or unknown.
+    keeps_pages: bool | None = None
     #: Which library ``model_root`` is saved for (``base/hf_layout.py``), "" when unknown:
     #: the snippets show a library's code only for its own folders.
     layout: str = ""
@@ -411,6 +415,7 @@ def facts_from(
         fuse=mount is not None and mount.fstype.startswith("fuse"),
         fuse_connection_path=storage.fuse.data.path if storage and storage.fuse.data else None,
         fuse_store=object_store_behind(mount.subtype) if mount else None,
+        keeps_pages=storage.keeps_pages if storage else None,
         formats=set(bench.target["formats"]) if bench else {"safetensors"},
         cold=cold,
         warm=warm,

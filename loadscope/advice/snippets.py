@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from loadscope.base import fix_ids
 from loadscope.base.hf_layout import UNKNOWN
 from loadscope.base.units import speedup_shown
 from loadscope.loaders.strategies import DEFAULT, FIX_STRATEGIES, ROUTES, STRATEGIES
@@ -140,7 +141,16 @@ def _applies(route: Route, measured: Measured) -> bool:
     line never for a language model's folder)."""
     if route.layouts and getattr(measured, "layout", UNKNOWN) not in route.layouts:
         return False
+    if getattr(measured, "keeps_pages", None) is False and warms_first(route.strategy):
+        return False  # the mount keeps no pages for the load after the warm
     return not (route.unless and measured.speedup(route.unless, base_name=route.unless))
+
+
+def warms_first(strategy: str | None) -> bool:
+    """Whether ``strategy`` reads the files into the page cache before it loads them
+    (``loadscope warm`` first): no help on a mount that keeps no pages."""
+    known = STRATEGIES.get(strategy or "")
+    return known is not None and fix_ids.PREWARM in known.fixes
 
 
 def _filled(route: Route, measured: Measured, model: str) -> Snippet:

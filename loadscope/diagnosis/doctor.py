@@ -214,7 +214,11 @@ def _run_doctor(
     facts = facts_from(probe, bench, rank_report, failures, conversion)
     facts.budget_s = facts.budget_s or budget_s  # what "the budget that measures it" scales
     advice = advise_facts(facts)
-    readahead_evidence(target, probe, bench, advice, plan.sample, options.try_readahead, failures)
+    # The check's loads stop at the budget's end (at least the time reserved for them).
+    end = max(started + budget_s, time.monotonic() + min(plan.reserve_s, budget_s))
+    readahead_evidence(
+        target, probe, bench, advice, plan.sample, options.try_readahead, failures, end
+    )
     copy = next((r for r in advice.recommendations if r.id == fix_ids.COPY_TO_LOCAL_DISK), None)
     if copy is not None and bench is not None and not facts.stalled:
         step("copy")

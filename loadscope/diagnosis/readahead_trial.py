@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from loadscope.actions.hostsettings import changed, mount_key
 from loadscope.advice.facts import ratio_terms
@@ -55,14 +56,16 @@ def readahead_evidence(
     sample: int | None,
     try_readahead: bool | None,
     failures: list[str],
+    deadline: float | None = None,
 ) -> None:
     """The readahead recommendation measured here (by default where this process may write
-    the mount's setting), or marked "estimated, not measured" with why."""
+    the mount's setting), or marked "estimated, not measured" with why; its loads are
+    stopped at ``deadline`` (``time.monotonic()``; None: none)."""
     rec = next((r for r in advice.recommendations if r.id == fix_ids.RAISE_READAHEAD), None)
     if rec is None or bench is None:
         return
     if readahead_allowed(probe, try_readahead):
-        verify_readahead(target, probe, bench, rec, sample, failures)
+        verify_readahead(target, probe, bench, rec, sample, failures, deadline)
     else:
         why = (
             "--no-try-readahead"
@@ -89,32 +92,34 @@ def verify_readahead(
     rec: Recommendation,
     sample: int | None,
     failures: list[str],
+    deadline: float | None = None,
 ) -> None:
-    """Re-run the mmap trial with the mount's readahead raised, then put it back.
+    """Re-run the mmap trial with the mount's readahead raised, then put it back; stopped
+    at ``deadline``, where a load cut there after longer than the default's whole load
+    says "no faster" with its bound (on a bucket through FUSE, 2 loads ran 100 s past a
+    60 s budget, each slower than the default).
 
     The recommendation then carries the measured gain instead of the FUSE figure
     from elsewhere. Writes sysfs (root), for this mount only, and always restores.
     """
-    from loadscope.probes.blockdev import fuse_connection_id
-
     storage = probe.primary.storage
     bdi = storage.bdi.data
     before = _cold(bench, DEFAULT)
     if bdi is None or before is None or not before.median_seconds:
         failures.append("readahead check: no bdi or no cold mmap trial to compare with")
         return
-    knobs = [(Path(bdi.path) / "read_ahead_kb", TRY_READAHEAD_KB)]
-    mount = storage.mount.data
-    if mount is not None and mount.fstype.startswith("fuse") and mount.device:
-        major, minor = (int(x) for x in mount.device.split(":"))
-        conn = Path("/sys/fs/fuse/connections") / str(fuse_connection_id(major, minor))
-        knobs.append((conn / "max_background", TRY_MAX_BACKGROUND))
+    knobs = _knobs(probe, Path(bdi.path))
     try:
         with changed(mount_key(device_of(target)), [(p, str(v)) for p, v in knobs]):
+            limits: dict[str, Any] = {"deadline": deadline} if deadline is not None else {}
             after = run_bench(
                 target,
-                BenchOptions(strategies=(DEFAULT,), repeats=2, warmup=False, sample_bytes=sample),
+                BenchOptions(
+                    strategies=(DEFAULT,), repeats=2, warmup=False, sample_bytes=sample, **limits
+                ),
             )
+            if _cut_slower(rec, before, after, failures):
+                return
             # A large readahead streams whole files: a sample of small ranges does not let
             # it (at 1 GiB a sampled estimate said 5.4x where whole loads gave 10.1x).
             # Where the estimate says two whole loads are cheap, they are measured.
@@ -122,18 +127,29 @@ def verify_readahead(
             whole_s = est.extrapolated_median_seconds if est is not None else None
             if sample is not None and whole_s is not None and 2 * whole_s <= WHOLE_READAHEAD_S:
                 after = run_bench(
-                    target, BenchOptions(strategies=(DEFAULT,), repeats=2, warmup=False)
+                    target,
+                    BenchOptions(strategies=(DEFAULT,), repeats=2, warmup=False, **limits),
                 )
             raised = _cold(after, DEFAULT)
-            speedup = _whole_s(before) / max(_whole_s(raised), 1e-9) if raised else 1.0
-            hf_after = _from_pretrained_raised(target, bench, speedup, failures)
+            hf_after = None
+            if raised is not None and raised.median_seconds:
+                speedup = _whole_s(before) / max(_whole_s(raised), 1e-9)
+                hf_after = _from_pretrained_raised(target, bench, speedup, failures, limits)
     except (OSError, BenchError) as exc:
         failures.append(f"readahead check: {exc}")
         rec.evidence.append(Evidence("not verified", f"could not set readahead: {exc}"))
         return
     summary = raised
     if summary is None or not summary.median_seconds:
-        failures.append("readahead check: the mmap trial with raised readahead failed")
+        cut = [t.wall_s for t in after.trials if t.status == "skipped" and t.wall_s]
+        why = (
+            f"its load was stopped at the budget after {max(cut):.3g} s, before the"
+            f" {_whole_s(before):.3g} s the default load took (a larger --budget measures it)"
+            if cut
+            else "the mmap trial with raised readahead failed"
+        )
+        failures.append(f"readahead check: not measured: {why}")
+        rec.evidence.append(Evidence("readahead check", f"not measured: {why}"))
         return
     total = target.total_bytes
     if why := shaky(summary, {}, total) or shaky(before, {}, total):
@@ -147,8 +163,55 @@ def verify_readahead(
     _credit_transformers(rec, bench, hf_after)
 
 
+def _knobs(probe: ProbeReport, bdi: Path) -> list[tuple[Path, int]]:
+    """The settings the check raises: the readahead, and a FUSE mount's requests in flight."""
+    from loadscope.probes.blockdev import fuse_connection_id
+
+    knobs = [(bdi / "read_ahead_kb", TRY_READAHEAD_KB)]
+    mount = probe.primary.storage.mount.data
+    if mount is not None and mount.fstype.startswith("fuse") and mount.device:
+        major, minor = (int(x) for x in mount.device.split(":"))
+        conn = Path("/sys/fs/fuse/connections") / str(fuse_connection_id(major, minor))
+        knobs.append((conn / "max_background", TRY_MAX_BACKGROUND))
+    return knobs
+
+
+def _cut_slower(
+    rec: Recommendation, before: Summary, after: BenchReport, failures: list[str]
+) -> bool:
+    """Where every load with the readahead raised was stopped at the deadline after longer
+    than the default's whole load took: the fix is no faster here, its number the bound
+    (the default's time over the longest cut load's); True when so."""
+    raised = _cold(after, DEFAULT)
+    cut = [t.wall_s for t in after.trials if t.status == "skipped" and t.wall_s]
+    old_s = _whole_s(before)
+    if (raised is not None and raised.median_seconds) or not cut or max(cut) < old_s:
+        return False
+    longest = max(cut)
+    rec.expected_speedup = old_s / longest
+    rec.measured, rec.confidence = True, "medium"
+    rec.how = f"at most: its load was stopped at the budget after {longest:.3g} s"
+    said = (
+        f"mmap cold with read_ahead_kb={TRY_READAHEAD_KB} was stopped at the budget after"
+        f" {longest:.3g} s, longer than the {old_s:.3g} s of the default load: no faster"
+        f" here (at most {rec.expected_speedup:.2f}x)"
+    )
+    rec.evidence.append(Evidence("readahead check", said))
+    rec.action += f"; measured here: {said}"
+    for snip in rec.snippets:
+        if snip.strategy == READAHEAD_ROUTE:
+            snip.speedup, snip.how, snip.note = rec.expected_speedup, rec.how, ""
+            snip.low, snip.high = None, rec.expected_speedup
+    failures.append(f"readahead check: {said}")
+    return True
+
+
 def _from_pretrained_raised(
-    target: Target, bench: BenchReport, speedup: float, failures: list[str]
+    target: Target,
+    bench: BenchReport,
+    speedup: float,
+    failures: list[str],
+    limits: dict[str, Any] | None = None,
 ) -> BenchReport | None:
     """``from_pretrained`` itself (weights touched, the model's code counted) rerun cold
     with the readahead raised, where this run timed it as it is and a whole load of it
@@ -161,7 +224,10 @@ def _from_pretrained_raised(
     if hf.median_seconds / max(1.0, speedup) > WHOLE_READAHEAD_S / 2:
         return None
     try:
-        return run_bench(target, BenchOptions(strategies=(HF_BASELINE,), repeats=1, warmup=False))
+        return run_bench(
+            target,
+            BenchOptions(strategies=(HF_BASELINE,), repeats=1, warmup=False, **(limits or {})),
+        )
     except BenchError as exc:
         failures.append(f"readahead check: from_pretrained: {exc}")
         return None

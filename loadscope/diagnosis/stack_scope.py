@@ -1,4 +1,6 @@
-"""Which trials a user's stacks need (``doctor --stack NAME``): a strategy whose every
+"""Which trials apply here: those a user's stacks need (``doctor --stack NAME``), and
+none that warms the page cache first on a mount that keeps no pages
+(:func:`without_warm_first`). A strategy whose every
 route is another stack's code (vLLM's prefetch flag, the peers vLLM and SGLang load with,
 transformers' ``from_pretrained`` and its routes) is left out when the user named their
 stacks and none of them runs it, with the reason and the ``--stack`` that times it. The
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from loadscope.advice.snippets import STACKS
+from loadscope.advice.snippets import STACKS, warms_first
 from loadscope.loaders.strategies import DEFAULT_LOADS, STRATEGIES
 
 
@@ -63,3 +65,16 @@ def _ordered(stacks: frozenset[str]) -> list[str]:
 
 def _listed(stacks: list[str]) -> str:
     return stacks[0] if len(stacks) == 1 else f"{', '.join(stacks[:-1])} and {stacks[-1]}"
+
+
+#: Why nothing is warmed on a mount that keeps no pages (the probe's keeps_pages).
+NO_PAGE_CACHE = (
+    "this mount keeps no pages in the page cache to the next open (FUSE direct_io, or a"
+    " daemon that drops them): every load reads the storage, and warming first cannot help"
+)
+
+
+def without_warm_first(strategies: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``strategies`` less those that warm the page cache before they load, and why."""
+    out = {n: f"warms the page cache first; {NO_PAGE_CACHE}" for n in strategies if warms_first(n)}
+    return tuple(n for n in strategies if n not in out), out

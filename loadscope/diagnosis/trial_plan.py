@@ -26,7 +26,7 @@ from loadscope.diagnosis.device_plan import (
     rank_target,
     resolve_device,
 )
-from loadscope.diagnosis.stack_scope import scoped
+from loadscope.diagnosis.stack_scope import NO_PAGE_CACHE, scoped, without_warm_first
 from loadscope.diagnosis.trial_costs import (
     TRIAL_OVERHEAD_S,
     builds_with_transformers,
@@ -272,6 +272,8 @@ class TrialPlan:
     #: would rather have the answer than steadier figures; they show their spread as
     #: unmeasured).
     at_least: bool = False
+    #: Seconds kept out of the trials for the checks after them (the readahead's).
+    reserve_s: float = 0.0
 
 
 #: The least seconds a plan gives the trials, whatever the budget: one round of them.
@@ -338,8 +340,15 @@ def plan_doctor(
     if device_note:
         failures.append(device_note)
     strategies, not_theirs = scoped(_strategies(target, probe, device), stacks)
+    kept = probe.primary.storage.keeps_pages if probe.primary else None
+    if kept is False:
+        # The mount keeps no pages to the next open: warm loads are cold ones, and a warm
+        # first is time spent for nothing (on a bucket through rclone mount, 39 s).
+        strategies, uncached = without_warm_first(strategies)
+        not_theirs.update(uncached)
+        failures.append(f"warm trials: not run: {NO_PAGE_CACHE}")
     trials = [(s, "cold") for s in strategies]
-    trials += [(s, "warm") for s in strategies if s in WARM_STRATEGIES]
+    trials += [(s, "warm") for s in strategies if s in WARM_STRATEGIES and kept is not False]
     if ranks is None and device != "cpu" and gpu_count(probe) >= 2:
         ranks = gpu_count(probe)
     # Multi-rank loading reads safetensors: a torch model's round runs on its twins.
@@ -380,6 +389,7 @@ def plan_doctor(
         ranks if multi else None,
         {**not_theirs, **left_out},
         at_least,
+        reserve_s,
     )
     if formats == {"safetensors"} and target.alternates:
         plan = _with_torch_files(plan, target, probe, trials, budget_s, failures)

@@ -86,40 +86,37 @@ def reference_digests(
     :data:`REFERENCE_CHUNK` pieces with :data:`REFERENCE_THREADS` in flight, each
     tensor's crc taken over its pieces in order. ``names_of``, when given, receives every
     file's tensor names (from the headers this read anyway)."""
-    pieces: list[tuple[str, int, int, int]] = []  # (tensor, fd, offset, length)
+    pieces: list[tuple[str, str, int, int]] = []  # (tensor, path, offset, length)
     crcs: dict[str, tuple[int, int]] = {}
-    fds: list[int] = []
-    try:
-        for wf in files:
-            header = read_header(wf.path)
-            if names_of is not None:
-                names_of[wf.path] = tuple(t.name for t in header.tensors)
-            wanted = tensors.get(wf.path)
-            names = set(wanted) if wanted is not None else None
-            fd = os.open(wf.path, os.O_RDONLY | os.O_CLOEXEC)
-            fds.append(fd)
-            for t in header.tensors:
-                if names is not None and t.name not in names:
-                    continue
-                start = header.data_offset + t.begin
-                crcs[t.name] = (0, 0)
-                for o in range(0, t.nbytes, REFERENCE_CHUNK):
-                    pieces.append((t.name, fd, start + o, min(REFERENCE_CHUNK, t.nbytes - o)))
-        for i, data in _in_order([(fd, off, n) for _, fd, off, n in pieces]):
-            name = pieces[i][0]
-            crc, size = crcs[name]
-            crcs[name] = (zlib.crc32(data, crc), size + len(data))
-    finally:
-        for fd in fds:
-            os.close(fd)
+    for wf in files:
+        header = read_header(wf.path)
+        if names_of is not None:
+            names_of[wf.path] = tuple(t.name for t in header.tensors)
+        wanted = tensors.get(wf.path)
+        names = set(wanted) if wanted is not None else None
+        for t in header.tensors:
+            if names is not None and t.name not in names:
+                continue
+            start = header.data_offset + t.begin
+            crcs[t.name] = (0, 0)
+            for o in range(0, t.nbytes, REFERENCE_CHUNK):
+                pieces.append((t.name, str(wf.path), start + o, min(REFERENCE_CHUNK, t.nbytes - o)))
+    for i, data in _in_order([(path, off, n) for _, path, off, n in pieces]):
+        name = pieces[i][0]
+        crc, size = crcs[name]
+        crcs[name] = (zlib.crc32(data, crc), size + len(data))
     return {name: f"{crc:08x}:{size}" for name, (crc, size) in crcs.items()}
 
 
-def _in_order(reads: Sequence[tuple[int, int, int]]) -> Iterator[tuple[int, bytes]]:
-    """``(index, bytes)`` of each ``(fd, offset, length)`` pread, in order, with
+def _in_order(reads: Sequence[tuple[str, int, int]]) -> Iterator[tuple[int, bytes]]:
+    """``(index, bytes)`` of each ``(path, offset, length)`` pread, in order, with
     :data:`REFERENCE_THREADS` daemon threads reading at most twice that many ahead. Daemon
     threads: a read stuck on storage that stopped answering must not keep the process
-    from exiting (a pool's threads are joined at exit), as the caller's timeout says."""
+    from exiting (a pool's threads are joined at exit), as the caller's timeout says.
+
+    Each thread reads through descriptors of its own: many FUSE daemons serve one open
+    file's reads one stream at a time (a bucket through rclone mount read 64 MiB in 24 s
+    with 16 threads on one descriptor, 0.9 s with one each)."""
     slots: list[bytes | BaseException | None] = [None] * len(reads)
     ready = [threading.Event() for _ in reads]
     ahead = threading.Semaphore(2 * REFERENCE_THREADS)
@@ -127,19 +124,26 @@ def _in_order(reads: Sequence[tuple[int, int, int]]) -> Iterator[tuple[int, byte
     todo = iter(range(len(reads)))
 
     def work() -> None:
-        while True:
-            ahead.acquire()
-            with lock:
-                i = next(todo, None)
-            if i is None or stop.is_set():
-                ahead.release()
-                return
-            fd, offset, length = reads[i]
-            try:
-                slots[i] = os.pread(fd, length, offset)
-            except BaseException as exc:  # noqa: BLE001  (raised in the reader, in order)
-                slots[i] = exc
-            ready[i].set()
+        fds: dict[str, int] = {}
+        try:
+            while True:
+                ahead.acquire()
+                with lock:
+                    i = next(todo, None)
+                if i is None or stop.is_set():
+                    ahead.release()
+                    return
+                path, offset, length = reads[i]
+                try:
+                    if path not in fds:
+                        fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    slots[i] = os.pread(fds[path], length, offset)
+                except BaseException as exc:  # noqa: BLE001  (raised in the reader, in order)
+                    slots[i] = exc
+                ready[i].set()
+        finally:
+            for fd in fds.values():
+                os.close(fd)
 
     for _ in range(min(REFERENCE_THREADS, len(reads))):
         threading.Thread(target=work, daemon=True, name="reference-piece").start()
