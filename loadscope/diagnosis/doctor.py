@@ -360,7 +360,8 @@ def _run_trials(
             target,
             BenchOptions(
                 strategies=plan.strategies,
-                cache=("cold", "warm"),
+                # No warm trials where the mount keeps no pages (the plan says why).
+                cache=("cold", "warm") if plan.warm else ("cold",),
                 warm_strategies=WARM_STRATEGIES,
                 hints=hints,
                 repeats=plan.repeats,

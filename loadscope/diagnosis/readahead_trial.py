@@ -141,7 +141,7 @@ def verify_readahead(
         return
     summary = raised
     if summary is None or not summary.median_seconds:
-        cut = [t.wall_s for t in after.trials if t.status == "skipped" and t.wall_s]
+        cut = _cut_after(after)
         why = (
             f"its load was stopped at the budget after {max(cut):.3g} s, before the"
             f" {_whole_s(before):.3g} s the default load took (a larger --budget measures it)"
@@ -176,6 +176,18 @@ def _knobs(probe: ProbeReport, bdi: Path) -> list[tuple[Path, int]]:
     return knobs
 
 
+def _cut_after(after: BenchReport) -> list[float]:
+    """The seconds each load of ``after`` ran before the deadline stopped it (cut while its
+    bytes came, or quiet by then: a page fault on a slow mount reports no progress)."""
+    return [
+        t.wall_s
+        for t in after.trials
+        if t.status != "ok"
+        and t.wall_s
+        and ("stopped after" in (t.reason or "") or "timed out after" in (t.reason or ""))
+    ]
+
+
 def _cut_slower(
     rec: Recommendation, before: Summary, after: BenchReport, failures: list[str]
 ) -> bool:
@@ -183,7 +195,7 @@ def _cut_slower(
     than the default's whole load took: the fix is no faster here, its number the bound
     (the default's time over the longest cut load's); True when so."""
     raised = _cold(after, DEFAULT)
-    cut = [t.wall_s for t in after.trials if t.status == "skipped" and t.wall_s]
+    cut = _cut_after(after)
     old_s = _whole_s(before)
     if (raised is not None and raised.median_seconds) or not cut or max(cut) < old_s:
         return False

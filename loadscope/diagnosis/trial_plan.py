@@ -274,6 +274,8 @@ class TrialPlan:
     at_least: bool = False
     #: Seconds kept out of the trials for the checks after them (the readahead's).
     reserve_s: float = 0.0
+    #: Whether warm trials run (not where the mount keeps no pages to the next open).
+    warm: bool = True
 
 
 #: The least seconds a plan gives the trials, whatever the budget: one round of them.
@@ -390,6 +392,7 @@ def plan_doctor(
         {**not_theirs, **left_out},
         at_least,
         reserve_s,
+        warm=kept is not False,
     )
     if formats == {"safetensors"} and target.alternates:
         plan = _with_torch_files(plan, target, probe, trials, budget_s, failures)
