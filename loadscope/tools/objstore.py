@@ -96,7 +96,7 @@ class ObjectStore:
         class Handler(_Handler):
             owner = store
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = _Server((host, port), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -142,6 +142,18 @@ class ObjectStore:
         """The object GETs served so far (not HEADs nor listings)."""
         with self._log_lock:
             return [r for r in self.requests if r["op"] == "get"]
+
+
+class _Server(ThreadingHTTPServer):
+    """A client that goes away mid-request (a killed loader, an unmounted bucket) is no
+    error of the store's: no traceback for it."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
