@@ -24,7 +24,7 @@ from typing import Any
 
 from loadscope.probes import blockdev, mounts
 from loadscope.probes.iosampler import blind_signals
-from loadscope.probes.pagecache import Residency, keeps_pages, residency, residency_lines
+from loadscope.probes.pagecache import Residency, residency, residency_lines
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe
 from loadscope.probes.spec import ProbeContext, ProbeSpec, Shown, block_of, blocks_of
 
@@ -40,8 +40,8 @@ class StorageProbe:
     block_stat_path: str | None = None
     blind_signals: dict[str, str] = field(default_factory=dict)
     #: Whether pages read from its files stay cached to the next open (FUSE and network
-    #: filesystems are asked, :func:`~loadscope.probes.pagecache.keeps_pages`; None: not
-    #: asked, or it could not tell).
+    #: filesystems are asked after the reads' probes,
+    #: :func:`~loadscope.probes.pagecache.keeps_pages`; None: not asked, or no answer).
     keeps_pages: bool | None = None
 
 
@@ -188,27 +188,8 @@ def file_probes(
             storages[key],
             run_probe("residency", functools.partial(residency, path)),
         )
-        if len(out) == 0 or all(o.storage is not storages[key] for o in out):
-            _ask_keeps_pages(probe)  # once per filesystem, its first file
         out.append(probe)
     return out
-
-
-#: The storage whose page cache may not hold what was read (asked once per filesystem).
-_MAY_NOT_KEEP = ("fuse", "network-fs")
-
-
-def _ask_keeps_pages(probe: FileProbe) -> None:
-    """Ask the first file of a FUSE or network filesystem (after its residency was read)
-    whether its pages stay cached; an error leaves it unknown."""
-    storage = probe.storage
-    mount = storage.mount.data
-    if mount is None or mount.storage_class not in _MAY_NOT_KEEP:
-        return
-    try:
-        storage.keeps_pages = keeps_pages(probe.path)
-    except OSError:
-        storage.keeps_pages = None
 
 
 def mount_and_class(table: list[mounts.Mount], wsl: bool, path: str) -> tuple[str, str] | None:

@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from loadscope.base.safeio import open_regular
+from loadscope.base.safeio import bounded, open_regular
 from loadscope.probes.result import Unavailable
 from loadscope.probes.spec import Lines, block_of, blocks_of, ok
 
@@ -113,13 +113,33 @@ def residency(path: str | os.PathLike[str]) -> Residency:
 KEEP_CHECK_BYTES = 1 << 20
 
 
-def keeps_pages(path: str | os.PathLike[str], nbytes: int = KEEP_CHECK_BYTES) -> bool | None:
+#: How long :func:`keeps_pages` waits for its read: storage that stopped answering must
+#: not hang the probe (or ``warm``) that asks.
+KEEP_CHECK_TIMEOUT_S = 5.0
+
+
+def keeps_pages(
+    path: str | os.PathLike[str],
+    nbytes: int = KEEP_CHECK_BYTES,
+    timeout_s: float = KEEP_CHECK_TIMEOUT_S,
+) -> bool | None:
     """Whether pages read from ``path`` are still in the page cache at its next open: its
     last ``nbytes`` read, the file closed, opened again and mincore asked. False where
     the mount bypasses the page cache (FUSE ``direct_io``) or its daemon drops the pages
     at each open (no ``keep_cache``): there a load always reads the storage, and warming
-    first cannot help. None where mincore is hidden from this user or the file is small."""
+    first cannot help. None where mincore is hidden from this user or the file is small.
+    A read with no answer within ``timeout_s`` raises
+    :class:`~loadscope.base.safeio.StorageStalled` (its thread is left to the kernel, and
+    listed among the stuck reads the command names as it ends)."""
     spath = os.fspath(path)
+    return bounded(
+        lambda: _keeps_pages(spath, nbytes),
+        timeout_s,
+        lambda: f"{spath} at offset {max(0, os.stat(spath).st_size - nbytes)}",
+    )
+
+
+def _keeps_pages(spath: str, nbytes: int) -> bool | None:
     fd = open_regular(spath)
     try:
         st = os.fstat(fd)

@@ -23,7 +23,7 @@ from loadscope.advice.results import (
     slower_evidence,
     trial_evidence,
 )
-from loadscope.advice.snippets import command, load_snippets, offered
+from loadscope.advice.snippets import command, fix_snippets, offered
 from loadscope.base import fix_ids
 from loadscope.engine.broadcast import STACK_MODES, BroadcastSummary
 from loadscope.loaders.strategies import (
@@ -51,7 +51,7 @@ def rule_parallel(f: Facts) -> list[Recommendation]:
         key=lambda s: f.speedup(s) or 0,
         default=None,
     )
-    snippets, slower = offered(load_snippets(fix_ids.PARALLEL_READS, f, f.model_path))
+    snippets, slower = offered(fix_snippets(fix_ids.PARALLEL_READS, f))
     measured = [s for s in snippets if s.speedup is not None and s.baseline == DEFAULT]
     best = max(measured, key=lambda s: s.speedup or 0.0, default=None)
     gain = best.speedup if best else None
@@ -123,7 +123,7 @@ def rule_fullread(f: Facts) -> list[Recommendation]:
             risk="holds the file twice at the peak; with N ranks per node, N copies. "
             + ram_risk(f, need),
             confidence="medium",
-            snippets=offered(load_snippets(fix_ids.READ_WHOLE_FILES, f, f.model_path))[0],
+            snippets=offered(fix_snippets(fix_ids.READ_WHOLE_FILES, f))[0],
         )
     ]
 
@@ -132,7 +132,7 @@ def rule_gpu_staged(f: Facts) -> list[Recommendation]:
     """Pinned, overlapped staging to the GPU, numbered by the route users paste
     (``loadscope.load_model(p, device="cuda")``, the ``api-cuda`` trial) against
     safetensors' own device load; loadscope's internal ``staged`` reader is evidence."""
-    snippets, slower = offered(load_snippets(fix_ids.GPU_STAGED, f, f.model_path))
+    snippets, slower = offered(fix_snippets(fix_ids.GPU_STAGED, f))
     best = max(
         (s for s in snippets if s.speedup is not None), key=lambda s: s.speedup or 0, default=None
     )

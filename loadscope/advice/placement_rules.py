@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from loadscope.advice.facts import Facts
 from loadscope.advice.results import WORTH_IT, Evidence, Recommendation, ids_of
-from loadscope.advice.snippets import Snippet, commands, load_snippets, offered
+from loadscope.advice.snippets import Snippet, commands, fix_snippets, offered
 from loadscope.base import fix_ids
 from loadscope.base.units import format_bytes, format_rate
 from loadscope.loaders.strategies import DEFAULT
@@ -47,7 +47,7 @@ def rule_prewarm(f: Facts) -> list[Recommendation]:
             ram_bytes_needed=f.model_bytes,
             risk="page cache is shared and reclaimable: other memory pressure evicts it",
             confidence="medium",
-            snippets=offered(load_snippets(fix_ids.PREWARM, f, f.model_path))[0] + _torch_warm(f),
+            snippets=offered(fix_snippets(fix_ids.PREWARM, f))[0] + _torch_warm(f),
             apply={"kind": "warm", "source": f.model_path},
             optional=True,
         )

@@ -107,19 +107,41 @@ class Measured(Protocol):
 Route = StackRoute
 
 
-def load_snippets(fix: str, measured: Measured, model: str) -> list[Snippet]:
-    """Every stack's routes for ``fix``, measured ones first (fastest first) within a stack."""
+def load_snippets(
+    fix: str, measured: Measured, model: str, *, pages_kept: bool = True
+) -> list[Snippet]:
+    """Every stack's routes for ``fix``, measured ones first (fastest first) within a stack;
+    none that warms the page cache first where the mount keeps no pages (``pages_kept``
+    False: the load after the warm reads the storage all the same)."""
     wanted = FIX_STRATEGIES[fix]
     out: list[Snippet] = []
     for stack in STACKS:
         routes = [
-            r for r in ROUTES if r.stack == stack and r.strategy in wanted and _applies(r, measured)
+            r
+            for r in ROUTES
+            if r.stack == stack
+            and r.strategy in wanted
+            and _applies(r, measured)
+            and (pages_kept or not warms_first(r.strategy))
         ]
         made = [_filled(r, measured, model) for r in routes]
         # Fastest first; among equals (those not measured), in the doctor's order.
         made.sort(key=lambda s: (-(s.speedup or 0.0), _order(s.strategy)))
         out.extend(made)
     return out
+
+
+class AdviceFacts(Measured, Protocol):
+    """What :func:`fix_snippets` reads of the advice's facts beside the trials."""
+
+    model_path: str
+    keeps_pages: bool | None
+
+
+def fix_snippets(fix: str, f: AdviceFacts) -> list[Snippet]:
+    """:func:`load_snippets` for the advice: at the model's path, and no warm-first route
+    where its mount keeps no pages."""
+    return load_snippets(fix, f, f.model_path, pages_kept=f.keeps_pages is not False)
 
 
 def _order(strategy: str | None) -> int:
@@ -141,8 +163,6 @@ def _applies(route: Route, measured: Measured) -> bool:
     line never for a language model's folder)."""
     if route.layouts and getattr(measured, "layout", UNKNOWN) not in route.layouts:
         return False
-    if getattr(measured, "keeps_pages", None) is False and warms_first(route.strategy):
-        return False  # the mount keeps no pages for the load after the warm
     return not (route.unless and measured.speedup(route.unless, base_name=route.unless))
 
 

@@ -142,14 +142,14 @@ def verify_readahead(
     summary = raised
     if summary is None or not summary.median_seconds:
         cut = _cut_after(after)
-        why = (
+        said = (
             f"its load was stopped at the budget after {max(cut):.3g} s, before the"
             f" {_whole_s(before):.3g} s the default load took (a larger --budget measures it)"
             if cut
             else "the mmap trial with raised readahead failed"
         )
-        failures.append(f"readahead check: not measured: {why}")
-        rec.evidence.append(Evidence("readahead check", f"not measured: {why}"))
+        failures.append(f"readahead check: not measured: {said}")
+        rec.evidence.append(Evidence("readahead check", f"not measured: {said}"))
         return
     total = target.total_bytes
     if why := shaky(summary, {}, total) or shaky(before, {}, total):

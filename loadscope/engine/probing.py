@@ -29,7 +29,7 @@ from loadscope.probes.fio_probe import SPEC as FIO
 from loadscope.probes.fio_probe import jobs_from
 from loadscope.probes.iobench import IoBench, o_direct_support
 from loadscope.probes.iosampler import IoSampler
-from loadscope.probes.pagecache import ColdCache
+from loadscope.probes.pagecache import ColdCache, keeps_pages
 from loadscope.probes.registry import PROBES, measured_share, run_registered
 from loadscope.probes.result import ProbeResult, Status, Unavailable, run_probe
 from loadscope.probes.sources import supports
@@ -96,6 +96,9 @@ def run_probes(
     throughput = _core(
         THROUGHPUT, context(remaining, reads=reads, deadline=deadline, headroom=headroom)
     )
+    if klass in MAY_NOT_KEEP_PAGES:
+        say("page cache")
+        reads.ask_keeps_pages(primary)
     jobs = jobs_from(primary.path, primary.size_bytes, reads.direct, throughput, latency)
     if run_fio:
         say("fio")
@@ -118,6 +121,10 @@ def run_probes(
         fio_jobs=jobs,
         fio=fio_result,
     )
+
+
+#: The storage whose page cache may not hold what was read (FUSE, network filesystems).
+MAY_NOT_KEEP_PAGES = ("fuse", "network-fs")
 
 
 def _source_probes(
@@ -213,6 +220,18 @@ class _Reads:
                 (lambda: IoSampler(block_stat_path=Path(stat_path))) if stat_path else None
             ),
         )
+
+    def ask_keeps_pages(self, primary: FileProbe) -> None:
+        """Whether ``primary``'s mount keeps read pages to the next open, asked after the
+        other reads (none after a stall; a stall here is the probes' stall)."""
+        if self.stalled:
+            return
+        try:
+            primary.storage.keeps_pages = keeps_pages(primary.path, timeout_s=self.grace)
+        except StorageStalled as exc:
+            self.stalled.append(exc.message)
+        except OSError:
+            primary.storage.keeps_pages = None
 
     def guarded(self, fn: Callable[[], T], seconds: float) -> Callable[[], T]:
         """``fn`` bounded by ``seconds`` plus the grace; a stall or an I/O error becomes
