@@ -34,8 +34,8 @@ ANSWER_OPTIONS = (
         choices=STACKS,
         metavar="NAME",
         help="the stack whose code the answer shows (repeatable; default: the ones"
-        f" installed here, else safetensors and the shell): {', '.join(STACKS)}; doctor"
-        " then also leaves out the trials of the other stacks' routes (default: all run)",
+        f" installed here, else safetensors and the shell): {', '.join(STACKS)}; the"
+        " trials of the other stacks' routes are then left out (default: all run)",
     ),
 )
 

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
         budget_s=args.budget,
         work_dir=args.work_dir,
         block=args.block,
+        stacks=tuple(dict.fromkeys(args.stack or ())),
     )
     mode = mode_for(args, sys.stderr)
     with Progress(mode, budget_s=args.budget) as progress:

@@ -37,6 +37,8 @@ class DemoOptions:
     work_dir: str | None = None
     #: Serve it as a network block volume (ext4 on a loop device over the slow disk).
     block: bool = False
+    #: The user's stacks (``--stack``): the others' routes are not timed, as in doctor.
+    stacks: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -100,7 +102,7 @@ def run_demo(
     with _model_dir(options, say, warn or say) as model:
         return run_doctor(
             resolve(str(model)),
-            DoctorOptions(budget_s=options.budget_s),
+            DoctorOptions(budget_s=options.budget_s, stacks=options.stacks),
             listener=listener,
             progress=progress,
         )

@@ -32,6 +32,7 @@ def test_demo_without_fuse_explains_and_uses_local_disk(
 ) -> None:
     monkeypatch.setattr(demo, "fuse_unavailable_reason", lambda: "no /dev/fuse (test)")
     args = ["--size", "8MiB", "--budget", "15", "--work-dir", str(tmp_path), "--no-progress"]
+    args += ["--stack", "safetensors"]  # where it runs is the subject, not which stack wins
     result = cli("demo", *args)
     assert result.code == 0, result.err
     # What it builds and serves goes with the progress (stderr); the answer to stdout.
@@ -53,8 +54,11 @@ def test_demo_through_the_emulator(tmp_path: Path) -> None:
         settings=EmulatorSettings(latency_s=0.002, jitter_s=0, readahead_kb=128),
         budget_s=20,
         work_dir=str(tmp_path),
+        stacks=("safetensors",),
     )
     report = run_demo(options, out)
+    assert report.bench is not None
+    assert "hf-pretrained" in report.bench.skipped  # --stack safetensors: not timed
     mount = report.probe.files[0].storage.mount.data
     assert mount is not None and mount.storage_class == "fuse"
     assert report.bench is not None and any(t.status == "ok" for t in report.bench.trials)
