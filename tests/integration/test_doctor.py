@@ -107,7 +107,7 @@ def slow_model(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_doctor_on_the_emulated_disk_recommends_what_the_trials_show(slow_model: Path) -> None:
-    report = run_doctor(resolve(str(slow_model)), DoctorOptions(budget_s=60))
+    report = run_doctor(resolve(str(slow_model)), DoctorOptions(budget_s=60, stacks=ONE))
     advice = report.advice
     assert advice.verdict.status == "problem"
     top = advice.recommendations[0]
