@@ -427,6 +427,13 @@ def drop_caches() -> None:
         raise Unavailable(f"cannot write {_DROP_CACHES}: {exc.strerror}") from None
 
 
+#: What a mount that keeps no pages means (:func:`keeps_pages` False).
+NOT_KEPT = (
+    "a page read is gone at the next open (FUSE direct_io, or a daemon that drops"
+    " cached pages): every load reads the storage, and warming first cannot help"
+)
+
+
 def residency_lines(files: Any) -> Lines:
     """The model's page-cache residency before probing, from the files' blocks in the
     probe report's JSON: the mean of the files measured, else why it is unknown."""
@@ -436,9 +443,16 @@ def residency_lines(files: Any) -> Lines:
         for f in found
         if ok(r := block_of(f.get("residency"))) and r.get("fraction") is not None
     ]
+    kept = [f.get("keeps_pages") for f in found if f.get("keeps_pages") is not None]
+    not_kept: Lines = (
+        [("page cache", "not kept by this mount: " + NOT_KEPT)] if False in kept else []
+    )
     if known:
         mean = sum(known) / len(known)
-        return [("page cache", f"{mean:.0%} resident before probing ({len(known)} file(s))")]
+        return [
+            ("page cache", f"{mean:.0%} resident before probing ({len(known)} file(s))"),
+            *not_kept,
+        ]
     if found:
         first = block_of(found[0].get("residency"))
         why = first.get("reason") or (first.get("note") if ok(first) else "") or ""

@@ -38,6 +38,7 @@ from loadscope.probes.pagecache import (
     COLD_FRACTION,
     LIBC,
     MAP_FAILED,
+    NOT_KEPT,
     ColdCache,
     keeps_pages,
     residency,
@@ -140,9 +141,8 @@ def check_keeps_pages(files: list[FileResidency]) -> None:
     if largest is None or kept is not False:
         return
     raise LoadscopeError(
-        f"{largest.path}: this mount keeps no pages in the page cache to the next open"
-        " (FUSE direct_io, or a daemon that drops them at each open): warming cannot help"
-        " here; copy the model to a local disk instead (loadscope copy SRC DEST)"
+        f"{largest.path}: this mount keeps no pages in the page cache: {NOT_KEPT};"
+        " copy the model to a local disk instead (loadscope copy SRC DEST)"
     )
 
 

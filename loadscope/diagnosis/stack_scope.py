@@ -9,7 +9,8 @@ prefetch: no route, no stack) and the baselines of the routes kept always run: t
 verdict and every kept route's speed-up rest on them.
 
 May import: ``loadscope.loaders.strategies`` (the declarations),
-``loadscope.advice.snippets`` (the stacks' names and order); nothing above.
+``loadscope.advice.snippets`` (the stacks' names and order), ``loadscope.probes.pagecache``
+(what a mount that keeps no pages means); nothing above.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 
 from loadscope.advice.snippets import STACKS, warms_first
 from loadscope.loaders.strategies import DEFAULT_LOADS, STRATEGIES
+from loadscope.probes.pagecache import NOT_KEPT
 
 
 def stacks_of(name: str) -> frozenset[str]:
@@ -68,10 +70,7 @@ def _listed(stacks: list[str]) -> str:
 
 
 #: Why nothing is warmed on a mount that keeps no pages (the probe's keeps_pages).
-NO_PAGE_CACHE = (
-    "this mount keeps no pages in the page cache to the next open (FUSE direct_io, or a"
-    " daemon that drops them): every load reads the storage, and warming first cannot help"
-)
+NO_PAGE_CACHE = f"this mount keeps no pages in the page cache: {NOT_KEPT}"
 
 
 def without_warm_first(strategies: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:

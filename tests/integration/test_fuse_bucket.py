@@ -107,6 +107,12 @@ def test_the_doctor_names_the_bucket_and_its_bound_within_its_budget(mounted: Pa
     # Its fix has a number measured here.
     top = doc["recommendations"][0]
     assert top["measured"] and top["expected_speedup"] >= 1.5, top
+    # The probe found that the mount keeps no pages, and its lines say what that means.
+    from loadscope.probes.pagecache import residency_lines
+
+    assert doc["probe"]["files"][0]["keeps_pages"] is False
+    said = dict(residency_lines(doc["probe"]["files"])[1:])
+    assert said["page cache"].startswith("not kept by this mount"), said
     # Nothing warmed on a mount that keeps no pages: said, not run.
     assert any(f.startswith("warm trials: not run") for f in doc["failures"]), doc["failures"]
     ran = {(t["strategy"], t["cache"]) for t in doc["bench"]["trials"]}
