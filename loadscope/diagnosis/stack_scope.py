@@ -1,12 +1,13 @@
 """Which trials apply here: those a user's stacks need (``doctor --stack NAME``), and
 none that warms the page cache first on a mount that keeps no pages
-(:func:`without_warm_first`). A strategy whose every
-route is another stack's code (vLLM's prefetch flag, the peers vLLM and SGLang load with,
-transformers' ``from_pretrained`` and its routes) is left out when the user named their
-stacks and none of them runs it, with the reason and the ``--stack`` that times it. The
-default loads, loadscope's own evidence (the parallel family, ``auto``, ``direct``,
-prefetch: no route, no stack) and the baselines of the routes kept always run: the
-verdict and every kept route's speed-up rest on them.
+(:func:`without_warm_first`).
+
+A strategy whose every route is another stack's code (vLLM's prefetch flag, the peers
+vLLM and SGLang load with, transformers' ``from_pretrained`` and its routes) is left out
+when the user named their stacks and none of them runs it, with the reason and the
+``--stack`` that times it. The default loads, loadscope's own evidence (the parallel
+family, ``auto``, ``direct``, prefetch: no route, no stack) and the baselines of the
+routes kept always run: the verdict and every kept route's speed-up rest on them.
 
 May import: ``loadscope.loaders.strategies`` (the declarations),
 ``loadscope.advice.snippets`` (the stacks' names and order), ``loadscope.probes.pagecache``
