@@ -85,10 +85,14 @@ def test_the_default_doctor_measures_readahead_under_every_mmap_stack(
     assert not list((tmp_path / "state").glob("settings-*.json"))
 
 
+ONE_STACK = ("--stack", "safetensors")
+
+
 def _doctor(model: Path, state: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "LOADSCOPE_STATE_DIR": str(state), "PYTHONWARNINGS": "ignore"}
     return subprocess.Popen(
-        [sys.executable, "-m", "loadscope", "doctor", str(model), "--budget", "12"],
+        # --stack: the check's settings are the subject, not which stack's code wins.
+        [sys.executable, "-m", "loadscope", "doctor", str(model), "--budget", "12", *ONE_STACK],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
