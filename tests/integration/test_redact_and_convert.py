@@ -225,10 +225,16 @@ def test_cli_redact_hosts_writes_no_path_or_host(tmp_path: Path) -> None:
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
         timeout=120,
     )
-    assert proc.returncode in (0, 10), proc.stderr
+    # 1: the doctor could not measure (a 2-core machine under the suite's load once did):
+    # its reports are written all the same, and what they hold is this test's subject.
+    assert proc.returncode in (0, 1, 10) and "Traceback" not in proc.stderr, proc.stderr
     doc = json.loads((out / "r.json").read_text())
     check_schema(doc, "doctor")
-    assert doc["conversion"]["where"].startswith("beside the model (<model>/..,"), doc["conversion"]
+    if proc.returncode == 1:
+        assert doc["verdict"]["status"] == "unmeasured", doc["verdict"]
+    if proc.returncode != 1 or doc.get("conversion"):
+        where = doc["conversion"]["where"]
+        assert where.startswith("beside the model (<model>/..,"), doc["conversion"]
     secrets = [SECRET, MODEL_NAME, HOST]
     for name in ("r.json", "r.md", "r.html"):
         assert _leaks((out / name).read_text(), secrets) == [], name
