@@ -130,9 +130,12 @@ def check_fits(files: list[FileResidency], available: int) -> None:
 
 
 def check_keeps_pages(files: list[FileResidency]) -> None:
-    """Refuse before any read where the mount keeps no pages to the next open (FUSE
-    ``direct_io``, or a daemon that drops them at each open): every byte read would be
-    thrown away (a bucket through rclone mount: 384 MiB read in 25 s, 0% resident)."""
+    """After a warm that left nothing resident: fail, saying why, where the mount keeps
+    no pages to the next open (FUSE ``direct_io``, or a daemon that drops them at each
+    open), rather than blame memory pressure (a bucket through rclone mount: 384 MiB read
+    in 25 s, 0% resident, "memory is under pressure"). Asked after the reads, never
+    before them: a read of a stalled mount left pages locked that a later read in the
+    calling thread waited on, unkillable."""
     largest = max(files, key=lambda f: f.size_bytes, default=None)
     try:
         kept = keeps_pages(largest.path) if largest is not None else None
@@ -141,8 +144,8 @@ def check_keeps_pages(files: list[FileResidency]) -> None:
     if largest is None or kept is not False:
         return
     raise LoadscopeError(
-        f"{largest.path}: this mount keeps no pages in the page cache: {NOT_KEPT};"
-        " copy the model to a local disk instead (loadscope copy SRC DEST)"
+        f"{largest.path}: read, but nothing stayed: this mount keeps no pages in the page"
+        f" cache: {NOT_KEPT}; copy the model to a local disk instead (loadscope copy SRC DEST)"
     )
 
 
@@ -161,7 +164,6 @@ def warm(
         raise LoadscopeError("--threads must be >= 1 and --block >= 4KiB")
     files = _residencies(target)
     check_fits(files, available())
-    check_keeps_pages(files)
     report = WarmReport("warm", files)
     fill = PageFill(
         whole_files([(f.path, f.size_bytes) for f in files]),
@@ -179,6 +181,8 @@ def warm(
         raise WarmCancelled(
             f"stopped after {format_bytes(fill.done_bytes)} of {format_bytes(fill.total_bytes)}"
         )
+    if all((got := _fraction(f.path)) is not None and got <= COLD_FRACTION for f in files):
+        check_keeps_pages(files)  # nothing stayed: the mount's doing, not memory pressure
     for f in files:
         report.top_up_bytes += _top_up(f, block_bytes)
     report.bytes_read += report.top_up_bytes

@@ -5,7 +5,7 @@ byte, 50 MB/s per connection), as users mount buckets with mountpoint-s3, gcsfus
 The doctor names it as an object store behind FUSE with its bound from the probe's
 figures, keeps to its budget, and leaves out what cannot help there: this mount (rclone
 without its VFS cache) keeps no pages in the page cache, so nothing is warmed and
-``loadscope warm`` refuses in one line."""
+``loadscope warm`` says so in one line."""
 
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_the_mount_keeps_no_pages_and_warm_says_so_in_one_line(mounted: Path) -> None:
     shard = next(mounted.glob("*.safetensors"))
     assert keeps_pages(shard) is False
-    done = run_here([sys.executable, "-m", "loadscope", "warm", str(mounted)], timeout=60)
+    warm = [sys.executable, "-m", "loadscope", "warm", str(mounted), "--quiet"]
+    done = run_here(warm, timeout=60)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "keeps no pages in the page cache" in lines[0], done.stderr
