@@ -181,7 +181,9 @@ def warm(
         raise WarmCancelled(
             f"stopped after {format_bytes(fill.done_bytes)} of {format_bytes(fill.total_bytes)}"
         )
-    if all((got := _fraction(f.path)) is not None and got <= COLD_FRACTION for f in files):
+    for f in files:
+        f.after = _fraction(f.path)
+    if all(f.after is not None and f.after <= COLD_FRACTION for f in files):
         check_keeps_pages(files)  # nothing stayed: the mount's doing, not memory pressure
     for f in files:
         report.top_up_bytes += _top_up(f, block_bytes)
@@ -235,12 +237,12 @@ def _stalled(fill: PageFill, stall_timeout_s: float) -> tuple[str, str]:
 
 
 def _top_up(f: FileResidency, block_bytes: int) -> int:
-    """``f``'s residency after warming (``f.after``), and the bytes read to top it up.
+    """``f``'s residency after warming (``f.after``, read right after it), topped up, and
+    the bytes read to top it up.
 
     Memory pressure (or a proactive reclaimer such as DAMON) may have taken pages back
     while the rest was read: a file not fully resident is read again, twice at most.
     """
-    f.after = _fraction(f.path)
     read = 0
     for _ in range(TOP_UP_PASSES):
         if f.after is None or f.after >= 1.0:
