@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -33,6 +34,31 @@ def _reports_kept_in_a_temp_folder(tmp_path_factory: pytest.TempPathFactory) -> 
         os.environ["LOADSCOPE_REPORTS"] = before
 
 
+#: The test worker that made a private shared-memory folder (its pid, in the folder).
+OWNER_FILE = ".owner"
+
+
+def _remove_dead_workers_folders(base: Path) -> None:
+    """A worker killed outright (SIGKILL, a CI job cancelled) cannot remove its folder:
+    the next session removes those whose worker is gone, and empty ones of no owner."""
+    import shutil
+
+    for folder in base.glob("loadscope-tests-*"):
+        owner = folder / OWNER_FILE
+        try:
+            pid = int(owner.read_text())
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # no owner said: removed only when empty
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's worker, alive
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _shared_memory_in_a_private_folder() -> Iterator[None]:
     """Node-shared loads keep their files in /dev/shm, and every command removes what dead
@@ -44,7 +70,9 @@ def _shared_memory_in_a_private_folder() -> Iterator[None]:
 
     before = os.environ.get("LOADSCOPE_SHM_DIR")
     base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    _remove_dead_workers_folders(Path(base or tempfile.gettempdir()))
     folder = tempfile.mkdtemp(prefix="loadscope-tests-", dir=base)
+    (Path(folder) / OWNER_FILE).write_text(f"{os.getpid()}\n")
     os.environ["LOADSCOPE_SHM_DIR"] = folder
     yield
     shutil.rmtree(folder, ignore_errors=True)
