@@ -23,9 +23,19 @@ pytestmark = pytest.mark.integration
 TMUX = shutil.which("tmux")
 
 
+def _tm(session: str, *args: str) -> list[str]:
+    """A tmux command on the session's own server (``-L``): tests in parallel, or one test
+    right after another, never share a server that is starting or exiting (a shared one
+    failed ``new-session`` with "server exited unexpectedly" under load)."""
+    return ["tmux", "-L", session, *args]
+
+
 def _capture(session: str) -> str:
     return subprocess.run(
-        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=False
+        _tm(session, "capture-pane", "-p", "-t", session),
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
 
 
@@ -33,20 +43,28 @@ def _capture(session: str) -> str:
 def _tmux(session: str, cmd: str, size: tuple[int, int], tag: str | None = None) -> Iterator[None]:
     """``cmd`` in a detached tmux session of ``size`` (columns, rows) at the repository root,
     its processes tagged ``LOADSCOPE_TEST_TAG=tag``; the session is killed on the way out."""
-    env = {**os.environ, "TERM": "xterm-256color"}
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"} | {"TERM": "xterm-256color"}
     if tag is not None:
         env["LOADSCOPE_TEST_TAG"] = tag
     columns, rows = size
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", str(columns), "-y", str(rows), cmd],
+        _tm(session, "new-session", "-d", "-s", session, "-x", str(columns), "-y", str(rows), cmd),
         check=True,
         cwd=REPO_ROOT,
         env=env,
     )
+    socket = subprocess.run(
+        _tm(session, "display-message", "-p", "#{socket_path}"),
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     try:
         yield
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+        subprocess.run(_tm(session, "kill-server"), check=False, capture_output=True)
+        if socket:
+            Path(socket).unlink(missing_ok=True)
 
 
 def _wait_for_the_chart(session: str) -> None:
@@ -88,10 +106,10 @@ def test_tui_in_tmux_shows_the_chart_and_the_verdict(tmp_path: Path) -> None:
             time.sleep(0.5)
         assert seen_chart, screen
         assert seen_verdict, screen
-        subprocess.run(["tmux", "send-keys", "-t", session, "2"], check=True)
+        subprocess.run(_tm(session, "send-keys", "-t", session, "2"), check=True)
         time.sleep(1)
         assert "strategy" in _capture(session)  # the results table on the benchmark tab
-        subprocess.run(["tmux", "send-keys", "-t", session, "C-q"], check=True)
+        subprocess.run(_tm(session, "send-keys", "-t", session, "C-q"), check=True)
         _wait_for_file(status, 20)
         assert status.exists() and status.read_text().strip() == "0"
 
