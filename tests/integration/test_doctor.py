@@ -477,7 +477,9 @@ def test_a_doctor_that_measured_nothing_says_so(tmp_path: Path) -> None:
     if cuda_unavailable() is None:
         pytest.skip("needs a machine where CUDA trials cannot run")
     src = synthesize(tmp_path / "m", 2 << 20, seed=5)
-    report = run_doctor(resolve(str(src.root)), DoctorOptions(budget_s=20, device="cuda"))
+    report = run_doctor(
+        resolve(str(src.root)), DoctorOptions(budget_s=20, device="cuda", stacks=ONE)
+    )
     verdict = report.advice.verdict
     assert verdict.status == "unmeasured", verdict.headline
     # The CPU-side routes ran beside (issue 38), but the GPU half is what was asked.
@@ -590,7 +592,7 @@ def test_a_pickle_only_model_gets_a_measured_conversion(tmp_path: Path) -> None:
         p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
         for p in ck.root.iterdir()
     }
-    report = run_doctor(resolve(str(ck.root)), DoctorOptions(budget_s=30))
+    report = run_doctor(resolve(str(ck.root)), DoctorOptions(budget_s=30, stacks=ONE))
     conv = report.conversion
     assert conv is not None and conv.reason is None, (conv, report.failures)
     assert conv.speedup is not None and conv.verified and conv.removed
@@ -659,7 +661,8 @@ def test_doctor_ranks_on_a_torch_model_run_on_its_safetensors_or_say_why(
     with none, the report says why it did not run."""
     root = synthesize(tmp_path / "both", 8 << 20, shards=2, fmt="both", seed=5).root
     report = run_doctor(
-        resolve(str(root / "pytorch_model.bin.index.json")), DoctorOptions(budget_s=40, ranks=2)
+        resolve(str(root / "pytorch_model.bin.index.json")),
+        DoctorOptions(budget_s=40, ranks=2, stacks=ONE),
     )
     assert report.ranks is not None, report.failures
     assert report.ranks.notes[0] == (
@@ -676,14 +679,14 @@ def test_doctor_ranks_on_a_torch_model_run_on_its_safetensors_or_say_why(
     assert note in to_markdown(report.to_dict())
     assert html.escape(note) in to_html(report.to_dict())
     only = synthesize(tmp_path / "torch", 4 << 20, fmt="torch", seed=5).root
-    report = run_doctor(resolve(str(only)), DoctorOptions(budget_s=20, ranks=2))
+    report = run_doctor(resolve(str(only)), DoctorOptions(budget_s=20, ranks=2, stacks=ONE))
     assert report.ranks is None
     assert (
         "ranks: not run: multi-rank loading reads safetensors, and this model is torch"
         " with no safetensors beside it"
     ) in report.failures
     # One rank is no multi-rank round: said, not silently dropped.
-    report = run_doctor(resolve(str(only)), DoctorOptions(budget_s=10, ranks=1))
+    report = run_doctor(resolve(str(only)), DoctorOptions(budget_s=10, ranks=1, stacks=ONE))
     assert "ranks: not run: --ranks 1 is one rank; the multi-rank round needs 2" in (
         report.failures
     )
@@ -701,7 +704,7 @@ def test_safetensors_beside_that_hold_another_model_are_not_taken_for_it(
     other = synthesize(tmp_path / "other", 1 << 20, seed=7).root / "model.safetensors"
     shutil.copy(other, root / "model.safetensors")
     report = run_doctor(
-        resolve(str(root / "pytorch_model.bin")), DoctorOptions(budget_s=30, ranks=2)
+        resolve(str(root / "pytorch_model.bin")), DoctorOptions(budget_s=30, ranks=2, stacks=ONE)
     )
     ids = [r.id for r in report.advice.recommendations]
     assert "use-safetensors-beside" not in ids, ids
@@ -725,6 +728,8 @@ def test_doctor_on_both_formats_says_the_format_ratio_everywhere(tmp_path: Path)
         str(root),
         "--budget",
         "30",
+        "--stack",
+        "safetensors",
         "--details",
         "--md",
         str(md),
@@ -770,7 +775,16 @@ def test_the_markdown_of_a_1000_shard_model_fits_github(tmp_path: Path) -> None:
     )
     md = tmp_path / "r.md"
     result = run_loadscope(
-        "doctor", str(root), "--budget", "10", "--md", str(md), "--quiet", timeout=300
+        "doctor",
+        str(root),
+        "--budget",
+        "10",
+        "--stack",
+        "safetensors",
+        "--md",
+        str(md),
+        "--quiet",
+        timeout=300,
     )
     assert result.code in (0, 10), result.err
     text = md.read_text()
