@@ -102,6 +102,7 @@ class LoadscopeApp(ReportActions):
         emulate: bool = False,
         report: str | None = None,
         synth_dir: str | None = None,
+        stacks: tuple[str, ...] = (),
         browse_root: Path | None = None,
         hf_cache: str | None = None,
         fuse_reason: str | bool | None = True,
@@ -113,6 +114,8 @@ class LoadscopeApp(ReportActions):
         self.emulate = emulate
         self.initial_report = report
         self.synth_dir = synth_dir
+        #: The user's stacks (``tui --stack``): each run times only their routes.
+        self.stacks = stacks
         self.browse_root = browse_root or Path.cwd()
         self.hf_cache = hf_cache
         self._fuse_reason = fuse_reason
@@ -155,7 +158,11 @@ class LoadscopeApp(ReportActions):
         elif self.target:
             self.start(
                 SessionRequest(
-                    self.target, self.budget_s, self._emulation(self.emulate), self.synth_dir
+                    self.target,
+                    self.budget_s,
+                    self._emulation(self.emulate),
+                    self.synth_dir,
+                    stacks=self.stacks,
                 )
             )
         else:
@@ -213,6 +220,7 @@ class LoadscopeApp(ReportActions):
                         self.synth_dir,
                         choice.get("device", "auto"),
                         choice.get("ranks"),
+                        self.stacks,
                     )
                 )
 
@@ -497,9 +505,15 @@ def run_app(
     emulate: bool,
     report: str | None,
     synth_dir: str | None,
+    stacks: tuple[str, ...] = (),
 ) -> int:
     app = LoadscopeApp(
-        target=target, budget_s=budget_s, emulate=emulate, report=report, synth_dir=synth_dir
+        target=target,
+        budget_s=budget_s,
+        emulate=emulate,
+        report=report,
+        synth_dir=synth_dir,
+        stacks=stacks,
     )
     try:
         code = app.run()

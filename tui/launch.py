@@ -186,4 +186,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         emulate=args.emulate,
         report=args.report,
         synth_dir=args.synth_dir,
+        stacks=tuple(dict.fromkeys(args.stack or ())),
     )

@@ -40,6 +40,7 @@ class ReportActions(App[int]):
     last_request: SessionRequest | None
     budget_s: float
     synth_dir: str | None
+    stacks: tuple[str, ...]
     #: The model the shown report is about, as the user named it (for the fixes).
     _source_spec: str
 
@@ -91,7 +92,7 @@ class ReportActions(App[int]):
         if self._source_spec and not self.running:
             # ``r`` re-runs what is on screen: this report's model, not the session's.
             self.last_request = SessionRequest(
-                self._source_spec, self.budget_s, None, self.synth_dir
+                self._source_spec, self.budget_s, None, self.synth_dir, stacks=self.stacks
             )
 
     def deliver_screenshot(

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, TextIO
 
+from loadscope.advice.snippets import STACKS
 from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.safeio import stuck_reads
@@ -100,6 +101,14 @@ TUI = Command(
             help="serve the model through the emulated slow network disk (FUSE, root)",
         ),
         opt("--report", metavar="FILE.json", help="open a saved doctor report instead"),
+        opt(
+            "--stack",
+            action="append",
+            choices=STACKS,
+            metavar="NAME",
+            help="the stack you run (repeatable): the diagnosis times only its routes, as"
+            f" doctor --stack does (default: every stack's): {', '.join(STACKS)}",
+        ),
     ),
     run=None,
     target="optional",

@@ -73,6 +73,7 @@ def job_for(request: SessionRequest) -> dict[str, Any]:
         "synth_dir": request.synth_dir,
         "device": request.device,
         "ranks": request.ranks,
+        "stacks": list(request.stacks),
     }
 
 
@@ -152,6 +153,7 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
             job.get("synth_dir"),
             job.get("device") or "auto",
             job.get("ranks"),
+            tuple(job.get("stacks") or ()),
         )
 
         def on_probes(probe: ProbeReport) -> None:

@@ -35,6 +35,8 @@ class SessionRequest:
     #: Where tensors land ("auto": the GPU when usable) and multi-rank trials (None: auto).
     device: str = "auto"
     ranks: int | None = None
+    #: The user's stacks (``--stack``): only their routes' trials run (empty: every stack's).
+    stacks: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -82,6 +84,7 @@ def diagnose(
                 budget_s=request.budget_s,
                 device=request.device,
                 ranks=request.ranks,
+                stacks=request.stacks,
                 cancel=cancel,
             )
             return run_doctor(

@@ -25,6 +25,9 @@ def make_app(**kw: Any) -> LoadscopeApp:
     kw.setdefault("browse_root", REPO_ROOT / "tests" / "golden")
     kw.setdefault("hf_cache", "/nonexistent/loadscope-hf-cache")
     kw.setdefault("fuse_reason", "not in tests")
+    # The runs time safetensors' routes only: which stack's code wins is not the app
+    # tests' subject (test_the_app_passes_its_stacks_to_the_run checks the plumbing).
+    kw.setdefault("stacks", ("safetensors",))
     return LoadscopeApp(**kw)
 
 

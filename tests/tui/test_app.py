@@ -64,6 +64,10 @@ def test_onboarding_to_advice_on_a_synthetic_model() -> None:
         assert app.report is not None
         assert app.report["verdict"]["status"] in ("healthy", "problem")
         assert app.report["target"]["spec"] == "synthetic:16MiB"
+        # The app's stacks (the harness's safetensors) reach the run: the other stacks'
+        # routes are left out, and the report says which --stack times them.
+        skipped = app.report["bench"]["skipped"]
+        assert any("--stack safetensors leaves out" in why for why in skipped.values()), skipped
         advice = app.query_one(AdviceView)
         verdict = str(advice.query_one("#verdict").render())
         assert app.report["verdict"]["headline"][:40] in verdict

@@ -94,7 +94,7 @@ def test_tui_in_tmux_shows_the_chart_and_the_verdict(tmp_path: Path) -> None:
     session = f"loadscope-test-{os.getpid()}"
     exe = Path(sys.executable).parent / "loadscope"
     status = tmp_path / "status"
-    cmd = f"{exe} tui synthetic:32MiB --budget 25; echo $? > {status}"
+    cmd = f"{exe} tui --stack safetensors synthetic:32MiB --budget 25; echo $? > {status}"
     with _tmux(session, cmd, (100, 30)):
         seen_chart = seen_verdict = False
         deadline = time.monotonic() + 240
@@ -123,7 +123,8 @@ def test_sigterm_mid_run_stops_the_app_cleanly(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "loadscope"
     status = tmp_path / "status"
     tag = uuid.uuid4().hex
-    cmd = f"{exe} tui synthetic:64MiB --budget 60; echo $? > {status}; sleep 30"
+    cmd = f"{exe} tui --stack safetensors synthetic:64MiB --budget 60; echo $? > {status}"
+    cmd += "; sleep 30"
     with _tmux(session, cmd, (100, 30), tag):
         _wait_for_the_chart(session)
         app = [p for p in tagged_processes(tag) if "tui" in cmdline_of(p)]
@@ -155,7 +156,8 @@ def test_losing_the_terminal_mid_run_leaves_no_process(tmp_path: Path, attempt: 
     exe = Path(sys.executable).parent / "loadscope"
     tag = uuid.uuid4().hex
     emulate = " --emulate" if fuse_unavailable_reason() is None else ""
-    cmd = f"{exe} tui synthetic:64MiB --budget 60 --synth-dir {tmp_path}{emulate}"
+    cmd = f"{exe} tui --stack safetensors synthetic:64MiB --budget 60 --synth-dir {tmp_path}"
+    cmd += emulate
     with _tmux(session, cmd, (80, 24), tag):
         _wait_for_the_chart(session)
     left = _left_after(tag, 5)
