@@ -31,7 +31,7 @@ import shutil
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -62,10 +62,13 @@ class StoreCopyCancelled(CopyError):
     """Stopped before every object was copied (a rerun resumes)."""
 
 
-def _objects(address: str) -> list[tuple[str, int, str]]:
+def _objects(address: str, only: Collection[str] | None = None) -> list[tuple[str, int, str]]:
     """``(name, size, etag)`` of the model's weights and the small objects beside them
-    (its one object alone, where the address names one)."""
+    (its one object alone, where the address names one; the weights named in ``only``
+    alone, where it is given)."""
     weights = {o.name for o in listing(address)}
+    if only is not None:
+        return [o for o in folder_objects(address) if o[0] in weights and o[0] in only]
     one = address.endswith(".safetensors")
     return [
         (name, size, etag)
@@ -83,11 +86,13 @@ def copy_from_store(
     force: bool = False,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    only: Collection[str] | None = None,
 ) -> CopyReport:
-    """Copy the model at ``address`` into ``dest`` (see the module's docstring)."""
+    """Copy the model at ``address`` into ``dest`` (see the module's docstring); ``only``:
+    these weight objects of it alone (the doctor's copy trial copies a sample)."""
     dest_dir = Path(dest)
     base = address if not address.endswith(".safetensors") else address.rpartition("/")[0]
-    objects = _objects(address)
+    objects = _objects(address, only)
     files = [FileCopy(object_address(base, n), n, size) for n, size, _ in objects]
     etags = {n: e for n, _, e in objects}
     report = CopyReport(address, str(dest_dir), files, threads=concurrency, block_bytes=chunk_bytes)

@@ -184,7 +184,7 @@ def rule_copy_local(f: Facts) -> list[Recommendation]:
             risk=f"needs {format_bytes(f.model_bytes)} of disk space; the copy goes stale when"
             " the model is updated",
             confidence="medium",
-            snippets=_copy_snippets(f.model_root, dest),
+            snippets=copy_snippets(f.model_root, dest),
             optional=not e.beats_in_place,
             measured=False,
             apply={"kind": "copy", "source": f.model_root, "dest": dest},
@@ -243,15 +243,18 @@ def _copy_evidence(f: Facts, e: CopyEstimate) -> list[Evidence]:
 COPY_ROUTE = "copy"
 
 
-def _copy_snippets(source: str, dest: str) -> list[Snippet]:
+def copy_snippets(source: str, dest: str, shell_alt: str | None = None) -> list[Snippet]:
+    """The copy fix in each stack: ``loadscope copy SOURCE DEST`` first, then the stack
+    pointed at DEST; the shell's line names ``shell_alt`` (default: rsync) as the other way."""
     copy = f"loadscope copy {shlex.quote(source)} {shlex.quote(dest)}"
     first = f"# run first: {copy}\n"
+    alt = (
+        shell_alt
+        if shell_alt is not None
+        else (f"rsync -a {shlex.quote(source + '/')} {shlex.quote(dest + '/')}")
+    )
     lines = [
-        (
-            "shell",
-            f"{copy}   # verified, resumable; or: rsync -a"
-            f" {shlex.quote(source + '/')} {shlex.quote(dest + '/')}",
-        ),
+        ("shell", f"{copy}   # verified, resumable" + (f"; or: {alt}" if alt else "")),
         (
             "transformers",
             f"{first}from transformers import AutoModelForCausalLM\n"

@@ -79,18 +79,22 @@ def sample_files(target: Target, cap: int = SAMPLE_BYTES) -> list[int]:
     return out
 
 
-def _summary(times: list[float]) -> Summary:
+def summary_of(times: list[float]) -> Summary:
+    """``times`` (cold loads of ``load_file``) as a bench summary, for ``ratio_terms``."""
     med = statistics.median(times)
     return Summary(DEFAULT, "cold", len(times), med, None, None, None, min(times), max(times))
 
 
-def _cold_load(target: Target, deadline: float, cancel: threading.Event | None) -> float:
-    """One cold ``load_file`` of ``target``'s files (verified cold), its seconds."""
+def cold_loads(
+    target: Target, count: int, deadline: float, cancel: threading.Event | None
+) -> list[float]:
+    """``count`` cold ``load_file`` runs of ``target``'s files (each verified cold), their
+    seconds; raises BenchError where none completed."""
     report = run_bench(
         target,
         BenchOptions(
             strategies=(DEFAULT,),
-            repeats=1,
+            repeats=count,
             warmup=False,
             deadline=deadline,
             trial_timeout_s=max(10.0, deadline - time.monotonic()),
@@ -101,7 +105,12 @@ def _cold_load(target: Target, deadline: float, cancel: threading.Event | None) 
     if not ok:
         failed = next((t.reason for t in report.trials if t.reason), "no verified cold trial")
         raise BenchError(f"the cold load did not complete: {failed}")
-    return float(ok[0].seconds or 0.0)
+    return [float(t.seconds or 0.0) for t in ok]
+
+
+def _cold_load(target: Target, deadline: float, cancel: threading.Event | None) -> float:
+    """One cold ``load_file`` of ``target``'s files (verified cold), its seconds."""
+    return cold_loads(target, 1, deadline, cancel)[0]
 
 
 def measure_copy(
@@ -200,7 +209,7 @@ def _say(rec: Recommendation, trial: CopyTrial) -> CopyTrial:
         if trial.reason:
             rec.evidence.append(Evidence("copy trial: not run", trial.reason))
         return trial
-    terms = ratio_terms(gain, _summary(trial.in_place_s), _summary(trial.local_s))
+    terms = ratio_terms(gain, summary_of(trial.in_place_s), summary_of(trial.local_s))
     scale = trial.model_bytes / max(1, trial.sample_bytes)
     copy_whole = trial.copy_seconds * scale
     in_place = statistics.median(trial.in_place_s) * scale

@@ -62,6 +62,7 @@ from loadscope.diagnosis.readahead_trial import (
 )
 from loadscope.diagnosis.redaction import redact
 from loadscope.diagnosis.stack_scope import scoped
+from loadscope.diagnosis.store_copy_trial import kept_from_trials_s, measure_store_copy
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
 from loadscope.diagnosis.trial_costs import TRIAL_OVERHEAD_S, readahead_reserve_s
 from loadscope.diagnosis.trial_plan import (
@@ -284,6 +285,7 @@ def _source_doctor(
     file checks (the readahead, a copy, the conversion, the ranks' round) have no files
     to run on."""
     say = progress or (lambda _step: None)
+    started = time.monotonic()
     probe = run_probes(target, budget_s=min(15.0, options.budget_s * 0.15), progress=say)
     if on_probes is not None:
         on_probes(probe)
@@ -292,13 +294,22 @@ def _source_doctor(
         failures.append("your command: not timed: --cmd times a model in files")
     if options.ranks is not None and options.ranks >= 2:
         failures.append("ranks: not run: the multi-rank round reads files")
-    plan = source_plan(target, probe, options.budget_s)
+    store = target.source in OBJECT_STORES
+    # A bucket's download-then-load trial after the streaming ones, its time kept out of theirs.
+    reserve = kept_from_trials_s(target, facts_from(probe, None), options.budget_s)
+    plan = source_plan(target, probe, options.budget_s, reserve if store else 0.0)
     bench = _run_trials(target, probe, plan, options.budget_s, listener, options.cancel, failures)
     facts = facts_from(probe, bench, None, failures, None)
+    facts.budget_s = facts.budget_s or options.budget_s
     title = target.detail or target.source
-    if target.source in OBJECT_STORES:
+    if store:
         compatible = bool(os.environ.get("AWS_ENDPOINT_URL"))
         advice = advise_object_store(facts, title, target.spec, compatible)
+        say("copy")
+        end = max(started + options.budget_s, time.monotonic() + reserve)
+        tried = measure_store_copy(target, facts, advice, end, options.cancel)
+        if tried.reason:
+            failures.append(f"copy trial: not run: {tried.reason}")
     else:
         advice = advise_source(facts, title)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

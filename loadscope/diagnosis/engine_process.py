@@ -197,6 +197,12 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
                 result = warm(
                     target, threads=int(job.get("threads") or 8), progress=progress, cancel=cancel
                 ).to_dict()
+            elif not target.on_files:  # a bucket: `loadscope copy s3://...`'s own code
+                from loadscope.actions.storecopy import copy_from_store
+
+                result = copy_from_store(
+                    target.spec, job["dest"], progress=progress, cancel=cancel
+                ).to_dict()
             else:
                 result = copy_model(target, job["dest"], progress=progress, cancel=cancel).to_dict()
         wire.send("finished", report={"apply": {"kind": job["kind"], **result}})

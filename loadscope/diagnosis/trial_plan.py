@@ -267,10 +267,9 @@ class TrialPlan:
     #: The strategies whose trials gave way to loadscope's own routes, and why (with the
     #: budget that runs them): the bench's skipped list takes them, their routes say it.
     left_out: dict[str, str] = field(default_factory=dict)
-    #: The budget asked for was under what one round of trials needs: ``trial_s`` is that
-    #: least time, and no round is added after the first (whoever asks for a short budget
-    #: would rather have the answer than steadier figures; they show their spread as
-    #: unmeasured).
+    #: The budget asked for was under one round of trials: ``trial_s`` is that least time,
+    #: and no round is added after the first (a short budget wants the answer, not steadier
+    #: figures; theirs show their spread as unmeasured).
     at_least: bool = False
     #: Seconds kept out of the trials for the checks after them (the readahead's).
     reserve_s: float = 0.0
@@ -290,16 +289,19 @@ def trial_seconds(budget_s: float, spent_s: float) -> tuple[float, bool]:
     return max(LEAST_TRIAL_S, left), left < LEAST_TRIAL_S
 
 
-def source_plan(target: Target, probe: ProbeReport, budget_s: float) -> TrialPlan:
+def source_plan(
+    target: Target, probe: ProbeReport, budget_s: float, reserve_s: float = 0.0
+) -> TrialPlan:
     """The trials of a model in another source than files (``probes/sources.py``): the
     CPU strategies that declare its source, whole loads, interleaved, as often as the
-    budget lets the bench's rounds go (no page cache here to sample a cold load by)."""
+    budget lets the bench's rounds go (no page cache here to sample a cold load by), less
+    ``reserve_s`` for a check after them."""
     strategies = tuple(
         n
         for n, s in STRATEGIES.items()
         if not s.requires.gpu and supports(s.requires.sources, target.source)
     )
-    remaining, at_least = trial_seconds(budget_s, probe.elapsed_s + 2.0)
+    remaining, at_least = trial_seconds(budget_s, probe.elapsed_s + 2.0 + reserve_s)
     return TrialPlan("cpu", strategies, 1, None, {}, remaining, None, at_least=at_least)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -159,8 +160,11 @@ def test_each_strategy_loads_the_tensors_safetensors_reads_from_the_files(
 def doctored(bed: tuple[ObjectStore, Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
     store, _folder = bed
     out = tmp_path_factory.mktemp("doctor out") / "doctor.json"
-    env = _env(store, XDG_STATE_HOME=str(out.parent / "state"))
-    done = _loadscope("doctor", "s3://models/llm", "--budget", "12", "--json", str(out), env=env)
+    # The local disk the copy trial and the printed copy command write to: the test's own.
+    local = out.parent / "local disk"
+    local.mkdir()
+    env = _env(store, XDG_STATE_HOME=str(out.parent / "state"), LOADSCOPE_LOCAL_DIRS=str(local))
+    done = _loadscope("doctor", "s3://models/llm", "--budget", "16", "--json", str(out), env=env)
     assert done.returncode in (0, 10), done.stderr[-3000:]  # 10: a problem found
     return out, done
 
@@ -182,6 +186,50 @@ def test_the_doctor_probes_the_store_and_times_its_strategies(doctored: Any) -> 
     runai = {"runai-store", "runai-store-tuned"} if _has_runai() else set()
     assert ran == {"store-ranged", "store-get", *runai}
     assert "the object store" in done.stdout or "an S3 bucket" in done.stdout
+
+
+def test_the_copy_to_a_local_disk_is_measured_and_its_command_runs_as_printed(
+    bed: tuple[ObjectStore, Path], doctored: Any
+) -> None:
+    """The download-then-load route: the doctor copies the model to the local disk with
+    ``loadscope copy``'s code and loads it cold there; the fix carries that per-start
+    ratio and what the copy costs, and its command, run as printed, copies the model."""
+    store, folder = bed
+    out, _done = doctored
+    doc = load_report(str(out))
+    local = out.parent / "local disk"
+    assert not [p for p in local.iterdir() if p.name.startswith("loadscope-store-copy-")]
+    rec = next((r for r in doc["recommendations"] if r["id"] == "copy-to-local-disk"), None)
+    if rec is None:  # measured under 1.2x per start, or not run: said, with no number
+        said = doc["notes"] + doc["failures"]
+        assert any(
+            x.startswith(("copy to a local disk: measured", "copy trial: not run")) for x in said
+        ), said
+        return
+    assert rec["measured"] and rec["expected_speedup"] >= 1.2
+    assert "fetched and verified in" in rec["action"] and "repaid after" in rec["action"]
+    assert rec["apply"] == {
+        "kind": "copy",
+        "source": "s3://models/llm",
+        "dest": rec["apply"]["dest"],
+    }
+    dest = Path(rec["apply"]["dest"])
+    assert dest.parent.parent == local
+    shell = next(s for s in rec["snippets"] if s["stack"] == "shell")
+    assert shell["speedup"] == rec["expected_speedup"] and "aws s3 cp" in shell["code"]
+    command = shell["code"].split("   #")[0]
+    assert command == f"loadscope copy s3://models/llm {shlex.quote(str(dest))}"
+    ran = run_here(
+        ["bash", "-c", command], env=_env(store, PATH=_path_with_loadscope()), timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    for shard in folder.glob("*.safetensors"):
+        assert (dest / shard.name).read_bytes() == shard.read_bytes()
+
+
+def _path_with_loadscope() -> str:
+    """PATH with this interpreter's folder first: the ``loadscope`` the printed line runs."""
+    return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def test_no_secret_in_any_output_report_or_log(doctored: Any) -> None:
@@ -399,3 +447,20 @@ def test_copy_from_a_bucket_is_verified_and_resumable(
     forced = _loadscope("copy", "s3://models/llm", str(dest), "--force", "--quiet", env=env)
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert shard.read_bytes() == (folder / shard.name).read_bytes()
+
+
+def test_the_apps_copy_fix_on_a_bucket_runs_loadscope_copys_code(
+    bed: tuple[ObjectStore, Path], in_env: ObjectStore, tmp_path: Path
+) -> None:
+    """The app applies the copy fix of a bucket's model (its ``apply``: the address and a
+    folder) in its engine child: the same verified copy ``loadscope copy s3://...`` makes
+    (it ran the file copier on the address, which reads no bucket)."""
+    from loadscope.diagnosis.engine_process import EngineProcess, copy_job
+
+    _store, folder = bed
+    dest = tmp_path / "copy"
+    events = list(EngineProcess(copy_job("s3://models/llm", str(dest))).events())
+    assert events[-1]["event"] == "finished", events[-1]
+    assert events[-1]["report"]["apply"]["kind"] == "copy"
+    for shard in folder.glob("*.safetensors"):
+        assert (dest / shard.name).read_bytes() == shard.read_bytes()
