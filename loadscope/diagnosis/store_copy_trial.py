@@ -240,7 +240,7 @@ def _fix(
                 f"copy trial: {what} copied (verified) to {trial.where}", trial.copy_seconds, "s"
             ),
             Evidence(
-                f"copy trial: load_file cold from the copy, {len(trial.local_s)} runs",
+                f"copy trial: load_file cold from the copy of {what}, {len(trial.local_s)} runs",
                 statistics.median(trial.local_s),
                 "s",
             ),
