@@ -12,6 +12,8 @@ RAISE_READAHEAD = "raise-readahead"
 PREWARM = "prewarm"
 COPY_TO_LOCAL_DISK = "copy-to-local-disk"
 MOVE_OFF_WSL_DRIVE = "move-off-wsl-drive"
+#: A bucket mounted through FUSE read with the store's own client instead (``--bucket``).
+READ_BUCKET_DIRECTLY = "read-bucket-directly"
 STORAGE_STALLED = "storage-stalled"
 #: How the model is read.
 PARALLEL_READS = "parallel-reads"
@@ -31,6 +33,7 @@ ALL = (
     PREWARM,
     COPY_TO_LOCAL_DISK,
     MOVE_OFF_WSL_DRIVE,
+    READ_BUCKET_DIRECTLY,
     STORAGE_STALLED,
     PARALLEL_READS,
     READ_WHOLE_FILES,

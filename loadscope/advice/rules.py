@@ -396,14 +396,15 @@ def _kind(f: Facts) -> str:
     name += lat if f.storage_class == "network-block" else ""
     bound = boundness(f) if f.storage_class not in ("local-block", "memory") else ""
     if f.fuse_store and f.storage_class == "fuse":
-        return f"{f.fuse_store} behind FUSE{_store_bound(bound)}"
+        return f"{f.fuse_store} behind FUSE{_store_bound(bound, f)}"
     return f"{name}, {bound}" if bound else name
 
 
-def _store_bound(bound: str) -> str:
+def _store_bound(bound: str, f: Facts) -> str:
     """What :func:`boundness` means for a bucket behind FUSE: each read is a request to
     the store, so many in flight paying is its request latency; none paying, the
-    bandwidth of the connection the daemon reads on (or the link)."""
+    bandwidth of the connection the daemon reads on (or the link); in between (a busy
+    machine blurs the two), partly its request latency, with the probe's figures."""
     if bound.startswith("latency-bound"):
         return f", bound by the store's request latency ({bound.removeprefix('latency-bound (')}"
     if bound.startswith("throughput-bound"):
@@ -411,6 +412,12 @@ def _store_bound(bound: str) -> str:
         return (
             f", bound by the bandwidth of the daemon's connection to the store or the link"
             f" ({figures}: more requests in flight do not help)"
+        )
+    scaling, best = f.parallel_scaling, f.limit_bytes_per_s
+    if not bound and scaling and best:
+        return (
+            f", bound partly by the store's request latency (one reader"
+            f" {format_rate(best / scaling)}, many in flight {format_rate(best)}: {scaling:.1f}x)"
         )
     return f", {bound}" if bound else ""
 

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             fio=args.fio,
             command=command,
             stacks=tuple(dict.fromkeys(args.stack or ())),
+            bucket=args.bucket,
         )
         report = run_doctor(target, options, listener=progress.listener, progress=progress.step)
     from loadscope.report.html import to_html
@@ -129,6 +130,16 @@ def doctor_exit_code(status: str) -> ExitCode:
     return ExitCode.PROBLEM_FOUND
 
 
+def bucket_arg(value: str) -> str:
+    """``--bucket``: a bucket's address, refused at once otherwise (exit 2, one line)."""
+    scheme, _, rest = value.partition("://")
+    if scheme not in ("s3", "gs", "az") or not rest.strip("/"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a bucket's address (s3://BUCKET/PREFIX, gs://..., az://...)"
+        )
+    return value
+
+
 COMMAND = Command(
     name="doctor",
     help="the diagnosis: probes, the trials they call for, and evidenced advice",
@@ -189,6 +200,14 @@ COMMAND = Command(
             metavar="N",
             help="add N-rank trials: independent reads vs rank-0 read + broadcast vs sharded"
             " (default: one rank per GPU when there are several)",
+        ),
+        opt(
+            "--bucket",
+            type=bucket_arg,
+            metavar="s3://BUCKET/PREFIX",
+            help="the bucket behind the model's FUSE mount (also gs://, az://): after the"
+            " trials, time reading it directly (loadscope.load_model, Run:ai's streamer)"
+            " against the mount, with the credentials of this environment",
         ),
     ),
     run=run,

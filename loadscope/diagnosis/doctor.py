@@ -32,6 +32,7 @@ from loadscope.actions.convert import (
     convert,
 )
 from loadscope.actions.hostsettings import MountLock, restore_stale
+from loadscope.advice.facts import Facts
 from loadscope.advice.objstore_rules import advise_object_store
 from loadscope.advice.rules import (
     Advice,
@@ -45,6 +46,8 @@ from loadscope.advice.source_rules import advise_source
 from loadscope.base import fix_ids
 from loadscope.base.errors import LoadscopeError
 from loadscope.base.units import format_bytes
+from loadscope.diagnosis.bucket_trial import measure_bucket
+from loadscope.diagnosis.bucket_trial import reserve_s as bucket_reserve_s
 from loadscope.diagnosis.copy_trial import measure_copy
 from loadscope.diagnosis.device_plan import RANK_MODES, hints_from, rank_target
 from loadscope.diagnosis.doctor_report import (
@@ -64,7 +67,11 @@ from loadscope.diagnosis.redaction import redact
 from loadscope.diagnosis.stack_scope import scoped
 from loadscope.diagnosis.store_copy_trial import kept_from_trials_s, measure_store_copy
 from loadscope.diagnosis.timing import TimeReport, UserCommand, for_doctor, quote_in_advice
-from loadscope.diagnosis.trial_costs import TRIAL_OVERHEAD_S, readahead_reserve_s
+from loadscope.diagnosis.trial_costs import (
+    TRIAL_OVERHEAD_S,
+    estimate_rates,
+    readahead_reserve_s,
+)
 from loadscope.diagnosis.trial_plan import (
     BASELINE_STRATEGIES,
     FAVOURED,
@@ -138,6 +145,8 @@ class DoctorOptions:
     cancel: threading.Event | None = None
     #: The user's stacks (``--stack``): the trials of the others' routes are left out.
     stacks: tuple[str, ...] = ()
+    #: The bucket behind the model's mount (``--bucket s3://...``): read directly too.
+    bucket: str | None = None
 
 
 def run_doctor(
@@ -215,23 +224,9 @@ def _run_doctor(
     facts = facts_from(probe, bench, rank_report, failures, conversion)
     facts.budget_s = facts.budget_s or budget_s  # what "the budget that measures it" scales
     advice = advise_facts(facts)
-    # The check's loads stop at the budget's end (at least the time reserved for them).
-    end = max(started + budget_s, time.monotonic() + min(plan.reserve_s, budget_s))
-    readahead_evidence(
-        target, probe, bench, advice, plan.sample, options.try_readahead, failures, end
-    )
-    copy = next((r for r in advice.recommendations if r.id == fix_ids.COPY_TO_LOCAL_DISK), None)
-    if copy is not None and bench is not None and not facts.stalled:
-        step("copy")
-        left = max(0.0, budget_s - (time.monotonic() - started))
-        tried = measure_copy(target, facts, copy, time.monotonic() + left, cancel)
-        if tried.reason:
-            failures.append(f"copy trial: not run: {tried.reason}")
-        advice.recommendations.sort(key=rank_key)
-    measured_since = any(
-        r.id in (fix_ids.RAISE_READAHEAD, fix_ids.COPY_TO_LOCAL_DISK) and r.measured
-        for r in advice.recommendations
-    )
+    checks = (options, started, step, failures)
+    _checks_after_trials(target, probe, bench, plan, facts, advice, checks)
+    measured_since = any(r.id in MEASURED_SINCE and r.measured for r in advice.recommendations)
     if advice.verdict.status == "problem" and measured_since and not facts.stalled:
         # A fix measured since (the readahead, the copy) may now lead, with its number.
         advice.verdict.headline = problem_headline(facts, advice.recommendations) or (
@@ -244,6 +239,50 @@ def _run_doctor(
         user = _time_user_command(target, command, advice, progress, failures)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     return DoctorReport(probe, bench, advice, created, failures, rank_report, conversion, user)
+
+
+#: The fixes measured after the trials (their checks may put a number on them).
+MEASURED_SINCE = (
+    fix_ids.RAISE_READAHEAD,
+    fix_ids.COPY_TO_LOCAL_DISK,
+    fix_ids.READ_BUCKET_DIRECTLY,
+)
+
+
+def _checks_after_trials(
+    target: Target,
+    probe: ProbeReport,
+    bench: BenchReport | None,
+    plan: TrialPlan,
+    facts: Facts,
+    advice: Advice,
+    checks: tuple[DoctorOptions, float, Callable[[str], None], list[str]],
+) -> None:
+    """The readahead fix tried, the copy to a local disk tried, and (``--bucket``) the
+    bucket behind the mount read directly, each within what the budget leaves;
+    ``checks``: the options, when the run started, its step callback, its failures."""
+    options, started, step, failures = checks
+    budget_s, cancel = options.budget_s, options.cancel
+    # The check's loads stop at the budget's end (at least the time reserved for them).
+    end = max(started + budget_s, time.monotonic() + min(plan.reserve_s, budget_s))
+    readahead_evidence(
+        target, probe, bench, advice, plan.sample, options.try_readahead, failures, end
+    )
+    copy = next((r for r in advice.recommendations if r.id == fix_ids.COPY_TO_LOCAL_DISK), None)
+    if copy is not None and bench is not None and not facts.stalled:
+        step("copy")
+        left = max(0.0, budget_s - (time.monotonic() - started))
+        tried = measure_copy(target, facts, copy, time.monotonic() + left, cancel)
+        if tried.reason:
+            failures.append(f"copy trial: not run: {tried.reason}")
+    if options.bucket and bench is not None and not facts.stalled:
+        step("bucket")
+        keep = bucket_reserve_s(target, max(estimate_rates(probe)), budget_s)
+        end = max(started + budget_s, time.monotonic() + keep)
+        read = measure_bucket(target, options.bucket, facts, advice, end, cancel)
+        if read.reason:
+            failures.append(f"--bucket {options.bucket}: not timed: {read.reason}")
+    advice.recommendations.sort(key=rank_key)
 
 
 def _plan(
@@ -260,6 +299,8 @@ def _plan(
             with_hf=not scoped((HF_DEFAULT,), options.stacks)[1],
         ),
     )
+    if options.bucket:  # the bucket read directly after the trials (--bucket)
+        reserve += bucket_reserve_s(target, max(estimate_rates(probe)), options.budget_s)
     return plan_doctor(
         target,
         probe,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from loadscope.advice.objstore_rules import load_model_code
 from loadscope.probes.pagecache import keeps_pages
 from loadscope.tools.emulator import fuse_unavailable_reason
 from loadscope.tools.objstore import ObjectStore, StoreSettings
@@ -37,9 +38,16 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def mounted(bed_mount: tuple[Path, str]) -> Path:
+    """The model's folder on the mount."""
+    return bed_mount[0]
+
+
+@pytest.fixture(scope="module")
+def bed_mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
     """The bucket ``models`` (a 32 MiB model in two shards under ``llm/``) through
-    ``rclone mount``, read-only; unmounted and the store stopped afterwards."""
+    ``rclone mount``, read-only, and the store's URL; unmounted and the store stopped
+    afterwards."""
     root = tmp_path_factory.mktemp("fuse bucket")
     served, mnt = root / "served", root / "mnt"
     synthesize(served / "models" / "llm", 32 << 20, seed=7, shards=2)
@@ -66,7 +74,7 @@ def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                     err = daemon.stderr.read() if daemon.stderr else ""
                     pytest.skip(f"rclone mount did not come up: {err.strip()[-300:]}")
                 time.sleep(0.1)
-            yield mnt / "llm"
+            yield mnt / "llm", store.url
         finally:
             subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, check=False)
             daemon.terminate()
@@ -89,12 +97,19 @@ def test_the_mount_keeps_no_pages_and_warm_says_so_in_one_line(mounted: Path) ->
     assert "loadscope copy" in lines[0]
 
 
-def test_the_doctor_names_the_bucket_and_its_bound_within_its_budget(mounted: Path) -> None:
+def test_the_doctor_names_the_bucket_and_its_bound_within_its_budget(
+    bed_mount: tuple[Path, str],
+) -> None:
+    """...and with ``--bucket`` (the bucket the mount serves, its credentials in the
+    environment) it also times reading it directly, against the mount's own load."""
+    mounted, url = bed_mount
     started = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "bed", "AWS_SECRET_ACCESS_KEY": "bed"}
     done = run_here(
         [sys.executable, "-m", "loadscope", "doctor", str(mounted), "--budget", f"{BUDGET_S:g}",
-         "--stack", "safetensors", "--json", "-", "--quiet"],
-        timeout=180,
+         "--stack", "safetensors", "--bucket", "s3://models/llm", "--json", "-", "--quiet"],
+        timeout=180, env=env,
     )  # fmt: skip
     took = time.monotonic() - started
     assert done.returncode in (0, 10), done.stderr[-2000:]
@@ -118,6 +133,17 @@ def test_the_doctor_names_the_bucket_and_its_bound_within_its_budget(mounted: Pa
     assert any(f.startswith("warm trials: not run") for f in doc["failures"]), doc["failures"]
     ran = {(t["strategy"], t["cache"]) for t in doc["bench"]["trials"]}
     assert not any(cache == "warm" for _, cache in ran) and ("prewarm", "cold") not in ran
+    # The bucket read directly: its fix with loadscope.load_model's number against the
+    # mount's load_file (its code run as printed in test_object_store.py), or what it found.
+    direct = [r for r in doc["recommendations"] if r["id"] == "read-bucket-directly"]
+    if direct:
+        assert direct[0]["measured"] and direct[0]["expected_speedup"] >= 1.2, direct[0]
+        code = {s["stack"]: s["code"] for s in direct[0]["snippets"]}
+        assert code["safetensors"] == load_model_code("s3://models/llm")
+        assert code["vllm"].endswith("vllm serve s3://models/llm --load-format runai_streamer")
+    else:
+        said = doc["notes"] + doc["failures"]
+        assert any(x.startswith(("reading the bucket directly", "--bucket")) for x in said), said
     # Within its budget (the probes, trials and checks after them), with some slack for
     # the interpreter's start and the report.
     assert took < 1.25 * BUDGET_S + 5, (took, headline)

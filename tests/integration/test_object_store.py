@@ -464,3 +464,28 @@ def test_the_apps_copy_fix_on_a_bucket_runs_loadscope_copys_code(
     assert events[-1]["report"]["apply"]["kind"] == "copy"
     for shard in folder.glob("*.safetensors"):
         assert (dest / shard.name).read_bytes() == shard.read_bytes()
+
+
+def test_a_bucket_is_taken_for_the_mounts_model_only_when_its_weights_match(
+    bed: tuple[ObjectStore, Path], in_env: ObjectStore, tmp_path: Path
+) -> None:
+    """``doctor MNT/model --bucket s3://...`` times the bucket against the mount only when
+    it holds the same weight files (name and size); otherwise one line says which."""
+    from loadscope.diagnosis.bucket_trial import same_model
+    from loadscope.model.targets import resolve
+
+    _store, folder = bed
+    bucket = resolve("s3://models/llm")
+    assert same_model(resolve(str(folder)), bucket) is None
+    other = synthesize(tmp_path / "other", 32 << 20, seed=5, shards=2).root
+    why = same_model(resolve(str(other)), bucket)
+    assert why is not None and "differs from the one here" in why, why
+    single = synthesize(tmp_path / "single", 1 << 20, seed=5).root
+    assert same_model(resolve(str(single)), bucket) == "it has no model.safetensors"
+
+
+@pytest.mark.parametrize("value", ["http://models/llm", "s3://", "models/llm"])
+def test_bucket_refuses_what_is_not_a_buckets_address(value: str) -> None:
+    done = _loadscope("doctor", "synthetic:1MiB", "--bucket", value, env=dict(os.environ))
+    assert done.returncode == 2
+    assert "is not a bucket's address" in done.stderr and "Traceback" not in done.stderr

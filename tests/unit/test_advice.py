@@ -796,6 +796,13 @@ def test_a_bucket_behind_fuse_is_named_with_what_bounds_it() -> None:
         a.verdict.headline
     ), a.verdict.headline
     assert a.recommendations[0].id == "copy-to-local-disk"
+    # In between (a busy machine blurred the probe's two reads): partly its latency, said
+    # with the figures, not left out (the CI's verdict had no bound at 1.6x).
+    a = advise_facts(facts({"mmap": 15.5, "api": 3.0}, scaling=1.6, fuse_store=store))
+    assert a.verdict.headline.startswith(
+        f"{store} behind FUSE, bound partly by the store's request latency (one reader"
+        " 1.25 GB/s, many in flight 2 GB/s: 1.6x)"
+    ), a.verdict.headline
 
 
 def test_only_a_bucket_daemon_is_taken_for_an_object_store() -> None:
