@@ -89,6 +89,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             copy_to=args.copy_to,
             allow_drop_caches=args.allow_drop_caches,
             output=output,
+            profile=args.profile,
         )
         report = time_command(options, progress)
     emit(out, args.json, json.dumps(report.to_dict(), indent=1), to_text(report))
@@ -144,6 +145,12 @@ COMMAND = Command(
             "--allow-drop-caches",
             action="store_true",
             help="write /proc/sys/vm/drop_caches when per-file eviction fails (host-wide; root)",
+        ),
+        opt(
+            "--profile",
+            action="store_true",
+            help="one more cold run sampled by py-spy: the start-up's seconds by phase"
+            " (imports, reading weights, compilation, ...) and what a load fix can save",
         ),
         opt("--quiet", action="store_true", help="no progress lines on stderr"),
         opt("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command, after --"),

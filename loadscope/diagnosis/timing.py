@@ -44,6 +44,7 @@ from loadscope.actions.hostsettings import MountLock, changed, mount_key
 from loadscope.base import fix_ids
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
+from loadscope.engine.phases import PhaseTable, Recorder
 from loadscope.engine.usercmd import RunResult, RunSpec, run_once
 from loadscope.probes.blockdev import bdi_settings, fuse_connection_id
 from loadscope.probes.pagecache import ColdCache
@@ -112,6 +113,8 @@ class TimeReport:
     notes: list[str] = field(default_factory=list)
     #: Weight files the discovery run found (no ``--model``).
     discovered: list[str] = field(default_factory=list)
+    #: ``--profile``: one more cold run of the command as it is, by phase (py-spy).
+    phases: PhaseTable | None = None
 
     def baseline(self) -> Variant:
         return self.variants[0]
@@ -147,6 +150,7 @@ class TimeReport:
             "rounds": self.rounds,
             "discovered": self.discovered,
             "notes": self.notes,
+            "phases": self.phases.to_dict() if self.phases is not None else None,
             "variants": [
                 {
                     "name": v.name,
@@ -186,6 +190,7 @@ class TimeReport:
             variants=variants,
             notes=[str(n) for n in doc.get("notes") or []],
             discovered=[str(f) for f in doc.get("discovered") or []],
+            phases=PhaseTable.from_dict(doc["phases"]) if doc.get("phases") else None,
         )
 
 
@@ -206,6 +211,8 @@ class TimeOptions:
     lock: bool = True
     #: Set from another thread to stop (the app's Stop): :class:`TimeCancelled`.
     cancel: threading.Event | None = None
+    #: One more cold run of the command as it is, sampled by py-spy: its time by phase.
+    profile: bool = False
 
 
 def _substitute(argv: Sequence[str], model: str) -> tuple[str, ...]:
@@ -274,14 +281,31 @@ class _Timer:
         self.copy_dir: Path | None = None
         self.copy_model: str | None = None
 
-    def spec(self, argv: tuple[str, ...], watch: Sequence[str]) -> RunSpec:
+    def spec(
+        self, argv: tuple[str, ...], watch: Sequence[str], recorder: Recorder | None = None
+    ) -> RunSpec:
         import re
 
         until = re.compile(self.o.until) if self.o.until else None
         return RunSpec(
             argv, tuple(watch), until, self.o.ready_url, self.o.timeout_s, self.o.output,
-            self.o.cancel,
+            self.o.cancel, recorder,
         )  # fmt: skip
+
+    def profiled(self, files: Sequence[str]) -> PhaseTable:
+        """One more cold run of the command as it is, py-spy sampling its tree."""
+        if (why := Recorder.unavailable()) is not None:
+            return PhaseTable(reason=why)
+        self.say("profiled run (py-spy): the command as it is, cold")
+        cold = _evict(files, self.o.allow_drop_caches, self.notes)
+        recorder = Recorder()
+        run = run_once(self.spec(_substitute(self.o.argv, self.o.model or ""), files, recorder))
+        if run.status != "ok" or run.seconds is None:
+            return PhaseTable(reason=f"the profiled run: {run.reason or run.status}")
+        table = recorder.table(run.seconds)
+        if not cold:
+            table.reason = table.reason or "the profiled run did not start cold"
+        return table
 
     def discover(self) -> list[str]:
         """A first run, not cold and not in the table: the weight files the command opened."""
@@ -443,6 +467,8 @@ def time_command(
                 if v is variants[0] and last is not None and last.status != "ok":
                     report.notes.extend(timer.notes)
                     return report  # the command as it is fails: nothing to compare
+        if options.profile:
+            report.phases = timer.profiled(files)
     report.notes.extend(timer.notes)
     return report
 

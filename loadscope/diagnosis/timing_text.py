@@ -12,6 +12,10 @@ import textwrap
 
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.timing import LABELS, TimeReport, Variant
+from loadscope.engine.phases import PHASES, WEIGHTS
+
+#: A phase this share of the start-up or more is named, with what would help it.
+DOMINANT_SHARE = 0.3
 
 
 def to_text(report: TimeReport) -> str:
@@ -66,6 +70,7 @@ def to_text(report: TimeReport) -> str:
         if not all(v.cold):
             extra += "  (not all runs verified cold)"
         lines.append(f"  {label:<22} {m:>7.3g} s {ratio:>9}  {runs}{extra}")
+    lines += phase_lines(report)
     lines.append("")
     lines.append("  what the command read (as is, its median run):")
     lines += _wrapped(_read_line(report, base), "    ")
@@ -77,6 +82,40 @@ def to_text(report: TimeReport) -> str:
     for n in report.notes:
         lines += _wrapped(f"note: {n}", "  ")
     return "\n".join(lines)
+
+
+def phase_lines(report: TimeReport) -> list[str]:
+    """``--profile``: the profiled cold run's wall time by phase, what a load fix can save
+    at most, and the phase that dominates with what would help it (not measured here)."""
+    table = report.phases
+    if table is None:
+        return []
+    lines = [""]
+    if table.reason:
+        return lines + _wrapped(f"where the time goes: not profiled: {table.reason}", "  ")
+    base_s = report.baseline().median()
+    against = f", {table.wall_s / base_s:.2f}x the as-is median" if base_s else ""
+    lines += _wrapped(
+        f"where the time goes (one more cold run, sampled by py-spy {table.rate_hz} times a"
+        f" second: {table.wall_s:.3g} s{against}):",
+        "  ",
+    )
+    for p in table.phases:
+        lines.append(f"    {p.name:<32} {p.seconds:>7.2f} s {p.share:>5.0%}")
+        if p.frames:
+            lines += _wrapped(f"mostly in {', '.join(p.frames)}", "      ")
+    weights = table.seconds(WEIGHTS) or 0.0
+    lines += _wrapped(
+        f"{WEIGHTS}: {weights:.2f} s of {table.wall_s:.3g} s ({weights / table.wall_s:.0%}):"
+        f" a load fix saves at most that much of this start",
+        "  ",
+    )
+    top = max(table.phases, key=lambda p: p.seconds)
+    hint = next((ph.hint for ph in PHASES if ph.name == top.name), "")
+    if top.name != WEIGHTS and top.share >= DOMINANT_SHARE:
+        help_ = f": {hint}; loadscope does not measure that" if hint else ""
+        lines += _wrapped(f"{top.share:.0%} in {top.name}{help_}", "  ")
+    return lines
 
 
 def _cold_words(report: TimeReport) -> str:

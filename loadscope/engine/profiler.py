@@ -64,7 +64,8 @@ def ptrace_blocked_reason() -> str | None:
     return None
 
 
-def _explain(stderr: str) -> str:
+def explain(stderr: str) -> str:
+    """py-spy's failure in one line: where ptrace was refused, how to allow it."""
     text = stderr.strip().splitlines()[-1] if stderr.strip() else "py-spy failed"
     if "ermission" in stderr or "EPERM" in stderr or "Operation not permitted" in stderr:
         return f"ptrace not permitted ({text}): {HOW_TO_ENABLE}"
@@ -114,7 +115,7 @@ def profile(pid: int, *, duration_s: float = 2.0, native: bool = True) -> Profil
     if dump.returncode != 0:
         if native and "native" in dump.stderr.lower():
             return profile(pid, duration_s=duration_s, native=False)
-        return Profile(pid, False, error=_explain(dump.stderr or dump.stdout))
+        return Profile(pid, False, error=explain(dump.stderr or dump.stdout))
     with tempfile.TemporaryDirectory(prefix="loadscope-pyspy-") as tmp:
         out = Path(tmp) / "stacks.txt"
         try:
@@ -142,7 +143,7 @@ def profile(pid: int, *, duration_s: float = 2.0, native: bool = True) -> Profil
             return Profile(pid, True, dump=dump.stdout, error="py-spy record timed out")
         collapsed = out.read_text(errors="replace") if out.exists() else ""
     own, total, n = parse_collapsed(collapsed)
-    error = "" if n else _explain(rec.stderr) if rec.returncode else "the process ended first"
+    error = "" if n else explain(rec.stderr) if rec.returncode else "the process ended first"
     return Profile(
         pid, True, dump=dump.stdout, top_self=own, top_total=total, samples=n, error=error
     )

@@ -35,7 +35,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Protocol
 
 from loadscope.base.processes import start_session
 from loadscope.probes.pagecache import residency
@@ -70,6 +70,16 @@ class RunSpec:
     output: IO[bytes] | None = None
     #: Set from another thread to stop the run (the app's Stop): not timed, "stopped".
     cancel: threading.Event | None = None
+    #: Told the command's pid once it is spawned, and that it ended (a profiler).
+    recorder: Recorder | None = None
+
+
+class Recorder(Protocol):
+    """What watches the run beside loadscope's own sampling (``engine/phases.py``)."""
+
+    def start(self, pid: int) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -364,6 +374,8 @@ def run_once(spec: RunSpec) -> RunResult:
         waiter = _Waiter(proc)
         streams = [_Output(proc.stdout, out, spec.until), _Output(proc.stderr, err, spec.until)]
         tree = _Tree(proc.pid)
+        if spec.recorder is not None:
+            spec.recorder.start(proc.pid)
         _watch(spec, waiter, streams, tree, clock, t0, result)
     finally:
         # A stop signal held during the spawn raised as it returned: the child is in
@@ -378,6 +390,8 @@ def run_once(spec: RunSpec) -> RunResult:
             for pipe in (proc.stdout, proc.stderr):
                 with contextlib.suppress(OSError, AttributeError):
                     pipe.close()  # type: ignore[union-attr]
+        if spec.recorder is not None:
+            spec.recorder.stop()
     assert waiter is not None
     if waiter.usage is not None:
         result.major_faults = int(waiter.usage.ru_majflt)

@@ -271,6 +271,7 @@ def _report_types() -> dict[str, Any]:
     from loadscope.advice.rules import Recommendation, Verdict
     from loadscope.engine.bench import Sample, Summary, Trial
     from loadscope.engine.broadcast import BroadcastSummary, BroadcastTrial, RankInfo
+    from loadscope.engine.phases import PhaseTable
     from loadscope.engine.usercmd import RunResult
     from loadscope.report.compare import FleetNode
 
@@ -286,6 +287,7 @@ def _report_types() -> dict[str, Any]:
         "ConversionTrial": ConversionTrial,
         "FleetNode": FleetNode,
         "RunResult": RunResult,
+        "PhaseTable": PhaseTable,
     }
     from loadscope.probes.registry import PROBES
 
@@ -362,6 +364,8 @@ def _user_command() -> dict[str, Any]:
             "total_bytes": {"type": "integer"},
             "rounds": {"type": "integer"},
             "notes": _STRINGS,
+            # ``--profile``: the wall time of one more cold run by phase (py-spy).
+            "phases": _or_null("PhaseTable"),
             "variants": {
                 "type": "array",
                 "items": {
@@ -458,6 +462,8 @@ _READ: dict[str, tuple[str, ...]] = {
     "BroadcastSummary": ("mode", "cache", "median_seconds"),
     "FleetNode": ("rank", "name", "status"),
     "RunResult": ("status", "seconds", "ready_by", "exit_code"),
+    "PhaseTable": ("wall_s", "phases", "reason"),
+    "PhaseTime": ("name", "seconds", "share"),
     "TreeSample": ("t", "read_bytes", "rchar", "rss_bytes", "resident"),
 }
 _STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}

@@ -183,3 +183,41 @@ def test_an_interpreter_that_cannot_start_is_one_clear_error(
     monkeypatch.setattr(sys, "executable", str(locked))
     with pytest.raises(forkserver.ForkServerError, match="cannot start"):
         forkserver.ForkServer()
+
+
+def test_time_profile_without_ptrace_says_why_and_still_times(
+    nobody: Nobody, shared_model: Path
+) -> None:
+    """Issue 52: ``time --profile`` of a command that makes itself non-dumpable, as a user
+    that is not root: py-spy may not attach; one line says why and how to allow it, and
+    the timing completes."""
+    from loadscope.engine.profiler import py_spy
+
+    spy = py_spy()
+    if spy is None:
+        pytest.skip("py-spy is not installed")
+    with reachable_dir("loadscope-nobody-spy-", 0o755) as base:
+        (base / "bin").mkdir()
+        shutil.copy(spy, base / "bin" / "py-spy")
+        (base / "bin").chmod(0o755)
+        script = base / "start.py"
+        script.write_text(
+            "import ctypes, time\n"
+            "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no ptrace\n"
+            "time.sleep(0.5)\n"
+        )
+        script.chmod(0o644)
+        env = {**nobody.env, "PATH": f"{base / 'bin'}{os.pathsep}{nobody.env.get('PATH', '')}"}
+        done = run_here(
+            [SETPRIV, *NOBODY, nobody.python, "-m", "loadscope", "time", "--profile",  # type: ignore[list-item]
+             "--rounds", "1", "--fixes", "none", "--model", str(shared_model), "--quiet",
+             "--", nobody.python, str(script)],
+            env=env, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = " ".join(done.stdout.split())  # the reason, wrapped at 80 columns
+    assert text.count("where the time goes") == 1, done.stdout
+    assert "where the time goes: not profiled: py-spy took no sample" in text, text
+    assert "ptrace was most likely refused" in text, text
+    assert "SYS_PTRACE" in text  # how to allow it
+    assert "as is, cold" in done.stdout  # the timing itself stands

@@ -1,0 +1,343 @@
+"""Where a command's start-up goes: its process tree sampled with py-spy while it runs, each
+sample put in a phase by one declared table of rules over its frames (:data:`PHASES`).
+
+py-spy (``record --subprocesses --idle --format chrometrace``: time blocked on I/O or a
+lock counts) writes each thread's stack with the time it changed. The wall time is the
+command's main thread's (the first Python process's ``MainThread``): each stretch
+between two of its samples goes, whole, to the phase of the stack it began with (a tick
+py-spy took late, on a busy machine, still covers the time since the last), and what
+lies outside the first and last sample (the interpreter's start before py-spy attached,
+its exit) is said as not sampled. A stack's phase is the one of highest priority
+(:data:`PHASES` in order) that any of its frames matches; frames running a module's top
+level (``<module>``) match the imports only, since a module imported runs its top level
+under the import. What no rule matches is "other", with its innermost frames, the
+longest first.
+
+py-spy attaches with ptrace: where that is not permitted (:func:`ptrace_blocked_reason`)
+there is no profile, with the reason, and the command runs as it would.
+
+May import: :mod:`loadscope.engine.profiler` (py-spy and its permission check),
+``loadscope.base``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadscope.engine.profiler import HOW_TO_ENABLE, explain, ptrace_blocked_reason, py_spy
+
+#: Samples per second: enough for 0.2 s phases, little enough that py-spy (it pauses the
+#: sampled process at each tick) costs the command a few percent on 2 cores.
+RATE_HZ = 50
+#: How long py-spy gets to write its file once the command is gone.
+STOP_TIMEOUT_S = 15.0
+#: The phase of samples no rule matches.
+OTHER = "other"
+WEIGHTS = "reading weights"
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """A phase and the frames that put a sample in it: a frame matches when its file's
+    path holds one of ``files``, or its function is one of ``functions``."""
+
+    name: str
+    files: tuple[str, ...] = ()
+    functions: tuple[str, ...] = ()
+    #: A function of one file: ``(function, part of its path)``.
+    calls: tuple[tuple[str, str], ...] = ()
+    #: What the answer says where this phase dominates (what would help; not measured).
+    hint: str = ""
+
+    def matches(self, function: str, path: str) -> bool:
+        return (
+            function in self.functions
+            or any(f in path for f in self.files)
+            or any(function == f and part in path for f, part in self.calls)
+        )
+
+
+#: The phases, highest priority first: a sample whose frames match several goes to the
+#: first (a weight read inside ``from_pretrained`` is reading weights, not construction;
+#: an import inside ``torch.compile`` is compilation).
+PHASES: tuple[Phase, ...] = (
+    Phase(
+        "compilation",
+        files=("/torch/_dynamo/", "/torch/_inductor/", "/triton/", "/torch/_functorch/"),
+        # torch.compile itself: the compiler's first import happens under it.
+        calls=(("compile", "/torch/__init__.py"),),
+        hint="a persistent compile cache (TORCHINDUCTOR_CACHE_DIR kept between starts)"
+        " or a smaller compile scope would help",
+    ),
+    Phase(
+        "CUDA graph capture",
+        files=("/torch/cuda/graphs.py",),
+        functions=("capture_model", "_capture_cudagraphs"),
+        hint="fewer captured batch sizes (vLLM: --cuda-graph-sizes) or --enforce-eager"
+        " trade serving speed for it",
+    ),
+    Phase(
+        WEIGHTS,
+        files=(
+            "/safetensors/",
+            "/torch/serialization.py",
+            "/loadscope/",
+            "/runai_model_streamer",
+            "/fastsafetensors/",
+            "/model_loader/weight_utils.py",
+        ),
+        functions=("load_file", "safe_open"),
+        hint="loadscope's fixes apply here",
+    ),
+    Phase(
+        "network downloads",
+        files=(
+            "/huggingface_hub/file_download.py",
+            "/urllib/request.py",
+            "/http/client.py",
+            "/requests/",
+            "/urllib3/",
+            "/botocore/",
+            "/obstore/",
+        ),
+        hint="a local copy or a warm Hugging Face cache avoids it",
+    ),
+    Phase(
+        "tokenizer",
+        files=("/tokenizers/", "/transformers/tokenization_", "/sentencepiece/"),
+        hint="a fast tokenizer's tokenizer.json avoids converting a slow one at start",
+    ),
+    Phase("CUDA initialisation", functions=("_lazy_init", "init_process_group")),
+    Phase(
+        "converting and copying tensors",
+        functions=("_apply", "load_state_dict_into_model", "_load_state_dict_into_meta_model"),
+    ),
+    Phase(
+        "model construction",
+        files=("/torch/nn/modules/", "/transformers/modeling_utils.py", "/accelerate/"),
+        hint="building on the meta device (init_empty_weights) skips the random init",
+    ),
+    Phase("imports", files=("<frozen importlib._bootstrap", "/importlib/__init__.py")),
+)
+
+
+@dataclass(slots=True)
+class PhaseTime:
+    name: str
+    seconds: float
+    share: float
+    #: For "other": its innermost frames, most seen first.
+    frames: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PhaseTable:
+    """The command's wall time by phase, or why there is none (``reason``)."""
+
+    wall_s: float = 0.0
+    samples: int = 0
+    phases: list[PhaseTime] = field(default_factory=list)
+    reason: str = ""
+    rate_hz: int = RATE_HZ
+
+    def seconds(self, name: str) -> float | None:
+        return next((p.seconds for p in self.phases if p.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> PhaseTable:
+        phases = [PhaseTime(**p) for p in doc.get("phases") or []]
+        return cls(
+            float(doc.get("wall_s") or 0.0),
+            int(doc.get("samples") or 0),
+            phases,
+            str(doc.get("reason") or ""),
+            int(doc.get("rate_hz") or RATE_HZ),
+        )
+
+
+#: The share of the wall time outside the main thread's samples: the interpreter's start
+#: before py-spy attached, and its end after the last sample.
+UNSAMPLED = "not sampled (start, exit)"
+
+Frames = list[tuple[str, str]]
+
+
+def phase_of(frames: Frames) -> str:
+    """The phase of one stack's ``(function, path)`` frames, outermost first (see the
+    module's docstring)."""
+    for phase in PHASES:
+        for function, path in frames:
+            if function == "<module>" and phase.name != "imports":
+                continue
+            if phase.matches(function, path):
+                return phase.name
+    return OTHER
+
+
+def _marker(name: str, path: str) -> bool:
+    """py-spy's own entries in a stack: the process and the thread, not frames."""
+    return not path and name.startswith(("process ", "thread ("))
+
+
+def _main_thread(events: list[dict[str, Any]]) -> Any:
+    """The trace's thread id of the first Python process's main thread (its OS thread
+    id is the process's pid), or None."""
+    mains: dict[int, Any] = {}
+    for e in events:
+        name = str(e.get("name", ""))
+        if e.get("ph") == "B" and name.startswith("thread (") and name.endswith(": MainThread"):
+            with contextlib.suppress(ValueError):
+                os_tid = int(name.removeprefix("thread (").split(")", maxsplit=1)[0])
+                mains.setdefault(os_tid, e.get("tid"))
+    return mains[min(mains)] if mains else None
+
+
+def attribute(trace: list[dict[str, Any]], wall_s: float) -> PhaseTable:
+    """The table of a py-spy ``--format chrometrace`` trace (``--threads``) for a run of
+    ``wall_s`` seconds: each stretch between the main thread's samples goes to the phase
+    of the stack it began with (a tick py-spy took late still covers its time)."""
+    tid = _main_thread(trace)
+    events = sorted(
+        (e for e in trace if e.get("tid") == tid and e.get("ph") in ("B", "E")),
+        key=lambda e: float(e.get("ts", 0)),
+    )
+    stack: Frames = []
+    seconds: defaultdict[str, float] = defaultdict(float)
+    other: defaultdict[str, float] = defaultdict(float)
+    samples = 0
+    i = 0
+    while i < len(events):
+        ts = float(events[i].get("ts", 0))
+        while i < len(events) and float(events[i].get("ts", 0)) == ts:
+            e = events[i]
+            frame = (str(e.get("name", "")), str((e.get("args") or {}).get("filename", "")))
+            if e["ph"] == "B":
+                stack.append(frame)
+            elif stack:
+                stack.pop()
+            i += 1
+        if i == len(events) or not stack:
+            continue
+        frames = [f for f in stack if not _marker(*f)]
+        span = (float(events[i].get("ts", 0)) - ts) / 1e6
+        name = phase_of(frames)
+        seconds[name] += span
+        samples += 1
+        if name == OTHER and frames:
+            function, path = frames[-1]
+            other[f"{function} ({Path(path).name})"] += span
+    sampled = sum(seconds.values())
+    if not sampled:
+        return PhaseTable(wall_s, 0, [], "py-spy took no sample of the command's main thread")
+    seconds[UNSAMPLED] = max(0.0, wall_s - sampled)
+    order = [p.name for p in PHASES] + [OTHER, UNSAMPLED]
+    total = sum(seconds.values())
+    phases = [
+        PhaseTime(
+            name,
+            seconds[name],
+            seconds[name] / total,
+            sorted(other, key=lambda f: -other[f])[:3] if name == OTHER else [],
+        )
+        for name in order
+        if seconds[name] > 0
+    ]
+    return PhaseTable(total, samples, phases)
+
+
+class Recorder:
+    """py-spy recording one command's tree: :meth:`start` with its pid once spawned,
+    :meth:`stop` once it ended, then :meth:`table` for its wall time."""
+
+    def __init__(self, rate_hz: int = RATE_HZ) -> None:
+        self.rate_hz = rate_hz
+        self.reason = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir = tempfile.mkdtemp(prefix="loadscope-phases-")
+        self._out = Path(self._dir) / "trace.json"
+        self._log = Path(self._dir) / "py-spy.log"
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why no profile can be taken here (before any run), or None."""
+        if py_spy() is None:
+            return "py-spy is not installed (pip install py-spy)"
+        if (why := ptrace_blocked_reason()) is not None:
+            return f"{why}: {HOW_TO_ENABLE}"
+        return None
+
+    def start(self, pid: int) -> None:
+        if (why := self.unavailable()) is not None:
+            self.reason = why
+            return
+        exe = py_spy()
+        assert exe is not None
+        argv = [exe, "record", "--pid", str(pid), "--subprocesses", "--idle", "--threads"]
+        argv += ["--full-filenames", "--rate", str(self.rate_hz), "--format", "chrometrace"]
+        argv += ["--output", str(self._out)]
+        with open(self._log, "wb") as log:
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
+
+    def stop(self) -> None:
+        """Once the command ended: py-spy stops by itself; where the command was stopped
+        at a ready signal and lives on in the tree, py-spy is told to write (SIGINT)."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            self.reason = f"py-spy did not write its samples within {STOP_TIMEOUT_S:g} s"
+
+    def _why_no_samples(self) -> str:
+        log = self._log.read_text(errors="replace") if self._log.exists() else ""
+        if "ermission" in log or "EPERM" in log:
+            return explain(log)
+        if os.geteuid() != 0:
+            # A command that makes itself non-dumpable (prctl) refuses ptrace to any user
+            # but root once it has: py-spy then reads no stack and reports no error.
+            return (
+                "ptrace was most likely refused (a process that makes itself non-dumpable"
+                f" refuses it to a user that is not root): {HOW_TO_ENABLE}"
+            )
+        return "py-spy reported no error"
+
+    def table(self, wall_s: float) -> PhaseTable:
+        try:
+            if self.reason:
+                return PhaseTable(wall_s, reason=self.reason)
+            raw = self._out.read_text(errors="replace") if self._out.exists() else ""
+            if not raw:
+                log = self._log.read_text(errors="replace") if self._log.exists() else ""
+                return PhaseTable(wall_s, reason=f"py-spy recorded nothing: {explain(log)}")
+            try:
+                trace = json.loads(raw)
+            except ValueError:
+                return PhaseTable(wall_s, reason="py-spy wrote a trace that does not parse")
+            table = attribute(trace if isinstance(trace, list) else [], wall_s)
+            if table.reason:  # why: what py-spy said, or what most likely stopped it
+                table.reason += f": {self._why_no_samples()}"
+            table.rate_hz = self.rate_hz
+            return table
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)

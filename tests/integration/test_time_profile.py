@@ -1,0 +1,173 @@
+"""``loadscope time --profile`` (issue 52): one more cold run of the command sampled by py-spy,
+its wall time split into phases by the declared rules (``loadscope/engine/phases.py``).
+
+The script has known phases, each timed by its own clock: a heavy import (torch), a cold
+``load_file`` of 64 MiB, a real ``torch.compile`` of a small module on the CPU, and a
+download from a local HTTP server that waits before it answers. The rules name none of
+the script's own functions."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadscope.engine.phases import PHASES, attribute, phase_of
+from loadscope.engine.profiler import ptrace_blocked_reason, py_spy
+from loadscope.report.schema import check as check_schema
+from loadscope.tools.synth import synthesize
+from tests.conftest import run_loadscope
+
+pytestmark = pytest.mark.integration
+
+SCRIPT = """\
+import json, sys, time
+clock = {}
+t = time.perf_counter()
+import torch
+from safetensors.torch import load_file
+import urllib.request
+clock["imports"] = time.perf_counter() - t
+t = time.perf_counter()
+state = load_file(sys.argv[1])
+clock["reading weights"] = time.perf_counter() - t
+t = time.perf_counter()
+model = torch.compile(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU()))
+model(torch.randn(4, 32))
+clock["compilation"] = time.perf_counter() - t
+t = time.perf_counter()
+urllib.request.urlopen(sys.argv[2]).read()
+clock["network downloads"] = time.perf_counter() - t
+print(json.dumps(clock), file=sys.stderr)
+"""
+#: How long the local server waits before it answers: the download's time.
+DOWNLOAD_S = 1.5
+
+
+@pytest.fixture
+def slow_server() -> Iterator[str]:
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(DOWNLOAD_S)
+            body = b"x" * 1024
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/weights.bin"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _can_profile() -> str | None:
+    if py_spy() is None:
+        return "py-spy is not installed"
+    return ptrace_blocked_reason()
+
+
+@pytest.mark.skipif(_can_profile() is not None, reason=f"cannot profile here: {_can_profile()}")
+def test_profile_splits_a_start_into_the_phases_the_script_timed(
+    tmp_path: Path, slow_server: str
+) -> None:
+    model = synthesize(tmp_path / "m", 64 << 20, seed=3).root / "model.safetensors"
+    script = tmp_path / "start.py"
+    script.write_text(SCRIPT)
+    log = tmp_path / "out.log"
+    result = run_loadscope(
+        "time", "--profile", "--rounds", "1", "--fixes", "none", "--model", str(model),
+        "--output", str(log), "--json", str(tmp_path / "t.json"),
+        "--", sys.executable, str(script), "{model}", slow_server,
+        timeout=300,
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    doc = json.loads((tmp_path / "t.json").read_text())
+    check_schema(doc, "time")
+    table = doc["phases"]
+    assert not table["reason"], table
+    # The profiled run's own clock, the last JSON line it wrote.
+    clocks = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    clock = clocks[-1]
+    got = {p["name"]: p["seconds"] for p in table["phases"]}
+    for name, want in clock.items():
+        assert abs(got.get(name, 0.0) - want) <= max(0.2, 0.15 * want), (name, want, got)
+    assert sum(got.values()) == pytest.approx(table["wall_s"], rel=1e-6)
+    text = result.out
+    assert "where the time goes" in text and "a load fix saves at most" in text, text
+    for name in clock:
+        assert name in text
+
+
+def test_the_rules_put_each_frame_in_its_phase() -> None:
+    """The declared table, frame by frame: an import under torch.compile is compilation;
+    a safetensors read under from_pretrained is reading weights; a module's top level
+    run by an import is an import."""
+    imp = ("_find_and_load", "<frozen importlib._bootstrap>")
+    dynamo = ("_fn", "/x/torch/_dynamo/eval_frame.py")
+    compile_ = ("compile", "/x/torch/__init__.py")
+    st = ("load_file", "/x/safetensors/torch.py")
+    hf = ("from_pretrained", "/x/transformers/modeling_utils.py")
+    top = ("<module>", "/x/transformers/modeling_utils.py")
+    script = ("<module>", "/y/start.py")
+    assert phase_of([script, imp, ("<module>", "/x/torch/__init__.py")]) == "imports"
+    assert phase_of([script, dynamo, imp]) == "compilation"
+    assert phase_of([script, compile_, imp, ("<module>", "/x/torch/_dynamo/__init__.py")]) == (
+        "compilation"
+    )
+    assert phase_of([script, hf, st]) == "reading weights"
+    assert phase_of([script, hf]) == "model construction"
+    assert phase_of([script, imp, top]) == "imports"
+    assert phase_of([script, ("sleep_a_while", "/y/start.py")]) == "other"
+    names = [p.name for p in PHASES]
+    assert names.index("compilation") < names.index("imports")
+
+
+def _b(tid: int, ts: float, name: str, path: str = "") -> dict[str, Any]:
+    return {"ph": "B", "tid": tid, "ts": ts, "name": name, "args": {"filename": path}}
+
+
+def _e(tid: int, ts: float, name: str) -> dict[str, Any]:
+    return {"ph": "E", "tid": tid, "ts": ts, "name": name, "args": {}}
+
+
+def test_each_stretch_between_samples_goes_to_the_stack_it_began_with() -> None:
+    """py-spy's chrometrace: the main thread of the first Python process, its stretches
+    timed by the trace's own clock (a late tick covers its time); another thread and a
+    child process do not count; what lies outside the samples is said as not sampled."""
+    main, other_thread, child = 1, 2, 3
+    trace = [
+        _b(main, 0, "thread (10): MainThread"),
+        _b(main, 0, "<module>", "/y/s.py"),
+        _b(main, 0, "load_file", "/x/safetensors/torch.py"),
+        _b(other_thread, 0, "thread (11): Thread-1"),
+        _b(other_thread, 0, "run", "/x/safetensors/torch.py"),
+        _b(child, 0, "thread (12): MainThread"),
+        _b(child, 0, "<module>", "/y/w.py"),
+        _e(main, 1_500_000, "load_file"),
+        _b(main, 1_500_000, "sleepy", "/y/s.py"),
+        _e(main, 2_000_000, "sleepy"),
+        _e(main, 2_000_000, "<module>"),
+        _e(main, 2_000_000, "thread (10): MainThread"),
+    ]
+    table = attribute(trace, 2.25)
+    got = {p.name: p.seconds for p in table.phases}
+    assert got == pytest.approx(
+        {"reading weights": 1.5, "other": 0.5, "not sampled (start, exit)": 0.25}
+    )
+    assert next(p for p in table.phases if p.name == "other").frames == ["sleepy (s.py)"]
+    assert table.wall_s == pytest.approx(2.25)
