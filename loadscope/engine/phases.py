@@ -38,7 +38,7 @@ from loadscope.engine.profiler import HOW_TO_ENABLE, explain, ptrace_blocked_rea
 
 #: Samples per second: enough for 0.2 s phases, little enough that py-spy (it pauses the
 #: sampled process at each tick) costs the command a few percent on 2 cores.
-RATE_HZ = 50
+RATE_HZ = 25
 #: How long py-spy gets to write its file once the command is gone.
 STOP_TIMEOUT_S = 15.0
 #: The phase of samples no rule matches.
