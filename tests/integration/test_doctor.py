@@ -626,7 +626,7 @@ def test_doctor_on_a_torch_index_with_safetensors_beside_says_load_those(
     # A stray safetensors file the index does not name: the advice's code must not load it.
     save_file({"stray": torch.zeros(4)}, str(root / "consolidated.safetensors"))
     target = resolve(str(root / "pytorch_model.bin.index.json"))
-    report = run_doctor(target, DoctorOptions(budget_s=30))
+    report = run_doctor(target, DoctorOptions(budget_s=30, stacks=ONE))
     assert report.conversion is None
     ids = [r.id for r in report.advice.recommendations]
     assert "convert-to-safetensors" not in ids, ids

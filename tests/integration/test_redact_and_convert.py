@@ -110,7 +110,7 @@ def test_redacted_report_of_a_pickle_model_holds_no_path_or_host(
     monkeypatch.setattr(platform, "node", lambda: HOST)
     ck = synthesize(tmp_path / SECRET / MODEL_NAME, 8 << 20, shards=2, fmt="torch", seed=5)
     before = _snapshot(ck.root)
-    report = run_doctor(resolve(str(ck.root)), DoctorOptions(budget_s=30))
+    report = run_doctor(resolve(str(ck.root)), DoctorOptions(budget_s=30, stacks=("safetensors",)))
     conv = report.conversion
     assert conv is not None and conv.where and SECRET in conv.where, (conv, report.failures)
     # The local-disk probe's findings as on a cluster node (the model's disk is local here,
@@ -315,7 +315,9 @@ def test_doctor_on_a_model_that_is_a_mount_point_says_where_it_converted(
     with _loop_ext4(root, tmp_path / "disk.img"):
         ck = synthesize(root, 8 << 20, shards=2, fmt="torch", seed=7)
         before = _snapshot(ck.root)
-        report = run_doctor(resolve(str(ck.root)), DoctorOptions(budget_s=30))
+        report = run_doctor(
+            resolve(str(ck.root)), DoctorOptions(budget_s=30, stacks=("safetensors",))
+        )
         conv = report.conversion
         assert conv is not None and conv.where is not None, report.failures
         tmp = tempfile.gettempdir()

@@ -136,7 +136,7 @@ def test_doctor_finishes_with_what_fits_and_says_why(
     out = tmp_path / "report.json"
     done = cgroup.run(
         sys.executable, "-m", "loadscope", "doctor", str(big_model), "--budget", "25",
-        "--json", str(out),
+        "--stack", "safetensors", "--json", str(out),
     )  # fmt: skip
     assert done.returncode == 10, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
