@@ -103,8 +103,8 @@ def _user_command(args: argparse.Namespace) -> UserCommand | None:
     from loadscope.diagnosis.timing import UserCommand
 
     if args.cmd is None:
-        if args.cmd_until or args.cmd_ready:
-            raise UsageError("--cmd-until and --cmd-ready go with --cmd")
+        if args.cmd_until or args.cmd_ready or args.profile:
+            raise UsageError("--cmd-until, --cmd-ready and --profile go with --cmd")
         return None
     try:
         argv = tuple(shlex.split(args.cmd))
@@ -113,7 +113,7 @@ def _user_command(args: argparse.Namespace) -> UserCommand | None:
     if not argv:
         raise UsageError("--cmd is empty: give the command that loads the model")
     check_ready(args.cmd_until, args.cmd_ready, ("--cmd-until", "--cmd-ready"))
-    return UserCommand(argv, args.cmd_until, args.cmd_ready)
+    return UserCommand(argv, args.cmd_until, args.cmd_ready, args.profile)
 
 
 #: The least a diagnosis takes: probes (~15% of the budget, at least a few seconds), the
@@ -194,6 +194,12 @@ COMMAND = Command(
         ),
         opt("--cmd-until", metavar="REGEX", help="with --cmd: ready at a line matching REGEX"),
         opt("--cmd-ready", metavar="URL", help="with --cmd: ready when URL answers 2xx"),
+        opt(
+            "--profile",
+            action="store_true",
+            help="with --cmd: one more cold run sampled by py-spy, its start-up by phase"
+            " (as loadscope time --profile)",
+        ),
         opt(
             "--ranks",
             type=RANKS,

@@ -372,6 +372,7 @@ def _time_user_command(
             until=command.until,
             ready_url=command.ready_url,
             progress=progress or (lambda _s: None),
+            profile=command.profile,
         )
     except LoadscopeError as exc:
         failures.append(f"your command: not timed: {exc}")

@@ -488,6 +488,8 @@ class UserCommand:
     argv: tuple[str, ...]
     until: str | None = None
     ready_url: str | None = None
+    #: ``--profile``: one more cold run sampled by py-spy, its time by phase.
+    profile: bool = False
 
 
 #: The run of the user's command that stands for each recommendation (``doctor --cmd``).
@@ -503,6 +505,7 @@ def for_doctor(
     progress: Callable[[str], None] = lambda _s: None,
     lock: bool = False,
     cancel: threading.Event | None = None,
+    profile: bool = False,
 ) -> TimeReport:
     """``doctor --cmd`` and the app's "time my command": the command once as it is and
     once after each no-code fix, cold, its output kept out of the report's stdout (the
@@ -519,6 +522,7 @@ def for_doctor(
             output=sink,
             lock=lock,
             cancel=cancel,
+            profile=profile,
         )
         return time_command(options, progress)
 

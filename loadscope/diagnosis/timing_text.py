@@ -12,10 +12,7 @@ import textwrap
 
 from loadscope.base.units import format_bytes
 from loadscope.diagnosis.timing import LABELS, TimeReport, Variant
-from loadscope.engine.phases import PHASES, WEIGHTS
-
-#: A phase this share of the start-up or more is named, with what would help it.
-DOMINANT_SHARE = 0.3
+from loadscope.engine.phases import answer
 
 
 def to_text(report: TimeReport) -> str:
@@ -104,17 +101,8 @@ def phase_lines(report: TimeReport) -> list[str]:
         lines.append(f"    {p.name:<32} {p.seconds:>7.2f} s {p.share:>5.0%}")
         if p.frames:
             lines += _wrapped(f"mostly in {', '.join(p.frames)}", "      ")
-    weights = table.seconds(WEIGHTS) or 0.0
-    lines += _wrapped(
-        f"{WEIGHTS}: {weights:.2f} s of {table.wall_s:.3g} s ({weights / table.wall_s:.0%}):"
-        f" a load fix saves at most that much of this start",
-        "  ",
-    )
-    top = max(table.phases, key=lambda p: p.seconds)
-    hint = next((ph.hint for ph in PHASES if ph.name == top.name), "")
-    if top.name != WEIGHTS and top.share >= DOMINANT_SHARE:
-        help_ = f": {hint}; loadscope does not measure that" if hint else ""
-        lines += _wrapped(f"{top.share:.0%} in {top.name}{help_}", "  ")
+    for sentence in answer(table):
+        lines += _wrapped(sentence, "  ")
     return lines
 
 

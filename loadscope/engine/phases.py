@@ -175,6 +175,31 @@ UNSAMPLED = "not sampled (start, exit)"
 Frames = list[tuple[str, str]]
 
 
+#: A phase this share of the start-up or more is named, with what would help it.
+DOMINANT_SHARE = 0.3
+
+
+def answer(table: PhaseTable) -> list[str]:
+    """What the table means for the load fixes, in sentences: what they can save at most
+    (the reading-weights seconds), and the phase that dominates with what would help it
+    (not measured here). Every view of the table says the same."""
+    if table.reason or not table.phases or not table.wall_s:
+        return []
+    weights = table.seconds(WEIGHTS) or 0.0
+    out = [
+        f"{WEIGHTS}: {weights:.2f} s of {table.wall_s:.3g} s ({weights / table.wall_s:.0%}):"
+        " a load fix saves at most that much of this start"
+    ]
+    top = max(table.phases, key=lambda p: p.seconds)
+    hint = next((ph.hint for ph in PHASES if ph.name == top.name), "")
+    if top.name not in (WEIGHTS, UNSAMPLED) and top.share >= DOMINANT_SHARE:
+        out.append(
+            f"{top.share:.0%} in {top.name}"
+            + (f": {hint}; loadscope does not measure that" if hint else "")
+        )
+    return out
+
+
 def phase_of(frames: Frames) -> str:
     """The phase of one stack's ``(function, path)`` frames, outermost first (see the
     module's docstring)."""

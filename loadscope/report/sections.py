@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
+from loadscope.engine.phases import PhaseTable, answer
 from loadscope.engine.sampling import whole_rate
 from loadscope.probes.fio_probe import job_said
 from loadscope.probes.iobench import best_read, into_ram_rate
@@ -33,6 +34,7 @@ from loadscope.report.bench_text import (
     seconds_cell,
 )
 from loadscope.report.content import (
+    Bars,
     Block,
     Bullets,
     Code,
@@ -241,9 +243,30 @@ def _user_command(doc: dict[str, Any]) -> Section | None:
         Table(("run", "time, cold", "vs as is", "what it changes"), tuple(rows)),
         Para("Each run after the model's files were evicted and verified cold"
              " (`loadscope time` repeats them and reports medians)."),
+        *_phases(user.get("phases")),
     ]  # fmt: skip
     title = "your command, cold, one run each (outside the budget)"
     return Section("user-command", title, tuple(blocks), collapsed=False)
+
+
+def _phases(doc: object) -> list[Block]:
+    """``--profile``: the profiled cold run's wall time by phase, as bars, and what it
+    means for the load fixes (the words ``loadscope time`` prints)."""
+    if not isinstance(doc, dict):
+        return []
+    table = PhaseTable.from_dict(doc)
+    if table.reason:
+        return [Para(f"Where the time goes: not profiled: {table.reason}.")]
+    rows = tuple(
+        (p.name, f"{p.seconds:.2f} s ({p.share:.0%})", p.seconds, ", ".join(p.frames))
+        for p in table.phases
+    )
+    head = Para(
+        f"Where the time goes: one more cold run, sampled by py-spy {table.rate_hz} times a"
+        f" second ({table.wall_s:.3g} s)."
+    )
+    scale = max((p.seconds for p in table.phases), default=0.0)
+    return [head, Bars(("phase", "seconds"), rows, scale), *(Para(f"{s}.") for s in answer(table))]
 
 
 def _not_run(doc: dict[str, Any]) -> Section | None:

@@ -171,3 +171,48 @@ def test_each_stretch_between_samples_goes_to_the_stack_it_began_with() -> None:
     )
     assert next(p for p in table.phases if p.name == "other").frames == ["sleepy (s.py)"]
     assert table.wall_s == pytest.approx(2.25)
+
+
+def test_every_view_of_a_report_shows_the_same_phases() -> None:
+    """``doctor --cmd ... --profile``: the phases sit in the report's user-command section,
+    and the text, the Markdown and the HTML (one content model) show the same seconds
+    and the same sentence on what a load fix can save; ``time``'s own text too."""
+    import html as html_lib
+
+    from loadscope.diagnosis.doctor_report import report_text
+    from loadscope.diagnosis.timing import TimeReport, Variant
+    from loadscope.diagnosis.timing_text import to_text
+    from loadscope.engine.phases import PhaseTable, PhaseTime
+    from loadscope.engine.usercmd import RunResult
+    from loadscope.report.html import to_html
+    from loadscope.report.markdown import to_markdown
+    from tests.conftest import REPO_ROOT
+
+    table = PhaseTable(
+        10.0,
+        250,
+        [
+            PhaseTime("compilation", 6.0, 0.6),
+            PhaseTime("reading weights", 1.25, 0.125),
+            PhaseTime("imports", 1.75, 0.175),
+            PhaseTime("other", 1.0, 0.1, ["_del_library (library.py)"]),
+        ],
+    )
+    run = RunResult("ok", 9.5, "exit", 0)
+    as_is = Variant("as-is", "nothing", runs=[run], cold=[True])
+    timed = TimeReport(["python", "s.py"], ["/m/a.safetensors"], 1 << 20, 1, [as_is], phases=table)
+    doc = json.loads((REPO_ROOT / "tests" / "golden" / "doctor_emulated.json").read_text())
+    doc["user_command"] = timed.to_dict()
+    check_schema(doc, "doctor")
+    check_schema(timed.to_dict(), "time")
+    views = {
+        "text": " ".join(report_text(doc).split()),
+        "markdown": " ".join(to_markdown(doc).split()),
+        "html": " ".join(html_lib.unescape(to_html(doc)).split()),
+        "time": " ".join(to_text(timed).split()),
+    }
+    for name, text in views.items():
+        for figure in ("6.00 s", "1.25 s", "1.75 s", "1.00 s"):
+            assert figure in text, (name, figure)
+        assert "reading weights: 1.25 s of 10 s (12%): a load fix saves at most" in text, name
+        assert "60% in compilation: a persistent compile cache" in text, name
