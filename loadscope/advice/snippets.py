@@ -28,12 +28,14 @@ from typing import Any, Protocol
 
 from loadscope.base import fix_ids
 from loadscope.base.hf_layout import UNKNOWN
+from loadscope.base.stack_names import STACKS as STACK_NAMES
 from loadscope.base.units import speedup_shown
 from loadscope.loaders.strategies import DEFAULT, FIX_STRATEGIES, ROUTES, STRATEGIES
 from loadscope.loaders.strategy import StackRoute
 
-#: The stacks a load snippet is written for, in the order they are shown.
-STACKS = ("safetensors", "transformers", "diffusers", "vllm", "sglang", "shell")
+#: The stacks a load snippet is written for, in the order they are shown (named in the
+#: base, where the command line reads them without importing this module).
+STACKS = STACK_NAMES
 
 
 @dataclass(slots=True)

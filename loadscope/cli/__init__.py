@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any, TextIO
 
-from loadscope.advice.snippets import STACKS
 from loadscope.base._version import __version__
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.safeio import stuck_reads
+from loadscope.base.stack_names import STACKS
 from loadscope.cli import (
     bench,
     cluster,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from loadscope.advice.snippets import STACKS
+from loadscope.base.stack_names import STACKS
 from loadscope.cli.common import opt
 
 #: Where a saved report is opened again: by its own path (``--last`` may find another

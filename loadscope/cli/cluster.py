@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import TextIO
 
-from loadscope.advice.snippets import STACKS
 from loadscope.base.errors import ExitCode
+from loadscope.base.stack_names import STACKS
 from loadscope.cli.common import (
     HEARTBEAT_TIMEOUT_S,
     JOIN_TIMEOUT_S,

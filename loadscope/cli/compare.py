@@ -8,10 +8,10 @@ from typing import TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import Command, UsageError, opt
-from loadscope.diagnosis.doctor import load_report
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from loadscope.diagnosis.doctor import load_report
     from loadscope.report.compare import compare, row_of, to_text
 
     seen: dict[tuple[int, int], str] = {}

@@ -15,8 +15,6 @@ from loadscope.base.errors import ExitCode
 from loadscope.base.units import format_bytes
 from loadscope.cli.common import THREADS, Command, UsageError, acting, emit, opt, stall_timeout
 from loadscope.cli.progress import ByteMeter, mode_for, rate_suffix
-from loadscope.diagnosis.doctor import load_report
-from loadscope.loaders.strategies import DEFAULT
 from loadscope.probes.localdisk import fastest_disk
 from loadscope.probes.objclient import source_of
 
@@ -28,6 +26,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     import json
 
     from loadscope.actions.localcopy import break_even, copy_model, pointer_lines
+    from loadscope.loaders.strategies import DEFAULT
     from loadscope.model.inspection import open_checked
     from loadscope.model.targets import SAFETENSORS_SUFFIXES, TORCH_SUFFIXES
 
@@ -167,6 +166,8 @@ def _report_of(path: str, target: Any) -> dict[str, Any]:
     not have (measured on another host, or since moved) must have listed this model's
     file names and sizes (``probe.files``). Checked before any byte is copied.
     """
+    from loadscope.diagnosis.doctor import load_report
+
     doc = load_report(path)
     found = doc.get("target")
     theirs: dict[str, Any] = found if isinstance(found, dict) else {}

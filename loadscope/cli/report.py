@@ -7,8 +7,6 @@ from typing import Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.common import Command, UsageError, opt
-from loadscope.diagnosis.doctor import load_report
-from loadscope.diagnosis.doctor_report import report_text
 
 
 def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -33,6 +31,9 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 f"--last: no report kept in {reports_dir()} yet (run loadscope doctor)"
             )
         path = str(found)
+    from loadscope.diagnosis.doctor import load_report
+    from loadscope.diagnosis.doctor_report import report_text
+
     doc = load_report(path, "any")
     if doc.get("kind") == "time":
         out.write(_time_text(doc, args) + "\n")

@@ -194,6 +194,22 @@ def test_inspect_never_imports_torch(synth_single: SyntheticCheckpoint) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_command_line_starts_without_the_engine() -> None:
+    """Every ``loadscope`` call builds the parser, which imports each command's module:
+    those imported the doctor, the advice and the strategies at their top (0.49 s of
+    imports, 0.45 s for ``--version``; the test suite makes hundreds of such calls). Each
+    command imports what it runs when it runs."""
+    code = (
+        "import sys; from loadscope.cli import build_parser; build_parser();"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('loadscope.diagnosis',"
+        " 'loadscope.advice', 'loadscope.loaders', 'loadscope.engine', 'loadscope.report',"
+        " 'numpy', 'torch')));"
+        "assert not heavy, heavy"
+    )
+    proc = run_here([sys.executable, "-c", code], timeout=None)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_no_arguments_without_a_terminal_prints_help_and_a_hint() -> None:
     result = run_loadscope()
     assert result.code == 0
