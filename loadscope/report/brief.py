@@ -234,6 +234,9 @@ def brief_lines(
     found = fixes(doc)
     top = next((f for f in found if f.top), None)
     tail = ["", *_wrap(_evidence(doc), "  ")]
+    # What the user asked for by name and did not get (--bucket not timed): said here too.
+    asked_for = [str(f) for f in doc.get("failures") or [] if str(f).startswith("--bucket ")]
+    tail += [line for f in asked_for for line in _wrap(f"note: {f}", "  ")]
     tail.append(f"full report: {saved}")  # one line, to copy (a terminal wraps it)
     if how_to_open:
         tail += _wrap(how_to_open, "  ")

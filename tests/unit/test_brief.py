@@ -201,3 +201,14 @@ def test_stacks_named_with_stack_are_not_called_installed() -> None:
     stacks = ("vllm", "transformers", "diffusers")
     text = "\n".join(brief_lines(_doc("doctor_stacks"), stacks, SAVED, asked=True))
     assert "also asked for: diffusers; --stack NAME" in text and "installed" not in text
+
+
+def test_a_bucket_asked_for_and_not_timed_is_said_on_the_screen() -> None:
+    """``doctor MNT --bucket s3://...`` whose bucket could not be read: the one-screen
+    answer says so (it was only in the full report), and still fits the screen."""
+    doc = _doc("doctor_stacks")
+    why = "--bucket s3://b/llm: not timed: s3://b: no credentials found (set AWS_ACCESS_KEY_ID)"
+    doc["failures"] = [*doc.get("failures", []), why]
+    lines = brief_lines(doc, ("vllm",), SAVED, asked=True)
+    assert why in " ".join(" ".join(lines).split())
+    assert height(lines) <= LINES
