@@ -97,7 +97,6 @@ PHASES: tuple[Phase, ...] = (
             "/model_loader/weight_utils.py",
         ),
         functions=("load_file", "safe_open"),
-        hint="loadscope's fixes apply here",
     ),
     Phase(
         "network downloads",
@@ -136,7 +135,7 @@ class PhaseTime:
     name: str
     seconds: float
     share: float
-    #: For "other": its innermost frames, most seen first.
+    #: For "other": its innermost frames, the longest first.
     frames: list[str] = field(default_factory=list)
 
 
