@@ -232,7 +232,7 @@ def _fix(
         + (f"; the whole model ~{copy_s:.3g} s to copy" if scale > 1 else "")
         + (f", repaid after {repaid} start(s)" if repaid else ", never repaid here"),
         strategy=COPY_ROUTE,
-        route="loadscope copy (s3)",
+        route="loadscope copy (a bucket)",
         expected_speedup=gain,
         evidence=[
             Evidence(against, base_s, "s"),
@@ -264,4 +264,6 @@ def _aws_cp(address: str, dest: str) -> str:
     """The same copy with the AWS CLI (unverified), for an ``s3://`` model."""
     if not address.startswith("s3://"):
         return ""
+    if address.endswith(".safetensors"):  # one object: into the folder, not a prefix
+        return f"aws s3 cp {shlex.quote(address)} {shlex.quote(dest.rstrip('/') + '/')}"
     return f"aws s3 cp --recursive {shlex.quote(address)} {shlex.quote(dest)}"
