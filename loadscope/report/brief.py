@@ -25,6 +25,7 @@ from typing import Any
 
 from loadscope.base import fix_ids
 from loadscope.base.units import format_rate, format_us, speedup_shown
+from loadscope.engine.phases import PhaseTable, answer
 from loadscope.probes.filestorage import storage_class_of
 from loadscope.probes.iobench import latency_p50
 from loadscope.probes.sources import source_title
@@ -218,6 +219,13 @@ def _evidence(doc: dict[str, Any]) -> str:
     return "evidence: " + "; ".join(parts)
 
 
+def _profile(doc: dict[str, Any]) -> list[str]:
+    """``doctor --cmd ... --profile``: what the user's start-up by phase means for the load
+    fixes (the sentences every view of the table says)."""
+    phases = (doc.get("user_command") or {}).get("phases")
+    return answer(PhaseTable.from_dict(phases)) if isinstance(phases, dict) else []
+
+
 def brief_lines(
     doc: dict[str, Any],
     stacks: tuple[str, ...],
@@ -237,6 +245,7 @@ def brief_lines(
     # What the user asked for by name and did not get (--bucket not timed): said here too.
     asked_for = [str(f) for f in doc.get("failures") or [] if str(f).startswith("--bucket ")]
     tail += [line for f in asked_for for line in _wrap(f"note: {f}", "  ")]
+    tail += [line for s in _profile(doc) for line in _wrap(f"your start: {s}", "  ")]
     tail.append(f"full report: {saved}")  # one line, to copy (a terminal wraps it)
     if how_to_open:
         tail += _wrap(how_to_open, "  ")

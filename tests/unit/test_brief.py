@@ -212,3 +212,30 @@ def test_a_bucket_asked_for_and_not_timed_is_said_on_the_screen() -> None:
     lines = brief_lines(doc, ("vllm",), SAVED, asked=True)
     assert why in " ".join(" ".join(lines).split())
     assert height(lines) <= LINES
+
+
+def test_a_profiled_start_says_what_a_load_fix_can_save_on_the_screen() -> None:
+    """``doctor --cmd ... --profile``: the one-screen answer says how much of the user's
+    start-up is reading weights (what a load fix saves at most) and the phase that holds
+    most of it, as the full report does."""
+    doc = _doc("doctor_stacks")
+    doc["user_command"] = {
+        "argv": ["python", "serve.py"],
+        "variants": [],
+        "phases": {
+            "wall_s": 90.0,
+            "samples": 2000,
+            "phases": [
+                {"name": "compilation", "seconds": 63.0, "share": 0.7, "frames": []},
+                {"name": "reading weights", "seconds": 9.0, "share": 0.1, "frames": []},
+                {"name": "imports", "seconds": 18.0, "share": 0.2, "frames": []},
+            ],
+            "reason": "",
+            "rate_hz": 25,
+        },
+    }
+    lines = brief_lines(doc, ("vllm",), SAVED, asked=True)
+    text = " ".join(" ".join(lines).split())
+    assert "your start: reading weights: 9.00 s of 90 s (10%): a load fix saves at most" in text
+    assert "your start: 70% in compilation: a persistent compile cache" in text
+    assert height(lines) <= LINES
