@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -151,6 +152,8 @@ def parse_header(raw: bytes, *, file_size: int, path: str) -> SafetensorsHeader:
         ) from None
     if not text.startswith("{"):
         raise HeaderNotObject("header does not start with '{' (not a safetensors file?)", path=path)
+    if _deeper_than(raw, MAX_DEPTH):
+        raise HeaderNotJson(f"header is not valid JSON ({_short(RecursionError())})", path=path)
     try:
         doc = json.loads(text, object_pairs_hook=_pairs, parse_constant=_reject_constant)
     except _DuplicateKey as dup:
@@ -212,6 +215,27 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
+
+
+#: The deepest nesting a header may have (a real one has 3: the header, a tensor, its
+#: shape). Deeper is refused before the JSON parser, which would recurse to the
+#: interpreter's limit: a finalizer that runs there (a collection during the parse) has
+#: no stack left, and its error was printed beside the one line.
+MAX_DEPTH = 64
+#: A JSON string (its escapes included), and a pair of brackets with none inside.
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_INNERMOST = re.compile(rb"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
+
+
+def _deeper_than(raw: bytes, limit: int) -> bool:
+    """Whether ``raw``'s brackets outside its strings nest deeper than ``limit``: each pass
+    removes the innermost pairs, one level (a real header takes three passes)."""
+    rest = _STRING.sub(b"", raw)
+    for _ in range(limit):
+        rest, removed = _INNERMOST.subn(b"", rest)
+        if not removed:  # none left, or unbalanced (the parser says so) unless as deep
+            return rest.count(b"[") + rest.count(b"{") > limit
+    return any(c in rest for c in b"[]{}")
 
 
 def _short(exc: BaseException) -> str:

@@ -78,3 +78,27 @@ def test_real_process_no_traceback_no_hang(
     assert result.code == int(case.error.exit_code), result.err
     assert "Traceback" not in result.err
     assert len(result.err.strip().splitlines()) == 1, result.err
+
+
+def test_a_deep_header_is_refused_before_the_json_parser_recurses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A header nested 100,000 deep made the JSON parser recurse to the interpreter's
+    limit; a finalizer that ran there printed its own error beside the one line (CI,
+    once). It is refused by its brackets first; strings holding brackets are not
+    counted, and a real header's three levels pass."""
+    import json as json_mod
+
+    from loadscope.loaders import safetensors_format as fmt
+
+    def never(*_a: object, **_k: object) -> None:
+        raise AssertionError("the JSON parser ran")
+
+    deep = b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    monkeypatch.setattr(fmt.json, "loads", never)
+    with pytest.raises(fmt.HeaderNotJson, match="nested too deeply"):
+        fmt.parse_header(deep, file_size=len(deep) + 8, path="m.safetensors")
+    monkeypatch.setattr(fmt.json, "loads", json_mod.loads)
+    assert not fmt._deeper_than(b'{"a":"' + b"[" * 500 + b'"}', fmt.MAX_DEPTH)
+    real = b'{"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{}}'
+    assert not fmt._deeper_than(real, 3) and fmt._deeper_than(real, 2)
