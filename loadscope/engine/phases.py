@@ -39,6 +39,9 @@ from loadscope.engine.profiler import HOW_TO_ENABLE, explain, ptrace_blocked_rea
 #: Samples per second: enough for 0.2 s phases, little enough that py-spy (it pauses the
 #: sampled process at each tick) costs the command a few percent on 2 cores.
 RATE_HZ = 25
+#: Beyond this share of the run outside the main thread's samples, the table is no
+#: profile of it (py-spy lost the command): said, with why, instead of a table.
+MOST_UNSAMPLED = 0.5
 #: How long py-spy gets to write its file once the command is gone.
 STOP_TIMEOUT_S = 15.0
 #: The phase of samples no rule matches.
@@ -359,6 +362,12 @@ class Recorder:
             except ValueError:
                 return PhaseTable(wall_s, reason="py-spy wrote a trace that does not parse")
             table = attribute(trace if isinstance(trace, list) else [], wall_s)
+            missed = table.seconds(UNSAMPLED) or 0.0
+            if not table.reason and missed > MOST_UNSAMPLED * table.wall_s:
+                # Attached, then shut out (a command that made itself non-dumpable after
+                # py-spy's first samples): not a profile of the run.
+                sampled = table.wall_s - missed
+                table.reason = f"py-spy sampled {sampled:.2g} s of the {table.wall_s:.3g} s run"
             if table.reason:  # why: what py-spy said, or what most likely stopped it
                 table.reason += f": {self._why_no_samples()}"
             table.rate_hz = self.rate_hz

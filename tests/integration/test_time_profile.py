@@ -216,3 +216,23 @@ def test_every_view_of_a_report_shows_the_same_phases() -> None:
             assert figure in text, (name, figure)
         assert "reading weights: 1.25 s of 10 s (12%): a load fix saves at most" in text, name
         assert "60% in compilation: a persistent compile cache" in text, name
+
+
+def test_a_run_py_spy_lost_early_is_no_profile() -> None:
+    """py-spy attached, took the first samples, then was shut out (a command that made
+    itself non-dumpable after it started): most of the run unsampled is said as no
+    profile, with why, not a table whose biggest row is "not sampled"."""
+    from loadscope.engine.phases import Recorder
+
+    trace = [
+        _b(1, 0, "thread (10): MainThread"),
+        _b(1, 0, "<module>", "/y/s.py"),
+        _b(1, 0, "_find_and_load", "<frozen importlib._bootstrap>"),
+        _e(1, 70_000, "_find_and_load"),
+        _e(1, 70_000, "<module>"),
+        _e(1, 70_000, "thread (10): MainThread"),
+    ]
+    recorder = Recorder()
+    recorder._out.write_text(json.dumps(trace))
+    table = recorder.table(0.6)
+    assert table.reason.startswith("py-spy sampled 0.07 s of the 0.6 s run: "), table.reason

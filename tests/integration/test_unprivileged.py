@@ -217,7 +217,9 @@ def test_time_profile_without_ptrace_says_why_and_still_times(
     assert done.returncode == 0, done.stderr[-2000:]
     text = " ".join(done.stdout.split())  # the reason, wrapped at 80 columns
     assert text.count("where the time goes") == 1, done.stdout
-    assert "where the time goes: not profiled: py-spy took no sample" in text, text
+    # py-spy may take a first sample before the command shuts it out: said as well.
+    said = ("not profiled: py-spy took no sample", "not profiled: py-spy sampled")
+    assert any(f"where the time goes: {x}" in text for x in said), text
     assert "ptrace was most likely refused" in text, text
     assert "SYS_PTRACE" in text  # how to allow it
     assert "as is, cold" in done.stdout  # the timing itself stands
