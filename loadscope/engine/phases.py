@@ -354,9 +354,9 @@ class Recorder:
             if self.reason:
                 return PhaseTable(wall_s, reason=self.reason)
             raw = self._out.read_text(errors="replace") if self._out.exists() else ""
-            if not raw:
-                log = self._log.read_text(errors="replace") if self._log.exists() else ""
-                return PhaseTable(wall_s, reason=f"py-spy recorded nothing: {explain(log)}")
+            if not raw:  # the same words as a trace with no sample of the main thread
+                why = f"py-spy took no sample of the command: {self._why_no_samples()}"
+                return PhaseTable(wall_s, reason=why)
             try:
                 trace = json.loads(raw)
             except ValueError:
