@@ -347,7 +347,10 @@ class Recorder:
                 "ptrace was most likely refused (a process that makes itself non-dumpable"
                 f" refuses it to a user that is not root): {HOW_TO_ENABLE}"
             )
-        return "py-spy reported no error"
+        return (
+            "py-spy reported no error (a command that ends within its first samples, or"
+            " before it attached, leaves none: profile a longer run)"
+        )
 
     def table(self, wall_s: float) -> PhaseTable:
         try:
