@@ -44,7 +44,7 @@ from loadscope.actions.hostsettings import MountLock, changed, mount_key
 from loadscope.base import fix_ids
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
-from loadscope.engine.phases import PhaseTable, Recorder
+from loadscope.engine.phases import PhaseTable, Recorder, cross_check
 from loadscope.engine.usercmd import RunResult, RunSpec, run_once
 from loadscope.probes.blockdev import bdi_settings, fuse_connection_id
 from loadscope.probes.pagecache import ColdCache
@@ -292,7 +292,7 @@ class _Timer:
             self.o.cancel, recorder,
         )  # fmt: skip
 
-    def profiled(self, files: Sequence[str]) -> PhaseTable:
+    def profiled(self, files: Sequence[str], total_bytes: int) -> PhaseTable:
         """One more cold run of the command as it is, py-spy sampling its tree."""
         if (why := Recorder.unavailable()) is not None:
             return PhaseTable(reason=why)
@@ -303,6 +303,7 @@ class _Timer:
         if run.status != "ok" or run.seconds is None:
             return PhaseTable(reason=f"the profiled run: {run.reason or run.status}")
         table = recorder.table(run.seconds)
+        cross_check(table, recorder.parts, recorder.offset_s, run.samples, total_bytes)
         if not cold:
             table.reason = table.reason or "the profiled run did not start cold"
         return table
@@ -468,7 +469,7 @@ def time_command(
                     report.notes.extend(timer.notes)
                     return report  # the command as it is fails: nothing to compare
         if options.profile:
-            report.phases = timer.profiled(files)
+            report.phases = timer.profiled(files, total)
     report.notes.extend(timer.notes)
     return report
 

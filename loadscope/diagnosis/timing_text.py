@@ -98,7 +98,8 @@ def phase_lines(report: TimeReport) -> list[str]:
         "  ",
     )
     for p in table.phases:
-        lines.append(f"    {p.name:<32} {p.seconds:>7.2f} s {p.share:>5.0%}")
+        arrived = "" if p.arrived_bytes is None else f"  {format_bytes(p.arrived_bytes)} arrived"
+        lines.append(f"    {p.name:<32} {p.seconds:>7.2f} s {p.share:>5.0%}{arrived}")
         if p.frames:
             lines += _wrapped(f"mostly in {', '.join(p.frames)}", "      ")
     for sentence in answer(table):

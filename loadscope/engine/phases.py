@@ -16,25 +16,34 @@ longest first.
 py-spy attaches with ptrace: where that is not permitted (:func:`ptrace_blocked_reason`)
 there is no profile, with the reason, and the command runs as it would.
 
+The seconds of "reading weights" are checked against the bytes that arrived while they
+ran (:func:`cross_check`): the model's page-cache residency, or the tree's storage reads,
+that ``engine/usercmd.py`` samples during the same run.
+
 May import: :mod:`loadscope.engine.profiler` (py-spy and its permission check),
-``loadscope.base``.
+:mod:`loadscope.engine.usercmd` (its tree samples), ``loadscope.base``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadscope.base.units import format_bytes
 from loadscope.engine.profiler import HOW_TO_ENABLE, explain, ptrace_blocked_reason, py_spy
+from loadscope.engine.usercmd import TreeSample
 
 #: Samples per second: enough for 0.2 s phases, little enough that py-spy (it pauses the
 #: sampled process at each tick) costs the command a few percent on 2 cores.
@@ -47,6 +56,9 @@ STOP_TIMEOUT_S = 15.0
 #: The phase of samples no rule matches.
 OTHER = "other"
 WEIGHTS = "reading weights"
+#: What counted the bytes that arrived (:attr:`PhaseTable.arrived_by`).
+RESIDENCY = "page cache"
+STORAGE_READS = "storage reads"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +134,20 @@ PHASES: tuple[Phase, ...] = (
     Phase("CUDA initialisation", functions=("_lazy_init", "init_process_group")),
     Phase(
         "converting and copying tensors",
-        functions=("_apply", "load_state_dict_into_model", "_load_state_dict_into_meta_model"),
+        functions=(
+            "_apply",
+            "load_state_dict_into_model",
+            "_load_state_dict_into_meta_model",
+            # vLLM's models copy each tensor the weights iterator yields into place.
+            "load_weights",
+            "weight_loader",
+            "default_weight_loader",
+        ),
+        # torch's own: a mapped state dict's pages are read here, as it is copied in.
+        calls=(
+            ("load_state_dict", "/torch/nn/modules/module.py"),
+            ("_load_from_state_dict", "/torch/nn/modules/module.py"),
+        ),
     ),
     Phase(
         "model construction",
@@ -140,6 +165,8 @@ class PhaseTime:
     share: float
     #: For "other": its innermost frames, the longest first.
     frames: list[str] = field(default_factory=list)
+    #: The model's bytes that arrived while the phase ran (:func:`cross_check`).
+    arrived_bytes: float | None = None
 
 
 @dataclass(slots=True)
@@ -151,6 +178,11 @@ class PhaseTable:
     phases: list[PhaseTime] = field(default_factory=list)
     reason: str = ""
     rate_hz: int = RATE_HZ
+    #: The check of the phases against the bytes: what the run brought in, in all
+    #: (each phase's share in its row), counted by ``arrived_by``: the model's files'
+    #: page-cache residency, else the tree's storage reads. None: not counted.
+    arrived_bytes: float | None = None
+    arrived_by: str = ""
 
     def seconds(self, name: str) -> float | None:
         return next((p.seconds for p in self.phases if p.name == name), None)
@@ -167,6 +199,8 @@ class PhaseTable:
             phases,
             str(doc.get("reason") or ""),
             int(doc.get("rate_hz") or RATE_HZ),
+            doc.get("arrived_bytes"),
+            str(doc.get("arrived_by") or ""),
         )
 
 
@@ -183,23 +217,115 @@ DOMINANT_SHARE = 0.3
 
 def answer(table: PhaseTable) -> list[str]:
     """What the table means for the load fixes, in sentences: what they can save at most
-    (the reading-weights seconds), and the phase that dominates with what would help it
+    (the seconds of reading weights, and of any phase the model's bytes mostly arrived
+    in), where the bytes arrived, and the phase that dominates with what would help it
     (not measured here). Every view of the table says the same."""
     if table.reason or not table.phases or not table.wall_s:
         return []
-    weights = table.seconds(WEIGHTS) or 0.0
+    loading = load_phases(table)
+    seconds = sum(table.seconds(name) or 0.0 for name in loading)
+    where = (
+        WEIGHTS
+        if loading == [WEIGHTS]
+        else " and ".join(loading) + " (where the model's bytes arrived)"
+    )
     out = [
-        f"{WEIGHTS}: {weights:.2f} s of {table.wall_s:.3g} s ({weights / table.wall_s:.0%}):"
+        f"{where}: {seconds:.2f} s of {table.wall_s:.3g} s ({seconds / table.wall_s:.0%}):"
         " a load fix saves at most that much of this start"
     ]
+    out += _arrivals_said(table)
     top = max(table.phases, key=lambda p: p.seconds)
     hint = next((ph.hint for ph in PHASES if ph.name == top.name), "")
-    if top.name not in (WEIGHTS, UNSAMPLED) and top.share >= DOMINANT_SHARE:
+    if top.name not in loading and top.name != UNSAMPLED and top.share >= DOMINANT_SHARE:
         out.append(
             f"{top.share:.0%} in {top.name}"
             + (f": {hint}; loadscope does not measure that" if hint else "")
         )
     return out
+
+
+#: Below this many bytes, a run brought in "almost nothing" of the model.
+LITTLE_BYTES = 1 << 20
+#: A phase in which this share of the model's bytes arrived counts with the load: a
+#: mapped model's pages are read where its tensors are first used (a copy into the
+#: model, a conversion), not where the file was opened.
+LOAD_SHARE = 0.2
+
+
+def load_phases(table: PhaseTable) -> list[str]:
+    """Reading weights, and the phases in which :data:`LOAD_SHARE` of the model's bytes
+    arrived (in the table's order)."""
+    total = table.arrived_bytes or 0.0
+    return [
+        p.name
+        for p in table.phases
+        if p.name == WEIGHTS
+        or (
+            p.name != UNSAMPLED
+            and total >= LITTLE_BYTES
+            and (p.arrived_bytes or 0.0) >= LOAD_SHARE * total
+        )
+    ] or [WEIGHTS]
+
+
+def _arrivals_said(table: PhaseTable) -> list[str]:
+    """Where the model's bytes arrived, in a sentence (none where they were not counted)."""
+    total = table.arrived_bytes
+    if total is None:
+        return []
+    what = (
+        "the model's bytes reaching the page cache"
+        if table.arrived_by == RESIDENCY
+        else "the bytes the command read from storage"
+    )
+    if total < LITTLE_BYTES:
+        return [
+            f"{what}: almost none during the run ({format_bytes(total)}): the weights were"
+            " cached already, or came by a path not counted here (the network, a mount"
+            " that bypasses the page cache)"
+        ]
+    rows = sorted(
+        (p for p in table.phases if (p.arrived_bytes or 0.0) >= 0.05 * total),
+        key=lambda p: -(p.arrived_bytes or 0.0),
+    )
+    parts = [f"{(p.arrived_bytes or 0.0) / total:.0%} while {p.name}" for p in rows]
+    said = f"{what}: {format_bytes(total)} in the run, " + ", ".join(parts or ["none sampled"])
+    weights = sum(p.arrived_bytes or 0.0 for p in table.phases if p.name == WEIGHTS)
+    if weights < LOAD_SHARE * total:
+        said += (
+            ": the model is mapped, its pages read where its tensors are first used"
+            if len(load_phases(table)) > 1
+            else f": this stack's loader may be missing from the rules ({OTHER!r} names its frames)"
+        )
+    return [said]
+
+
+def cross_check(
+    table: PhaseTable,
+    parts: Sequence[Stretch],
+    offset_s: float,
+    samples: Sequence[TreeSample],
+    model_bytes: int,
+) -> None:
+    """Fill ``table``'s check of the phases against the bytes, from the run's tree
+    samples: the model's residency where it was followed, else the tree's storage reads;
+    ``parts`` are the trace's stretches, ``offset_s`` where the trace starts on the run's
+    clock."""
+    if table.reason or not table.phases:
+        return
+    resident = [(s.t, s.resident * model_bytes) for s in samples if s.resident is not None]
+    if model_bytes > 0 and len(resident) >= 2:
+        points, by = resident, RESIDENCY
+    else:
+        points, by = [(s.t, float(s.read_bytes)) for s in samples], STORAGE_READS
+    if len(points) < 2:
+        return
+    total = 0.0
+    for row in table.phases:
+        if row.name == UNSAMPLED:
+            continue
+        row.arrived_bytes, total = arrivals(spans_of(parts, row.name, offset_s), points)
+    table.arrived_bytes, table.arrived_by = total, by
 
 
 def phase_of(frames: Frames) -> str:
@@ -232,19 +358,21 @@ def _main_thread(events: list[dict[str, Any]]) -> Any:
     return mains[min(mains)] if mains else None
 
 
-def attribute(trace: list[dict[str, Any]], wall_s: float) -> PhaseTable:
-    """The table of a py-spy ``--format chrometrace`` trace (``--threads``) for a run of
-    ``wall_s`` seconds: each stretch between the main thread's samples goes to the phase
-    of the stack it began with (a tick py-spy took late still covers its time)."""
+#: One stretch of the main thread: its start and length on the trace's clock (seconds
+#: since py-spy started) and the frames it began with.
+Stretch = tuple[float, float, Frames]
+
+
+def stretches(trace: list[dict[str, Any]]) -> list[Stretch]:
+    """The main thread's stretches between samples in a py-spy ``--format chrometrace``
+    trace (``--threads``): the first Python process's ``MainThread`` only."""
     tid = _main_thread(trace)
     events = sorted(
         (e for e in trace if e.get("tid") == tid and e.get("ph") in ("B", "E")),
         key=lambda e: float(e.get("ts", 0)),
     )
     stack: Frames = []
-    seconds: defaultdict[str, float] = defaultdict(float)
-    other: defaultdict[str, float] = defaultdict(float)
-    samples = 0
+    out: list[Stretch] = []
     i = 0
     while i < len(events):
         ts = float(events[i].get("ts", 0))
@@ -258,11 +386,25 @@ def attribute(trace: list[dict[str, Any]], wall_s: float) -> PhaseTable:
             i += 1
         if i == len(events) or not stack:
             continue
-        frames = [f for f in stack if not _marker(*f)]
         span = (float(events[i].get("ts", 0)) - ts) / 1e6
+        out.append((ts / 1e6, span, [f for f in stack if not _marker(*f)]))
+    return out
+
+
+def attribute(trace: list[dict[str, Any]], wall_s: float) -> PhaseTable:
+    """The table of a py-spy ``--format chrometrace`` trace (``--threads``) for a run of
+    ``wall_s`` seconds: each stretch between the main thread's samples goes to the phase
+    of the stack it began with (a tick py-spy took late still covers its time)."""
+    return table_of(stretches(trace), wall_s)
+
+
+def table_of(parts: list[Stretch], wall_s: float) -> PhaseTable:
+    """The phases of a run of ``wall_s`` seconds from its main thread's stretches."""
+    seconds: defaultdict[str, float] = defaultdict(float)
+    other: defaultdict[str, float] = defaultdict(float)
+    for _start, span, frames in parts:
         name = phase_of(frames)
         seconds[name] += span
-        samples += 1
         if name == OTHER and frames:
             function, path = frames[-1]
             other[f"{function} ({Path(path).name})"] += span
@@ -282,12 +424,47 @@ def attribute(trace: list[dict[str, Any]], wall_s: float) -> PhaseTable:
         for name in order
         if seconds[name] > 0
     ]
-    return PhaseTable(total, samples, phases)
+    return PhaseTable(total, len(parts), phases)
+
+
+def spans_of(
+    parts: Sequence[Stretch], name: str, offset_s: float = 0.0
+) -> list[tuple[float, float]]:
+    """When the main thread was in phase ``name``: ``(start, end)`` on the run's clock
+    (the trace's plus ``offset_s``), touching stretches joined."""
+    out: list[tuple[float, float]] = []
+    for start, span, frames in parts:
+        if phase_of(frames) != name:
+            continue
+        begin, end = start + offset_s, start + offset_s + span
+        if out and begin <= out[-1][1] + 1e-9:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((begin, end))
+    return out
+
+
+def arrivals(
+    spans: Sequence[tuple[float, float]], counter: Sequence[tuple[float, float]]
+) -> tuple[float, float]:
+    """Of what a counter sampled over the run gained (``(t, value)``, cumulative: bytes
+    read, bytes resident), how much came while ``spans`` ran, and how much in all. Each
+    interval's gain is taken as even across it and split by its overlap with the spans."""
+    during = total = 0.0
+    for (t0, v0), (t1, v1) in itertools.pairwise(counter):
+        gain = max(0.0, v1 - v0)
+        if gain <= 0 or t1 <= t0:
+            continue
+        total += gain
+        overlap = sum(max(0.0, min(t1, e) - max(t0, s)) for s, e in spans)
+        during += gain * min(1.0, overlap / (t1 - t0))
+    return during, total
 
 
 class Recorder:
     """py-spy recording one command's tree: :meth:`start` with its pid once spawned,
-    :meth:`stop` once it ended, then :meth:`table` for its wall time."""
+    :meth:`stop` once it ended, then :meth:`table` for its wall time (and :attr:`parts`,
+    the stretches it was made of, for :func:`cross_check`)."""
 
     def __init__(self, rate_hz: int = RATE_HZ) -> None:
         self.rate_hz = rate_hz
@@ -296,6 +473,11 @@ class Recorder:
         self._dir = tempfile.mkdtemp(prefix="loadscope-phases-")
         self._out = Path(self._dir) / "trace.json"
         self._log = Path(self._dir) / "py-spy.log"
+        #: py-spy's start on the run's clock: its trace counts from there (py-spy's own
+        #: start-up, some milliseconds, is the error of placing the trace on the run).
+        self.offset_s = 0.0
+        #: The main thread's stretches, once :meth:`table` read them.
+        self.parts: list[Stretch] = []
 
     @staticmethod
     def unavailable() -> str | None:
@@ -306,7 +488,7 @@ class Recorder:
             return f"{why}: {HOW_TO_ENABLE}"
         return None
 
-    def start(self, pid: int) -> None:
+    def start(self, pid: int, t0: float) -> None:
         if (why := self.unavailable()) is not None:
             self.reason = why
             return
@@ -316,6 +498,7 @@ class Recorder:
         argv += ["--full-filenames", "--rate", str(self.rate_hz), "--format", "chrometrace"]
         argv += ["--output", str(self._out)]
         with open(self._log, "wb") as log:
+            self.offset_s = time.perf_counter() - t0
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
@@ -364,7 +547,8 @@ class Recorder:
                 trace = json.loads(raw)
             except ValueError:
                 return PhaseTable(wall_s, reason="py-spy wrote a trace that does not parse")
-            table = attribute(trace if isinstance(trace, list) else [], wall_s)
+            self.parts = stretches(trace if isinstance(trace, list) else [])
+            table = table_of(self.parts, wall_s)
             missed = table.seconds(UNSAMPLED) or 0.0
             if not table.reason and missed > MOST_UNSAMPLED * table.wall_s:
                 # Attached, then shut out (a command that made itself non-dumpable after

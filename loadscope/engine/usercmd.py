@@ -77,7 +77,9 @@ class RunSpec:
 class Recorder(Protocol):
     """What watches the run beside loadscope's own sampling (``engine/phases.py``)."""
 
-    def start(self, pid: int) -> None: ...
+    def start(self, pid: int, t0: float) -> None:
+        """The command is ``pid``, spawned at ``t0`` (``time.perf_counter()``: the run's
+        clock, its tree samples' zero)."""
 
     def stop(self) -> None: ...
 
@@ -375,7 +377,7 @@ def run_once(spec: RunSpec) -> RunResult:
         streams = [_Output(proc.stdout, out, spec.until), _Output(proc.stderr, err, spec.until)]
         tree = _Tree(proc.pid)
         if spec.recorder is not None:
-            spec.recorder.start(proc.pid)
+            spec.recorder.start(proc.pid, t0)
         _watch(spec, waiter, streams, tree, clock, t0, result)
     finally:
         # A stop signal held during the spawn raised as it returned: the child is in

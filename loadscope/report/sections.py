@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadscope.base.units import format_bytes, format_rate
-from loadscope.engine.phases import PhaseTable, answer
+from loadscope.engine.phases import PhaseTable, PhaseTime, answer
 from loadscope.engine.sampling import whole_rate
 from loadscope.probes.fio_probe import job_said
 from loadscope.probes.iobench import best_read, into_ram_rate
@@ -258,7 +258,7 @@ def _phases(doc: object) -> list[Block]:
     if table.reason:
         return [Para(f"Where the time goes: not profiled: {table.reason}.")]
     rows = tuple(
-        (p.name, f"{p.seconds:.2f} s ({p.share:.0%})", p.seconds, ", ".join(p.frames))
+        (p.name, f"{p.seconds:.2f} s ({p.share:.0%}){_arrived(p)}", p.seconds, ", ".join(p.frames))
         for p in table.phases
     )
     head = Para(
@@ -267,6 +267,11 @@ def _phases(doc: object) -> list[Block]:
     )
     scale = max((p.seconds for p in table.phases), default=0.0)
     return [head, Bars(("phase", "seconds"), rows, scale), *(Para(f"{s}.") for s in answer(table))]
+
+
+def _arrived(row: PhaseTime) -> str:
+    """A phase's bytes, where they were counted (the words ``loadscope time`` prints)."""
+    return "" if row.arrived_bytes is None else f", {format_bytes(row.arrived_bytes)} arrived"
 
 
 def _not_run(doc: dict[str, Any]) -> Section | None:

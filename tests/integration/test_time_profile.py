@@ -2,9 +2,12 @@
 its wall time split into phases by the declared rules (``loadscope/engine/phases.py``).
 
 The script has known phases, each timed by its own clock: a heavy import (torch), a cold
-``load_file`` of 64 MiB, a real ``torch.compile`` of a small module on the CPU, and a
-download from a local HTTP server that waits before it answers. The rules name none of
-the script's own functions."""
+``load_file`` of 64 MiB from the emulated disk (a network block volume at 64 MiB/s) and
+its copy into a module (``load_state_dict``: the mapped pages are read there), a real
+``torch.compile`` of a small module on the CPU, and a download from a local HTTP server
+that waits before it answers. The rules name none of the script's own functions; the
+seconds of "reading weights" are checked against the model's bytes that reached the page
+cache while they ran."""
 
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import pytest
 from loadscope.engine.phases import PHASES, attribute, phase_of
 from loadscope.engine.profiler import ptrace_blocked_reason, py_spy
 from loadscope.report.schema import check as check_schema
+from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk
+from loadscope.tools.emulator import EmulatorSettings
 from loadscope.tools.synth import synthesize
 from tests.conftest import run_loadscope
 
@@ -38,6 +43,12 @@ clock["imports"] = time.perf_counter() - t
 t = time.perf_counter()
 state = load_file(sys.argv[1])
 clock["reading weights"] = time.perf_counter() - t
+module = torch.nn.Module()
+for i, tensor in enumerate(state.values()):
+    module.register_buffer(f"w{i}", torch.empty_like(tensor))
+t = time.perf_counter()
+module.load_state_dict({f"w{i}": v for i, v in enumerate(state.values())})
+clock["converting and copying tensors"] = time.perf_counter() - t
 t = time.perf_counter()
 model = torch.compile(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU()))
 model(torch.randn(4, 32))
@@ -78,23 +89,26 @@ def slow_server() -> Iterator[str]:
 def _can_profile() -> str | None:
     if py_spy() is None:
         return "py-spy is not installed"
-    return ptrace_blocked_reason()
+    return ptrace_blocked_reason() or block_unavailable_reason()
 
 
 @pytest.mark.skipif(_can_profile() is not None, reason=f"cannot profile here: {_can_profile()}")
 def test_profile_splits_a_start_into_the_phases_the_script_timed(
     tmp_path: Path, slow_server: str
 ) -> None:
-    model = synthesize(tmp_path / "m", 64 << 20, seed=3).root / "model.safetensors"
+    source = synthesize(tmp_path / "m", 64 << 20, seed=3).root
     script = tmp_path / "start.py"
     script.write_text(SCRIPT)
     log = tmp_path / "out.log"
-    result = run_loadscope(
-        "time", "--profile", "--rounds", "1", "--fixes", "none", "--model", str(model),
-        "--output", str(log), "--json", str(tmp_path / "t.json"),
-        "--", sys.executable, str(script), "{model}", slow_server,
-        timeout=300,
-    )  # fmt: skip
+    slow = EmulatorSettings(latency_s=0.001, jitter_s=0, bandwidth_bytes_per_s=64 << 20)
+    with emulated_block_disk(source, tmp_path / "mnt", slow) as disk:
+        model = disk.path / "model.safetensors"
+        result = run_loadscope(
+            "time", "--profile", "--rounds", "1", "--fixes", "none", "--model", str(model),
+            "--output", str(log), "--json", str(tmp_path / "t.json"),
+            "--", sys.executable, str(script), "{model}", slow_server,
+            timeout=300,
+        )  # fmt: skip
     assert result.code == 0, result.err
     doc = json.loads((tmp_path / "t.json").read_text())
     check_schema(doc, "time")
@@ -107,7 +121,17 @@ def test_profile_splits_a_start_into_the_phases_the_script_timed(
     for name, want in clock.items():
         assert abs(got.get(name, 0.0) - want) <= max(0.2, 0.15 * want), (name, want, got)
     assert sum(got.values()) == pytest.approx(table["wall_s"], rel=1e-6)
+    # The phases agree with the bytes: load_file maps the model, and its pages reach the
+    # page cache as load_state_dict copies them in; both count with the load.
+    model_size = (source / "model.safetensors").stat().st_size
+    assert table["arrived_by"] == "page cache", table
+    assert table["arrived_bytes"] >= 0.9 * model_size, (table, model_size)
+    arrived = {p["name"]: p["arrived_bytes"] or 0.0 for p in table["phases"]}
+    loading = arrived["reading weights"] + arrived["converting and copying tensors"]
+    assert loading >= 0.85 * table["arrived_bytes"], arrived
+    assert arrived["converting and copying tensors"] >= 0.5 * table["arrived_bytes"], arrived
     text = result.out
+    assert "reading weights and converting and copying tensors (where the model's" in text
     assert "where the time goes" in text and "a load fix saves at most" in text, text
     for name in clock:
         assert name in text
@@ -192,11 +216,13 @@ def test_every_view_of_a_report_shows_the_same_phases() -> None:
         10.0,
         250,
         [
-            PhaseTime("compilation", 6.0, 0.6),
-            PhaseTime("reading weights", 1.25, 0.125),
-            PhaseTime("imports", 1.75, 0.175),
-            PhaseTime("other", 1.0, 0.1, ["_del_library (library.py)"]),
+            PhaseTime("compilation", 6.0, 0.6, arrived_bytes=0.0),
+            PhaseTime("reading weights", 1.25, 0.125, arrived_bytes=float(3 << 20)),
+            PhaseTime("imports", 1.75, 0.175, arrived_bytes=0.0),
+            PhaseTime("other", 1.0, 0.1, ["_del_library (library.py)"], 0.4 * (1 << 20)),
         ],
+        arrived_bytes=float(4 << 20),
+        arrived_by="page cache",
     )
     run = RunResult("ok", 9.5, "exit", 0)
     as_is = Variant("as-is", "nothing", runs=[run], cold=[True])
@@ -216,6 +242,8 @@ def test_every_view_of_a_report_shows_the_same_phases() -> None:
             assert figure in text, (name, figure)
         assert "reading weights: 1.25 s of 10 s (12%): a load fix saves at most" in text, name
         assert "60% in compilation: a persistent compile cache" in text, name
+        assert "3 MiB arrived" in text, name
+        assert "page cache: 4 MiB in the run, 75% while reading weights, 10% while other" in text
 
 
 def test_a_run_py_spy_lost_early_is_no_profile() -> None:
@@ -236,3 +264,34 @@ def test_a_run_py_spy_lost_early_is_no_profile() -> None:
     recorder._out.write_text(json.dumps(trace))
     table = recorder.table(0.6)
     assert table.reason.startswith("py-spy sampled 0.07 s of the 0.6 s run: "), table.reason
+
+
+def test_the_bytes_that_arrived_are_split_by_the_phases_they_arrived_in() -> None:
+    """The check of the phases against the bytes: a counter sampled over the run (the
+    model's residency) split by when each phase ran, on the run's clock (the trace's
+    plus py-spy's start); a mapped model read as it is copied in counts that phase with
+    the load; a run that brought nothing in says so."""
+    from loadscope.engine.phases import answer, arrivals, cross_check, table_of
+    from loadscope.engine.usercmd import TreeSample
+
+    assert arrivals([(1.25, 2.0)], [(0, 0), (1, 0), (1.5, 50), (2, 100), (3, 100)]) == (75, 100)
+    weights = [("load_file", "/x/safetensors/torch.py")]
+    copying = [("load_state_dict", "/x/torch/nn/modules/module.py")]
+    parts = [(0.0, 0.5, weights), (0.5, 2.0, copying), (2.5, 1.0, [("main", "/y/s.py")])]
+    model = 100 << 20
+    samples = [
+        TreeSample(t / 10, 0, 0, 0, min(1.0, max(0.0, (t / 10 - 1.0) / 2.0))) for t in range(0, 41)
+    ]  # the model arrives from 1.0 s to 3.0 s of the run: while it was copied in
+    table = table_of(parts, 4.0)
+    cross_check(table, parts, 0.5, samples, model)
+    rows = {p.name: p.arrived_bytes for p in table.phases}
+    assert rows["converting and copying tensors"] == pytest.approx(model, rel=0.01)
+    assert rows["reading weights"] == pytest.approx(0, abs=1 << 20)
+    said = " ".join(answer(table))
+    assert "reading weights and converting and copying tensors (where the model's bytes" in said
+    assert "2.50 s of 4 s" in said and "the model is mapped" in said, said
+    cached = [TreeSample(t / 10, 0, 0, 0, 1.0) for t in range(0, 41)]
+    table = table_of(parts, 4.0)
+    cross_check(table, parts, 0.5, cached, model)
+    said = " ".join(answer(table))
+    assert "almost none during the run" in said and said.startswith("reading weights: 0.50 s")
