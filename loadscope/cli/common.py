@@ -245,7 +245,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     seen: dict[str, str] = {}
-    for option in ("json", "md", "html", "log_requests", "output"):
+    for option in ("json", "md", "html", "log_requests", "output", "flamegraph"):
         path = getattr(args, option, None)
         if not isinstance(path, str) or path == "-":
             continue

@@ -18,6 +18,7 @@ from loadscope.cli.common import (
     comma_list,
     emit,
     opt,
+    write_file,
 )
 
 
@@ -48,6 +49,8 @@ def _check(args: argparse.Namespace) -> tuple[str, ...]:
     from loadscope.diagnosis.timing import FIXES
 
     check_ready(args.until, args.ready, ("--until", "--ready"))
+    if args.flamegraph == "-":
+        raise UsageError("--flamegraph -: the flame graph is an SVG file; name one")
     fixes = tuple(args.fixes)
     if fixes == ("none",):
         return ()
@@ -89,10 +92,16 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
             copy_to=args.copy_to,
             allow_drop_caches=args.allow_drop_caches,
             output=output,
-            profile=args.profile,
+            profile=args.profile or bool(args.flamegraph),
         )
         report = time_command(options, progress)
     emit(out, args.json, json.dumps(report.to_dict(), indent=1), to_text(report))
+    if args.flamegraph:
+        if report.flame_svg:
+            write_file(args.flamegraph, report.flame_svg)
+            print(f"flame graph: {args.flamegraph}", file=sys.stderr if args.json == "-" else out)
+        else:
+            print("flame graph: not written: the run was not profiled", file=sys.stderr)
     return report.exit_code()
 
 
@@ -151,6 +160,12 @@ COMMAND = Command(
             action="store_true",
             help="one more cold run sampled by py-spy: the start-up's seconds by phase"
             " (imports, reading weights, compilation, ...) and what a load fix can save",
+        ),
+        opt(
+            "--flamegraph",
+            metavar="FILE",
+            help="write the profiled run's flame graph to FILE (SVG, coloured by phase;"
+            " implies --profile)",
         ),
         opt("--quiet", action="store_true", help="no progress lines on stderr"),
         opt("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command, after --"),

@@ -49,6 +49,7 @@ from loadscope.engine.usercmd import RunResult, RunSpec, run_once
 from loadscope.probes.blockdev import bdi_settings, fuse_connection_id
 from loadscope.probes.pagecache import ColdCache
 from loadscope.probes.result import Unavailable
+from loadscope.report.flamegraph import flame_svg
 
 PLACEHOLDER = "{model}"
 #: The readahead the variant tries, and FUSE's requests in flight beside it (the doctor's).
@@ -115,6 +116,8 @@ class TimeReport:
     discovered: list[str] = field(default_factory=list)
     #: ``--profile``: one more cold run of the command as it is, by phase (py-spy).
     phases: PhaseTable | None = None
+    #: ``--profile``: that run's flame graph (SVG; not in the JSON), "" when none.
+    flame_svg: str = ""
 
     def baseline(self) -> Variant:
         return self.variants[0]
@@ -280,6 +283,7 @@ class _Timer:
         self.notes: list[str] = []
         self.copy_dir: Path | None = None
         self.copy_model: str | None = None
+        self.flame_svg = ""
 
     def spec(
         self, argv: tuple[str, ...], watch: Sequence[str], recorder: Recorder | None = None
@@ -304,6 +308,10 @@ class _Timer:
             return PhaseTable(reason=f"the profiled run: {run.reason or run.status}")
         table = recorder.table(run.seconds)
         cross_check(table, recorder.parts, recorder.offset_s, run.samples, total_bytes)
+        if not table.reason:
+            argv = shlex.join(self.o.argv)
+            title = f"{argv}: {table.wall_s:.3g} s, cold (loadscope time --profile)"
+            self.flame_svg = flame_svg(recorder.parts, title)
         if not cold:
             table.reason = table.reason or "the profiled run did not start cold"
         return table
@@ -470,6 +478,7 @@ def time_command(
                     return report  # the command as it is fails: nothing to compare
         if options.profile:
             report.phases = timer.profiled(files, total)
+            report.flame_svg = timer.flame_svg
     report.notes.extend(timer.notes)
     return report
 

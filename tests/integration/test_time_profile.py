@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from xml.etree import ElementTree
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,7 @@ def test_profile_splits_a_start_into_the_phases_the_script_timed(
         result = run_loadscope(
             "time", "--profile", "--rounds", "1", "--fixes", "none", "--model", str(model),
             "--output", str(log), "--json", str(tmp_path / "t.json"),
+            "--flamegraph", str(tmp_path / "flame graph.svg"),
             "--", sys.executable, str(script), "{model}", slow_server,
             timeout=300,
         )  # fmt: skip
@@ -132,6 +134,12 @@ def test_profile_splits_a_start_into_the_phases_the_script_timed(
     assert arrived["converting and copying tensors"] >= 0.5 * table["arrived_bytes"], arrived
     text = result.out
     assert "reading weights and converting and copying tensors (where the model's" in text
+    # The flame graph: the same stretches, so its legend gives the table's seconds.
+    svg = (tmp_path / "flame graph.svg").read_text()
+    ElementTree.fromstring(svg)
+    for name in ("reading weights", "compilation", "converting and copying tensors"):
+        assert f"{name} {got[name]:.2f} s" in svg, name
+    assert f"flame graph: {tmp_path / 'flame graph.svg'}" in text
     assert "where the time goes" in text and "a load fix saves at most" in text, text
     for name in clock:
         assert name in text
@@ -295,3 +303,24 @@ def test_the_bytes_that_arrived_are_split_by_the_phases_they_arrived_in() -> Non
     cross_check(table, parts, 0.5, cached, model)
     said = " ".join(answer(table))
     assert "almost none during the run" in said and said.startswith("reading weights: 0.50 s")
+
+
+def test_the_flame_graph_is_the_stretches_drawn() -> None:
+    """Each frame as wide as its stacks' seconds, coloured by its stack's phase; the
+    legend gives each phase's seconds; labels are escaped."""
+    from loadscope.report.flamegraph import WIDTH, flame_svg
+
+    top = ("<module>", "/y/s.py")
+    parts = [
+        (0.0, 3.0, [top, ("load_file", "/x/safetensors/torch.py")]),
+        (3.0, 1.0, [top, ("a<b>&c", "/y/s.py")]),
+    ]
+    svg = flame_svg(parts, 'python "s.py" <x>')
+    root = ElementTree.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    tips = {g.find(f"{ns}title").text: g.find(f"{ns}rect") for g in root.iter(f"{ns}g")}
+    frame = tips["load_file (torch.py): 3.00 s (75.0%), reading weights"]
+    assert float(frame.get("width")) == pytest.approx(0.75 * WIDTH, abs=0.1)
+    assert "a<b>&c (s.py): 1.00 s (25.0%), other" in tips
+    assert tips["<module> (s.py): 4.00 s (100.0%), other"].get("width") == f"{WIDTH:.1f}"
+    assert "reading weights 3.00 s (75%)" in svg and "other 1.00 s (25%)" in svg
