@@ -17,9 +17,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from xml.etree import ElementTree
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
