@@ -21,7 +21,8 @@ is compared with the as-is median. Without a model named, a first run (not cold,
 the table) finds the weight files the command opened, and later runs evict those.
 
 May import: ``loadscope.engine``, ``loadscope.actions``, ``loadscope.model``,
-``loadscope.probes``, ``loadscope.advice.results``, ``loadscope.base``.
+``loadscope.probes``, ``loadscope.advice.results``, ``loadscope.report.flamegraph``,
+``loadscope.base``.
 """
 
 from __future__ import annotations
