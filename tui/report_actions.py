@@ -128,6 +128,7 @@ class ReportActions(App[int]):
         if doc.get("bench"):
             self.query_one(BenchView).show(doc["bench"])
         self.query_one(BenchView).show_ranks(doc.get("ranks"))
+        self.query_one(BenchView).show_user_command(doc)
         self.query_one(AdviceView).show(doc)
         if not live:
             switch_tab(self, "advice")

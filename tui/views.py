@@ -10,7 +10,8 @@ May import: the core's units and fix ids (``loadscope.base``), the trial type
 (``loadscope.engine.bench``), the strategies' names (``loadscope.loaders.strategies``),
 the report's content model and its layouts (a fix as every output shows it:
 ``loadscope.report.content``, ``loadscope.report.text``, ``loadscope.report.bench_text``,
-``loadscope.report.rank_text``), the charts; nothing else of the app.
+``loadscope.report.rank_text``, ``loadscope.report.sections``), the charts; nothing else
+of the app.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ from loadscope.report.content import (
     Fields,
     Para,
     Quote,
+    Section,
     Table,
     fix_blocks,
     fixes,
     route_sections,
 )
 from loadscope.report.rank_text import ranks_section
+from loadscope.report.sections import user_command_section
 from loadscope.report.text import block_lines, plain, section_lines
 from loadscope.tui.charts import (
     RateChart,
@@ -168,6 +171,7 @@ class BenchView(Vertical):
         table: DataTable[str] = DataTable(id="results", cursor_type="row", zebra_stripes=True)
         yield table
         yield Static("", id="ranks-summary")
+        yield Static("", id="user-command")
 
     def on_mount(self) -> None:
         self.query_one("#results", DataTable).add_columns(*_COLUMNS)
@@ -256,17 +260,24 @@ class BenchView(Vertical):
 
     def show_ranks(self, ranks: dict[str, Any] | None) -> None:
         """The multi-rank trials of a report (independent vs broadcast vs sharded), or none."""
-        box = self.query_one("#ranks-summary", Static)
-        box.display = bool(ranks)
-        if not ranks:
+        self._show_section("#ranks-summary", ranks_section(ranks) if ranks else None)
+
+    def show_user_command(self, doc: dict[str, Any]) -> None:
+        """``doctor --cmd``: the user's own command timed, and with ``--profile`` its
+        start-up by phase; or none."""
+        self._show_section("#user-command", user_command_section(doc))
+
+    def _show_section(self, box_id: str, section: Section | None) -> None:
+        box = self.query_one(box_id, Static)
+        box.display = section is not None
+        if section is None:
             box.update("")
             return
-        # The same section the terminal, the Markdown and the HTML lay out.
-        section = ranks_section(ranks)
-        # The view's own width (a scrollbar and padding inside the terminal's): a table
-        # laid out for 80 columns wrapped its last column onto a line of its own.
+        # The same section the terminal, the Markdown and the HTML lay out, in the view's
+        # own width (a scrollbar and padding inside the terminal's): a table laid out
+        # for 80 columns wrapped its last column onto a line of its own.
         width = max(60, (box.content_size.width or self.app.size.width - 6))
-        lines = [section.title + ":", *section_lines(section, indent=2, width=width)]
+        lines = [plain(section.title) + ":", *section_lines(section, indent=2, width=width)]
         box.update(Text("\n".join(lines)))
 
     def running_pid(self) -> int | None:

@@ -56,7 +56,7 @@ def sections(doc: dict[str, Any]) -> list[Section]:
         _storage(doc),
         *fix_sections(doc),
         _trials(doc),
-        _user_command(doc),
+        user_command_section(doc),
         _formats(doc),
         _conversion(doc),
         _not_run(doc),
@@ -219,7 +219,7 @@ _USER_VARIANTS = {
 }
 
 
-def _user_command(doc: dict[str, Any]) -> Section | None:
+def user_command_section(doc: dict[str, Any]) -> Section | None:
     """``doctor --cmd``: the user's own load, as it is and after each no-code fix."""
     user = doc.get("user_command")
     if not isinstance(user, dict) or not isinstance(user.get("variants"), list):

@@ -207,9 +207,14 @@ def test_each_stretch_between_samples_goes_to_the_stack_it_began_with() -> None:
 
 def test_every_view_of_a_report_shows_the_same_phases() -> None:
     """``doctor --cmd ... --profile``: the phases sit in the report's user-command section,
-    and the text, the Markdown and the HTML (one content model) show the same seconds
-    and the same sentence on what a load fix can save; ``time``'s own text too."""
+    and the text, the Markdown, the HTML and the app (one content model) show the same
+    seconds and the same sentence on what a load fix can save; ``time``'s own text too."""
     import html as html_lib
+
+    from textual.widgets import Static
+
+    from loadscope.tui.views import BenchView
+    from tests.tui.harness import in_a_view
 
     from loadscope.diagnosis.doctor_report import report_text
     from loadscope.diagnosis.timing import TimeReport, Variant
@@ -239,7 +244,14 @@ def test_every_view_of_a_report_shows_the_same_phases() -> None:
     doc["user_command"] = timed.to_dict()
     check_schema(doc, "doctor")
     check_schema(timed.to_dict(), "time")
+
+    async def steps(app: Any, pilot: Any) -> str:
+        app.query_one(BenchView).show_user_command(doc)
+        await pilot.pause()
+        return str(app.query_one("#user-command", Static).render())
+
     views = {
+        "app": " ".join(in_a_view(BenchView(), steps).split()),
         "text": " ".join(report_text(doc).split()),
         "markdown": " ".join(to_markdown(doc).split()),
         "html": " ".join(html_lib.unescape(to_html(doc)).split()),
