@@ -213,9 +213,6 @@ def test_every_view_of_a_report_shows_the_same_phases() -> None:
 
     from textual.widgets import Static
 
-    from loadscope.tui.views import BenchView
-    from tests.tui.harness import in_a_view
-
     from loadscope.diagnosis.doctor_report import report_text
     from loadscope.diagnosis.timing import TimeReport, Variant
     from loadscope.diagnosis.timing_text import to_text
@@ -223,7 +220,9 @@ def test_every_view_of_a_report_shows_the_same_phases() -> None:
     from loadscope.engine.usercmd import RunResult
     from loadscope.report.html import to_html
     from loadscope.report.markdown import to_markdown
+    from loadscope.tui.views import BenchView
     from tests.conftest import REPO_ROOT
+    from tests.tui.harness import in_a_view
 
     table = PhaseTable(
         10.0,
