@@ -170,8 +170,11 @@ class BenchView(Vertical):
         yield VerticalScroll(id="charts")
         table: DataTable[str] = DataTable(id="results", cursor_type="row", zebra_stripes=True)
         yield table
-        yield Static("", id="ranks-summary")
-        yield Static("", id="user-command")
+        # The ranks' round and the user's own command (doctor --cmd), each as long as
+        # the reports lay it out: scrolled within, at most half the view.
+        with VerticalScroll(id="bench-extra"):
+            yield Static("", id="ranks-summary")
+            yield Static("", id="user-command")
 
     def on_mount(self) -> None:
         self.query_one("#results", DataTable).add_columns(*_COLUMNS)
@@ -270,6 +273,8 @@ class BenchView(Vertical):
     def _show_section(self, box_id: str, section: Section | None) -> None:
         box = self.query_one(box_id, Static)
         box.display = section is not None
+        extra = self.query_one("#bench-extra")
+        extra.display = any(b.display for b in extra.query(Static))
         if section is None:
             box.update("")
             return

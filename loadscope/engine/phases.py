@@ -43,7 +43,7 @@ from typing import Any
 
 from loadscope.base.units import format_bytes
 from loadscope.engine.profiler import HOW_TO_ENABLE, explain, ptrace_blocked_reason, py_spy
-from loadscope.engine.usercmd import TreeSample
+from loadscope.engine.usercmd import SAMPLE_S, TreeSample
 
 #: Samples per second: enough for 0.2 s phases, little enough that py-spy (it pauses the
 #: sampled process at each tick) costs the command a few percent on 2 cores.
@@ -183,6 +183,13 @@ class PhaseTable:
     #: page-cache residency, else the tree's storage reads. None: not counted.
     arrived_bytes: float | None = None
     arrived_by: str = ""
+    #: Whether the bytes could be placed by phase (most came in sample intervals wholly
+    #: within one phase); if not, the rows carry none.
+    arrived_placed: bool = True
+    #: The phases that count with the load: reading weights, and those in which
+    #: :data:`LOAD_SHARE` of the bytes arrived for sure (a mapped model's pages are read
+    #: where its tensors are first used).
+    load_phases: list[str] = field(default_factory=list)
 
     def seconds(self, name: str) -> float | None:
         return next((p.seconds for p in self.phases if p.name == name), None)
@@ -201,6 +208,8 @@ class PhaseTable:
             int(doc.get("rate_hz") or RATE_HZ),
             doc.get("arrived_bytes"),
             str(doc.get("arrived_by") or ""),
+            bool(doc.get("arrived_placed", True)),
+            [str(n) for n in doc.get("load_phases") or []],
         )
 
 
@@ -244,6 +253,9 @@ def answer(table: PhaseTable) -> list[str]:
     return out
 
 
+#: How far apart ``engine/usercmd.py`` samples the tree (its ``SAMPLE_S``): the finest
+#: placing of the bytes in time.
+SAMPLE_SPACING_S = SAMPLE_S
 #: Below this many bytes, a run brought in "almost nothing" of the model.
 LITTLE_BYTES = 1 << 20
 #: A phase in which this share of the model's bytes arrived counts with the load: a
@@ -253,19 +265,9 @@ LOAD_SHARE = 0.2
 
 
 def load_phases(table: PhaseTable) -> list[str]:
-    """Reading weights, and the phases in which :data:`LOAD_SHARE` of the model's bytes
-    arrived (in the table's order)."""
-    total = table.arrived_bytes or 0.0
-    return [
-        p.name
-        for p in table.phases
-        if p.name == WEIGHTS
-        or (
-            p.name != UNSAMPLED
-            and total >= LITTLE_BYTES
-            and (p.arrived_bytes or 0.0) >= LOAD_SHARE * total
-        )
-    ] or [WEIGHTS]
+    """Reading weights, and the phases :func:`cross_check` found :data:`LOAD_SHARE` of
+    the model's bytes arriving in (in the table's order)."""
+    return [WEIGHTS, *(n for n in table.load_phases if n != WEIGHTS)]
 
 
 def _arrivals_said(table: PhaseTable) -> list[str]:
@@ -283,6 +285,11 @@ def _arrivals_said(table: PhaseTable) -> list[str]:
             f"{what}: almost none during the run ({format_bytes(total)}): the weights were"
             " cached already, or came by a path not counted here (the network, a mount"
             " that bypasses the page cache)"
+        ]
+    if not table.arrived_placed:
+        return [
+            f"{what}: {format_bytes(total)} in the run, too quickly to place by phase"
+            f" (the samples are {SAMPLE_SPACING_S:g} s apart)"
         ]
     rows = sorted(
         (p for p in table.phases if (p.arrived_bytes or 0.0) >= 0.05 * total),
@@ -321,11 +328,26 @@ def cross_check(
     if len(points) < 2:
         return
     total = 0.0
+    sure: dict[str, float] = {}
     for row in table.phases:
         if row.name == UNSAMPLED:
             continue
-        row.arrived_bytes, total = arrivals(spans_of(parts, row.name, offset_s), points)
+        row.arrived_bytes, total, sure[row.name] = arrivals(
+            spans_of(parts, row.name, offset_s), points
+        )
     table.arrived_bytes, table.arrived_by = total, by
+    # Placed where at least half the bytes came in intervals wholly within one phase.
+    table.arrived_placed = total < LITTLE_BYTES or sum(sure.values()) >= 0.5 * total
+    if not table.arrived_placed:
+        for row in table.phases:
+            row.arrived_bytes = None
+        return
+    table.load_phases = [
+        row.name
+        for row in table.phases
+        if row.name == WEIGHTS
+        or (total >= LITTLE_BYTES and sure.get(row.name, 0.0) >= LOAD_SHARE * total)
+    ]
 
 
 def phase_of(frames: Frames) -> str:
@@ -446,19 +468,22 @@ def spans_of(
 
 def arrivals(
     spans: Sequence[tuple[float, float]], counter: Sequence[tuple[float, float]]
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Of what a counter sampled over the run gained (``(t, value)``, cumulative: bytes
-    read, bytes resident), how much came while ``spans`` ran, and how much in all. Each
-    interval's gain is taken as even across it and split by its overlap with the spans."""
-    during = total = 0.0
+    read, bytes resident), how much came while ``spans`` ran, how much in all, and how
+    much of the first for sure. Each interval's gain is taken as even across it and
+    split by its overlap with the spans; "for sure" counts only the intervals that lie
+    wholly within them (a load shorter than the samples' spacing cannot be placed)."""
+    during = total = sure = 0.0
     for (t0, v0), (t1, v1) in itertools.pairwise(counter):
         gain = max(0.0, v1 - v0)
         if gain <= 0 or t1 <= t0:
             continue
         total += gain
-        overlap = sum(max(0.0, min(t1, e) - max(t0, s)) for s, e in spans)
-        during += gain * min(1.0, overlap / (t1 - t0))
-    return during, total
+        overlap = min(1.0, sum(max(0.0, min(t1, e) - max(t0, s)) for s, e in spans) / (t1 - t0))
+        during += gain * overlap
+        sure += gain if overlap >= 1.0 - 1e-9 else 0.0
+    return during, total, sure
 
 
 class Recorder:

@@ -293,7 +293,8 @@ def test_the_bytes_that_arrived_are_split_by_the_phases_they_arrived_in() -> Non
     from loadscope.engine.phases import answer, arrivals, cross_check, table_of
     from loadscope.engine.usercmd import TreeSample
 
-    assert arrivals([(1.25, 2.0)], [(0, 0), (1, 0), (1.5, 50), (2, 100), (3, 100)]) == (75, 100)
+    counter = [(0.0, 0.0), (1.0, 0.0), (1.5, 50.0), (2.0, 100.0), (3.0, 100.0)]
+    assert arrivals([(1.25, 2.0)], counter) == (75, 100, 50)  # for sure: (1.5, 2.0) only
     weights = [("load_file", "/x/safetensors/torch.py")]
     copying = [("load_state_dict", "/x/torch/nn/modules/module.py")]
     parts = [(0.0, 0.5, weights), (0.5, 2.0, copying), (2.5, 1.0, [("main", "/y/s.py")])]
@@ -314,6 +315,17 @@ def test_the_bytes_that_arrived_are_split_by_the_phases_they_arrived_in() -> Non
     cross_check(table, parts, 0.5, cached, model)
     said = " ".join(answer(table))
     assert "almost none during the run" in said and said.startswith("reading weights: 0.50 s")
+    # The whole model within one sample interval that spans two phases: not placed (a
+    # fast disk and a small model), so no phase is counted with the load for it.
+    coarse = [TreeSample(0.0, 0, 0, 0, 0.0), TreeSample(1.2, 0, 0, 0, 0.0)]
+    coarse += [TreeSample(1.4, 0, 0, 0, 1.0), TreeSample(4.0, 0, 0, 0, 1.0)]
+    parts = [(0.0, 1.25, [("f", "<frozen importlib._bootstrap>")]), (1.25, 2.0, [("main", "/y")])]
+    table = table_of(parts, 4.0)
+    cross_check(table, parts, 0.0, coarse, model)
+    assert not table.arrived_placed and table.load_phases == []
+    assert all(p.arrived_bytes is None for p in table.phases)
+    said = " ".join(answer(table))
+    assert said.startswith("reading weights: 0.00 s") and "too quickly to place by phase" in said
 
 
 def test_the_flame_graph_is_the_stretches_drawn() -> None:

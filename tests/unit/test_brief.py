@@ -239,3 +239,35 @@ def test_a_profiled_start_says_what_a_load_fix_can_save_on_the_screen() -> None:
     assert "your start: reading weights: 9.00 s of 90 s (10%): a load fix saves at most" in text
     assert "your start: 70% in compilation: a persistent compile cache" in text
     assert height(lines) <= LINES
+
+
+def test_the_users_own_command_is_on_the_one_screen_answer() -> None:
+    """``doctor --cmd``: its cold time and the best no-code fix's ratio, or why it was not
+    timed with the last line the command wrote (a missing module was only in the full
+    report); a fix that did not help is not offered as one."""
+
+    def user(as_is: float | None, warm: float | None, tail: list[str]) -> dict[str, Any]:
+        run = {"reason": "" if as_is else "the command failed (exit 1): not timed"}
+        return {
+            "variants": [
+                {"name": "as-is", "median_seconds": as_is, "runs": [run | {"tail": tail}]},
+                {"name": "warm", "median_seconds": warm, "speedup": as_is / warm
+                 if as_is and warm else None, "runs": []},
+            ]
+        }  # fmt: skip
+
+    doc = _doc("doctor_stacks")
+    doc["user_command"] = user(None, None, ["Traceback", "ModuleNotFoundError: No module 'x'", ""])
+    lines = brief_lines(doc, THREE, SAVED)
+    _fits(lines)
+    text = " ".join(" ".join(lines).split())
+    assert (
+        "your command: the command failed (exit 1): not timed (its last line:"
+        " ModuleNotFoundError: No module 'x')" in text
+    )
+    doc["user_command"] = user(9.0, 3.0, [])
+    text = " ".join(" ".join(brief_lines(doc, THREE, SAVED)).split())
+    assert "your command, cold: 9 s as it is; 3.00x with loadscope warm first" in text
+    doc["user_command"] = user(9.0, 9.5, [])
+    text = " ".join(" ".join(brief_lines(doc, THREE, SAVED)).split())
+    assert "your command, cold: 9 s as it is; no no-code fix sped it up" in text
