@@ -14,7 +14,9 @@ under the import. What no rule matches is "other", with its innermost frames, th
 longest first.
 
 py-spy attaches with ptrace: where that is not permitted (:func:`ptrace_blocked_reason`)
-there is no profile, with the reason, and the command runs as it would.
+there is no profile, with the reason, and the command runs as it would. Under Yama's
+scope 1 a user who is not root may still profile: the command names loadscope as its
+tracer before its program starts (``engine/profiler.py``'s ``tracer_declaration``).
 
 The seconds of "reading weights" are checked against the bytes that arrived while they
 ran (:func:`cross_check`): the model's page-cache residency, or the tree's storage reads,
@@ -42,7 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from loadscope.base.units import format_bytes
-from loadscope.engine.profiler import HOW_TO_ENABLE, explain, ptrace_blocked_reason, py_spy
+from loadscope.engine.profiler import (
+    HOW_TO_ENABLE,
+    explain,
+    ptrace_blocked_reason,
+    py_spy,
+    tracer_declaration,
+)
 from loadscope.engine.usercmd import SAMPLE_S, TreeSample
 
 #: Samples per second: enough for 0.2 s phases, little enough that py-spy (it pauses the
@@ -501,6 +509,8 @@ class Recorder:
         #: py-spy's start on the run's clock: its trace counts from there (py-spy's own
         #: start-up, some milliseconds, is the error of placing the trace on the run).
         self.offset_s = 0.0
+        #: Yama's scope 1, not root: the command names loadscope as its tracer first.
+        self.before_exec = tracer_declaration()
         #: The main thread's stretches, once :meth:`table` read them.
         self.parts: list[Stretch] = []
 
@@ -509,7 +519,7 @@ class Recorder:
         """Why no profile can be taken here (before any run), or None."""
         if py_spy() is None:
             return "py-spy is not installed (pip install py-spy)"
-        if (why := ptrace_blocked_reason()) is not None:
+        if (why := ptrace_blocked_reason(declared=True)) is not None:
             return f"{why}: {HOW_TO_ENABLE}"
         return None
 

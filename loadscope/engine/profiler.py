@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,17 +52,52 @@ def py_spy() -> str | None:
     return shutil.which("py-spy")
 
 
-def ptrace_blocked_reason() -> str | None:
-    """Why attaching would fail before trying (Yama), or None when it may work."""
+def yama_scope() -> int | None:
+    """``kernel.yama.ptrace_scope``, or None where Yama is not in the kernel."""
     try:
-        scope = int(_YAMA.read_text().strip())
+        return int(_YAMA.read_text().strip())
     except (OSError, ValueError):
+        return None
+
+
+def ptrace_blocked_reason(*, declared: bool = False) -> str | None:
+    """Why attaching would fail before trying (Yama), or None when it may work.
+    ``declared``: the process to trace names loadscope as its tracer before it runs
+    (:func:`declare_tracer`), which Yama's scope 1 allows a user who is not root."""
+    scope = yama_scope()
+    if scope is None:
         return None
     if scope >= 3:
         return "kernel.yama.ptrace_scope is 3: ptrace is disabled until reboot"
-    if scope >= 1 and os.geteuid() != 0:
-        return f"kernel.yama.ptrace_scope is {scope}: only root may attach to a non-child"
+    if scope == 2 and os.geteuid() != 0:
+        return "kernel.yama.ptrace_scope is 2: only root may attach"
+    if scope == 1 and os.geteuid() != 0 and not declared:
+        return "kernel.yama.ptrace_scope is 1: only root may attach to a non-child"
     return None
+
+
+#: ``prctl(PR_SET_PTRACER, pid)`` (linux/prctl.h: "Yama" in ASCII).
+PR_SET_PTRACER = 0x59616D61
+
+
+def tracer_declaration() -> Callable[[], None] | None:
+    """Under Yama's scope 1 for a user who is not root: what a command spawned by
+    loadscope runs before its program (``preexec_fn``) so that py-spy, which loadscope
+    starts, may attach to it: it names loadscope (its parent) as its tracer, and Yama
+    lets the declared tracer's descendants attach (the declaration outlives ``exec``;
+    the command's own children are not covered). None where it is not needed."""
+    if yama_scope() != 1 or os.geteuid() == 0:
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    parent = os.getpid()
+
+    def declare() -> None:  # in the child, between fork and exec: no allocation, no lock
+        prctl(PR_SET_PTRACER, parent, 0, 0, 0)
+
+    return declare
 
 
 def explain(stderr: str) -> str:

@@ -32,7 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
@@ -82,6 +82,11 @@ class Recorder(Protocol):
         clock, its tree samples' zero)."""
 
     def stop(self) -> None: ...
+
+    #: Run in the command's process before its program (``preexec_fn``), or None: how a
+    #: profiler gets leave to attach where the kernel limits ptrace to descendants.
+    @property
+    def before_exec(self) -> Callable[[], None] | None: ...
 
 
 @dataclass(slots=True)
@@ -361,12 +366,14 @@ def run_once(spec: RunSpec) -> RunResult:
     spawned: list[subprocess.Popen[bytes]] = []
     try:
         try:
+            hook = spec.recorder.before_exec if spec.recorder is not None else None
             proc = start_session(
                 list(spec.argv),
                 spawned,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                **({"preexec_fn": hook} if hook is not None else {}),
             )
         except OSError as exc:
             result.reason = f"cannot run {spec.argv[0]}: {exc.strerror or exc}"

@@ -347,3 +347,37 @@ def test_the_flame_graph_is_the_stretches_drawn() -> None:
     assert "a<b>&c (s.py): 1.00 s (25.0%), other" in tips
     assert tips["<module> (s.py): 4.00 s (100.0%), other"].get("width") == f"{WIDTH:.1f}"
     assert "reading weights 3.00 s (75%)" in svg and "other 1.00 s (25%)" in svg
+
+
+def test_yamas_scope_one_lets_a_user_profile_a_command_that_names_its_tracer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scope 1 limits ptrace to a process's ancestors and the tracer it declared: the
+    profiled command declares loadscope (its parent) before its program runs, so
+    py-spy, loadscope's child, may attach. Scope 2 (root only) and 3 (none) refuse up
+    front, with why. This kernel has no Yama: the check and the declaration's call in
+    the child are tested; Yama's answer to it is not."""
+    import subprocess
+
+    from loadscope.engine import profiler
+
+    yama = tmp_path / "ptrace_scope"
+    monkeypatch.setattr(profiler, "_YAMA", yama)
+    monkeypatch.setattr(profiler.os, "geteuid", lambda: 1000)
+    yama.write_text("1\n")
+    assert "scope is 1" in (profiler.ptrace_blocked_reason() or "")
+    assert profiler.ptrace_blocked_reason(declared=True) is None
+    declare = profiler.tracer_declaration()
+    assert declare is not None
+    # In the child, between fork and exec: it must not stop the command (without Yama the
+    # kernel answers EINVAL, which is ignored).
+    done = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=declare,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout == "ran\n"
+    for scope, words in (("2", "only root may attach"), ("3", "disabled until reboot")):
+        yama.write_text(scope)
+        assert words in (profiler.ptrace_blocked_reason(declared=True) or "")
+        assert profiler.tracer_declaration() is None
+    monkeypatch.setattr(profiler.os, "geteuid", lambda: 0)
+    yama.write_text("1")
+    assert profiler.ptrace_blocked_reason() is None and profiler.tracer_declaration() is None
