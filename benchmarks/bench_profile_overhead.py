@@ -6,7 +6,7 @@ The command is ``tests/integration/test_time_profile.py``'s script with known ph
 of a small module and its first call), its download replaced by a 1 s sleep (no server).
 Each run starts with the model's files evicted and verified cold, and is timed by
 ``loadscope``'s own runner (``engine/usercmd.py``: spawn to exit), the profiled one with
-the :class:`~loadscope.engine.phases.Recorder` that ``time --profile`` uses attached.
+the :class:`~loadscope.engine.phase_recorder.Recorder` that ``time --profile`` uses attached.
 
 Pairs in alternating order (plain then profiled, then profiled then plain); printed: each
 pair's ratio, the medians and their ratio. Target: the profiled median within 10% of the
@@ -31,7 +31,8 @@ from pathlib import Path
 
 from bench_args import evict_model
 
-from loadscope.engine.phases import RATE_HZ, Recorder
+from loadscope.engine.phase_recorder import Recorder
+from loadscope.engine.phases import RATE_HZ
 from loadscope.engine.usercmd import RunSpec, run_once
 from loadscope.tools.synth import synthesize
 

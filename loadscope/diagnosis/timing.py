@@ -45,7 +45,8 @@ from loadscope.actions.hostsettings import MountLock, changed, mount_key
 from loadscope.base import fix_ids
 from loadscope.base.errors import ExitCode, LoadscopeError
 from loadscope.base.units import format_bytes
-from loadscope.engine.phases import PhaseTable, Recorder, cross_check
+from loadscope.engine.phase_recorder import Recorder
+from loadscope.engine.phases import PhaseTable, cross_check
 from loadscope.engine.usercmd import RunResult, RunSpec, run_once
 from loadscope.probes.blockdev import bdi_settings, fuse_connection_id
 from loadscope.probes.pagecache import ColdCache

@@ -3,7 +3,9 @@ sample put in a phase by one declared table of rules over its frames (:data:`PHA
 
 py-spy (``record --subprocesses --idle --format chrometrace``: time blocked on I/O or a
 lock counts) writes each thread's stack with the time it changed. The wall time is the
-command's main thread's (the first Python process's ``MainThread``): each stretch
+command's main thread's (the first Python process's ``MainThread``; where it waits on a
+pipe, a socket or a child, the time goes to what its children's main threads did
+meanwhile: a server whose engine process loads the weights): each stretch
 between two of its samples goes, whole, to the phase of the stack it began with (a tick
 py-spy took late, on a busy machine, still covers the time since the last), and what
 lies outside the first and last sample (the interpreter's start before py-spy attached,
@@ -28,15 +30,9 @@ May import: :mod:`loadscope.engine.profiler` (py-spy and its permission check),
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
-import json
-import os
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -44,13 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from loadscope.base.units import format_bytes
-from loadscope.engine.profiler import (
-    HOW_TO_ENABLE,
-    explain,
-    ptrace_blocked_reason,
-    py_spy,
-    tracer_declaration,
-)
 from loadscope.engine.usercmd import SAMPLE_S, TreeSample
 
 #: Samples per second: enough for 0.2 s phases, little enough that py-spy (it pauses the
@@ -375,49 +364,121 @@ def _marker(name: str, path: str) -> bool:
     return not path and name.startswith(("process ", "thread ("))
 
 
-def _main_thread(events: list[dict[str, Any]]) -> Any:
-    """The trace's thread id of the first Python process's main thread (its OS thread
-    id is the process's pid), or None."""
-    mains: dict[int, Any] = {}
+def _mains(events: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
+    """Each Python process's main thread in the trace: its pid (the main thread's OS
+    thread id) to the ``(pid, tid)`` its events carry."""
+    mains: dict[int, tuple[Any, Any]] = {}
     for e in events:
         name = str(e.get("name", ""))
         if e.get("ph") == "B" and name.startswith("thread (") and name.endswith(": MainThread"):
             with contextlib.suppress(ValueError):
                 os_tid = int(name.removeprefix("thread (").split(")", maxsplit=1)[0])
-                mains.setdefault(os_tid, e.get("tid"))
-    return mains[min(mains)] if mains else None
+                mains.setdefault(os_tid, (e.get("pid"), e.get("tid")))
+    return mains
 
 
 #: One stretch of the main thread: its start and length on the trace's clock (seconds
 #: since py-spy started) and the frames it began with.
 Stretch = tuple[float, float, Frames]
 
+#: Innermost functions of a main thread that waits (on a child process, a pipe, a
+#: socket, a lock): while the command's first process waits so, its time goes to what
+#: its child processes' main threads were doing (a server whose engine process loads
+#: the weights, vLLM's).
+WAITS = frozenset(
+    {
+        "wait", "poll", "_poll", "select", "recv", "recv_bytes", "_recv_bytes", "_recv",
+        "recv_multipart", "join", "_wait_for_tstate_lock", "acquire", "communicate",
+        "waitpid", "_try_wait", "sleep", "get", "result",
+    }
+)  # fmt: skip
 
-def stretches(trace: list[dict[str, Any]]) -> list[Stretch]:
-    """The main thread's stretches between samples in a py-spy ``--format chrometrace``
-    trace (``--threads``): the first Python process's ``MainThread`` only."""
-    tid = _main_thread(trace)
-    events = sorted(
-        (e for e in trace if e.get("tid") == tid and e.get("ph") in ("B", "E")),
+
+def _thread_stretches(events: list[dict[str, Any]], key: tuple[Any, Any]) -> list[Stretch]:
+    """One thread's stretches between its samples (``key``: its ``(pid, tid)``)."""
+    mine = sorted(
+        (e for e in events if (e.get("pid"), e.get("tid")) == key and e.get("ph") in ("B", "E")),
         key=lambda e: float(e.get("ts", 0)),
     )
     stack: Frames = []
     out: list[Stretch] = []
     i = 0
-    while i < len(events):
-        ts = float(events[i].get("ts", 0))
-        while i < len(events) and float(events[i].get("ts", 0)) == ts:
-            e = events[i]
+    while i < len(mine):
+        ts = float(mine[i].get("ts", 0))
+        while i < len(mine) and float(mine[i].get("ts", 0)) == ts:
+            e = mine[i]
             frame = (str(e.get("name", "")), str((e.get("args") or {}).get("filename", "")))
             if e["ph"] == "B":
                 stack.append(frame)
             elif stack:
                 stack.pop()
             i += 1
-        if i == len(events) or not stack:
+        if i == len(mine) or not stack:
             continue
-        span = (float(events[i].get("ts", 0)) - ts) / 1e6
+        span = (float(mine[i].get("ts", 0)) - ts) / 1e6
         out.append((ts / 1e6, span, [f for f in stack if not _marker(*f)]))
+    return out
+
+
+def stretches(trace: list[dict[str, Any]]) -> list[Stretch]:
+    """The command's main thread's stretches between samples in a py-spy ``--format
+    chrometrace`` trace (``--threads``): the first Python process's ``MainThread``; where
+    it waited (:data:`WAITS`, no rule's frame), what its children's main threads did
+    meanwhile, under a frame naming the child."""
+    mains = _mains(trace)
+    if not mains:
+        return []
+    first = min(mains)
+    own = _thread_stretches(trace, mains[first])
+    order = {p.name: i for i, p in enumerate(PHASES)}
+    busy: list[_Busy] = []
+    for pid, key in mains.items():
+        if pid != first:
+            for start, span, frames in _thread_stretches(trace, key):
+                if (phase := phase_of(frames)) != OTHER:
+                    busy.append((start, start + span, order[phase], pid, frames))
+    if not busy:
+        return own
+    busy.sort()
+    out: list[Stretch] = []
+    for start, span, frames in own:
+        waiting = frames and frames[-1][0] in WAITS and phase_of(frames) == OTHER
+        out += _while_waiting(start, span, frames, busy) if waiting else [(start, span, frames)]
+    return out
+
+
+#: A child's main-thread stretch in a rule's phase: start, end, the phase's priority
+#: (its index in :data:`PHASES`), the child's pid and its frames.
+_Busy = tuple[float, float, int, int, Frames]
+
+
+def _while_waiting(start: float, span: float, frames: Frames, busy: list[_Busy]) -> list[Stretch]:
+    """A waiting stretch cut where the children's busy stretches (sorted) begin and end:
+    each piece under the child's frames of the highest-priority phase then, else as it
+    was. A sweep: at any moment at most one stretch of each child is active."""
+    end = start + span
+    near = [b for b in busy[: bisect.bisect_left(busy, (end,))] if b[1] > start]
+    edges = sorted([(max(b[0], start), 1, i) for i, b in enumerate(near)]
+                   + [(min(b[1], end), 0, i) for i, b in enumerate(near)])  # fmt: skip
+    out: list[Stretch] = []
+    active: set[int] = set()
+    at, k = start, 0
+    for t in [*sorted({e[0] for e in edges}), end]:
+        if t > at:
+            best = min(active, key=lambda i: near[i][2], default=None)
+            piece = frames
+            if best is not None:
+                pid, child = near[best][3], near[best][4]
+                piece = [*frames, (f"(waiting on process {pid})", ""), *child]
+            if out and out[-1][2] == piece:
+                out[-1] = (out[-1][0], out[-1][1] + t - at, piece)
+            else:
+                out.append((at, t - at, piece))
+            at = t
+        while k < len(edges) and edges[k][0] <= t:
+            _t, begins, i = edges[k]
+            (active.add if begins else active.discard)(i)
+            k += 1
     return out
 
 
@@ -492,107 +553,3 @@ def arrivals(
         during += gain * overlap
         sure += gain if overlap >= 1.0 - 1e-9 else 0.0
     return during, total, sure
-
-
-class Recorder:
-    """py-spy recording one command's tree: :meth:`start` with its pid once spawned,
-    :meth:`stop` once it ended, then :meth:`table` for its wall time (and :attr:`parts`,
-    the stretches it was made of, for :func:`cross_check`)."""
-
-    def __init__(self, rate_hz: int = RATE_HZ) -> None:
-        self.rate_hz = rate_hz
-        self.reason = ""
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._dir = tempfile.mkdtemp(prefix="loadscope-phases-")
-        self._out = Path(self._dir) / "trace.json"
-        self._log = Path(self._dir) / "py-spy.log"
-        #: py-spy's start on the run's clock: its trace counts from there (py-spy's own
-        #: start-up, some milliseconds, is the error of placing the trace on the run).
-        self.offset_s = 0.0
-        #: Yama's scope 1, not root: the command names loadscope as its tracer first.
-        self.before_exec = tracer_declaration()
-        #: The main thread's stretches, once :meth:`table` read them.
-        self.parts: list[Stretch] = []
-
-    @staticmethod
-    def unavailable() -> str | None:
-        """Why no profile can be taken here (before any run), or None."""
-        if py_spy() is None:
-            return "py-spy is not installed (pip install py-spy)"
-        if (why := ptrace_blocked_reason(declared=True)) is not None:
-            return f"{why}: {HOW_TO_ENABLE}"
-        return None
-
-    def start(self, pid: int, t0: float) -> None:
-        if (why := self.unavailable()) is not None:
-            self.reason = why
-            return
-        exe = py_spy()
-        assert exe is not None
-        argv = [exe, "record", "--pid", str(pid), "--subprocesses", "--idle", "--threads"]
-        argv += ["--full-filenames", "--rate", str(self.rate_hz), "--format", "chrometrace"]
-        argv += ["--output", str(self._out)]
-        with open(self._log, "wb") as log:
-            self.offset_s = time.perf_counter() - t0
-            self._proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-            )
-
-    def stop(self) -> None:
-        """Once the command ended: py-spy stops by itself; where the command was stopped
-        at a ready signal and lives on in the tree, py-spy is told to write (SIGINT)."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            self.reason = f"py-spy did not write its samples within {STOP_TIMEOUT_S:g} s"
-
-    def _why_no_samples(self) -> str:
-        log = self._log.read_text(errors="replace") if self._log.exists() else ""
-        if "ermission" in log or "EPERM" in log:
-            return explain(log)
-        if os.geteuid() != 0:
-            # A command that makes itself non-dumpable (prctl) refuses ptrace to any user
-            # but root once it has: py-spy then reads no stack and reports no error.
-            return (
-                "ptrace was most likely refused (a process that makes itself non-dumpable"
-                f" refuses it to a user that is not root): {HOW_TO_ENABLE}"
-            )
-        return (
-            "py-spy reported no error (a command that ends within its first samples, or"
-            " before it attached, leaves none: profile a longer run)"
-        )
-
-    def table(self, wall_s: float) -> PhaseTable:
-        try:
-            if self.reason:
-                return PhaseTable(wall_s, reason=self.reason)
-            raw = self._out.read_text(errors="replace") if self._out.exists() else ""
-            if not raw:  # the same words as a trace with no sample of the main thread
-                why = f"py-spy took no sample of the command: {self._why_no_samples()}"
-                return PhaseTable(wall_s, reason=why)
-            try:
-                trace = json.loads(raw)
-            except ValueError:
-                return PhaseTable(wall_s, reason="py-spy wrote a trace that does not parse")
-            self.parts = stretches(trace if isinstance(trace, list) else [])
-            table = table_of(self.parts, wall_s)
-            missed = table.seconds(UNSAMPLED) or 0.0
-            if not table.reason and missed > MOST_UNSAMPLED * table.wall_s:
-                # Attached, then shut out (a command that made itself non-dumpable after
-                # py-spy's first samples): not a profile of the run.
-                sampled = table.wall_s - missed
-                table.reason = f"py-spy sampled {sampled:.2g} s of the {table.wall_s:.3g} s run"
-            if table.reason:  # why: what py-spy said, or what most likely stopped it
-                table.reason += f": {self._why_no_samples()}"
-            table.rate_hz = self.rate_hz
-            return table
-        finally:
-            shutil.rmtree(self._dir, ignore_errors=True)

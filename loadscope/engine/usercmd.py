@@ -75,7 +75,7 @@ class RunSpec:
 
 
 class Recorder(Protocol):
-    """What watches the run beside loadscope's own sampling (``engine/phases.py``)."""
+    """What watches the run beside loadscope's own sampling (``engine/phase_recorder.py``)."""
 
     def start(self, pid: int, t0: float) -> None:
         """The command is ``pid``, spawned at ``t0`` (``time.perf_counter()``: the run's

@@ -23,7 +23,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from loadscope.engine.phases import PHASES, attribute, phase_of
+from loadscope.engine.phases import PHASES, attribute, phase_of, stretches
 from loadscope.engine.profiler import ptrace_blocked_reason, py_spy
 from loadscope.report.schema import check as check_schema
 from loadscope.tools.blockemu import block_unavailable_reason, emulated_block_disk
@@ -269,7 +269,7 @@ def test_a_run_py_spy_lost_early_is_no_profile() -> None:
     """py-spy attached, took the first samples, then was shut out (a command that made
     itself non-dumpable after it started): most of the run unsampled is said as no
     profile, with why, not a table whose biggest row is "not sampled"."""
-    from loadscope.engine.phases import Recorder
+    from loadscope.engine.phase_recorder import Recorder
 
     trace = [
         _b(1, 0, "thread (10): MainThread"),
@@ -381,3 +381,36 @@ def test_yamas_scope_one_lets_a_user_profile_a_command_that_names_its_tracer(
     monkeypatch.setattr(profiler.os, "geteuid", lambda: 0)
     yama.write_text("1")
     assert profiler.ptrace_blocked_reason() is None and profiler.tracer_declaration() is None
+
+
+def test_a_first_process_that_waits_on_its_child_takes_the_childs_phases() -> None:
+    """A server whose engine process loads the weights (vLLM's): while the first
+    process's main thread waits (``poll``), its time goes to what the child's main
+    thread did, under a frame naming the child; its own work stays its own. The two
+    processes' threads share one thread id (pthread ids repeat across processes)."""
+
+    def ev(ph: str, pid: int, ts: float, name: str, path: str = "") -> dict[str, Any]:
+        return {"ph": ph, "pid": pid, "tid": 7, "ts": ts * 1e6, "name": name,
+                "args": {"filename": path}}  # fmt: skip
+
+    trace = [
+        ev("B", 10, 0, "thread (10): MainThread"),
+        ev("B", 10, 0, "<module>", "/y/serve.py"),
+        ev("B", 10, 0, "poll", "/x/multiprocessing/popen_fork.py"),
+        ev("B", 11, 0, "thread (11): MainThread"),
+        ev("B", 11, 0, "spawn_main", "/x/multiprocessing/spawn.py"),
+        ev("B", 11, 0.5, "load_file", "/x/safetensors/torch.py"),
+        ev("E", 11, 1.5, "load_file"),
+        ev("E", 10, 2.0, "poll"),
+        ev("B", 10, 2.0, "tokenize_all", "/y/serve.py"),
+        ev("E", 11, 2.0, "spawn_main"),
+        ev("E", 11, 2.0, "thread (11): MainThread"),
+        ev("E", 10, 3.0, "tokenize_all"),
+        ev("E", 10, 3.0, "<module>"),
+        ev("E", 10, 3.0, "thread (10): MainThread"),
+    ]
+    table = attribute(trace, 3.0)
+    got = {p.name: p.seconds for p in table.phases}
+    assert got == pytest.approx({"reading weights": 1.0, "other": 2.0}), got
+    named = [f for _s, _span, frames in stretches(trace) for f in frames]
+    assert ("(waiting on process 11)", "") in named
