@@ -28,6 +28,9 @@ Modes (every rank ends holding every tensor):
   while file i is on the wire; every handle is waited on before the clock stops;
 * ``sharded``: file i is owned by rank ``i % world``; owners read their files
   (in parallel with each other) and broadcast them;
+* a model in an object store (each file of the plan with an ``address``): a read is
+  the whole object fetched with ranged GETs in flight (``independent``: every rank
+  fetches the model; ``broadcast``, ``sharded``: it is fetched once for the node);
 * ``node-shared``: what ``loadscope.load_file`` does for local ranks: each rank reads
   the chunks it claims of every file into one shared-memory file, and every rank maps
   it copy-on-write (``loaders/nodeshare.py``): one read of storage, one copy in RAM.
@@ -85,6 +88,7 @@ from loadscope.loaders.rank_reads import (
     read_direct,
     read_file,
     read_mapped,
+    read_object,
     read_to_device,
     warm_files,
 )
@@ -187,12 +191,16 @@ def _load(
     reads: Reads,
     chunk: int,
     job: str = "",
+    concurrency: int = 32,
 ) -> _Loaded:
     """Every file's bytes on this rank's device, by ``mode``; each read counted in ``reads``
     (``job``: what tells this trial's shared files from another's, for ``node-shared``)."""
     import torch.distributed as dist
 
     def read(f: dict[str, Any]) -> torch.Tensor:
+        if "address" in f:  # a model in an object store: GETs, then to the device
+            got = read_object(str(f["address"]), int(f["size_bytes"]), reads, concurrency)
+            return got if device.type == "cpu" else got.to(device)
         if device.type == "cpu":
             return read_file(str(f["path"]), int(f["size_bytes"]), reads, chunk)
 
@@ -330,6 +338,7 @@ def _run_trial(
         reads=reads,
         chunk=int(plan.get("read_chunk_bytes", READ_CHUNK_BYTES)),
         job=f"trial-{trial_id}-{os.getppid()}-{os.environ.get('MASTER_PORT', '')}",
+        concurrency=int(plan.get("store_concurrency") or 32),
     )
     tensors, nbytes = _touched(loaded, files, device)
     seconds = time.perf_counter() - t0
@@ -374,6 +383,9 @@ def _set_cache(trial: dict[str, Any], plan: dict[str, Any]) -> RankCache:
     from loadscope.probes.pagecache import ColdCache
 
     started = time.perf_counter()
+    if any("address" in f for f in plan["files"]):  # an object store: every read fetches
+        note = "an object store: no page cache in the way, every read is a fetch"
+        return RankCache(0, int(trial["id"]), True, None, note, 0.0)
     verified, resident, note = prepare_cache(
         [(str(f["path"]), int(f["size_bytes"])) for f in plan["files"]],
         str(trial["cache"]),

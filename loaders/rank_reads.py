@@ -1,12 +1,13 @@
 """A rank's reads, each counted by the rank itself: a whole file into CPU memory, a whole
 file onto the GPU through pinned buffers, the chunks of a file shared by the node's ranks,
 and the stacks' own patterns: a file memory-mapped (the default loaders), read whole with
-O_DIRECT (the O_DIRECT peers), the page cache filled as ``loadscope warm`` does
+O_DIRECT (the O_DIRECT peers), the page cache filled as ``loadscope warm`` does; and for a
+model in an object store, a whole object fetched with many ranged GETs in flight
 (``loaders/rank.py``'s modes use them).
 
 May import: ``loadscope.loaders.nodeshare``, ``loadscope.loaders.pagefill``,
 ``loadscope.loaders.parallelread``, ``loadscope.loaders.buffers``,
-``loadscope.base``.
+``loadscope.loaders.storeread``, ``loadscope.base``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ if TYPE_CHECKING:
 class Reads:
     bytes: int = 0
     calls: int = 0
+
+
+def read_object(address: str, size: int, reads: Reads, concurrency: int) -> torch.Tensor:
+    """The whole object at ``address`` in a store, as a uint8 CPU tensor over fresh
+    memory, fetched with ``concurrency`` ranged GETs in flight (each GET counted)."""
+    import torch
+
+    from loadscope.loaders.storeread import CHUNK_BYTES, fetch_objects
+
+    (buffer,) = fetch_objects([(address, size)], concurrency, CHUNK_BYTES)
+    reads.bytes += size
+    reads.calls += -(-size // CHUNK_BYTES)
+    return torch.frombuffer(buffer, dtype=torch.uint8)
 
 
 def read_file(path: str, size: int, reads: Reads, chunk: int) -> torch.Tensor:

@@ -90,27 +90,60 @@ def read_objects(
                 plans.append((buffer, start, header, group))
                 for offset in range(start, end, chunk):
                     jobs.append((address, buffer, start, offset, min(chunk, end - offset)))
-        failed: list[BaseException] = []
-        lock = threading.Lock()
-
-        def fetch(job: tuple[str, Any, int, int, int]) -> None:
-            address, buffer, base, offset, length = job
-            try:
-                got = _get(address, offset, length)
-                if len(got) != length:
-                    raise strategy_error(
-                        address, f"ended at {offset + len(got)}, short of {offset + length}"
-                    )
-                buffer[offset - base : offset - base + length] = memoryview(got)
-            except BaseException as exc:  # noqa: BLE001 - the first one is re-raised
-                with lock:
-                    failed.append(exc)
-
-        list(pool.map(fetch, jobs))
-        if failed:
-            raise failed[0]
+        _fetch_all(pool, jobs)
     for buffer, start, header, group in plans:
         yield from tensors_from_buffer(buffer, start, header, group)
+
+
+#: One ranged GET into place: the object, its buffer, the buffer's first byte's offset
+#: in the object, the GET's offset and length.
+_Job = tuple[str, Any, int, int, int]
+
+
+def _fetch_all(pool: ThreadPoolExecutor, jobs: list[_Job]) -> None:
+    """Every job's GET, as many in flight as ``pool`` has threads; the first failure
+    raised once all have ended."""
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+
+    def fetch(job: _Job) -> None:
+        address, buffer, base, offset, length = job
+        try:
+            got = _get(address, offset, length)
+            if len(got) != length:
+                raise strategy_error(
+                    address, f"ended at {offset + len(got)}, short of {offset + length}"
+                )
+            buffer[offset - base : offset - base + length] = memoryview(got)
+        except BaseException as exc:  # noqa: BLE001 - the first one is re-raised
+            with lock:
+                failed.append(exc)
+
+    list(pool.map(fetch, jobs))
+    if failed:
+        raise failed[0]
+
+
+def fetch_objects(
+    objects: Sequence[tuple[str, int]],
+    concurrency: int = CONCURRENCY,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> list[Any]:
+    """Each object's bytes, whole, in fresh memory: ``(address, size)`` each, read with
+    ``concurrency`` ranged GETs in flight across them all (what a rank of the multi-rank
+    round fetches from a store, ``loaders/rank.py``)."""
+    concurrency = max(1, int(concurrency))
+    total = sum(size for _, size in objects)
+    chunk = max(1, min(int(chunk_bytes), max(MIN_CHUNK_BYTES, -(-total // concurrency))))
+    buffers = [fresh_memory(size) for _, size in objects]
+    jobs = [
+        (address, buffer, 0, offset, min(chunk, size - offset))
+        for (address, size), buffer in zip(objects, buffers, strict=True)
+        for offset in range(0, size, chunk)
+    ]
+    with ThreadPoolExecutor(concurrency) as pool:
+        _fetch_all(pool, jobs)
+    return buffers
 
 
 def load_store(

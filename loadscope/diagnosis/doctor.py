@@ -49,13 +49,19 @@ from loadscope.base.units import format_bytes
 from loadscope.diagnosis.bucket_trial import measure_bucket
 from loadscope.diagnosis.bucket_trial import reserve_s as bucket_reserve_s
 from loadscope.diagnosis.copy_trial import measure_copy
-from loadscope.diagnosis.device_plan import RANK_MODES, hints_from, rank_target
+from loadscope.diagnosis.device_plan import hints_from
 from loadscope.diagnosis.doctor_report import (
     MAX_REPORT_BYTES,
     DoctorReport,
     ReportError,
     load_report,
     to_text,
+)
+from loadscope.diagnosis.rank_round import (
+    file_rank_round,
+    ranks_said,
+    store_rank_round,
+    store_round_s,
 )
 from loadscope.diagnosis.readahead_trial import (
     device_of,
@@ -90,12 +96,6 @@ from loadscope.engine.bench import (
     Listener,
     memory_guard,
     run_bench,
-)
-from loadscope.engine.broadcast import (
-    BroadcastCancelled,
-    BroadcastOptions,
-    BroadcastReport,
-    run_broadcast,
 )
 from loadscope.engine.probing import ProbeReport, run_probes
 from loadscope.loaders.strategies import DEFAULT, HF_DEFAULT, STRATEGIES, TORCH_DEFAULT
@@ -217,7 +217,7 @@ def _run_doctor(
     rank_report = None
     if plan.ranks is not None and not probe.stalled:
         step("ranks")
-        rank_report = _rank_trials(
+        rank_report = file_rank_round(
             target, bench, plan.ranks, plan.device, budget_s, started, cancel, failures
         )
     step("advice")
@@ -333,11 +333,14 @@ def _source_doctor(
     say("trials")
     if options.command is not None:
         failures.append("your command: not timed: --cmd times a model in files")
-    if options.ranks is not None and options.ranks >= 2:
-        failures.append("ranks: not run: the multi-rank round reads files")
-    store = target.source in OBJECT_STORES
-    # A bucket's download-then-load trial after the streaming ones, its time kept out of theirs.
-    reserve = kept_from_trials_s(target, facts_from(probe, None), options.budget_s)
+    store, ranks = target.source in OBJECT_STORES, None
+    asked = options.ranks is not None and options.ranks >= 2
+    if asked and not store:
+        failures.append("ranks: not run: the multi-rank round reads files or an object store")
+    # A bucket's download-then-load trial and ranks' round after the streaming trials,
+    # their time kept out of the trials'.
+    rank_s = store_round_s(options.budget_s) if store and asked else 0.0
+    reserve = kept_from_trials_s(target, facts_from(probe, None), options.budget_s) + rank_s
     plan = source_plan(target, probe, options.budget_s, reserve if store else 0.0)
     bench = _run_trials(target, probe, plan, options.budget_s, listener, options.cancel, failures)
     facts = facts_from(probe, bench, None, failures, None)
@@ -348,13 +351,17 @@ def _source_doctor(
         advice = advise_object_store(facts, title, target.spec, compatible)
         say("copy")
         end = max(started + options.budget_s, time.monotonic() + reserve)
-        tried = measure_store_copy(target, facts, advice, end, options.cancel)
+        tried = measure_store_copy(target, facts, advice, end - rank_s, options.cancel)
         if tried.reason:
             failures.append(f"copy trial: not run: {tried.reason}")
+        if asked:
+            say("ranks")
+            ranks = store_rank_round(target, probe, options, end, failures)
+            ranks_said(ranks, advice)
     else:
         advice = advise_source(facts, title)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    return DoctorReport(probe, bench, advice, created, failures)
+    return DoctorReport(probe, bench, advice, created, failures, ranks)
 
 
 def _time_user_command(
@@ -536,65 +543,5 @@ def measure_conversion(
     return trial
 
 
-def _rank_trials(
-    target: Target,
-    bench: BenchReport | None,
-    ranks: int,
-    device: str,
-    budget_s: float,
-    started: float,
-    cancel: threading.Event | None,
-    failures: list[str],
-) -> BroadcastReport | None:
-    """One cold round of the broadcast modes, in what is left of the budget."""
-    left = budget_s - (time.monotonic() - started)
-    if left < RANKS_MIN_S:
-        failures.append(
-            f"ranks: not run: {left:.0f} s of the budget left, they need {RANKS_MIN_S:.0f} s"
-            " (raise --budget)"
-        )
-        return None
-    loads = rank_target(target)
-    if loads is None:  # the plan found them: they went since
-        failures.append("ranks: not run: the safetensors beside the torch model are gone")
-        return None
-    differ = bench.other_format_differs() if bench is not None else None
-    if loads is not target and differ:
-        failures.append(f"ranks: not run: {differ}")
-        return None
-    try:
-        report = run_broadcast(
-            loads,
-            BroadcastOptions(
-                ranks=ranks,
-                modes=RANK_MODES,
-                cache=("cold",),
-                repeats=1,
-                warmup=False,
-                device="cuda" if device != "cpu" else "cpu",
-                timeout_s=left,
-                trial_timeout_s=left,
-                # Stop between trials at the budget's end rather than be killed at it.
-                deadline=time.monotonic() + left,
-                cancel=cancel,
-            ),
-        )
-    except BroadcastCancelled as exc:
-        raise BenchCancelled(str(exc)) from None
-    except LoadscopeError as exc:
-        failures.append(f"ranks: {exc}")
-        return None
-    if loads is not target:
-        named = loads.index or Path(loads.files[0].path)
-        report.notes.insert(
-            0,
-            f"ran on the safetensors beside the torch model ({named.name}): multi-rank"
-            " loading reads safetensors",
-        )
-    return report
-
-
 #: The most of the budget kept out of the trials for the readahead check after them.
 RESERVE_SHARE = 0.15
-#: The least budget left for the multi-rank round (start-up of N ranks and three loads).
-RANKS_MIN_S = 10.0

@@ -89,6 +89,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SLOWEST_EXPECTED_BYTES_PER_S",
     "STACK_MODES",
+    "STORE_MODES",
     "BroadcastCancelled",
     "BroadcastError",
     "BroadcastEvent",
@@ -113,6 +114,10 @@ __all__ = [
     "run_broadcast",
     "timeouts",
 ]
+
+#: The modes a model in an object store runs: every rank fetches it, or the node fetches
+#: it once (rank 0, or each file's owner) and the ranks exchange it.
+STORE_MODES: tuple[Mode, ...] = ("independent", "broadcast", "broadcast-async", "sharded")
 
 #: Memory a rank needs beyond the tensors it holds: measured ~230 MB RSS per rank after
 #: init_process_group (torch, gloo), much of it shared with the fork server; rounded up.
@@ -182,6 +187,10 @@ def check(target: Target, options: BroadcastOptions) -> None:
     for mode in options.modes:
         if mode not in MODES:
             raise BroadcastError(f"unknown mode {mode!r} (known: {', '.join(MODES)})")
+        if not target.on_files and mode not in STORE_MODES:
+            raise BroadcastError(
+                f"mode {mode} reads files; a model in an object store runs {', '.join(STORE_MODES)}"
+            )
     for cache in options.cache:
         if cache not in ("cold", "warm"):
             raise BroadcastError(f"unknown cache state {cache!r} (cold or warm)")
@@ -244,14 +253,22 @@ def run_broadcast(
         notes.append(
             "GPU memory was not checked before the run: each rank holds the whole model on its GPU"
         )
-    reference = reference_digests(files, {})
+    addresses = None if target.on_files else [target.address(f) for f in files]
+    if addresses is None:
+        reference = reference_digests(files, {})
+    else:  # no second fetch of the model for a reference: the ranks' reads agree or not
+        reference = {}
+        notes.append(
+            "an object store's model: each rank's tensors checked against the first rank's"
+            " read (no separate reference fetch); 'stor' is what the ranks fetched from it"
+        )
     plan = plan_trials(options, modes)
-    launch = Launch(plan, files, options, reference, model_bytes, say)
+    launch = Launch(plan, files, options, reference, model_bytes, say, addresses)
     outcome = launch.run()
     if outcome.problems and not outcome.infos and _port_taken(outcome):
         # Another process took the free port between our check and rank 0's bind: once more.
         notes.append("the rendezvous port was taken; the ranks were started again")
-        outcome = Launch(plan, files, options, reference, model_bytes, say).run()
+        outcome = Launch(plan, files, options, reference, model_bytes, say, addresses).run()
     failures = [text for _p, _o, text in sorted(outcome.problems)]
     trials = _mark_unfinished([outcome.trials.get(t.id, t) for t in plan], outcome, failures)
     if outcome.protocol_errors:

@@ -145,8 +145,11 @@ class Launch:
         reference: Mapping[str, str],
         model_bytes: int,
         say: BroadcastListener,
+        addresses: list[str] | None = None,
     ) -> None:
         self.plan = plan
+        #: A model in an object store: each file's address there (the ranks fetch it).
+        self.addresses = addresses
         self.index = {t.id: i for i, t in enumerate(plan)}
         #: Per trial id, the trial as it stands (a new record at each step).
         self.by_id = {t.id: t for t in plan}
@@ -160,14 +163,20 @@ class Launch:
         self._last_progress = 0.0
         #: The emulated disk's request log, where the model lies on one that keeps it:
         #: the bytes the storage served per trial, which no kernel counter sees on FUSE.
-        self.log = request_log_for(files[0].path) if files else None
+        self.log = request_log_for(files[0].path) if files and addresses is None else None
         self.log_at: dict[int, int] = {}
 
     def _plan_json(self) -> str:
         o = self.options
         return json.dumps(
             {
-                "files": [{"path": str(f.path), "size_bytes": f.size_bytes} for f in self.files],
+                "files": [
+                    {"path": str(f.path), "size_bytes": f.size_bytes}
+                    if self.addresses is None
+                    else {"path": a, "address": a, "size_bytes": f.size_bytes}
+                    for f, a in zip(self.files, self.addresses or self.files, strict=True)
+                ],
+                "store_concurrency": o.store_concurrency,
                 "trials": [
                     {"id": t.id, "mode": t.mode, "cache": t.cache, "repeat": t.repeat}
                     for t in self.plan
@@ -349,6 +358,8 @@ class Launch:
         """Record one rank's result; True when every rank has reported this trial."""
         trial = self.by_id[event.trial]
         before, after = event.rss_before_bytes, event.rss_after_bytes
+        if not self.reference:  # a store's model: the first rank's read is the reference
+            self.reference = dict(event.digests)
         wrong = digest_mismatch(self.reference, event.digests)
         result = RankResult(
             **event.numbers(),
@@ -366,8 +377,9 @@ class Launch:
             if self.log is not None and trial.id in self.log_at
             else None
         )
+        fetched = self.addresses is not None
         trial = self.by_id[trial.id] = _finished(
-            trial, self.results[trial.id], self.model_bytes, served
+            trial, self.results[trial.id], self.model_bytes, served, fetched=fetched
         )
         self.say(BroadcastTrialFinished(trial))
         return True
@@ -409,9 +421,12 @@ def _finished(
     results: dict[int, RankResult],
     model_bytes: int,
     served: int | None = None,
+    *,
+    fetched: bool = False,
 ) -> BroadcastTrial:
     """The trial with every rank's numbers and their aggregate (``served``: the bytes the
-    emulated disk's request log saw during it, where it keeps one)."""
+    emulated disk's request log saw during it, where it keeps one; ``fetched``: the model
+    is in an object store, and what the ranks read is what the node fetched from it)."""
     ranks = [results[r] for r in sorted(results)]
     slowest = max(ranks, key=lambda r: r.seconds)
     bytes_read = sum(r.bytes_read for r in ranks)
@@ -424,6 +439,8 @@ def _finished(
         storage, counter = None, None
     if served is not None:
         storage, counter = served, "request log"
+    if fetched:
+        storage, counter = bytes_read, "object store"
     if storage is None:
         counter = None
     verified = all(r.verified for r in ranks)

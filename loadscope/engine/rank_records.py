@@ -78,6 +78,8 @@ class BroadcastOptions:
     cancel: threading.Event | None = field(default=None, compare=False)
     read_chunk_bytes: int = 16 << 20
     master_addr: str = "127.0.0.1"
+    #: A model in an object store: the ranged GETs each reading rank keeps in flight.
+    store_concurrency: int = 32
 
 
 @dataclass(frozen=True, slots=True)

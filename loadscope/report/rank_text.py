@@ -29,6 +29,8 @@ LEGEND = (
 #: What ``stor`` counted, by the trials' counter.
 STORAGE = {
     "request log": "bytes the storage served (the emulated disk's request log)",
+    "object store": "bytes the ranks fetched from the object store (each a fetch: no page"
+    " cache in the way)",
     None: "bytes that reached storage (/proc/<pid>/io; '-' where it cannot see them: FUSE, NFS)",
 }
 #: Said under the table when the round measured what the stacks do with N ranks.
@@ -134,7 +136,7 @@ def ranks_section(ranks: dict[str, Any]) -> Section:
     width = len(header)
     rows = tuple(r + ("",) * (width - len(r)) for r in rows)
     counters = {t.get("storage_counter") for t in ranks.get("trials") or []}
-    stor = STORAGE["request log" if "request log" in counters else None]
+    stor = STORAGE[next((c for c in ("request log", "object store") if c in counters), None)]
     legend = LEGEND.format(stor=stor) + ("; first: the warm-up round." if first else ".")
     blocks: list[Block] = [Table(header, rows), Para(legend)]
     if any(s.get("mode") in STACK_MODES for s in summary):

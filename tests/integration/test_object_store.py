@@ -489,3 +489,34 @@ def test_bucket_refuses_what_is_not_a_buckets_address(value: str) -> None:
     done = _loadscope("doctor", "synthetic:1MiB", "--bucket", value, env=dict(os.environ))
     assert done.returncode == 2
     assert "is not a bucket's address" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ranks_on_a_store_fetch_the_model_once_each_or_once_for_the_node(
+    bed: tuple[ObjectStore, Path], in_env: ObjectStore
+) -> None:
+    """The multi-rank round on a bucket (item 4): every rank fetching the model (what
+    Run:ai's streamer and ``load_model`` do in each rank) fetches it once per rank;
+    rank 0 fetching and broadcasting, or each file's owner, once for the node. The
+    ranks' own count of what they fetched is what the store's request log served, and
+    every rank's tensors agree."""
+    from loadscope.diagnosis.rank_round import STORE_RANK_MODES, fetches
+    from loadscope.engine.broadcast import BroadcastError, BroadcastOptions, run_broadcast
+    from loadscope.model.targets import resolve
+
+    store, _folder = bed
+    target = resolve("s3://models/llm")
+    options = BroadcastOptions(
+        ranks=2, modes=STORE_RANK_MODES, cache=("cold",), repeats=1, warmup=False
+    )
+    before = sum(g["bytes"] for g in store.gets())
+    report = run_broadcast(target, options)
+    served = sum(g["bytes"] for g in store.gets()) - before
+    assert not report.failures, report.failures
+    assert all(t.status == "ok" and t.verified for t in report.trials), report.trials
+    assert fetches(report) == pytest.approx(
+        {"independent": 2.0, "broadcast-async": 1.0, "sharded": 1.0}, abs=1e-6
+    )
+    assert served == 4 * target.total_bytes
+    assert all(t.storage_counter == "object store" for t in report.trials)
+    with pytest.raises(BroadcastError, match="reads files"):
+        run_broadcast(target, BroadcastOptions(ranks=2, modes=("mmap",), cache=("cold",)))
