@@ -175,17 +175,14 @@ def ranks_said(report: BroadcastReport | None, advice: Any) -> None:
     base = times.get("independent")
     parts = []
     for mode, said in _STORE_SAID.items():
-        if mode not in counted or times.get(mode) is None:
+        seconds = times.get(mode)
+        if mode not in counted or not seconds:
             continue
-        seconds = times[mode] or 0.0
-        speed = (
-            f", {base / seconds:.2f}x its speed"
-            if base and seconds and mode != "independent"
-            else ""
-        )
-        parts.append(
-            f"{said}: the node fetched the model {counted[mode]:.2f}x, {seconds:.3g} s{speed}"
-        )
+        faster = f", {base / seconds:.2f}x faster" if base and mode != "independent" else ""
+        parts.append(f"{counted[mode]:.2f}x with {said} ({seconds:.3g} s{faster})")
     if parts:
         ranks = report.options.get("ranks")
-        advice.notes.append(f"with {ranks} ranks on this node (measured): " + "; ".join(parts))
+        advice.notes.append(
+            f"with {ranks} ranks on this node, the node fetched the model (measured): "
+            + "; ".join(parts)
+        )

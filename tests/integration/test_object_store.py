@@ -520,3 +520,27 @@ def test_ranks_on_a_store_fetch_the_model_once_each_or_once_for_the_node(
     assert all(t.storage_counter == "object store" for t in report.trials)
     with pytest.raises(BroadcastError, match="reads files"):
         run_broadcast(target, BroadcastOptions(ranks=2, modes=("mmap",), cache=("cold",)))
+
+
+def test_the_doctor_says_how_many_times_a_node_of_ranks_fetches_the_model(
+    bed: tuple[ObjectStore, Path], tmp_path: Path
+) -> None:
+    """``doctor s3://... --ranks 2``: the round runs in the budget's share kept for it,
+    and the report says, per route, how many times the node fetched the model."""
+    store, _folder = bed
+    out = tmp_path / "doctor.json"
+    env = _env(store, XDG_STATE_HOME=str(tmp_path / "state"), LOADSCOPE_LOCAL_DIRS=str(tmp_path))
+    started = time.monotonic()
+    done = _loadscope(
+        "doctor", "s3://models/llm", "--ranks", "2", "--budget", "24", "--stack", "safetensors",
+        "--json", str(out), env=env,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode in (0, 10), done.stderr[-3000:]
+    doc = load_report(str(out))
+    counted = {t["mode"]: t["storage_amplification"] for t in doc["ranks"]["trials"]}
+    assert counted == {"independent": 2.0, "broadcast-async": 1.0, "sharded": 1.0}, counted
+    note = next(n for n in doc["notes"] if n.startswith("with 2 ranks on this node"))
+    assert "2.00x with every rank fetching it" in note and "1.00x with rank 0 fetching" in note
+    assert took < 24 * 1.5, took
+    assert SECRET not in out.read_text() + done.stdout + done.stderr
