@@ -28,7 +28,7 @@ Modes (every rank ends holding every tensor):
   while file i is on the wire; every handle is waited on before the clock stops;
 * ``sharded``: file i is owned by rank ``i % world``; owners read their files
   (in parallel with each other) and broadcast them;
-* a model in an object store (each file of the plan with an ``address``): a read is
+* a model in an object store (each file of the plan with a ``fetch_from`` address): a read is
   the whole object fetched with ranged GETs in flight (``independent``: every rank
   fetches the model; ``broadcast``, ``sharded``: it is fetched once for the node);
 * ``node-shared``: what ``loadscope.load_file`` does for local ranks: each rank reads
@@ -198,8 +198,8 @@ def _load(
     import torch.distributed as dist
 
     def read(f: dict[str, Any]) -> torch.Tensor:
-        if "address" in f:  # a model in an object store: GETs, then to the device
-            got = read_object(str(f["address"]), int(f["size_bytes"]), reads, concurrency)
+        if "fetch_from" in f:  # a model in an object store: GETs, then to the device
+            got = read_object(str(f["fetch_from"]), int(f["size_bytes"]), reads, concurrency)
             return got if device.type == "cpu" else got.to(device)
         if device.type == "cpu":
             return read_file(str(f["path"]), int(f["size_bytes"]), reads, chunk)
@@ -383,7 +383,7 @@ def _set_cache(trial: dict[str, Any], plan: dict[str, Any]) -> RankCache:
     from loadscope.probes.pagecache import ColdCache
 
     started = time.perf_counter()
-    if any("address" in f for f in plan["files"]):  # an object store: every read fetches
+    if any("fetch_from" in f for f in plan["files"]):  # an object store: every read fetches
         note = "an object store: no page cache in the way, every read is a fetch"
         return RankCache(0, int(trial["id"]), True, None, note, 0.0)
     verified, resident, note = prepare_cache(

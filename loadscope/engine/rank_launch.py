@@ -173,7 +173,7 @@ class Launch:
                 "files": [
                     {"path": str(f.path), "size_bytes": f.size_bytes}
                     if self.addresses is None
-                    else {"path": a, "address": a, "size_bytes": f.size_bytes}
+                    else {"path": a, "fetch_from": a, "size_bytes": f.size_bytes}
                     for f, a in zip(self.files, self.addresses or self.files, strict=True)
                 ],
                 "store_concurrency": o.store_concurrency,
