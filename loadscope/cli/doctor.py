@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from loadscope.base.errors import ExitCode
 from loadscope.cli.answer import ANSWER_OPTIONS, answer, keep
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     from loadscope.report.html import to_html
 
     doc = redact(report.to_dict()) if args.redact_hosts else report.to_dict()
+    _flame(args, report.user_command)
     # '-' is stdout for every report format, as for --json: that report alone goes there.
     for path, render in ((args.md, to_markdown), (args.html, to_html)):
         if path == "-":
@@ -95,6 +96,17 @@ def run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return doctor_exit_code(report.advice.verdict.status)
 
 
+def _flame(args: argparse.Namespace, timed: Any) -> None:
+    """``--flamegraph FILE``: the profiled run's SVG written, or why there is none."""
+    if not args.flamegraph:
+        return
+    if timed is not None and timed.flame_svg:
+        write_file(args.flamegraph, timed.flame_svg)
+        print(f"flame graph: {args.flamegraph}", file=sys.stderr)
+    else:
+        print("flame graph: not written: your command was not profiled", file=sys.stderr)
+
+
 def _user_command(args: argparse.Namespace) -> UserCommand | None:
     """``--cmd "CMD"`` split as a shell would (run without one), checked before any work."""
     import shlex
@@ -103,9 +115,11 @@ def _user_command(args: argparse.Namespace) -> UserCommand | None:
     from loadscope.diagnosis.timing import UserCommand
 
     if args.cmd is None:
-        if args.cmd_until or args.cmd_ready or args.profile:
-            raise UsageError("--cmd-until, --cmd-ready and --profile go with --cmd")
+        if args.cmd_until or args.cmd_ready or args.profile or args.flamegraph:
+            raise UsageError("--cmd-until, --cmd-ready, --profile and --flamegraph go with --cmd")
         return None
+    if args.flamegraph == "-":
+        raise UsageError("--flamegraph -: the flame graph is an SVG file; name one")
     try:
         argv = tuple(shlex.split(args.cmd))
     except ValueError as exc:
@@ -113,7 +127,8 @@ def _user_command(args: argparse.Namespace) -> UserCommand | None:
     if not argv:
         raise UsageError("--cmd is empty: give the command that loads the model")
     check_ready(args.cmd_until, args.cmd_ready, ("--cmd-until", "--cmd-ready"))
-    return UserCommand(argv, args.cmd_until, args.cmd_ready, args.profile)
+    profile = args.profile or bool(args.flamegraph)
+    return UserCommand(argv, args.cmd_until, args.cmd_ready, profile)
 
 
 #: The least a diagnosis takes: probes (~15% of the budget, at least a few seconds), the
@@ -199,6 +214,12 @@ COMMAND = Command(
             action="store_true",
             help="with --cmd: one more cold run sampled by py-spy, its start-up by phase"
             " (as loadscope time --profile)",
+        ),
+        opt(
+            "--flamegraph",
+            metavar="FILE",
+            help="with --cmd: write the profiled run's flame graph to FILE (SVG, coloured by"
+            " phase; implies --profile)",
         ),
         opt(
             "--ranks",

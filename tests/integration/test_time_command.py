@@ -287,16 +287,21 @@ def test_doctor_cmd_times_the_users_command_in_every_report(model: Path, tmp_pat
     result = run_loadscope(
         "doctor", str(model), "--budget", "15", "--quiet", "--details", "--stack", "safetensors",
         "--cmd", f"{PY} {script} {{model}}", "--json", str(out["json"]), "--md", str(out["md"]),
-        "--html", str(out["html"]), timeout=180,
+        "--html", str(out["html"]), "--flamegraph", str(tmp_path / "flame graph.svg"),
+        timeout=180,
     )  # fmt: skip
     assert result.code in (0, 10), result.err
     assert "your command, cold, one run each" in result.out
+    # --flamegraph: the profiled run's phases in the report, its SVG beside it.
+    assert f"flame graph: {tmp_path / 'flame graph.svg'}" in result.err
+    assert "<svg" in (tmp_path / "flame graph.svg").read_text()
     # Its runs are rows of the trial table too, beside the strategies.
     table = result.out.split("trials (median seconds):", 1)[1].split("x mmap: speed-up", 1)[0]
     assert "your command: as is, cold" in table
     assert "your command: loadscope warm first" in table
     assert f"html: {out['html']}" in result.out  # every written report's path is said
     doc = json.loads(out["json"].read_text())
+    assert doc["user_command"]["phases"]["phases"], doc["user_command"]["phases"]
     base = _variant(doc["user_command"], "as-is")
     assert base["median_seconds"] > 0 and base["runs"][0]["exit_code"] == 0
     # The command as given; {model} stood for the model, whose files were the ones watched.
@@ -318,6 +323,8 @@ def test_doctor_cmd_usage_is_checked_before_any_work(model: Path) -> None:
         (("--cmd", ""), "--cmd is empty"),
         (("--cmd", "python 'unclosed"), "No closing quotation"),
         (("--cmd-until", "x"), "go with --cmd"),
+        (("--flamegraph", "f.svg"), "go with --cmd"),
+        (("--cmd", "true", "--flamegraph", "-"), "the flame graph is an SVG file"),
         (("--cmd", "true", "--cmd-ready", "localhost"), "http:// or https://"),
     ):
         result = run_loadscope("doctor", str(model), "--budget", "15", *args)
