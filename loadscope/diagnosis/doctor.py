@@ -356,7 +356,7 @@ def _source_doctor(
             failures.append(f"copy trial: not run: {tried.reason}")
         if asked:
             say("ranks")
-            ranks = store_rank_round(target, probe, options, end, failures)
+            ranks = store_rank_round(target, probe, options, started + options.budget_s, failures)
             ranks_said(ranks, advice)
     else:
         advice = advise_source(facts, title)

@@ -39,6 +39,12 @@ STORE_RANK_MODES: tuple[Mode, ...] = ("independent", "broadcast-async", "sharded
 STORE_ROUND_SHARE = 0.25
 
 
+def _no_time(left: float) -> str:
+    """Why the round did not run: the budget's seconds left (none, not a negative)."""
+    had = f"{left:.0f} s of the budget left" if left >= 0.5 else "no budget left"
+    return f"ranks: not run: {had}, they need {RANKS_MIN_S:.0f} s (raise --budget)"
+
+
 def store_round_s(budget_s: float) -> float:
     """The seconds of the budget the doctor keeps for the store's ranks' round."""
     return max(RANKS_MIN_S, STORE_ROUND_SHARE * budget_s)
@@ -57,10 +63,7 @@ def file_rank_round(
     """One cold round of the broadcast modes on files, in what is left of the budget."""
     left = budget_s - (time.monotonic() - started)
     if left < RANKS_MIN_S:
-        failures.append(
-            f"ranks: not run: {left:.0f} s of the budget left, they need {RANKS_MIN_S:.0f} s"
-            " (raise --budget)"
-        )
+        failures.append(_no_time(left))
         return None
     loads = rank_target(target)
     if loads is None:  # the plan found them: they went since
@@ -114,10 +117,7 @@ def store_rank_round(
     (``time.monotonic()``); None with a failure line where it did not run."""
     left = deadline - time.monotonic()
     if left < RANKS_MIN_S:
-        failures.append(
-            f"ranks: not run: {left:.0f} s of the budget left, they need {RANKS_MIN_S:.0f} s"
-            " (raise --budget)"
-        )
+        failures.append(_no_time(left))
         return None
     cancel: threading.Event | None = options.cancel
     concurrency = int(hints_from(probe).get("concurrency") or 32)
