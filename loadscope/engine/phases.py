@@ -365,10 +365,11 @@ def _marker(name: str, path: str) -> bool:
 
 
 def _mains(events: list[dict[str, Any]]) -> dict[int, tuple[Any, Any]]:
-    """Each Python process's main thread in the trace: its pid (the main thread's OS
-    thread id) to the ``(pid, tid)`` its events carry."""
+    """Each Python process's main thread in the trace, the first sampled first: its pid
+    (the main thread's OS thread id) to the ``(pid, tid)`` its events carry (the first
+    is the command's own process, whatever its pid: pids wrap)."""
     mains: dict[int, tuple[Any, Any]] = {}
-    for e in events:
+    for e in sorted(events, key=lambda e: float(e.get("ts", 0))):
         name = str(e.get("name", ""))
         if e.get("ph") == "B" and name.startswith("thread (") and name.endswith(": MainThread"):
             with contextlib.suppress(ValueError):
@@ -428,7 +429,7 @@ def stretches(trace: list[dict[str, Any]]) -> list[Stretch]:
     mains = _mains(trace)
     if not mains:
         return []
-    first = min(mains)
+    first = next(iter(mains))
     own = _thread_stretches(trace, mains[first])
     order = {p.name: i for i, p in enumerate(PHASES)}
     busy: list[_Busy] = []
