@@ -23,6 +23,7 @@ from loadscope.engine.broadcast import (
     BroadcastCancelled,
     BroadcastOptions,
     BroadcastReport,
+    Device,
     run_broadcast,
 )
 from loadscope.engine.probing import ProbeReport
@@ -73,29 +74,9 @@ def file_rank_round(
     if loads is not target and differ:
         failures.append(f"ranks: not run: {differ}")
         return None
-    try:
-        report = run_broadcast(
-            loads,
-            BroadcastOptions(
-                ranks=ranks,
-                modes=RANK_MODES,
-                cache=("cold",),
-                repeats=1,
-                warmup=False,
-                device="cuda" if device != "cpu" else "cpu",
-                timeout_s=left,
-                trial_timeout_s=left,
-                # Stop between trials at the budget's end rather than be killed at it.
-                deadline=time.monotonic() + left,
-                cancel=cancel,
-            ),
-        )
-    except BroadcastCancelled as exc:
-        raise BenchCancelled(str(exc)) from None
-    except LoadscopeError as exc:
-        failures.append(f"ranks: {exc}")
-        return None
-    if loads is not target:
+    device_kind: Device = "cuda" if device != "cpu" else "cpu"
+    report = _one_round(loads, ranks, RANK_MODES, left, cancel, failures, device=device_kind)
+    if report is not None and loads is not target:
         named = loads.index or Path(loads.files[0].path)
         report.notes.insert(
             0,
@@ -121,23 +102,33 @@ def store_rank_round(
         return None
     cancel: threading.Event | None = options.cancel
     concurrency = int(hints_from(probe).get("concurrency") or 32)
+    return _one_round(
+        target, int(options.ranks), STORE_RANK_MODES, left, cancel, failures,
+        store_concurrency=concurrency,
+    )  # fmt: skip
+
+
+def _one_round(
+    target: Target,
+    ranks: int,
+    modes: tuple[Mode, ...],
+    left: float,
+    cancel: threading.Event | None,
+    failures: list[str],
+    **more: Any,
+) -> BroadcastReport | None:
+    """One cold round of ``modes`` by ``ranks`` ranks within ``left`` seconds (stopping
+    between trials at the budget's end rather than being killed at it); a failure line
+    where it could not run, a Stop raised as the bench's."""
     try:
         return run_broadcast(
             target,
             BroadcastOptions(
-                ranks=int(options.ranks),
-                modes=STORE_RANK_MODES,
-                cache=("cold",),
-                repeats=1,
-                warmup=False,
-                device="cpu",
-                timeout_s=left,
-                trial_timeout_s=left,
-                deadline=time.monotonic() + left,
-                cancel=cancel,
-                store_concurrency=concurrency,
+                ranks=ranks, modes=modes, cache=("cold",), repeats=1, warmup=False,
+                timeout_s=left, trial_timeout_s=left, deadline=time.monotonic() + left,
+                cancel=cancel, **more,
             ),
-        )
+        )  # fmt: skip
     except BroadcastCancelled as exc:
         raise BenchCancelled(str(exc)) from None
     except LoadscopeError as exc:
