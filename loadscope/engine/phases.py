@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import itertools
 from collections import defaultdict
 from collections.abc import Sequence
@@ -350,6 +351,12 @@ def cross_check(
 def phase_of(frames: Frames) -> str:
     """The phase of one stack's ``(function, path)`` frames, outermost first (see the
     module's docstring)."""
+    return _phase_of(tuple(frames))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _phase_of(frames: tuple[tuple[str, str], ...]) -> str:
+    """:func:`phase_of`, remembered: a start-up's stacks repeat sample after sample."""
     for phase in PHASES:
         for function, path in frames:
             if function == "<module>" and phase.name != "imports":
@@ -395,12 +402,17 @@ WAITS = frozenset(
 )  # fmt: skip
 
 
-def _thread_stretches(events: list[dict[str, Any]], key: tuple[Any, Any]) -> list[Stretch]:
-    """One thread's stretches between its samples (``key``: its ``(pid, tid)``)."""
-    mine = sorted(
-        (e for e in events if (e.get("pid"), e.get("tid")) == key and e.get("ph") in ("B", "E")),
-        key=lambda e: float(e.get("ts", 0)),
-    )
+def _by_thread(events: list[dict[str, Any]]) -> dict[tuple[Any, Any], list[dict[str, Any]]]:
+    """The trace's begin and end events per ``(pid, tid)``, each thread's in time order."""
+    out: defaultdict[tuple[Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for e in sorted(events, key=lambda e: float(e.get("ts", 0))):
+        if e.get("ph") in ("B", "E"):
+            out[(e.get("pid"), e.get("tid"))].append(e)
+    return out
+
+
+def _thread_stretches(mine: list[dict[str, Any]]) -> list[Stretch]:
+    """One thread's stretches between its samples (``mine``: its events in time order)."""
     stack: Frames = []
     out: list[Stretch] = []
     i = 0
@@ -430,21 +442,31 @@ def stretches(trace: list[dict[str, Any]]) -> list[Stretch]:
     if not mains:
         return []
     first = next(iter(mains))
-    own = _thread_stretches(trace, mains[first])
+    threads = _by_thread(trace)
+    own = _thread_stretches(threads[mains[first]])
     order = {p.name: i for i, p in enumerate(PHASES)}
     busy: list[_Busy] = []
     for pid, key in mains.items():
         if pid != first:
-            for start, span, frames in _thread_stretches(trace, key):
+            for start, span, frames in _thread_stretches(threads[key]):
                 if (phase := phase_of(frames)) != OTHER:
                     busy.append((start, start + span, order[phase], pid, frames))
     if not busy:
         return own
     busy.sort()
+    starts = [b[0] for b in busy]
+    longest = max(b[1] - b[0] for b in busy)
     out: list[Stretch] = []
     for start, span, frames in own:
-        waiting = frames and frames[-1][0] in WAITS and phase_of(frames) == OTHER
-        out += _while_waiting(start, span, frames, busy) if waiting else [(start, span, frames)]
+        if not (frames and frames[-1][0] in WAITS and phase_of(frames) == OTHER):
+            out.append((start, span, frames))
+            continue
+        # The children's stretches that overlap this one: those begun before its end and
+        # not before its start less the longest (the list is sorted by start).
+        lo = bisect.bisect_left(starts, start - longest)
+        hi = bisect.bisect_left(starts, start + span)
+        near = [b for b in busy[lo:hi] if b[1] > start]
+        out += _while_waiting(start, span, frames, near)
     return out
 
 
@@ -453,12 +475,11 @@ def stretches(trace: list[dict[str, Any]]) -> list[Stretch]:
 _Busy = tuple[float, float, int, int, Frames]
 
 
-def _while_waiting(start: float, span: float, frames: Frames, busy: list[_Busy]) -> list[Stretch]:
-    """A waiting stretch cut where the children's busy stretches (sorted) begin and end:
-    each piece under the child's frames of the highest-priority phase then, else as it
-    was. A sweep: at any moment at most one stretch of each child is active."""
+def _while_waiting(start: float, span: float, frames: Frames, near: list[_Busy]) -> list[Stretch]:
+    """A waiting stretch cut where the children's busy stretches that overlap it begin
+    and end: each piece under the child's frames of the highest-priority phase then,
+    else as it was. A sweep: at any moment at most one stretch of each child is active."""
     end = start + span
-    near = [b for b in busy[: bisect.bisect_left(busy, (end,))] if b[1] > start]
     edges = sorted([(max(b[0], start), 1, i) for i, b in enumerate(near)]
                    + [(min(b[1], end), 0, i) for i, b in enumerate(near)])  # fmt: skip
     out: list[Stretch] = []
