@@ -263,21 +263,24 @@ def _checks_after_trials(
     ``checks``: the options, when the run started, its step callback, its failures."""
     options, started, step, failures = checks
     budget_s, cancel = options.budget_s, options.cancel
+    # --bucket's reads come last: their share of the budget is kept from the checks
+    # before them (the readahead check ran to the budget's end and the bucket after it:
+    # 1.11x the budget on an rclone mount).
+    keep = bucket_reserve_s(target, max(estimate_rates(probe)), budget_s) if options.bucket else 0
     # The check's loads stop at the budget's end (at least the time reserved for them).
-    end = max(started + budget_s, time.monotonic() + min(plan.reserve_s, budget_s))
+    end = max(started + budget_s - keep, time.monotonic() + min(plan.reserve_s - keep, budget_s))
     readahead_evidence(
         target, probe, bench, advice, plan.sample, options.try_readahead, failures, end
     )
     copy = next((r for r in advice.recommendations if r.id == fix_ids.COPY_TO_LOCAL_DISK), None)
     if copy is not None and bench is not None and not facts.stalled:
         step("copy")
-        left = max(0.0, budget_s - (time.monotonic() - started))
+        left = max(0.0, budget_s - keep - (time.monotonic() - started))
         tried = measure_copy(target, facts, copy, time.monotonic() + left, cancel)
         if tried.reason:
             failures.append(f"copy trial: not run: {tried.reason}")
     if options.bucket and bench is not None and not facts.stalled:
         step("bucket")
-        keep = bucket_reserve_s(target, max(estimate_rates(probe)), budget_s)
         end = max(started + budget_s, time.monotonic() + keep)
         read = measure_bucket(target, options.bucket, facts, advice, end, cancel)
         if read.reason:
