@@ -322,7 +322,9 @@ class LoadscopeApp(ReportActions):
             self._applying = "timing your command"
             self.query_one(AdviceView).applying(f"{self._applying}: starting")
             self.action_tab("advice")
-            self._launch({"kind": "time", "spec": spec, "argv": argv})
+            # One more cold run sampled by py-spy: the start-up by phase (where py-spy
+            # may attach; else the table says why and the timing stands).
+            self._launch({"kind": "time", "spec": spec, "argv": argv, "profile": True})
 
         self.push_screen(
             PromptScreen(
@@ -468,6 +470,7 @@ class LoadscopeApp(ReportActions):
         self.query_one(AdviceView).applied(line)
         if self.report is not None:
             self.report["user_command"] = m.result  # exported with the report
+            self.query_one(BenchView).show_user_command(self.report)
         self.push_screen(
             TextScreen(
                 "Your command, timed",

@@ -216,6 +216,7 @@ def _run_job(job: dict[str, Any], wire: _Wire, cancel: threading.Event) -> None:
             progress=lambda line: wire.send("step", name=line),
             lock=True,
             cancel=cancel,
+            profile=bool(job.get("profile")),
         )
         wire.send("finished", report={"time": timed.to_dict(), "text": to_text(timed)})
     else:

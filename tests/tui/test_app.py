@@ -561,8 +561,12 @@ def test_t_times_the_users_command_and_the_table_goes_into_the_report(tmp_path: 
         await _wait_for(pilot, lambda: "TimeFinished" in app.messages_seen, 120)
         assert isinstance(app.screen, TextScreen)
         assert "as is, cold" in app.screen.text and "loadscope warm first" in app.screen.text
+        # Profiled too: the start-up by phase, in the text and in the Benchmark view.
+        assert "where the time goes" in app.screen.text
         assert app.report is not None
         user = app.report["user_command"]
+        box = app.query_one(BenchView).query_one("#user-command")
+        assert box.display and "Where the time goes" in str(box.render())
         (base,) = [v for v in user["variants"] if v["name"] == "as-is"]
         assert base["median_seconds"] > 0 and user["argv"][1] == str(script)
         await pilot.press("escape")
