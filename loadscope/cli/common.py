@@ -249,6 +249,9 @@ def check_outputs(args: argparse.Namespace) -> None:
         path = getattr(args, option, None)
         if not isinstance(path, str) or path == "-":
             continue
+        if not path.strip():
+            dash = ", or '-'" if option in ("json", "md", "html") else ""
+            raise UsageError(f"--{option.replace('_', '-')}: an empty path (name a file{dash})")
         # Two reports into one file: the second would silently overwrite the first.
         same = seen.setdefault(os.path.realpath(path), option)
         if same != option:

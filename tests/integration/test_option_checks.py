@@ -193,6 +193,7 @@ def test_run_bench_refuses_a_bad_knob_before_any_trial(tmp_path: Path) -> None:
         ("/proc/loadscope-report.json", {6, 7}, "cannot write /proc/loadscope-report.json"),
         ("/sys/loadscope-report.json", {6, 7}, "cannot write /sys/loadscope-report.json"),
         ("/", {7}, "it is a directory"),
+        ("", {2}, "an empty path (name a file, or '-')"),
     ],
 )
 def test_a_report_path_that_cannot_be_written_is_refused_before_any_work(
