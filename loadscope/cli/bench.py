@@ -157,11 +157,12 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
         trial_timeout_s=args.trial_timeout if args.trial_timeout != TRIAL_TIMEOUT_S else None,
     )
     with (
-        open_checked(
-            args.target, synth_dir=args.synth_dir, loads=True, only_files="bench --ranks"
-        ) as target,
+        open_checked(args.target, synth_dir=args.synth_dir, loads=True) as target,
         Progress(mode_for(args, sys.stderr), budget_s=args.budget) as progress,
     ):
+        if not target.on_files:
+            options = _on_a_store(target, options, given=bool(args.modes))
+            modes = options.modes
         check(target, options)  # a refusal stands alone, before any progress line
         progress.step(f"{args.ranks} ranks: {', '.join(modes)}")
         if args.budget is not None:
@@ -172,6 +173,21 @@ def _bench_ranks(args: argparse.Namespace, out: TextIO, cache: tuple[CacheMode, 
     code = emit(out, args.json, report.to_json(), ranks_text(report))
     # A rank that died or hung: the report names it, and the command fails.
     return ExitCode.FAILURE if report.failures else code
+
+
+def _on_a_store(target: Any, options: Any, *, given: bool) -> Any:
+    """``bench --ranks`` on a model in an object store: its modes (every rank fetching it,
+    or the node fetching it once) unless ``--modes`` named others, cold only (every read
+    is a fetch); another source than files or a store is refused in one line."""
+    from loadscope.engine.broadcast import STORE_MODES
+    from loadscope.model.targets import files_only
+    from loadscope.probes.objclient import OBJECT_STORES
+
+    if target.source not in OBJECT_STORES:
+        files_only(target, "bench --ranks")
+    return dataclasses.replace(
+        options, modes=options.modes if given else STORE_MODES, cache=("cold",)
+    )
 
 
 COMMAND = Command(

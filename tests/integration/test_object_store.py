@@ -544,3 +544,21 @@ def test_the_doctor_says_how_many_times_a_node_of_ranks_fetches_the_model(
     assert "2.00x with every rank fetching it" in note and "1.00x with rank 0 fetching" in note
     assert took < 24 * 1.5, took
     assert SECRET not in out.read_text() + done.stdout + done.stderr
+
+
+def test_bench_ranks_on_a_bucket_runs_the_stores_modes(bed: tuple[ObjectStore, Path]) -> None:
+    """``loadscope bench s3://... --ranks 2``: the store's modes by default, cold only."""
+    store, _folder = bed
+    done = _loadscope(
+        "bench", "s3://models/llm", "--ranks", "2", "--repeats", "1", "--no-warmup",
+        "--json", "-", env=_env(store),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    ran = {(t["mode"], t["cache"]): t["storage_amplification"] for t in doc["trials"]}
+    assert ran == {
+        ("independent", "cold"): 2.0,
+        ("broadcast", "cold"): 1.0,
+        ("broadcast-async", "cold"): 1.0,
+        ("sharded", "cold"): 1.0,
+    }, ran
