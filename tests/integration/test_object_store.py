@@ -508,15 +508,19 @@ def test_ranks_on_a_store_fetch_the_model_once_each_or_once_for_the_node(
     options = BroadcastOptions(
         ranks=2, modes=STORE_RANK_MODES, cache=("cold",), repeats=1, warmup=False
     )
-    before = sum(g["bytes"] for g in store.gets())
+    # The GETs this round made: begun after it started (an earlier test's GET cut off
+    # mid-body is logged when its connection ends, maybe during this round).
+    started = time.monotonic()
     report = run_broadcast(target, options)
-    served = sum(g["bytes"] for g in store.gets()) - before
+    served = sum(g["bytes"] for g in store.gets() if g["t0"] >= started)
     assert not report.failures, report.failures
     assert all(t.status == "ok" and t.verified for t in report.trials), report.trials
     assert fetches(report) == pytest.approx(
         {"independent": 2.0, "broadcast-async": 1.0, "sharded": 1.0}, abs=1e-6
     )
-    assert served == 4 * target.total_bytes
+    # The store served what the ranks counted (2 + 1 + 1 models), and more only by a GET
+    # the client retried after a reset (its first try's bytes logged too): under 1%.
+    assert 4 * target.total_bytes <= served <= 4.04 * target.total_bytes, served
     assert all(t.storage_counter == "object store" for t in report.trials)
     with pytest.raises(BroadcastError, match="reads files"):
         run_broadcast(target, BroadcastOptions(ranks=2, modes=("mmap",), cache=("cold",)))
