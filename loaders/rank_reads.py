@@ -31,11 +31,11 @@ def read_object(address: str, size: int, reads: Reads, concurrency: int) -> torc
     memory, fetched with ``concurrency`` ranged GETs in flight (each GET counted)."""
     import torch
 
-    from loadscope.loaders.storeread import CHUNK_BYTES, fetch_objects
+    from loadscope.loaders.storeread import fetch_objects
 
-    (buffer,) = fetch_objects([(address, size)], concurrency, CHUNK_BYTES)
+    (buffer,), gets = fetch_objects([(address, size)], concurrency)
     reads.bytes += size
-    reads.calls += -(-size // CHUNK_BYTES)
+    reads.calls += gets
     return torch.frombuffer(buffer, dtype=torch.uint8)
 
 

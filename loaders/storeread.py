@@ -128,10 +128,10 @@ def fetch_objects(
     objects: Sequence[tuple[str, int]],
     concurrency: int = CONCURRENCY,
     chunk_bytes: int = CHUNK_BYTES,
-) -> list[Any]:
+) -> tuple[list[Any], int]:
     """Each object's bytes, whole, in fresh memory: ``(address, size)`` each, read with
     ``concurrency`` ranged GETs in flight across them all (what a rank of the multi-rank
-    round fetches from a store, ``loaders/rank.py``)."""
+    round fetches from a store, ``loaders/rank.py``); and how many GETs that took."""
     concurrency = max(1, int(concurrency))
     total = sum(size for _, size in objects)
     chunk = max(1, min(int(chunk_bytes), max(MIN_CHUNK_BYTES, -(-total // concurrency))))
@@ -143,7 +143,7 @@ def fetch_objects(
     ]
     with ThreadPoolExecutor(concurrency) as pool:
         _fetch_all(pool, jobs)
-    return buffers
+    return buffers, len(jobs)
 
 
 def load_store(

@@ -101,7 +101,7 @@ def store_rank_round(
         failures.append(_no_time(left))
         return None
     cancel: threading.Event | None = options.cancel
-    concurrency = int(hints_from(probe).get("concurrency") or 32)
+    concurrency = int(hints_from(probe).get("concurrency") or BroadcastOptions().store_concurrency)
     return _one_round(
         target, int(options.ranks), STORE_RANK_MODES, left, cancel, failures,
         store_concurrency=concurrency,
